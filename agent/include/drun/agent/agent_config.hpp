@@ -1,0 +1,36 @@
+// AgentConfig: everything the agent needs to run one node's share of a job, as one value.
+//
+// Built by the launcher from the command line and the environment (PET_*, SLURM_*); nothing else
+// reads argv or getenv for these settings. Plain aggregate with defaults; passed const&.
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "drun/agent/worker_group.hpp"
+#include "drun/rendezvous/rendezvous.hpp"
+
+namespace drun::agent {
+
+using namespace std::chrono_literals;
+
+struct AgentConfig {
+  // The program as it will be exec'd: argv[0] resolved (python3 prepended for .py / -m).
+  // "${local_rank}" in any argument is substituted per worker.
+  std::vector<std::string> program;
+  int nprocPerNode = 1;
+  std::string role = "default";
+  int maxRestarts = 0;                           // the job's restart budget
+  std::chrono::milliseconds shutdownTimeout = 30s;  // SIGTERM -> SIGKILL grace
+  std::string hostname;                          // this node's name, for env and summaries
+  rdzv::RendezvousOptions rendezvous;            // nnodes, endpoint, run id, timeouts, ...
+  bool isPython = false;                         // set PYTHONUNBUFFERED=1 unless already set
+  // Output.
+  std::optional<std::filesystem::path> logDir;   // per-attempt, per-rank files
+  OutputOptions output;                          // prefix, filter, redirects/tee
+};
+
+}  // namespace drun::agent

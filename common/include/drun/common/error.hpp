@@ -1,0 +1,48 @@
+// drun's error hierarchy, shared by every component.
+//
+// Public APIs throw these; no exception crosses an Asio handler (handlers catch and convert).
+// Messages say who, what and how long: "wait timed out after 30000ms on [rdzv/job7/3/joined]
+// at 10.0.0.1:29400". Thread-safe: plain value types.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace drun {
+
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// A deadline passed before the operation completed.
+class TimeoutError : public Error {
+ public:
+  using Error::Error;
+};
+
+// Connect/read/write failed, or the peer closed the connection.
+class NetworkError : public Error {
+ public:
+  using Error::Error;
+};
+
+// The peer sent bytes that do not follow the wire protocol.
+class ProtocolError : public Error {
+ public:
+  using Error::Error;
+};
+
+// Bad input from the command line, the environment or an API caller.
+class InvalidArgument : public Error {
+ public:
+  using Error::Error;
+};
+
+// A collective or point-to-point operation failed (libdrun_comm).
+class CommError : public Error {
+ public:
+  using Error::Error;
+};
+
+}  // namespace drun

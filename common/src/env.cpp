@@ -1,0 +1,105 @@
+#include "drun/common/env.hpp"
+
+#include <cctype>
+#include <charconv>
+#include <climits>
+#include <cstdlib>
+#include <stdexcept>
+
+#include "drun/common/error.hpp"
+
+namespace drun::env {
+namespace {
+
+// The one list of DRUN_* variables. Keep sorted by name.
+constexpr VarDoc kDrunEnvVars[] = {
+    {"DRUN_LOG_LEVEL", VarType::String, "warn",
+     "log level of drun itself: trace, debug, info, warn, error, off (-v sets debug)"},
+    {"DRUN_PYTHON", VarType::String, "python3",
+     "interpreter for .py programs and -m modules (PYTHON_EXEC is honoured too, as torchrun)"},
+    {"DRUN_STORE_CONNECT_TIMEOUT", VarType::DurationMs, "60s",
+     "how long a store client retries connecting before it gives up"},
+    {"DRUN_STORE_TIMEOUT", VarType::DurationMs, "300s",
+     "default deadline of one store call (get/wait) when the caller gives none"},
+};
+
+const VarDoc& lookup(std::string_view name) {
+  for (const auto& v : kDrunEnvVars)
+    if (v.name == name) return v;
+  throw std::logic_error("unregistered DRUN_ variable: " + std::string(name));
+}
+
+std::string valueOrDefault(std::string_view name) {
+  const VarDoc& doc = lookup(name);
+  if (auto v = get(std::string(name).c_str())) return *v;
+  return std::string(doc.defaultValue);
+}
+
+}  // namespace
+
+std::span<const VarDoc> drunVariables() { return kDrunEnvVars; }
+
+std::optional<std::string> get(const char* name) {
+  const char* v = std::getenv(name);
+  if (!v) return std::nullopt;
+  return std::string(v);
+}
+
+std::string getString(std::string_view name) { return valueOrDefault(name); }
+
+long long getInt(std::string_view name) {
+  return parseInt(valueOrDefault(name), name, LLONG_MIN, LLONG_MAX);
+}
+
+std::chrono::milliseconds getDuration(std::string_view name) {
+  return parseDuration(valueOrDefault(name), name);
+}
+
+bool getBool(std::string_view name) { return parseBool(valueOrDefault(name), name); }
+
+long long parseInt(std::string_view text, std::string_view what, long long min, long long max) {
+  long long value = 0;
+  const char* first = text.data();
+  const char* last = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(first, last, value);
+  if (text.empty() || ec != std::errc() || ptr != last)
+    throw InvalidArgument(std::string(what) + ": expected an integer, got '" + std::string(text) +
+                          "'");
+  if (value < min || value > max)
+    throw InvalidArgument(std::string(what) + ": " + std::to_string(value) + " is out of range [" +
+                          std::to_string(min) + ", " + std::to_string(max) + "]");
+  return value;
+}
+
+std::chrono::milliseconds parseDuration(std::string_view text, std::string_view what) {
+  // Number (integer or decimal) followed by an optional unit: ms, s, m, h. Bare = seconds.
+  size_t i = 0;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.'))
+    ++i;
+  std::string number(text.substr(0, i));
+  std::string_view unit = text.substr(i);
+  double scale = 1000.0;
+  if (unit.empty() || unit == "s") scale = 1000.0;
+  else if (unit == "ms") scale = 1.0;
+  else if (unit == "m") scale = 60'000.0;
+  else if (unit == "h") scale = 3'600'000.0;
+  else number.clear();
+  char* end = nullptr;
+  double value = number.empty() ? -1 : std::strtod(number.c_str(), &end);
+  if (number.empty() || end != number.c_str() + number.size() || value < 0 || value > 1e9)
+    throw InvalidArgument(std::string(what) + ": expected a duration such as 30, 30s, 500ms or 2m, got '" +
+                          std::string(text) + "'");
+  return std::chrono::milliseconds(static_cast<long long>(value * scale + 0.5));
+}
+
+bool parseBool(std::string_view text, std::string_view what) {
+  std::string lower;
+  for (char c : text) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (lower == "1" || lower == "true" || lower == "yes" || lower == "on") return true;
+  if (lower == "0" || lower == "false" || lower == "no" || lower == "off" || lower.empty())
+    return false;
+  throw InvalidArgument(std::string(what) + ": expected a boolean (1/0, true/false), got '" +
+                        std::string(text) + "'");
+}
+
+}  // namespace drun::env

@@ -1,0 +1,70 @@
+// Store: the key-value interface every rendezvous, agent and comm bootstrap talks to.
+//
+// Implementations: MemoryStore (in-process, for tests and the embedded fast path) and TcpStore
+// (client of StoreServer over the wire protocol). One contract test runs against both.
+//
+// Threading: implementations are safe to call from several threads; a call blocks at most until
+// its deadline (every blocking call takes a timeout) and throws TimeoutError naming the keys,
+// the server and the time waited. Values are arbitrary bytes (std::string used as a byte buffer).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace drun::rdzv {
+
+using Bytes = std::string;
+using std::chrono::milliseconds;
+
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  virtual void set(const std::string& key, const Bytes& value) = 0;
+  // Waits until `key` exists (or timeout), then returns its value.
+  virtual Bytes get(const std::string& key, milliseconds timeout) = 0;
+  // Returns the value, or nullopt at once when the key does not exist.
+  virtual std::optional<Bytes> tryGet(const std::string& key) = 0;
+  // Adds `delta` to the int64 stored (as decimal ASCII, like torch's TCPStore) under key;
+  // a missing key counts as 0. Returns the new value.
+  virtual int64_t add(const std::string& key, int64_t delta) = 0;
+  // torch TCPStore semantics: missing key + empty expected -> store desired; key equal to
+  // expected -> store desired; always returns the value now stored (or `expected` when the key
+  // is missing and expected is non-empty).
+  virtual Bytes compareSet(const std::string& key, const Bytes& expected, const Bytes& desired) = 0;
+  // Blocks until every key exists. Throws TimeoutError listing the keys still missing.
+  virtual void wait(const std::vector<std::string>& keys, milliseconds timeout) = 0;
+  // True when every key exists (no blocking).
+  virtual bool check(const std::vector<std::string>& keys) = 0;
+  // Returns true when the key existed.
+  virtual bool deleteKey(const std::string& key) = 0;
+  virtual int64_t numKeys() = 0;
+  // Waits until all keys exist, then returns their values in order.
+  virtual std::vector<Bytes> multiGet(const std::vector<std::string>& keys, milliseconds timeout) = 0;
+  virtual void multiSet(const std::vector<std::string>& keys, const std::vector<Bytes>& values) = 0;
+  // Appends to the value (creates the key when missing).
+  virtual void append(const std::string& key, const Bytes& value) = 0;
+
+  // Change notification without polling: blocks until the value of `key` differs from `known`
+  // (nullopt = "absent"), then returns the new value (nullopt = deleted/absent). Throws
+  // TimeoutError at the deadline.
+  virtual std::optional<Bytes> watch(const std::string& key, const std::optional<Bytes>& known,
+                                     milliseconds timeout) = 0;
+
+  // Liveness ("last will"): operations the server performs when THIS client's connection closes
+  // or its heartbeat lease lapses. Each registered `set` is applied and each `add` is added, and
+  // waiters/watchers are woken, exactly as if the client had issued them. Replaces any will set
+  // earlier on this connection. For MemoryStore the will runs when the Store object is destroyed
+  // or fireWillForTest() is called.
+  struct Will {
+    std::vector<std::pair<std::string, Bytes>> sets;
+    std::vector<std::pair<std::string, int64_t>> adds;
+    std::vector<std::string> deletes;
+  };
+  virtual void setWill(const Will& will) = 0;
+};
+
+}  // namespace drun::rdzv
