@@ -72,4 +72,8 @@ class Rendezvous {
 // The single-node rendezvous: no network; reserves a free MASTER_PORT on `masterAddr`.
 std::unique_ptr<Rendezvous> makeSingleNodeRendezvous(const RendezvousOptions& options);
 
+// Picks the implementation the options ask for: single-node when maxNodes == 1 and no endpoint,
+// else c10d (store-based) or static. Throws InvalidArgument for inconsistent options.
+std::unique_ptr<Rendezvous> makeRendezvous(const RendezvousOptions& options);
+
 }  // namespace drun::rdzv
