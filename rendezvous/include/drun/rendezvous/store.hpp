@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "drun/common/error.hpp"
+
 namespace drun::rdzv {
 
 using Bytes = std::string;
@@ -65,6 +67,16 @@ class Store {
     std::vector<std::string> deletes;
   };
   virtual void setWill(const Will& will) = 0;
+
+  // Removes every key that starts with `prefix` (non-empty) and returns how many were removed;
+  // watchers of those keys are woken. The last agent to leave a job calls
+  // deletePrefix("rdzv/<run_id>/") so a long-lived daemon does not keep finished jobs' keys.
+  // Added after the skeleton: implementations that do not support it throw InvalidArgument.
+  virtual int64_t deletePrefix(const std::string& prefix);
 };
+
+inline int64_t Store::deletePrefix(const std::string& prefix) {
+  throw InvalidArgument("deletePrefix('" + prefix + "') is not supported by this store");
+}
 
 }  // namespace drun::rdzv

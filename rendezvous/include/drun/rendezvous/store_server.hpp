@@ -1,0 +1,74 @@
+// StoreServer: serves the Store over TCP (wire protocol in protocol.hpp) to TcpStore clients.
+// The same class runs the standalone drun-rendezvous daemon and the server an agent embeds.
+//
+// One io thread owns all state (the StoreCore, every session): nothing is locked, and no client
+// can stall another because nothing blocks on a client: each connection is a session with an
+// async reader and writer, a bounded output queue (a client that stops reading is dropped), a
+// lease (a client silent for its lease timeout is dropped) and per-request deadlines (a blocking
+// call is answered with a timeout status at its deadline). A dropped or closed connection's
+// waiters are discarded and its will is run.
+//
+// Threading: the constructor binds (so port() is known at once, also with port 0); then either
+// run() serves on the calling thread until stop(), or start() spawns the io thread. stop() may
+// be called from any thread, any number of times; it closes every connection and returns once
+// the io thread is done (when called from inside the io thread, it only requests the stop).
+// Ownership: the destructor stops and joins.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace drun::rdzv {
+
+using namespace std::chrono_literals;
+using std::chrono::milliseconds;
+
+struct StoreServerOptions {
+  std::string host = "0.0.0.0";
+  uint16_t port = 29400;                  // 0 = any free port; see port()
+  milliseconds leaseTimeout = 10s;        // silence allowed when the client asks for no lease
+  milliseconds minLeaseTimeout = 100ms;   // client-requested leases are clamped to [min, max]
+  milliseconds maxLeaseTimeout = 1h;
+  milliseconds handshakeTimeout = 10s;    // a connection must say hello within this
+  size_t maxOutputQueueBytes = 64 << 20;  // per connection; beyond it the client is dropped
+  // Wire limits (key, value, keys per request, frame) are those of protocol.hpp's kLimits.
+};
+
+// Counters for tests, benchmarks and the daemon's log; read from any thread.
+struct StoreServerStats {
+  uint64_t connectionsAccepted = 0;
+  uint64_t connectionsOpen = 0;
+  uint64_t requestsServed = 0;
+  uint64_t protocolErrors = 0;     // connections closed for malformed input
+  uint64_t leasesExpired = 0;      // connections closed for silence
+  uint64_t slowClientsDropped = 0; // connections closed for an output queue over the bound
+  uint64_t willsRun = 0;
+};
+
+class StoreServer {
+ public:
+  // Binds and listens on options.host:options.port; throws NetworkError naming the address.
+  // Raises the RLIMIT_NOFILE soft limit to the hard limit (thousands of connections).
+  explicit StoreServer(const StoreServerOptions& options = {});
+  ~StoreServer();
+  StoreServer(const StoreServer&) = delete;
+  StoreServer& operator=(const StoreServer&) = delete;
+
+  uint16_t port() const;            // the bound port (the chosen one when options.port was 0)
+  const std::string& host() const;  // options.host
+
+  void start();  // serve on a new io thread; returns at once
+  void run();    // serve on the calling thread until stop()
+  void stop();   // any thread; idempotent
+
+  StoreServerStats stats() const;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace drun::rdzv
