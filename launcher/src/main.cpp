@@ -1,1 +1,41 @@
-int main() { return 0; }
+// drun: parse the command line into an AgentConfig, pick the rendezvous, run the agent.
+#include <signal.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "drun/agent/elastic_agent.hpp"
+#include "drun/common/log.hpp"
+#include "drun/launcher/cli.hpp"
+
+int main(int argc, char** argv) {
+  // A closed console must not kill drun while workers still run (workers get SIGPIPE's default
+  // back: the process layer resets dispositions before exec).
+  ::signal(SIGPIPE, SIG_IGN);
+
+  drun::launch::CliResult cli;
+  try {
+    cli = drun::launch::parseCommandLine(std::vector<std::string>(argv, argv + argc));
+    if (cli.printAndExit) {
+      std::fputs(cli.printAndExit->c_str(), stdout);
+      return 0;
+    }
+    drun::log::init("drun", cli.logLevel.value_or(""));
+  } catch (const drun::InvalidArgument& e) {
+    std::fprintf(stderr, "drun: error: %s\n", e.what());
+    return 2;
+  }
+
+  try {
+    auto rendezvous = drun::rdzv::makeRendezvous(cli.config.rendezvous);
+    drun::agent::ElasticAgent agent(std::move(cli.config), std::move(rendezvous));
+    return agent.run();
+  } catch (const drun::InvalidArgument& e) {
+    std::fprintf(stderr, "drun: error: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "drun: error: %s\n", e.what());
+    return 1;
+  }
+}

@@ -30,7 +30,9 @@ struct AgentConfig {
   bool isPython = false;                         // set PYTHONUNBUFFERED=1 unless already set
   // Output.
   std::optional<std::filesystem::path> logDir;   // per-attempt, per-rank files
-  OutputOptions output;                          // prefix, filter, redirects/tee
+  OutputOptions output;                          // filter, redirects/tee (prefix set per round)
+  // Console prefix template; nullopt = "[${rank}]:" when the job has more than one worker.
+  std::optional<std::string> prefixTemplate;
 };
 
 }  // namespace drun::agent

@@ -1,0 +1,32 @@
+// Computes what each local worker is started with: its argv (with ${local_rank} substituted) and
+// its complete environment (drun's own environment plus the torchrun variables of this round).
+// Pure functions of (config, round, attempt); no I/O.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "drun/agent/agent_config.hpp"
+#include "drun/agent/worker_group.hpp"
+#include "drun/rendezvous/rendezvous.hpp"
+
+namespace drun::agent {
+
+struct AttemptContext {
+  int restartCount = 0;                    // TORCHELASTIC_RESTART_COUNT
+  std::filesystem::path attemptDir;        // .../attempt_<n>: error files live in <local_rank>/
+  std::string jobTokenEntry;               // "DRUN_JOB_TOKEN=..." from the JobGuard
+  std::vector<std::string> baseEnvironment;  // drun's environ, "KEY=VALUE"
+  int cpuCount = 1;                        // for OMP_NUM_THREADS
+};
+
+// OMP_NUM_THREADS given when the user did not set it: cores / local workers, at least 1.
+int defaultOmpThreads(int cpuCount, int localWorkers);
+
+std::filesystem::path errorFilePath(const std::filesystem::path& attemptDir, int localRank);
+
+std::vector<WorkerSpec> buildWorkerSpecs(const AgentConfig& config, const rdzv::RoundResult& round,
+                                         const AttemptContext& attempt);
+
+}  // namespace drun::agent

@@ -1,0 +1,77 @@
+#include "drun/agent/worker_env.hpp"
+
+#include <algorithm>
+#include <map>
+
+namespace drun::agent {
+namespace {
+
+std::string substituteLocalRank(std::string arg, int localRank) {
+  static const std::string kMacro = "${local_rank}";
+  for (size_t at = arg.find(kMacro); at != std::string::npos; at = arg.find(kMacro, at)) {
+    std::string value = std::to_string(localRank);
+    arg.replace(at, kMacro.size(), value);
+    at += value.size();
+  }
+  return arg;
+}
+
+}  // namespace
+
+int defaultOmpThreads(int cpuCount, int localWorkers) {
+  return std::max(1, cpuCount / std::max(1, localWorkers));
+}
+
+std::filesystem::path errorFilePath(const std::filesystem::path& attemptDir, int localRank) {
+  return attemptDir / std::to_string(localRank) / "error.json";
+}
+
+std::vector<WorkerSpec> buildWorkerSpecs(const AgentConfig& config, const rdzv::RoundResult& round,
+                                         const AttemptContext& attempt) {
+  // Ordered map: later assignments override drun's inherited environment.
+  std::map<std::string, std::string> common;
+  for (const std::string& entry : attempt.baseEnvironment) {
+    auto eq = entry.find('=');
+    if (eq != std::string::npos) common[entry.substr(0, eq)] = entry.substr(eq + 1);
+  }
+  const int local = config.nprocPerNode;
+  common["WORLD_SIZE"] = std::to_string(round.worldSize);
+  common["LOCAL_WORLD_SIZE"] = std::to_string(local);
+  common["GROUP_RANK"] = std::to_string(round.nodeRank);
+  common["GROUP_WORLD_SIZE"] = std::to_string(round.nodeCount);
+  common["ROLE_NAME"] = config.role;
+  common["ROLE_WORLD_SIZE"] = std::to_string(round.worldSize);  // one role per job
+  common["MASTER_ADDR"] = round.masterAddr;
+  common["MASTER_PORT"] = std::to_string(round.masterPort);
+  common["TORCHELASTIC_RUN_ID"] = config.rendezvous.runId;
+  common["TORCHELASTIC_RESTART_COUNT"] = std::to_string(attempt.restartCount);
+  common["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(config.maxRestarts);
+  common["TORCHELASTIC_USE_AGENT_STORE"] = "False";
+  if (!common.count("OMP_NUM_THREADS"))
+    common["OMP_NUM_THREADS"] = std::to_string(defaultOmpThreads(attempt.cpuCount, local));
+  if (config.isPython && !common.count("PYTHONUNBUFFERED")) common["PYTHONUNBUFFERED"] = "1";
+  if (!common.count("NCCL_ASYNC_ERROR_HANDLING")) common["NCCL_ASYNC_ERROR_HANDLING"] = "1";
+  auto eq = attempt.jobTokenEntry.find('=');
+  if (eq != std::string::npos)
+    common[attempt.jobTokenEntry.substr(0, eq)] = attempt.jobTokenEntry.substr(eq + 1);
+
+  std::vector<WorkerSpec> specs;
+  specs.reserve(local);
+  for (int localRank = 0; localRank < local; ++localRank) {
+    WorkerSpec spec;
+    spec.localRank = localRank;
+    spec.globalRank = round.rankOffset + localRank;
+    for (const std::string& arg : config.program) spec.argv.push_back(substituteLocalRank(arg, localRank));
+    std::map<std::string, std::string> mine = common;
+    mine["RANK"] = std::to_string(spec.globalRank);
+    mine["LOCAL_RANK"] = std::to_string(localRank);
+    mine["ROLE_RANK"] = std::to_string(spec.globalRank);
+    mine["TORCHELASTIC_ERROR_FILE"] = errorFilePath(attempt.attemptDir, localRank).string();
+    spec.env.reserve(mine.size());
+    for (const auto& [key, value] : mine) spec.env.push_back(key + "=" + value);
+    specs.push_back(std::move(spec));
+  }
+  return specs;
+}
+
+}  // namespace drun::agent

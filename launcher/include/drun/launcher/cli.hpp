@@ -1,0 +1,32 @@
+// The drun command line: torchrun-compatible options (dash and underscore spellings), PET_*
+// environment overrides, validation. Produces the one AgentConfig the agent runs.
+//
+// Nothing else in drun reads argv or the PET_*/SLURM_* environment for job settings. Every bad
+// input throws UsageError with one message naming what was wrong; main() prints it as
+// "drun: error: <message>" and exits 2 before anything is started. Stateless; thread-safe.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "drun/agent/agent_config.hpp"
+#include "drun/common/error.hpp"
+
+namespace drun::launch {
+
+class UsageError : public InvalidArgument {
+ public:
+  using InvalidArgument::InvalidArgument;
+};
+
+struct CliResult {
+  agent::AgentConfig config;
+  std::optional<std::string> logLevel;  // -v / --log-level
+  std::optional<std::string> printAndExit;  // --help / --version text: print, exit 0
+};
+
+// argv[0] is the program name. Throws UsageError.
+CliResult parseCommandLine(const std::vector<std::string>& args);
+
+}  // namespace drun::launch
