@@ -13,6 +13,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
+
+#include "drun/common/deadline.hpp"
 
 #include "drun/rendezvous/store.hpp"
 
@@ -55,6 +58,11 @@ class MemoryStore final : public Store {
   int64_t deletePrefix(const std::string& prefix) override;
 
  private:
+  static void waitUntilPresent(Shared& shared, uint64_t client,
+                               const std::vector<std::string>& keys, Deadline deadline,
+                               milliseconds timeout, const char* what,
+                               std::unique_lock<std::mutex>& lock);
+
   std::shared_ptr<Shared> shared_;
   uint64_t clientId_;
 };

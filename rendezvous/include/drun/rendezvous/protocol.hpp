@@ -1,0 +1,154 @@
+// The drun store wire protocol: the one codec that the client (TcpStore), the server
+// (StoreServer) and the tests use. Everything that touches bytes on the wire is here.
+//
+//   connect:  client -> Hello        u32 magic "drun", u16 version, u16 flags (0), u32 lease ms
+//             server -> HelloReply   u32 magic, u16 server version, u16 HelloStatus, u32 lease ms
+//   then frames both ways:  header (16 bytes) + body
+//             u32 body length, u8 op, u8 status (0 in requests), u16 reserved (0), u64 request id
+//
+// Integers are little-endian, written byte by byte (never a memcpy of a struct); strings and
+// byte values are u32 length + bytes; lists are u32 count + items; enums have explicit values.
+// The body layouts of each op are in rendezvous/README.md (the wire table) and in protocol.cpp.
+//
+// Decoding is incremental and distrustful: decode*() looks at whatever has arrived and answers
+// NeedMore (not a whole message yet), Ok (one message decoded; `consumed` bytes used) or Bad
+// (not this protocol / over a limit; the connection must be closed). A length is checked
+// against the limits and the bytes present before anything is allocated for it.
+//
+// Threading: pure functions on values; thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "drun/rendezvous/store.hpp"
+#include "drun/rendezvous/store_core.hpp"
+
+namespace drun::rdzv::wire {
+
+inline constexpr uint32_t kMagic = 0x6E757264;  // bytes 'd' 'r' 'u' 'n' on the wire
+inline constexpr uint16_t kVersion = 1;
+inline constexpr size_t kHelloBytes = 12;
+inline constexpr size_t kHeaderBytes = 16;
+
+struct Limits {
+  StoreLimits store = kStoreLimits;  // key, value, keys per request
+  size_t maxFrameBytes = 64u << 20;  // one frame body
+  size_t maxMessageBytes = 4096;     // error text in a response
+};
+inline constexpr Limits kLimits{};
+
+enum class Op : uint8_t {
+  Set = 1,
+  Get = 2,           // waits for the key
+  TryGet = 3,
+  Add = 4,
+  CompareSet = 5,
+  Wait = 6,
+  Check = 7,
+  Delete = 8,
+  NumKeys = 9,
+  MultiGet = 10,     // waits for every key
+  MultiSet = 11,
+  Append = 12,
+  Watch = 13,        // waits for the value to differ from the known one
+  SetWill = 14,
+  Heartbeat = 15,    // one-way: never answered
+  DeletePrefix = 16,
+};
+inline constexpr uint8_t kMaxOp = 16;
+
+enum class Status : uint8_t {
+  Ok = 0,
+  Timeout = 1,          // a blocking call reached its deadline; keys = those still missing
+  InvalidArgument = 2,  // the store refused the input (add on a non-integer, value over limit)
+  ProtocolError = 3,    // the frame was malformed; the server closes the connection after it
+  ServerError = 4,      // anything else (the server is stopping, a bug)
+};
+inline constexpr uint8_t kMaxStatus = 4;
+
+enum class HelloStatus : uint16_t {
+  Ok = 0,
+  VersionMismatch = 1,  // the server speaks `version` only; it closes the connection
+};
+
+struct Hello {
+  uint16_t version = kVersion;
+  uint32_t leaseMs = 0;  // 0 = the server's default lease
+};
+
+struct HelloReply {
+  uint16_t version = kVersion;
+  HelloStatus status = HelloStatus::Ok;
+  uint32_t leaseMs = 0;  // the lease the server applies to this connection
+};
+
+struct Request {
+  Op op = Op::Heartbeat;
+  uint64_t id = 0;
+  uint32_t timeoutMs = 0;          // Get, Wait, MultiGet, Watch
+  std::vector<std::string> keys;   // one key for single-key ops (DeletePrefix: the prefix)
+  std::vector<Bytes> values;       // Set/Append: 1; CompareSet: expected, desired; MultiSet: n
+  int64_t delta = 0;               // Add
+  std::optional<Bytes> known;      // Watch (nullopt = "absent")
+  Store::Will will;                // SetWill
+};
+
+struct Response {
+  Op op = Op::Set;
+  uint64_t id = 0;
+  Status status = Status::Ok;
+  std::vector<Bytes> values;      // Get, CompareSet: 1; MultiGet: n; TryGet, Watch: 0 = absent, 1
+  int64_t number = 0;             // Add, NumKeys, DeletePrefix; Check, Delete: 0 or 1
+  std::string message;            // status != Ok: what went wrong
+  std::vector<std::string> keys;  // status == Timeout: the keys still missing
+};
+
+enum class DecodeStatus { NeedMore, Ok, Bad };
+
+struct DecodeResult {
+  DecodeStatus status = DecodeStatus::NeedMore;
+  size_t consumed = 0;  // Ok: bytes of the decoded message
+  std::string error;    // Bad: why
+};
+
+std::string_view toString(Op op);
+std::string_view toString(Status status);
+bool isValidOp(uint8_t op);
+bool expectsResponse(Op op);  // false for Heartbeat
+bool isBlocking(Op op);       // Get, Wait, MultiGet, Watch: carry a timeout
+
+// Encoders append one message to `out`. Requests and responses over the limits throw
+// InvalidArgument naming the key or size, so no encoder emits a frame a decoder rejects.
+void encodeHello(const Hello& hello, std::string& out);
+void encodeHelloReply(const HelloReply& reply, std::string& out);
+void encodeRequest(const Request& request, std::string& out, const Limits& limits = kLimits);
+void encodeResponse(const Response& response, std::string& out, const Limits& limits = kLimits);
+
+DecodeResult decodeHello(std::string_view in, Hello& out);
+DecodeResult decodeHelloReply(std::string_view in, HelloReply& out);
+DecodeResult decodeRequest(std::string_view in, Request& out, const Limits& limits = kLimits);
+DecodeResult decodeResponse(std::string_view in, Response& out, const Limits& limits = kLimits);
+
+// An accumulating receive buffer: append what the socket delivered, decode whole messages off
+// the front. Keeps at most one partial message plus what arrived after it.
+class ReceiveBuffer {
+ public:
+  // Space to read into: at least `min` bytes (grows the buffer).
+  char* prepare(size_t min);
+  void commit(size_t n) { end_ += n; }
+  std::string_view data() const { return {buffer_.data() + begin_, end_ - begin_}; }
+  void consume(size_t n);
+  size_t size() const { return end_ - begin_; }
+
+ private:
+  std::string buffer_;
+  size_t begin_ = 0;
+  size_t end_ = 0;
+};
+
+}  // namespace drun::rdzv::wire

@@ -1,0 +1,670 @@
+#include "drun/rendezvous/protocol.hpp"
+
+#include <cstring>
+
+#include "drun/common/error.hpp"
+
+namespace drun::rdzv::wire {
+namespace {
+
+// --- explicit little-endian writing
+
+class Writer {
+ public:
+  explicit Writer(std::string& out) : out_(out) {}
+  void u8(uint8_t v) { out_.push_back(static_cast<char>(v)); }
+  void u16(uint16_t v) { le(v, 2); }
+  void u32(uint32_t v) { le(v, 4); }
+  void u64(uint64_t v) { le(v, 8); }
+  void i64(int64_t v) { le(static_cast<uint64_t>(v), 8); }
+  void bytes(std::string_view s) {
+    u32(static_cast<uint32_t>(s.size()));
+    out_.append(s);
+  }
+  void strings(const std::vector<std::string>& list) {
+    u32(static_cast<uint32_t>(list.size()));
+    for (const auto& s : list) bytes(s);
+  }
+  size_t size() const { return out_.size(); }
+  void patchU32(size_t at, uint32_t v) {
+    for (int i = 0; i < 4; ++i) out_[at + i] = static_cast<char>((v >> (8 * i)) & 0xff);
+  }
+
+ private:
+  void le(uint64_t v, int n) {
+    for (int i = 0; i < n; ++i) out_.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+  }
+  std::string& out_;
+};
+
+// --- bounds-checked little-endian reading; the first failure sticks and names itself
+
+class Reader {
+ public:
+  explicit Reader(std::string_view in) : in_(in) {}
+  bool ok() const { return error_.empty(); }
+  const std::string& error() const { return error_; }
+  size_t left() const { return in_.size() - pos_; }
+  void fail(std::string why) {
+    if (error_.empty()) error_ = std::move(why);
+  }
+
+  uint64_t le(int n, const char* what) {
+    if (!ok()) return 0;
+    if (left() < static_cast<size_t>(n)) {
+      fail(std::string("truncated ") + what);
+      return 0;
+    }
+    uint64_t v = 0;
+    for (int i = 0; i < n; ++i)
+      v |= static_cast<uint64_t>(static_cast<unsigned char>(in_[pos_ + i])) << (8 * i);
+    pos_ += n;
+    return v;
+  }
+  uint8_t u8(const char* what) { return static_cast<uint8_t>(le(1, what)); }
+  uint16_t u16(const char* what) { return static_cast<uint16_t>(le(2, what)); }
+  uint32_t u32(const char* what) { return static_cast<uint32_t>(le(4, what)); }
+  uint64_t u64(const char* what) { return le(8, what); }
+  int64_t i64(const char* what) { return static_cast<int64_t>(le(8, what)); }
+  bool flag(const char* what) {
+    uint8_t v = u8(what);
+    if (v > 1) fail(std::string(what) + " is " + std::to_string(v) + ", not 0 or 1");
+    return v == 1;
+  }
+  std::string bytes(size_t max, const char* what) {
+    uint32_t n = u32(what);
+    if (!ok()) return {};
+    if (n > max) {
+      fail(std::string(what) + " of " + std::to_string(n) + " bytes is over the limit of " +
+           std::to_string(max));
+      return {};
+    }
+    if (n > left()) {
+      fail(std::string(what) + " of " + std::to_string(n) + " bytes runs past the frame");
+      return {};
+    }
+    std::string s(in_.substr(pos_, n));
+    pos_ += n;
+    return s;
+  }
+  // A list count, checked against the limit and against the bytes left (each item takes at
+  // least `minItemBytes`), before anything is reserved for it.
+  uint32_t count(size_t max, size_t minItemBytes, const char* what) {
+    uint32_t n = u32(what);
+    if (!ok()) return 0;
+    if (n > max) {
+      fail(std::string(what) + " " + std::to_string(n) + " is over the limit of " +
+           std::to_string(max));
+      return 0;
+    }
+    if (static_cast<uint64_t>(n) * minItemBytes > left()) {
+      fail(std::string(what) + " " + std::to_string(n) + " runs past the frame");
+      return 0;
+    }
+    return n;
+  }
+  std::vector<std::string> strings(size_t maxCount, size_t maxEach, const char* what) {
+    uint32_t n = count(maxCount, 4, what);
+    std::vector<std::string> out;
+    out.reserve(n);
+    for (uint32_t i = 0; i < n && ok(); ++i) out.push_back(bytes(maxEach, what));
+    return out;
+  }
+
+ private:
+  std::string_view in_;
+  size_t pos_ = 0;
+  std::string error_;
+};
+
+std::string shown(const std::string& key) {
+  return key.size() <= 64 ? key : key.substr(0, 64) + "...";
+}
+
+// --- limits on the encoding side: the caller learns about them as InvalidArgument
+
+void checkKey(const std::string& key, const Limits& l) {
+  if (key.size() > l.store.maxKeyBytes)
+    throw InvalidArgument("key '" + shown(key) + "' is " + std::to_string(key.size()) +
+                          " bytes, over the limit of " + std::to_string(l.store.maxKeyBytes));
+}
+void checkValue(const std::string& key, const Bytes& v, const Limits& l) {
+  if (v.size() > l.store.maxValueBytes)
+    throw InvalidArgument("value of key '" + shown(key) + "' is " + std::to_string(v.size()) +
+                          " bytes, over the limit of " + std::to_string(l.store.maxValueBytes));
+}
+void checkCount(size_t n, const Limits& l) {
+  if (n > l.store.maxKeysPerRequest)
+    throw InvalidArgument(std::to_string(n) + " keys in one request, over the limit of " +
+                          std::to_string(l.store.maxKeysPerRequest));
+}
+void checkKeys(const std::vector<std::string>& keys, const Limits& l) {
+  checkCount(keys.size(), l);
+  for (const auto& k : keys) checkKey(k, l);
+}
+void expectKeys(const Request& r, size_t n) {
+  if (r.keys.size() != n)
+    throw InvalidArgument(std::string(toString(r.op)) + " takes " + std::to_string(n) +
+                          " key(s), got " + std::to_string(r.keys.size()));
+}
+void expectValues(const Request& r, size_t n) {
+  if (r.values.size() != n)
+    throw InvalidArgument(std::string(toString(r.op)) + " takes " + std::to_string(n) +
+                          " value(s), got " + std::to_string(r.values.size()));
+}
+
+size_t beginFrame(Writer& w, Op op, Status status, uint64_t id) {
+  size_t at = w.size();
+  w.u32(0);  // body length, patched by endFrame
+  w.u8(static_cast<uint8_t>(op));
+  w.u8(static_cast<uint8_t>(status));
+  w.u16(0);
+  w.u64(id);
+  return at;
+}
+
+void endFrame(Writer& w, std::string& out, size_t at, const Limits& l) {
+  size_t body = w.size() - at - kHeaderBytes;
+  if (body > l.maxFrameBytes) {
+    out.resize(at);
+    throw InvalidArgument("message of " + std::to_string(body) +
+                          " bytes is over the frame limit of " + std::to_string(l.maxFrameBytes));
+  }
+  w.patchU32(at, static_cast<uint32_t>(body));
+}
+
+struct Header {
+  uint32_t length = 0;
+  uint8_t op = 0;
+  uint8_t status = 0;
+  uint64_t id = 0;
+};
+
+// Reads and checks a frame header; NeedMore until the whole frame is present.
+DecodeResult frame(std::string_view in, const Limits& l, Header& h, std::string_view& body) {
+  DecodeResult r;
+  if (in.size() < kHeaderBytes) return r;
+  Reader hr(in.substr(0, kHeaderBytes));
+  h.length = hr.u32("frame length");
+  h.op = hr.u8("op");
+  h.status = hr.u8("status");
+  uint16_t reserved = hr.u16("reserved");
+  h.id = hr.u64("request id");
+  r.status = DecodeStatus::Bad;
+  if (h.length > l.maxFrameBytes) {
+    r.error = "frame of " + std::to_string(h.length) + " bytes is over the limit of " +
+              std::to_string(l.maxFrameBytes);
+    return r;
+  }
+  if (!isValidOp(h.op)) {
+    r.error = "unknown op " + std::to_string(h.op);
+    return r;
+  }
+  if (h.status > kMaxStatus) {
+    r.error = "unknown status " + std::to_string(h.status);
+    return r;
+  }
+  if (reserved != 0) {
+    r.error = "reserved header bits set";
+    return r;
+  }
+  if (in.size() - kHeaderBytes < h.length) {
+    r.status = DecodeStatus::NeedMore;
+    return r;
+  }
+  body = in.substr(kHeaderBytes, h.length);
+  r.status = DecodeStatus::Ok;
+  r.consumed = kHeaderBytes + h.length;
+  return r;
+}
+
+DecodeResult finish(DecodeResult r, const Reader& rd) {
+  if (!rd.ok()) {
+    r.status = DecodeStatus::Bad;
+    r.error = rd.error();
+  } else if (rd.left() != 0) {
+    r.status = DecodeStatus::Bad;
+    r.error = std::to_string(rd.left()) + " unexpected bytes after the body";
+  }
+  if (r.status == DecodeStatus::Bad) r.consumed = 0;
+  return r;
+}
+
+}  // namespace
+
+std::string_view toString(Op op) {
+  switch (op) {
+    case Op::Set: return "set";
+    case Op::Get: return "get";
+    case Op::TryGet: return "tryGet";
+    case Op::Add: return "add";
+    case Op::CompareSet: return "compareSet";
+    case Op::Wait: return "wait";
+    case Op::Check: return "check";
+    case Op::Delete: return "delete";
+    case Op::NumKeys: return "numKeys";
+    case Op::MultiGet: return "multiGet";
+    case Op::MultiSet: return "multiSet";
+    case Op::Append: return "append";
+    case Op::Watch: return "watch";
+    case Op::SetWill: return "setWill";
+    case Op::Heartbeat: return "heartbeat";
+    case Op::DeletePrefix: return "deletePrefix";
+  }
+  return "unknown";
+}
+
+std::string_view toString(Status status) {
+  switch (status) {
+    case Status::Ok: return "ok";
+    case Status::Timeout: return "timeout";
+    case Status::InvalidArgument: return "invalid argument";
+    case Status::ProtocolError: return "protocol error";
+    case Status::ServerError: return "server error";
+  }
+  return "unknown";
+}
+
+bool isValidOp(uint8_t op) { return op >= 1 && op <= kMaxOp; }
+bool expectsResponse(Op op) { return op != Op::Heartbeat; }
+bool isBlocking(Op op) {
+  return op == Op::Get || op == Op::Wait || op == Op::MultiGet || op == Op::Watch;
+}
+
+// --- hello
+
+void encodeHello(const Hello& hello, std::string& out) {
+  Writer w(out);
+  w.u32(kMagic);
+  w.u16(hello.version);
+  w.u16(0);
+  w.u32(hello.leaseMs);
+}
+
+void encodeHelloReply(const HelloReply& reply, std::string& out) {
+  Writer w(out);
+  w.u32(kMagic);
+  w.u16(reply.version);
+  w.u16(static_cast<uint16_t>(reply.status));
+  w.u32(reply.leaseMs);
+}
+
+DecodeResult decodeHello(std::string_view in, Hello& out) {
+  DecodeResult r;
+  // Reject a foreign peer as soon as its first bytes disagree with the magic.
+  for (size_t i = 0; i < std::min<size_t>(in.size(), 4); ++i) {
+    if (static_cast<unsigned char>(in[i]) != ((kMagic >> (8 * i)) & 0xff)) {
+      r.status = DecodeStatus::Bad;
+      r.error = "not a drun store client (bad magic)";
+      return r;
+    }
+  }
+  if (in.size() < kHelloBytes) return r;
+  Reader rd(in.substr(0, kHelloBytes));
+  rd.u32("magic");
+  out.version = rd.u16("version");
+  uint16_t flags = rd.u16("flags");
+  out.leaseMs = rd.u32("lease");
+  if (flags != 0) {
+    r.status = DecodeStatus::Bad;
+    r.error = "unknown hello flags " + std::to_string(flags);
+    return r;
+  }
+  r.status = DecodeStatus::Ok;
+  r.consumed = kHelloBytes;
+  return r;
+}
+
+DecodeResult decodeHelloReply(std::string_view in, HelloReply& out) {
+  DecodeResult r;
+  for (size_t i = 0; i < std::min<size_t>(in.size(), 4); ++i) {
+    if (static_cast<unsigned char>(in[i]) != ((kMagic >> (8 * i)) & 0xff)) {
+      r.status = DecodeStatus::Bad;
+      r.error = "not a drun store server (bad magic)";
+      return r;
+    }
+  }
+  if (in.size() < kHelloBytes) return r;
+  Reader rd(in.substr(0, kHelloBytes));
+  rd.u32("magic");
+  out.version = rd.u16("version");
+  uint16_t status = rd.u16("status");
+  out.leaseMs = rd.u32("lease");
+  if (status > static_cast<uint16_t>(HelloStatus::VersionMismatch)) {
+    r.status = DecodeStatus::Bad;
+    r.error = "unknown hello status " + std::to_string(status);
+    return r;
+  }
+  out.status = static_cast<HelloStatus>(status);
+  r.status = DecodeStatus::Ok;
+  r.consumed = kHelloBytes;
+  return r;
+}
+
+// --- requests
+
+void encodeRequest(const Request& q, std::string& out, const Limits& l) {
+  Writer w(out);
+  size_t at = beginFrame(w, q.op, Status::Ok, q.id);
+  try {
+    switch (q.op) {
+      case Op::Set:
+      case Op::Append:
+        expectKeys(q, 1);
+        expectValues(q, 1);
+        checkKey(q.keys[0], l);
+        checkValue(q.keys[0], q.values[0], l);
+        w.bytes(q.keys[0]);
+        w.bytes(q.values[0]);
+        break;
+      case Op::Get:
+        expectKeys(q, 1);
+        checkKey(q.keys[0], l);
+        w.u32(q.timeoutMs);
+        w.bytes(q.keys[0]);
+        break;
+      case Op::TryGet:
+      case Op::Delete:
+      case Op::DeletePrefix:
+        expectKeys(q, 1);
+        checkKey(q.keys[0], l);
+        w.bytes(q.keys[0]);
+        break;
+      case Op::Add:
+        expectKeys(q, 1);
+        checkKey(q.keys[0], l);
+        w.bytes(q.keys[0]);
+        w.i64(q.delta);
+        break;
+      case Op::CompareSet:
+        expectKeys(q, 1);
+        expectValues(q, 2);
+        checkKey(q.keys[0], l);
+        checkValue(q.keys[0], q.values[0], l);
+        checkValue(q.keys[0], q.values[1], l);
+        w.bytes(q.keys[0]);
+        w.bytes(q.values[0]);
+        w.bytes(q.values[1]);
+        break;
+      case Op::Wait:
+      case Op::MultiGet:
+        checkKeys(q.keys, l);
+        w.u32(q.timeoutMs);
+        w.strings(q.keys);
+        break;
+      case Op::Check:
+        checkKeys(q.keys, l);
+        w.strings(q.keys);
+        break;
+      case Op::NumKeys:
+      case Op::Heartbeat:
+        break;
+      case Op::MultiSet:
+        expectValues(q, q.keys.size());
+        checkKeys(q.keys, l);
+        w.u32(static_cast<uint32_t>(q.keys.size()));
+        for (size_t i = 0; i < q.keys.size(); ++i) {
+          checkValue(q.keys[i], q.values[i], l);
+          w.bytes(q.keys[i]);
+          w.bytes(q.values[i]);
+        }
+        break;
+      case Op::Watch:
+        expectKeys(q, 1);
+        checkKey(q.keys[0], l);
+        if (q.known) checkValue(q.keys[0], *q.known, l);
+        w.u32(q.timeoutMs);
+        w.bytes(q.keys[0]);
+        w.u8(q.known ? 1 : 0);
+        if (q.known) w.bytes(*q.known);
+        break;
+      case Op::SetWill: {
+        const auto& will = q.will;
+        checkCount(will.sets.size() + will.adds.size() + will.deletes.size(), l);
+        w.u32(static_cast<uint32_t>(will.sets.size()));
+        for (const auto& [k, v] : will.sets) {
+          checkKey(k, l);
+          checkValue(k, v, l);
+          w.bytes(k);
+          w.bytes(v);
+        }
+        w.u32(static_cast<uint32_t>(will.adds.size()));
+        for (const auto& [k, d] : will.adds) {
+          checkKey(k, l);
+          w.bytes(k);
+          w.i64(d);
+        }
+        checkKeys(will.deletes, l);
+        w.strings(will.deletes);
+        break;
+      }
+      default:
+        throw InvalidArgument("cannot encode unknown op " +
+                              std::to_string(static_cast<int>(q.op)));
+    }
+  } catch (...) {
+    out.resize(at);
+    throw;
+  }
+  endFrame(w, out, at, l);
+}
+
+DecodeResult decodeRequest(std::string_view in, Request& q, const Limits& l) {
+  Header h;
+  std::string_view body;
+  DecodeResult r = frame(in, l, h, body);
+  if (r.status != DecodeStatus::Ok) return r;
+  if (h.status != 0) {
+    r.status = DecodeStatus::Bad;
+    r.error = "request with a status byte";
+    r.consumed = 0;
+    return r;
+  }
+  q = Request{};
+  q.op = static_cast<Op>(h.op);
+  q.id = h.id;
+  const size_t maxKey = l.store.maxKeyBytes;
+  const size_t maxValue = l.store.maxValueBytes;
+  const size_t maxKeys = l.store.maxKeysPerRequest;
+  Reader rd(body);
+  switch (q.op) {
+    case Op::Set:
+    case Op::Append:
+      q.keys.push_back(rd.bytes(maxKey, "key"));
+      q.values.push_back(rd.bytes(maxValue, "value"));
+      break;
+    case Op::Get:
+      q.timeoutMs = rd.u32("timeout");
+      q.keys.push_back(rd.bytes(maxKey, "key"));
+      break;
+    case Op::TryGet:
+    case Op::Delete:
+    case Op::DeletePrefix:
+      q.keys.push_back(rd.bytes(maxKey, "key"));
+      break;
+    case Op::Add:
+      q.keys.push_back(rd.bytes(maxKey, "key"));
+      q.delta = rd.i64("delta");
+      break;
+    case Op::CompareSet:
+      q.keys.push_back(rd.bytes(maxKey, "key"));
+      q.values.push_back(rd.bytes(maxValue, "expected value"));
+      q.values.push_back(rd.bytes(maxValue, "desired value"));
+      break;
+    case Op::Wait:
+    case Op::MultiGet:
+      q.timeoutMs = rd.u32("timeout");
+      q.keys = rd.strings(maxKeys, maxKey, "key");
+      break;
+    case Op::Check:
+      q.keys = rd.strings(maxKeys, maxKey, "key");
+      break;
+    case Op::NumKeys:
+    case Op::Heartbeat:
+      break;
+    case Op::MultiSet: {
+      uint32_t n = rd.count(maxKeys, 8, "key count");
+      q.keys.reserve(n);
+      q.values.reserve(n);
+      for (uint32_t i = 0; i < n && rd.ok(); ++i) {
+        q.keys.push_back(rd.bytes(maxKey, "key"));
+        q.values.push_back(rd.bytes(maxValue, "value"));
+      }
+      break;
+    }
+    case Op::Watch:
+      q.timeoutMs = rd.u32("timeout");
+      q.keys.push_back(rd.bytes(maxKey, "key"));
+      if (rd.flag("known flag")) q.known = rd.bytes(maxValue, "known value");
+      break;
+    case Op::SetWill: {
+      uint32_t ns = rd.count(maxKeys, 8, "will set count");
+      for (uint32_t i = 0; i < ns && rd.ok(); ++i) {
+        std::string k = rd.bytes(maxKey, "key");
+        Bytes v = rd.bytes(maxValue, "value");
+        q.will.sets.emplace_back(std::move(k), std::move(v));
+      }
+      uint32_t na = rd.count(maxKeys, 12, "will add count");
+      for (uint32_t i = 0; i < na && rd.ok(); ++i) {
+        std::string k = rd.bytes(maxKey, "key");
+        int64_t d = rd.i64("delta");
+        q.will.adds.emplace_back(std::move(k), d);
+      }
+      q.will.deletes = rd.strings(maxKeys, maxKey, "will delete");
+      if (rd.ok() && ns + na + q.will.deletes.size() > maxKeys)
+        rd.fail("will of " + std::to_string(ns + na + q.will.deletes.size()) +
+                " entries is over the limit of " + std::to_string(maxKeys));
+      break;
+    }
+  }
+  return finish(r, rd);
+}
+
+// --- responses
+
+void encodeResponse(const Response& p, std::string& out, const Limits& l) {
+  Writer w(out);
+  if (p.op == Op::Heartbeat) throw InvalidArgument("heartbeats are never answered");
+  size_t at = beginFrame(w, p.op, p.status, p.id);
+  try {
+    if (p.status != Status::Ok) {
+      std::string message = p.message.substr(0, l.maxMessageBytes);
+      w.bytes(message);
+      checkKeys(p.keys, l);
+      w.strings(p.keys);
+    } else {
+      switch (p.op) {
+        case Op::Set:
+        case Op::Wait:
+        case Op::MultiSet:
+        case Op::Append:
+        case Op::SetWill:
+        case Op::Heartbeat:
+          break;
+        case Op::Get:
+        case Op::CompareSet:
+          if (p.values.size() != 1) throw InvalidArgument("response takes one value");
+          if (p.values[0].size() > l.store.maxValueBytes) checkValue("(reply)", p.values[0], l);
+          w.bytes(p.values[0]);
+          break;
+        case Op::TryGet:
+        case Op::Watch:
+          if (p.values.size() > 1) throw InvalidArgument("response takes at most one value");
+          w.u8(p.values.empty() ? 0 : 1);
+          if (!p.values.empty()) w.bytes(p.values[0]);
+          break;
+        case Op::Add:
+        case Op::NumKeys:
+        case Op::DeletePrefix:
+          w.i64(p.number);
+          break;
+        case Op::Check:
+        case Op::Delete:
+          w.u8(p.number != 0 ? 1 : 0);
+          break;
+        case Op::MultiGet:
+          checkCount(p.values.size(), l);
+          w.strings(p.values);
+          break;
+      }
+    }
+  } catch (...) {
+    out.resize(at);
+    throw;
+  }
+  endFrame(w, out, at, l);
+}
+
+DecodeResult decodeResponse(std::string_view in, Response& p, const Limits& l) {
+  Header h;
+  std::string_view body;
+  DecodeResult r = frame(in, l, h, body);
+  if (r.status != DecodeStatus::Ok) return r;
+  p = Response{};
+  p.op = static_cast<Op>(h.op);
+  p.id = h.id;
+  p.status = static_cast<Status>(h.status);
+  const size_t maxValue = l.store.maxValueBytes;
+  Reader rd(body);
+  if (p.op == Op::Heartbeat) {
+    rd.fail("a heartbeat is never answered");
+  } else if (p.status != Status::Ok) {
+    p.message = rd.bytes(l.maxMessageBytes, "error message");
+    p.keys = rd.strings(l.store.maxKeysPerRequest, l.store.maxKeyBytes, "key");
+  } else {
+    switch (p.op) {
+      case Op::Set:
+      case Op::Wait:
+      case Op::MultiSet:
+      case Op::Append:
+      case Op::SetWill:
+      case Op::Heartbeat:
+        break;
+      case Op::Get:
+      case Op::CompareSet:
+        p.values.push_back(rd.bytes(maxValue, "value"));
+        break;
+      case Op::TryGet:
+      case Op::Watch:
+        if (rd.flag("present flag")) p.values.push_back(rd.bytes(maxValue, "value"));
+        break;
+      case Op::Add:
+      case Op::NumKeys:
+      case Op::DeletePrefix:
+        p.number = rd.i64("number");
+        break;
+      case Op::Check:
+      case Op::Delete:
+        p.number = rd.flag("flag") ? 1 : 0;
+        break;
+      case Op::MultiGet:
+        p.values = rd.strings(l.store.maxKeysPerRequest, maxValue, "value");
+        break;
+    }
+  }
+  return finish(r, rd);
+}
+
+// --- receive buffer
+
+char* ReceiveBuffer::prepare(size_t min) {
+  if (begin_ == end_) begin_ = end_ = 0;
+  if (buffer_.size() - end_ < min) {
+    // Move the unread part to the front before growing, so a long-lived connection's buffer
+    // stays the size of its largest message.
+    if (begin_ > 0) {
+      std::memmove(buffer_.data(), buffer_.data() + begin_, end_ - begin_);
+      end_ -= begin_;
+      begin_ = 0;
+    }
+    if (buffer_.size() - end_ < min) buffer_.resize(end_ + min);
+  }
+  return buffer_.data() + end_;
+}
+
+void ReceiveBuffer::consume(size_t n) {
+  begin_ += n;
+  if (begin_ == end_) begin_ = end_ = 0;
+}
+
+}  // namespace drun::rdzv::wire
