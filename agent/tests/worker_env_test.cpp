@@ -1,0 +1,91 @@
+#include <catch2/catch.hpp>
+#include <map>
+
+#include "drun/agent/worker_env.hpp"
+
+using namespace drun::agent;
+
+namespace {
+std::map<std::string, std::string> asMap(const std::vector<std::string>& env) {
+  std::map<std::string, std::string> out;
+  for (const auto& e : env) {
+    auto eq = e.find('=');
+    REQUIRE(eq != std::string::npos);
+    REQUIRE(out.emplace(e.substr(0, eq), e.substr(eq + 1)).second);  // no duplicates
+  }
+  return out;
+}
+}  // namespace
+
+TEST_CASE("workers get the torchrun environment of their round", "[agent]") {
+  AgentConfig config;
+  config.nprocPerNode = 4;
+  config.program = {"/bin/echo", "--rank=${local_rank}", "x${local_rank}y${local_rank}"};
+  config.maxRestarts = 3;
+  config.role = "trainer";
+  config.rendezvous.runId = "job7";
+  drun::rdzv::RoundResult round;
+  round.nodeRank = 1;
+  round.nodeCount = 2;
+  round.worldSize = 8;
+  round.rankOffset = 4;
+  round.masterAddr = "10.0.0.1";
+  round.masterPort = 4321;
+  AttemptContext attempt;
+  attempt.restartCount = 2;
+  attempt.attemptDir = "/tmp/j/attempt_2";
+  attempt.jobTokenEntry = "DRUN_JOB_TOKEN=abc";
+  attempt.baseEnvironment = {"PATH=/bin", "RANK=99", "HOME=/root"};
+  attempt.cpuCount = 8;
+
+  auto specs = buildWorkerSpecs(config, round, attempt);
+  REQUIRE(specs.size() == 4);
+  for (int i = 0; i < 4; ++i) {
+    auto env = asMap(specs[i].env);
+    CHECK(specs[i].localRank == i);
+    CHECK(specs[i].globalRank == 4 + i);
+    CHECK(env["RANK"] == std::to_string(4 + i));
+    CHECK(env["LOCAL_RANK"] == std::to_string(i));
+    CHECK(env["ROLE_RANK"] == std::to_string(4 + i));
+    CHECK(env["WORLD_SIZE"] == "8");
+    CHECK(env["LOCAL_WORLD_SIZE"] == "4");
+    CHECK(env["GROUP_RANK"] == "1");
+    CHECK(env["GROUP_WORLD_SIZE"] == "2");
+    CHECK(env["ROLE_NAME"] == "trainer");
+    CHECK(env["ROLE_WORLD_SIZE"] == "8");
+    CHECK(env["MASTER_ADDR"] == "10.0.0.1");
+    CHECK(env["MASTER_PORT"] == "4321");
+    CHECK(env["TORCHELASTIC_RUN_ID"] == "job7");
+    CHECK(env["TORCHELASTIC_RESTART_COUNT"] == "2");
+    CHECK(env["TORCHELASTIC_MAX_RESTARTS"] == "3");
+    CHECK(env["TORCHELASTIC_USE_AGENT_STORE"] == "False");
+    CHECK(env["TORCHELASTIC_ERROR_FILE"] == "/tmp/j/attempt_2/" + std::to_string(i) + "/error.json");
+    CHECK(env["OMP_NUM_THREADS"] == "2");
+    CHECK(env["DRUN_JOB_TOKEN"] == "abc");
+    CHECK(env["PATH"] == "/bin");
+    CHECK(env["HOME"] == "/root");
+    CHECK(specs[i].argv[1] == "--rank=" + std::to_string(i));
+    CHECK(specs[i].argv[2] == "x" + std::to_string(i) + "y" + std::to_string(i));
+  }
+}
+
+TEST_CASE("a user's OMP_NUM_THREADS and PYTHONUNBUFFERED are kept", "[agent]") {
+  AgentConfig config;
+  config.nprocPerNode = 2;
+  config.program = {"/bin/true"};
+  config.isPython = true;
+  drun::rdzv::RoundResult round;
+  AttemptContext attempt;
+  attempt.baseEnvironment = {"OMP_NUM_THREADS=7"};
+  auto env = asMap(buildWorkerSpecs(config, round, attempt)[0].env);
+  CHECK(env["OMP_NUM_THREADS"] == "7");
+  CHECK(env["PYTHONUNBUFFERED"] == "1");
+  attempt.baseEnvironment = {"PYTHONUNBUFFERED=0"};
+  CHECK(asMap(buildWorkerSpecs(config, round, attempt)[1].env)["PYTHONUNBUFFERED"] == "0");
+}
+
+TEST_CASE("OMP_NUM_THREADS default is cores per worker, at least one", "[agent]") {
+  CHECK(defaultOmpThreads(2, 4) == 1);
+  CHECK(defaultOmpThreads(16, 4) == 4);
+  CHECK(defaultOmpThreads(1, 1) == 1);
+}

@@ -1,0 +1,161 @@
+#include <stdlib.h>
+
+#include <catch2/catch.hpp>
+
+#include "drun/launcher/cli.hpp"
+
+using drun::launch::parseCommandLine;
+using drun::launch::UsageError;
+using namespace std::chrono_literals;
+
+namespace {
+
+drun::agent::AgentConfig parse(std::vector<std::string> args) {
+  args.insert(args.begin(), "drun");
+  auto result = parseCommandLine(args);
+  REQUIRE_FALSE(result.printAndExit);
+  return result.config;
+}
+
+std::string usageError(std::vector<std::string> args) {
+  args.insert(args.begin(), "drun");
+  try {
+    parseCommandLine(args);
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  FAIL("expected a usage error");
+  return {};
+}
+
+// Sets an environment variable for the scope of one test.
+struct ScopedEnv {
+  std::string name;
+  ScopedEnv(std::string n, const char* value) : name(std::move(n)) { ::setenv(name.c_str(), value, 1); }
+  ~ScopedEnv() { ::unsetenv(name.c_str()); }
+};
+
+}  // namespace
+
+TEST_CASE("defaults follow torchrun", "[launcher]") {
+  auto c = parse({"hostname"});
+  CHECK(c.nprocPerNode == 1);
+  CHECK(c.maxRestarts == 0);
+  CHECK(c.role == "default");
+  CHECK(c.shutdownTimeout == 30s);
+  CHECK(c.rendezvous.minNodes == 1);
+  CHECK(c.rendezvous.maxNodes == 1);
+  CHECK(c.rendezvous.runId == "none");
+  CHECK(c.program.size() == 1);
+  CHECK(c.program[0].ends_with("/hostname"));
+  CHECK_FALSE(c.prefixTemplate);
+}
+
+TEST_CASE("dash and underscore spellings are both accepted", "[launcher]") {
+  CHECK(parse({"--nproc-per-node", "3", "hostname"}).nprocPerNode == 3);
+  CHECK(parse({"--nproc_per_node=5", "hostname"}).nprocPerNode == 5);
+  CHECK(parse({"--max_restarts", "2", "hostname"}).maxRestarts == 2);
+  CHECK(parse({"--max-restarts=4", "hostname"}).maxRestarts == 4);
+}
+
+TEST_CASE("program arguments are passed through untouched", "[launcher]") {
+  auto c = parse({"--nproc-per-node", "2", "echo", "--nproc-per-node", "9", "-x", "${local_rank}"});
+  CHECK(c.nprocPerNode == 2);
+  REQUIRE(c.program.size() == 5);
+  CHECK(c.program[1] == "--nproc-per-node");
+  CHECK(c.program[4] == "${local_rank}");
+  auto d = parse({"--", "echo", "a"});
+  CHECK(d.program.size() == 2);
+}
+
+TEST_CASE("PET_ variables set options; the command line wins", "[launcher]") {
+  ScopedEnv nproc("PET_NPROC_PER_NODE", "3");
+  ScopedEnv restarts("PET_MAX_RESTARTS", "7");
+  auto c = parse({"hostname"});
+  CHECK(c.nprocPerNode == 3);
+  CHECK(c.maxRestarts == 7);
+  CHECK(parse({"--nproc-per-node", "2", "hostname"}).nprocPerNode == 2);
+}
+
+TEST_CASE("nproc-per-node accepts cpu and auto", "[launcher]") {
+  CHECK(parse({"--nproc-per-node", "cpu", "hostname"}).nprocPerNode >= 1);
+  CHECK(parse({"--nproc-per-node", "auto", "hostname"}).nprocPerNode >= 1);
+}
+
+TEST_CASE("standalone gets a private random run id", "[launcher]") {
+  auto a = parse({"--standalone", "hostname"});
+  auto b = parse({"--standalone", "hostname"});
+  CHECK(a.rendezvous.runId != "none");
+  CHECK(a.rendezvous.runId != b.rendezvous.runId);
+}
+
+TEST_CASE("python programs and modules run under the interpreter", "[launcher]") {
+  ScopedEnv python("PYTHON_EXEC", "/bin/sh");  // any executable stands in for python here
+  auto m = parse({"-m", "json.tool", "x"});
+  CHECK(m.isPython);
+  CHECK(m.program == std::vector<std::string>{"/bin/sh", "-u", "-m", "json.tool", "x"});
+  CHECK(usageError({"-m", "--no-python", "json.tool"}).find("--no-python") != std::string::npos);
+  CHECK(usageError({"missing_script.py"}).find("missing_script.py") != std::string::npos);
+}
+
+TEST_CASE("multi-node and rendezvous options fill RendezvousOptions", "[launcher]") {
+  auto c = parse({"--nnodes", "2:4", "--rdzv-endpoint", "node0:1234", "--rdzv-id", "job7",
+                  "--rdzv-conf", "join_timeout=5,last_call_timeout=250ms,is_host=1",
+                  "--node-rank", "1", "--local-addr", "10.0.0.2", "hostname"});
+  CHECK(c.rendezvous.minNodes == 2);
+  CHECK(c.rendezvous.maxNodes == 4);
+  CHECK(c.rendezvous.endpointHost == "node0");
+  CHECK(c.rendezvous.endpointPort == 1234);
+  CHECK(c.rendezvous.runId == "job7");
+  CHECK(c.rendezvous.joinTimeout == 5000ms);
+  CHECK(c.rendezvous.lastCallTimeout == 250ms);
+  CHECK(c.rendezvous.isHost == true);
+  CHECK(c.rendezvous.nodeRank == 1);
+  CHECK(c.rendezvous.localAddr == "10.0.0.2");
+  auto v6 = parse({"--nnodes", "2", "--rdzv-endpoint", "[::1]:5000", "hostname"});
+  CHECK(v6.rendezvous.endpointHost == "::1");
+  CHECK(v6.rendezvous.endpointPort == 5000);
+  CHECK(parse({"--nnodes", "2", "--rdzv-endpoint", "h", "hostname"}).rendezvous.endpointPort == 29400);
+}
+
+TEST_CASE("redirects, tee and the console filter parse torchrun's formats", "[launcher]") {
+  auto c = parse({"--nproc-per-node", "4", "-r", "3", "--tee", "0:1,2:2", "--local-ranks-filter", "0,2", "hostname"});
+  CHECK(c.output.defaultRouting.redirect == 3);
+  CHECK(c.output.routing.at(0).tee == 1);
+  CHECK(c.output.routing.at(2).tee == 2);
+  REQUIRE(c.output.consoleLocalRanks);
+  CHECK(*c.output.consoleLocalRanks == std::vector<int>{0, 2});
+  CHECK(parse({"--prefix", "", "hostname"}).prefixTemplate == std::string());
+}
+
+TEST_CASE("every bad input is a usage error naming what was wrong", "[launcher]") {
+  CHECK_THAT(usageError({"--bogus", "hostname"}), Catch::Contains("--bogus"));
+  CHECK_THAT(usageError({}), Catch::Contains("missing the program"));
+  CHECK_THAT(usageError({"--nproc-per-node", "0", "hostname"}), Catch::Contains("--nproc-per-node"));
+  CHECK_THAT(usageError({"--nproc-per-node", "-2", "hostname"}), Catch::Contains("--nproc-per-node"));
+  CHECK_THAT(usageError({"--nproc-per-node", "many", "hostname"}), Catch::Contains("--nproc-per-node"));
+  CHECK_THAT(usageError({"no-such-program-xyz"}), Catch::Contains("no-such-program-xyz"));
+  CHECK_THAT(usageError({"/etc/passwd"}), Catch::Contains("not executable"));
+  CHECK_THAT(usageError({"/tmp"}), Catch::Contains("directory"));
+  CHECK_THAT(usageError({"--nproc-per-node", "2", "--local-ranks-filter", "0,x", "hostname"}),
+             Catch::Contains("--local-ranks-filter"));
+  CHECK_THAT(usageError({"--nproc-per-node", "2", "--local-ranks-filter", "5", "hostname"}),
+             Catch::Contains("--local-ranks-filter"));
+  CHECK_THAT(usageError({"--nnodes", "3:2", "hostname"}), Catch::Contains("--nnodes"));
+  CHECK_THAT(usageError({"--nnodes", "a:b", "hostname"}), Catch::Contains("--nnodes"));
+  CHECK_THAT(usageError({"--nnodes", "0", "hostname"}), Catch::Contains("--nnodes"));
+  CHECK_THAT(usageError({"--nnodes", "2", "hostname"}), Catch::Contains("--rdzv-endpoint"));
+  CHECK_THAT(usageError({"--run-path", "x.py"}), Catch::Contains("--run-path"));
+  CHECK_THAT(usageError({"--max-restarts", "-1", "hostname"}), Catch::Contains("--max-restarts"));
+  CHECK_THAT(usageError({"--redirects", "4", "hostname"}), Catch::Contains("--redirects"));
+  CHECK_THAT(usageError({"--rdzv-conf", "bogus=1", "hostname"}), Catch::Contains("bogus"));
+  CHECK_THAT(usageError({"--rdzv-backend", "etcd", "hostname"}), Catch::Contains("etcd"));
+  CHECK_THAT(usageError({"--standalone", "--nnodes", "2", "hostname"}), Catch::Contains("--standalone"));
+  CHECK_THAT(usageError({"--shutdown-timeout", "soon", "hostname"}), Catch::Contains("--shutdown-timeout"));
+}
+
+TEST_CASE("help is printed, not an error", "[launcher]") {
+  auto r = parseCommandLine({"drun", "--help"});
+  REQUIRE(r.printAndExit);
+  CHECK_THAT(*r.printAndExit, Catch::Contains("--nproc-per-node"));
+}
