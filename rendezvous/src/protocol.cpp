@@ -117,27 +117,13 @@ class Reader {
   std::string error_;
 };
 
-std::string shown(const std::string& key) {
-  return key.size() <= 64 ? key : key.substr(0, 64) + "...";
-}
-
 // --- limits on the encoding side: the caller learns about them as InvalidArgument
 
-void checkKey(const std::string& key, const Limits& l) {
-  if (key.size() > l.store.maxKeyBytes)
-    throw InvalidArgument("key '" + shown(key) + "' is " + std::to_string(key.size()) +
-                          " bytes, over the limit of " + std::to_string(l.store.maxKeyBytes));
-}
+void checkKey(const std::string& key, const Limits& l) { checkKeyLimit(key, l.store); }
 void checkValue(const std::string& key, const Bytes& v, const Limits& l) {
-  if (v.size() > l.store.maxValueBytes)
-    throw InvalidArgument("value of key '" + shown(key) + "' is " + std::to_string(v.size()) +
-                          " bytes, over the limit of " + std::to_string(l.store.maxValueBytes));
+  checkValueLimit(key, v, l.store);
 }
-void checkCount(size_t n, const Limits& l) {
-  if (n > l.store.maxKeysPerRequest)
-    throw InvalidArgument(std::to_string(n) + " keys in one request, over the limit of " +
-                          std::to_string(l.store.maxKeysPerRequest));
-}
+void checkCount(size_t n, const Limits& l) { checkKeyCountLimit(n, l.store); }
 void checkKeys(const std::vector<std::string>& keys, const Limits& l) {
   checkCount(keys.size(), l);
   for (const auto& k : keys) checkKey(k, l);
@@ -171,6 +157,71 @@ void endFrame(Writer& w, std::string& out, size_t at, const Limits& l) {
                           " bytes is over the frame limit of " + std::to_string(l.maxFrameBytes));
   }
   w.patchU32(at, static_cast<uint32_t>(body));
+}
+
+// The body of an Ok response, by op.
+enum class ReplyShape { Empty, Value, OptionalValue, Number, Flag, Values };
+
+ReplyShape replyShape(Op op) {
+  switch (op) {
+    case Op::Get:
+    case Op::CompareSet:
+      return ReplyShape::Value;  // bytes
+    case Op::TryGet:
+    case Op::Watch:
+      return ReplyShape::OptionalValue;  // u8 present, [bytes]
+    case Op::Add:
+    case Op::NumKeys:
+    case Op::DeletePrefix:
+      return ReplyShape::Number;  // i64
+    case Op::Check:
+    case Op::Delete:
+      return ReplyShape::Flag;  // u8 0/1
+    case Op::MultiGet:
+      return ReplyShape::Values;  // u32 n, n x bytes
+    default:
+      return ReplyShape::Empty;  // Set, Wait, MultiSet, Append, SetWill
+  }
+}
+
+// Whether the bytes received so far agree with the magic: a foreign peer is rejected as soon as
+// its first bytes differ, without waiting for a whole hello.
+bool magicSoFar(std::string_view in) {
+  for (size_t i = 0; i < std::min<size_t>(in.size(), 4); ++i)
+    if (static_cast<unsigned char>(in[i]) != ((kMagic >> (8 * i)) & 0xff)) return false;
+  return true;
+}
+
+// Hello and HelloReply share one 12-byte layout: magic, u16 version, u16 word (the client's
+// flags / the server's status), u32 lease.
+struct HelloLayout {
+  uint16_t version = 0;
+  uint16_t word = 0;
+  uint32_t leaseMs = 0;
+};
+
+DecodeResult decodeHelloLayout(std::string_view in, const char* peer, const char* wordName,
+                               uint16_t maxWord, HelloLayout& h) {
+  DecodeResult r;
+  if (!magicSoFar(in)) {
+    r.status = DecodeStatus::Bad;
+    r.error = std::string("not a drun store ") + peer + " (bad magic)";
+    return r;
+  }
+  if (in.size() < kHelloBytes) return r;
+  Reader rd(in.substr(0, kHelloBytes));
+  rd.u32("magic");
+  h.version = rd.u16("version");
+  h.word = rd.u16(wordName);
+  h.leaseMs = rd.u32("lease");
+  if (h.word > maxWord) {
+    r.status = DecodeStatus::Bad;
+    r.error = std::string("unknown ") + wordName + " " + std::to_string(h.word);
+    return r;
+  }
+  r.status = DecodeStatus::Ok;
+  r.consumed = kHelloBytes;
+  return r;
 }
 
 struct Header {
@@ -290,54 +341,21 @@ void encodeHelloReply(const HelloReply& reply, std::string& out) {
 }
 
 DecodeResult decodeHello(std::string_view in, Hello& out) {
-  DecodeResult r;
-  // Reject a foreign peer as soon as its first bytes disagree with the magic.
-  for (size_t i = 0; i < std::min<size_t>(in.size(), 4); ++i) {
-    if (static_cast<unsigned char>(in[i]) != ((kMagic >> (8 * i)) & 0xff)) {
-      r.status = DecodeStatus::Bad;
-      r.error = "not a drun store client (bad magic)";
-      return r;
-    }
-  }
-  if (in.size() < kHelloBytes) return r;
-  Reader rd(in.substr(0, kHelloBytes));
-  rd.u32("magic");
-  out.version = rd.u16("version");
-  uint16_t flags = rd.u16("flags");
-  out.leaseMs = rd.u32("lease");
-  if (flags != 0) {
-    r.status = DecodeStatus::Bad;
-    r.error = "unknown hello flags " + std::to_string(flags);
-    return r;
-  }
-  r.status = DecodeStatus::Ok;
-  r.consumed = kHelloBytes;
+  HelloLayout h;
+  DecodeResult r = decodeHelloLayout(in, "client", "hello flags", 0, h);
+  out.version = h.version;
+  out.leaseMs = h.leaseMs;
   return r;
 }
 
 DecodeResult decodeHelloReply(std::string_view in, HelloReply& out) {
-  DecodeResult r;
-  for (size_t i = 0; i < std::min<size_t>(in.size(), 4); ++i) {
-    if (static_cast<unsigned char>(in[i]) != ((kMagic >> (8 * i)) & 0xff)) {
-      r.status = DecodeStatus::Bad;
-      r.error = "not a drun store server (bad magic)";
-      return r;
-    }
-  }
-  if (in.size() < kHelloBytes) return r;
-  Reader rd(in.substr(0, kHelloBytes));
-  rd.u32("magic");
-  out.version = rd.u16("version");
-  uint16_t status = rd.u16("status");
-  out.leaseMs = rd.u32("lease");
-  if (status > static_cast<uint16_t>(HelloStatus::VersionMismatch)) {
-    r.status = DecodeStatus::Bad;
-    r.error = "unknown hello status " + std::to_string(status);
-    return r;
-  }
-  out.status = static_cast<HelloStatus>(status);
-  r.status = DecodeStatus::Ok;
-  r.consumed = kHelloBytes;
+  HelloLayout h;
+  DecodeResult r =
+      decodeHelloLayout(in, "server", "hello status",
+                        static_cast<uint16_t>(HelloStatus::VersionMismatch), h);
+  out.version = h.version;
+  out.status = static_cast<HelloStatus>(h.word);
+  out.leaseMs = h.leaseMs;
   return r;
 }
 
@@ -553,36 +571,26 @@ void encodeResponse(const Response& p, std::string& out, const Limits& l) {
       checkKeys(p.keys, l);
       w.strings(p.keys);
     } else {
-      switch (p.op) {
-        case Op::Set:
-        case Op::Wait:
-        case Op::MultiSet:
-        case Op::Append:
-        case Op::SetWill:
-        case Op::Heartbeat:
+      switch (replyShape(p.op)) {
+        case ReplyShape::Empty:
           break;
-        case Op::Get:
-        case Op::CompareSet:
+        case ReplyShape::Value:
           if (p.values.size() != 1) throw InvalidArgument("response takes one value");
-          if (p.values[0].size() > l.store.maxValueBytes) checkValue("(reply)", p.values[0], l);
+          checkValue("(reply)", p.values[0], l);
           w.bytes(p.values[0]);
           break;
-        case Op::TryGet:
-        case Op::Watch:
+        case ReplyShape::OptionalValue:
           if (p.values.size() > 1) throw InvalidArgument("response takes at most one value");
           w.u8(p.values.empty() ? 0 : 1);
           if (!p.values.empty()) w.bytes(p.values[0]);
           break;
-        case Op::Add:
-        case Op::NumKeys:
-        case Op::DeletePrefix:
+        case ReplyShape::Number:
           w.i64(p.number);
           break;
-        case Op::Check:
-        case Op::Delete:
+        case ReplyShape::Flag:
           w.u8(p.number != 0 ? 1 : 0);
           break;
-        case Op::MultiGet:
+        case ReplyShape::Values:
           checkCount(p.values.size(), l);
           w.strings(p.values);
           break;
@@ -612,32 +620,22 @@ DecodeResult decodeResponse(std::string_view in, Response& p, const Limits& l) {
     p.message = rd.bytes(l.maxMessageBytes, "error message");
     p.keys = rd.strings(l.store.maxKeysPerRequest, l.store.maxKeyBytes, "key");
   } else {
-    switch (p.op) {
-      case Op::Set:
-      case Op::Wait:
-      case Op::MultiSet:
-      case Op::Append:
-      case Op::SetWill:
-      case Op::Heartbeat:
+    switch (replyShape(p.op)) {
+      case ReplyShape::Empty:
         break;
-      case Op::Get:
-      case Op::CompareSet:
+      case ReplyShape::Value:
         p.values.push_back(rd.bytes(maxValue, "value"));
         break;
-      case Op::TryGet:
-      case Op::Watch:
+      case ReplyShape::OptionalValue:
         if (rd.flag("present flag")) p.values.push_back(rd.bytes(maxValue, "value"));
         break;
-      case Op::Add:
-      case Op::NumKeys:
-      case Op::DeletePrefix:
+      case ReplyShape::Number:
         p.number = rd.i64("number");
         break;
-      case Op::Check:
-      case Op::Delete:
+      case ReplyShape::Flag:
         p.number = rd.flag("flag") ? 1 : 0;
         break;
-      case Op::MultiGet:
+      case ReplyShape::Values:
         p.values = rd.strings(l.store.maxKeysPerRequest, maxValue, "value");
         break;
     }

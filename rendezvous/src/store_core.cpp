@@ -27,22 +27,22 @@ int64_t parseStoredInt(const std::string& key, const Bytes& value) {
 
 }  // namespace
 
-void StoreCore::validateKey(const std::string& key) const {
-  if (key.size() > limits_.maxKeyBytes)
+void checkKeyLimit(const std::string& key, const StoreLimits& limits) {
+  if (key.size() > limits.maxKeyBytes)
     throw InvalidArgument("key '" + shown(key) + "' is " + std::to_string(key.size()) +
-                          " bytes, over the limit of " + std::to_string(limits_.maxKeyBytes));
+                          " bytes, over the limit of " + std::to_string(limits.maxKeyBytes));
 }
 
-void StoreCore::validateValue(const std::string& key, const Bytes& value) const {
-  if (value.size() > limits_.maxValueBytes)
+void checkValueLimit(const std::string& key, const Bytes& value, const StoreLimits& limits) {
+  if (value.size() > limits.maxValueBytes)
     throw InvalidArgument("value of key '" + shown(key) + "' is " + std::to_string(value.size()) +
-                          " bytes, over the limit of " + std::to_string(limits_.maxValueBytes));
+                          " bytes, over the limit of " + std::to_string(limits.maxValueBytes));
 }
 
-void StoreCore::validateKeyCount(size_t count) const {
-  if (count > limits_.maxKeysPerRequest)
+void checkKeyCountLimit(size_t count, const StoreLimits& limits) {
+  if (count > limits.maxKeysPerRequest)
     throw InvalidArgument(std::to_string(count) + " keys in one request, over the limit of " +
-                          std::to_string(limits_.maxKeysPerRequest));
+                          std::to_string(limits.maxKeysPerRequest));
 }
 
 const Bytes* StoreCore::find(const std::string& key) const {

@@ -34,6 +34,12 @@ struct StoreLimits {
 };
 inline constexpr StoreLimits kStoreLimits{};
 
+// Throw InvalidArgument naming the offending key when an input is over the limits. Shared by the
+// core and the wire encoder, so both refuse the same inputs with the same words.
+void checkKeyLimit(const std::string& key, const StoreLimits& limits);
+void checkValueLimit(const std::string& key, const Bytes& value, const StoreLimits& limits);
+void checkKeyCountLimit(size_t count, const StoreLimits& limits);
+
 class StoreCore {
  public:
   using ClientId = uint64_t;
@@ -43,10 +49,11 @@ class StoreCore {
   explicit StoreCore(StoreLimits limits = kStoreLimits) : limits_(limits) {}
 
   const StoreLimits& limits() const { return limits_; }
-  // Throw InvalidArgument naming the offending key when an input is over the limits.
-  void validateKey(const std::string& key) const;
-  void validateValue(const std::string& key, const Bytes& value) const;
-  void validateKeyCount(size_t count) const;
+  void validateKey(const std::string& key) const { checkKeyLimit(key, limits_); }
+  void validateValue(const std::string& key, const Bytes& value) const {
+    checkValueLimit(key, value, limits_);
+  }
+  void validateKeyCount(size_t count) const { checkKeyCountLimit(count, limits_); }
 
   // --- reads
   const Bytes* find(const std::string& key) const;

@@ -46,6 +46,7 @@ struct StoreServerStats {
   uint64_t leasesExpired = 0;      // connections closed for silence
   uint64_t slowClientsDropped = 0; // connections closed for an output queue over the bound
   uint64_t willsRun = 0;
+  uint64_t waitersPending = 0;     // blocking calls (get/wait/multiGet/watch) not yet answered
 };
 
 class StoreServer {

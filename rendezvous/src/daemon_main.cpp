@@ -1,0 +1,71 @@
+// drun-rendezvous: the standalone store daemon. Serves the rendezvous of many jobs at once (each
+// job's keys live under rdzv/<run_id>/, removed by the job's last agent via deletePrefix).
+//
+//   drun-rendezvous [--host 0.0.0.0] [--port 29400] [--lease-timeout 10s] [--log-level info]
+//
+// Prints "drun-rendezvous listening on HOST:PORT" on stdout once it accepts connections (with
+// --port 0, PORT is the one chosen). SIGINT/SIGTERM stop it gracefully.
+#include <signal.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <iostream>
+#include <spdlog/spdlog.h>
+
+#include "drun/common/env.hpp"
+#include "drun/common/error.hpp"
+#include "drun/common/log.hpp"
+#include "drun/rendezvous/store_server.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"drun-rendezvous: the drun rendezvous store server"};
+  drun::rdzv::StoreServerOptions options;
+  std::string leaseTimeout = "10s";
+  std::string logLevel;
+  app.add_option("--host", options.host, "address to listen on")->capture_default_str();
+  app.add_option("--port", options.port, "port to listen on (0 = any; the chosen one is printed)")
+      ->capture_default_str();
+  app.add_option("--lease-timeout", leaseTimeout,
+                 "drop a client silent this long (30, 30s, 500ms, 2m) unless it asks for its own")
+      ->capture_default_str();
+  app.add_option("--log-level", logLevel,
+                 "trace, debug, info, warn, error or off (default: DRUN_LOG_LEVEL)");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    drun::log::init("drun-rendezvous", logLevel);
+    options.leaseTimeout = drun::env::parseDuration(leaseTimeout, "--lease-timeout");
+    if (options.leaseTimeout < options.minLeaseTimeout)
+      throw drun::InvalidArgument("--lease-timeout: must be at least " +
+                                  std::to_string(options.minLeaseTimeout.count()) + "ms");
+
+    // Block the stop signals before any thread starts, then wait for them on this thread.
+    sigset_t stopSignals;
+    sigemptyset(&stopSignals);
+    sigaddset(&stopSignals, SIGINT);
+    sigaddset(&stopSignals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stopSignals, nullptr);
+    signal(SIGPIPE, SIG_IGN);
+
+    drun::rdzv::StoreServer server(options);
+    server.start();
+    std::cout << "drun-rendezvous listening on " << options.host << ":" << server.port()
+              << std::endl;
+    spdlog::info("listening on {}:{} (lease {}ms)", options.host, server.port(),
+                 options.leaseTimeout.count());
+
+    int signal = 0;
+    sigwait(&stopSignals, &signal);
+    spdlog::info("{} received: stopping", signal == SIGINT ? "SIGINT" : "SIGTERM");
+    server.stop();
+    auto stats = server.stats();
+    spdlog::info("stopped: {} connections served, {} requests, {} protocol errors, {} leases "
+                 "expired, {} slow clients dropped, {} wills run",
+                 stats.connectionsAccepted, stats.requestsServed, stats.protocolErrors,
+                 stats.leasesExpired, stats.slowClientsDropped, stats.willsRun);
+    return 0;
+  } catch (const drun::Error& e) {
+    std::cerr << "drun-rendezvous: " << e.what() << std::endl;
+    return 1;
+  }
+}

@@ -1,0 +1,640 @@
+// StoreServer: Boost.Asio, C++20 coroutines, one io thread. See store_server.hpp for the rules.
+//
+// Each connection is a Session with three activities on the io thread: a reader coroutine
+// (hello, then frames -> StoreCore), a writer coroutine (drains the output queue) and a lease
+// timer. Blocking calls become StoreCore waiters plus a deadline timer, whichever fires first
+// answers the call. Nothing ever blocks on a socket, so a slow or hostile client only ever
+// delays itself.
+#include "drun/rendezvous/store_server.hpp"
+
+#include <spdlog/spdlog.h>
+#include <sys/resource.h>
+
+#include <atomic>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <deque>
+#include <thread>
+#include <unordered_map>
+
+#include "drun/common/error.hpp"
+#include "drun/rendezvous/protocol.hpp"
+#include "drun/rendezvous/store_core.hpp"
+
+namespace drun::rdzv {
+namespace {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
+
+// A client may keep this many blocking calls pending at once (the client library keeps one);
+// more is a misbehaving peer and is refused, so waiters cannot grow without bound.
+constexpr size_t kMaxPendingPerSession = 1024;
+constexpr size_t kReadChunk = 16 * 1024;
+constexpr size_t kMaxWriteBatch = 64;  // buffers per gathered write
+constexpr auto kDrainGrace = std::chrono::seconds(1);
+
+void raiseFileLimit() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
+  if (limit.rlim_cur >= limit.rlim_max) return;
+  rlimit raised = limit;
+  raised.rlim_cur = limit.rlim_max;
+  if (::setrlimit(RLIMIT_NOFILE, &raised) == 0)
+    spdlog::debug("store server: RLIMIT_NOFILE soft limit {} -> {}", limit.rlim_cur,
+                  raised.rlim_cur);
+}
+
+uint32_t clampMs(milliseconds ms) {
+  if (ms.count() <= 0) return 0;
+  if (ms.count() >= 0xffffffffLL) return 0xffffffffu;
+  return static_cast<uint32_t>(ms.count());
+}
+
+wire::Response answer(wire::Op op, uint64_t id, wire::Status status) {
+  wire::Response r;
+  r.op = op;
+  r.id = id;
+  r.status = status;
+  return r;
+}
+
+struct Counters {
+  std::atomic<uint64_t> accepted{0}, open{0}, requests{0}, protocolErrors{0}, leasesExpired{0},
+      slowDropped{0}, wills{0}, waiters{0};
+};
+
+}  // namespace
+
+class StoreServer::Impl {
+ public:
+  class Session;
+
+  explicit Impl(const StoreServerOptions& options);
+  void start();
+  void run();
+  void stop();
+
+  StoreServerOptions options_;
+  asio::io_context ioc_;
+  tcp::acceptor acceptor_{ioc_};
+  asio::steady_timer acceptRetry_{ioc_};
+  uint16_t port_ = 0;
+  StoreCore core_;
+  std::unordered_map<uint64_t, std::shared_ptr<Session>> sessions_;  // io thread only
+  uint64_t lastSession_ = 0;
+  bool stopping_ = false;  // io thread only
+  std::atomic<bool> stopRequested_{false};
+  std::atomic<bool> running_{false};
+  std::thread thread_;
+  std::thread::id ioThread_;
+  Counters counters_;
+
+  asio::awaitable<void> acceptLoop();
+  void noteWaiters() { counters_.waiters = core_.waiterCount(); }
+  void closeAll();
+};
+
+// ------------------------------------------------------------------------------------- Session
+
+class StoreServer::Impl::Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(Impl& server, tcp::socket socket, uint64_t id)
+      : server_(server),
+        socket_(std::move(socket)),
+        id_(id),
+        client_(server.core_.newClient()),
+        writeSignal_(server.ioc_),
+        leaseTimer_(server.ioc_) {
+    boost::system::error_code ec;
+    auto remote = socket_.remote_endpoint(ec);
+    peer_ = ec ? std::string("?") : remote.address().to_string() + ":" + std::to_string(remote.port());
+  }
+
+  void begin() {
+    lastHeard_ = Clock::now();
+    lease_ = server_.options_.handshakeTimeout;
+    armLease();
+    auto self = shared_from_this();
+    auto onDone = [self](std::exception_ptr e) {
+      if (!e) return;
+      try {
+        std::rethrow_exception(e);
+      } catch (const std::exception& ex) {
+        self->close(std::string("internal error: ") + ex.what());
+      }
+    };
+    asio::co_spawn(server_.ioc_, reader(), onDone);
+    asio::co_spawn(server_.ioc_, writer(), onDone);
+  }
+
+  // Closes the connection now; drops the waiters, runs the will (unless the server is stopping).
+  void close(const std::string& reason) {
+    if (closed_) return;
+    closed_ = true;
+    spdlog::debug("store server: {} closed ({}), {} call(s) pending", peer_, reason,
+                  pending_.size());
+    boost::system::error_code ec;
+    socket_.close(ec);
+    writeSignal_.cancel();
+    leaseTimer_.cancel();
+    for (auto& [seq, call] : pending_) call.timer->cancel();
+    pending_.clear();
+    if (server_.stopping_) {
+      server_.core_.clientGone(client_);  // nothing is served any more: waiters only
+    } else if (server_.core_.clientGone(client_)) {
+      server_.counters_.wills++;
+      spdlog::debug("store server: ran the will of {}", peer_);
+    }
+    server_.noteWaiters();
+    server_.counters_.open--;
+    server_.sessions_.erase(id_);  // coroutines still hold `this` alive until they return
+  }
+
+ private:
+  struct PendingCall {
+    wire::Op op;
+    uint64_t requestId;
+    std::vector<std::string> keys;
+    uint32_t timeoutMs;
+    StoreCore::WaiterId waiter = 0;
+    std::unique_ptr<asio::steady_timer> timer;
+  };
+
+  // ---- reading
+
+  asio::awaitable<void> reader() {
+    auto self = shared_from_this();
+    boost::system::error_code ec;
+    // Hello first: a peer that does not start with our magic is closed without a word.
+    for (;;) {
+      wire::Hello hello;
+      auto r = wire::decodeHello(in_.data(), hello);
+      if (r.status == wire::DecodeStatus::Bad) {
+        server_.counters_.protocolErrors++;
+        close("bad hello: " + r.error);
+        co_return;
+      }
+      if (r.status == wire::DecodeStatus::Ok) {
+        in_.consume(r.consumed);
+        if (!answerHello(hello)) co_return;
+        break;
+      }
+      if (!co_await readSome(wire::kHelloBytes, ec)) co_return;
+    }
+    while (!closed_ && !draining_) {
+      for (;;) {
+        wire::Request request;
+        auto r = wire::decodeRequest(in_.data(), request);
+        if (r.status == wire::DecodeStatus::NeedMore) break;
+        if (r.status == wire::DecodeStatus::Bad) {
+          protocolError(r.error);
+          co_return;
+        }
+        in_.consume(r.consumed);
+        handle(std::move(request));
+        if (closed_ || draining_) co_return;
+      }
+      server_.noteWaiters();
+      if (!co_await readSome(bytesWanted(), ec)) co_return;
+    }
+  }
+
+  // The rest of the frame being read when its header is in, else a chunk.
+  size_t bytesWanted() const {
+    std::string_view data = in_.data();
+    if (data.size() < wire::kHeaderBytes) return kReadChunk;
+    uint32_t length = 0;
+    for (int i = 0; i < 4; ++i)
+      length |= static_cast<uint32_t>(static_cast<unsigned char>(data[i])) << (8 * i);
+    // decodeRequest answered NeedMore, so `length` passed the frame limit check.
+    size_t total = wire::kHeaderBytes + length;
+    return std::max(kReadChunk, total - data.size());
+  }
+
+  asio::awaitable<bool> readSome(size_t want, boost::system::error_code& ec) {
+    char* at = in_.prepare(want);
+    size_t n = co_await socket_.async_read_some(asio::buffer(at, want),
+                                                asio::redirect_error(asio::use_awaitable, ec));
+    if (ec || closed_) {
+      if (!closed_)
+        close(ec == asio::error::eof ? "peer closed the connection" : "read: " + ec.message());
+      co_return false;
+    }
+    in_.commit(n);
+    lastHeard_ = Clock::now();
+    co_return true;
+  }
+
+  bool answerHello(const wire::Hello& hello) {
+    wire::HelloReply reply;
+    if (hello.version != wire::kVersion) {
+      reply.status = wire::HelloStatus::VersionMismatch;
+      std::string out;
+      wire::encodeHelloReply(reply, out);
+      queue(std::move(out));
+      drain("client speaks protocol version " + std::to_string(hello.version));
+      return false;
+    }
+    const auto& o = server_.options_;
+    milliseconds lease = hello.leaseMs == 0 ? o.leaseTimeout : milliseconds(hello.leaseMs);
+    lease_ = std::clamp(lease, o.minLeaseTimeout, o.maxLeaseTimeout);
+    reply.leaseMs = clampMs(lease_);
+    std::string out;
+    wire::encodeHelloReply(reply, out);
+    queue(std::move(out));
+    spdlog::debug("store server: {} connected (lease {}ms)", peer_, lease_.count());
+    return true;
+  }
+
+  void protocolError(const std::string& why) {
+    server_.counters_.protocolErrors++;
+    spdlog::debug("store server: protocol error from {}: {}", peer_, why);
+    wire::Response response;
+    response.op = wire::Op::Set;  // a connection-level error: op 1, request id 0
+    response.id = 0;
+    response.status = wire::Status::ProtocolError;
+    response.message = why;
+    send(response);
+    drain("protocol error: " + why);
+  }
+
+  // Stops reading; the writer flushes what is queued (within kDrainGrace), then closes.
+  void drain(const std::string& reason) {
+    if (draining_ || closed_) return;
+    draining_ = true;
+    drainReason_ = reason;
+    lease_ = std::chrono::duration_cast<milliseconds>(kDrainGrace);
+    lastHeard_ = Clock::now();
+    armLease();
+    writeSignal_.cancel();
+  }
+
+  // ---- the lease
+
+  void armLease() {
+    leaseTimer_.expires_at(lastHeard_ + lease_);
+    leaseTimer_.async_wait([weak = weak_from_this()](boost::system::error_code ec) {
+      auto self = weak.lock();
+      if (ec || !self || self->closed_) return;
+      if (Clock::now() < self->lastHeard_ + self->lease_) {
+        self->armLease();
+        return;
+      }
+      if (self->draining_) {
+        self->close(self->drainReason_ + " (output not flushed in time)");
+        return;
+      }
+      self->server_.counters_.leasesExpired++;
+      self->close("lease of " + std::to_string(self->lease_.count()) + "ms expired");
+    });
+  }
+
+  // ---- writing
+
+  void queue(std::string frame) {
+    if (closed_) return;
+    outBytes_ += frame.size();
+    out_.push_back(std::move(frame));
+    if (outBytes_ > server_.options_.maxOutputQueueBytes && !dropping_) {
+      // The client does not read its replies. Close outside the current call chain: we may be
+      // inside a StoreCore write waking this session's waiter.
+      dropping_ = true;
+      server_.counters_.slowDropped++;
+      asio::post(server_.ioc_, [self = shared_from_this()] {
+        self->close("output queue over " + std::to_string(self->server_.options_.maxOutputQueueBytes) +
+                    " bytes: client does not read");
+      });
+      return;
+    }
+    writeSignal_.cancel();
+  }
+
+  void send(const wire::Response& response) {
+    std::string frame;
+    try {
+      wire::encodeResponse(response, frame);
+    } catch (const InvalidArgument& e) {
+      wire::Response refused = answer(response.op, response.id, wire::Status::InvalidArgument);
+      refused.message = e.what();
+      frame.clear();
+      wire::encodeResponse(refused, frame);
+    }
+    queue(std::move(frame));
+  }
+
+  asio::awaitable<void> writer() {
+    auto self = shared_from_this();
+    boost::system::error_code ec;
+    std::vector<asio::const_buffer> batch;
+    while (!closed_) {
+      if (out_.empty()) {
+        if (draining_) {
+          close(drainReason_);
+          co_return;
+        }
+        writeSignal_.expires_at(Clock::time_point::max());
+        co_await writeSignal_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+        continue;
+      }
+      batch.clear();
+      size_t count = std::min(out_.size(), kMaxWriteBatch);
+      size_t bytes = 0;
+      for (size_t i = 0; i < count; ++i) {
+        batch.push_back(asio::buffer(out_[i]));
+        bytes += out_[i].size();
+      }
+      co_await asio::async_write(socket_, batch, asio::redirect_error(asio::use_awaitable, ec));
+      if (closed_) co_return;
+      if (ec) {
+        close("write: " + ec.message());
+        co_return;
+      }
+      for (size_t i = 0; i < count; ++i) out_.pop_front();
+      outBytes_ -= bytes;
+    }
+  }
+
+  // ---- requests
+
+  void handle(wire::Request q) {
+    server_.counters_.requests++;
+    if (q.op == wire::Op::Heartbeat) return;  // reading it renewed the lease
+    wire::Response p = answer(q.op, q.id, wire::Status::Ok);
+    StoreCore& core = server_.core_;
+    try {
+      switch (q.op) {
+        case wire::Op::Set:
+          core.set(q.keys[0], std::move(q.values[0]));
+          break;
+        case wire::Op::TryGet:
+          if (const Bytes* v = core.find(q.keys[0])) p.values.push_back(*v);
+          break;
+        case wire::Op::Add:
+          p.number = core.add(q.keys[0], q.delta);
+          break;
+        case wire::Op::CompareSet:
+          p.values.push_back(core.compareSet(q.keys[0], q.values[0], std::move(q.values[1])));
+          break;
+        case wire::Op::Check:
+          p.number = core.check(q.keys) ? 1 : 0;
+          break;
+        case wire::Op::Delete:
+          p.number = core.erase(q.keys[0]) ? 1 : 0;
+          break;
+        case wire::Op::NumKeys:
+          p.number = core.numKeys();
+          break;
+        case wire::Op::MultiSet:
+          core.multiSet(q.keys, q.values);
+          break;
+        case wire::Op::Append:
+          core.append(q.keys[0], q.values[0]);
+          break;
+        case wire::Op::SetWill:
+          core.setWill(client_, std::move(q.will));
+          break;
+        case wire::Op::DeletePrefix:
+          p.number = core.erasePrefix(q.keys[0]);
+          break;
+        case wire::Op::Get:
+        case wire::Op::Wait:
+        case wire::Op::MultiGet:
+        case wire::Op::Watch:
+          if (startBlocking(q)) return;  // answered later (or at its deadline)
+          fillBlockingReply(q.op, q.keys, p, std::nullopt);
+          break;
+        case wire::Op::Heartbeat:
+          return;
+      }
+    } catch (const InvalidArgument& e) {
+      p = answer(q.op, q.id, wire::Status::InvalidArgument);
+      p.message = e.what();
+    } catch (const std::exception& e) {
+      p = answer(q.op, q.id, wire::Status::ServerError);
+      p.message = e.what();
+    }
+    send(p);
+  }
+
+  // Registers the waiter and the deadline; false when the call can be answered at once.
+  bool startBlocking(wire::Request& q) {
+    StoreCore& core = server_.core_;
+    if (pending_.size() >= kMaxPendingPerSession)
+      throw InvalidArgument("over " + std::to_string(kMaxPendingPerSession) +
+                            " blocking calls pending on one connection");
+    uint64_t seq = ++lastPending_;
+    auto weak = weak_from_this();
+    StoreCore::WaiterId waiter = 0;
+    if (q.op == wire::Op::Watch) {
+      waiter = core.watch(client_, q.keys[0], q.known,
+                          [weak, seq](const std::optional<Bytes>& value) {
+                            if (auto self = weak.lock()) self->finishPending(seq, value);
+                          });
+    } else {
+      waiter = core.waitFor(client_, q.keys, [weak, seq] {
+        if (auto self = weak.lock()) self->finishPending(seq, std::nullopt);
+      });
+    }
+    if (waiter == 0) return false;
+    PendingCall call{q.op, q.id, std::move(q.keys), q.timeoutMs, waiter,
+                     std::make_unique<asio::steady_timer>(server_.ioc_)};
+    call.timer->expires_after(milliseconds(q.timeoutMs));
+    call.timer->async_wait([weak, seq](boost::system::error_code ec) {
+      if (ec) return;
+      if (auto self = weak.lock()) self->timeoutPending(seq);
+    });
+    pending_.emplace(seq, std::move(call));
+    return true;
+  }
+
+  void fillBlockingReply(wire::Op op, const std::vector<std::string>& keys, wire::Response& p,
+                         const std::optional<Bytes>& watched) {
+    const StoreCore& core = server_.core_;
+    switch (op) {
+      case wire::Op::Get:
+      case wire::Op::MultiGet:
+        for (const auto& k : keys) p.values.push_back(*core.find(k));
+        break;
+      case wire::Op::Watch:
+        if (watched) {
+          p.values.push_back(*watched);
+        } else if (const Bytes* v = core.find(keys[0])) {
+          p.values.push_back(*v);
+        }
+        break;
+      default:
+        break;
+    }
+  }
+
+  void finishPending(uint64_t seq, const std::optional<Bytes>& watched) {
+    auto it = pending_.find(seq);
+    if (it == pending_.end() || closed_) return;
+    PendingCall call = std::move(it->second);
+    pending_.erase(it);
+    call.timer->cancel();
+    wire::Response p = answer(call.op, call.requestId, wire::Status::Ok);
+    fillBlockingReply(call.op, call.keys, p, watched);
+    send(p);
+  }
+
+  void timeoutPending(uint64_t seq) {
+    auto it = pending_.find(seq);
+    if (it == pending_.end() || closed_) return;
+    PendingCall call = std::move(it->second);
+    pending_.erase(it);
+    server_.core_.cancel(call.waiter);
+    server_.noteWaiters();
+    wire::Response p = answer(call.op, call.requestId, wire::Status::Timeout);
+    p.message = std::string(wire::toString(call.op)) + " timed out after " +
+                std::to_string(call.timeoutMs) + "ms";
+    p.keys = call.op == wire::Op::Watch ? call.keys : server_.core_.missing(call.keys);
+    send(p);
+  }
+
+  Impl& server_;
+  tcp::socket socket_;
+  uint64_t id_;
+  StoreCore::ClientId client_;
+  std::string peer_;
+  wire::ReceiveBuffer in_;
+  std::deque<std::string> out_;
+  size_t outBytes_ = 0;
+  asio::steady_timer writeSignal_;  // cancelled to wake the writer
+  asio::steady_timer leaseTimer_;
+  Clock::time_point lastHeard_;
+  milliseconds lease_{0};
+  bool closed_ = false;
+  bool draining_ = false;
+  bool dropping_ = false;
+  std::string drainReason_;
+  std::unordered_map<uint64_t, PendingCall> pending_;
+  uint64_t lastPending_ = 0;
+};
+
+// ---------------------------------------------------------------------------------------- Impl
+
+StoreServer::Impl::Impl(const StoreServerOptions& options) : options_(options) {
+  raiseFileLimit();
+  std::string host = options_.host.empty() ? "0.0.0.0" : options_.host;
+  std::string where = host + ":" + std::to_string(options_.port);
+  try {
+    tcp::resolver resolver(ioc_);
+    auto results = resolver.resolve(host, std::to_string(options_.port),
+                                    tcp::resolver::passive | tcp::resolver::numeric_service);
+    if (results.empty()) throw NetworkError("store server: cannot resolve " + where);
+    tcp::endpoint endpoint = results.begin()->endpoint();
+    acceptor_.open(endpoint.protocol());
+    acceptor_.set_option(tcp::acceptor::reuse_address(true));
+    acceptor_.bind(endpoint);
+    acceptor_.listen(asio::socket_base::max_listen_connections);
+    port_ = acceptor_.local_endpoint().port();
+  } catch (const boost::system::system_error& e) {
+    throw NetworkError("store server: cannot listen on " + where + ": " + e.code().message());
+  }
+  asio::co_spawn(ioc_, acceptLoop(), [](std::exception_ptr e) {
+    if (!e) return;
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& ex) {
+      spdlog::error("store server: accept loop failed: {}", ex.what());
+    }
+  });
+}
+
+asio::awaitable<void> StoreServer::Impl::acceptLoop() {
+  boost::system::error_code ec;
+  while (!stopping_) {
+    tcp::socket socket(ioc_);
+    co_await acceptor_.async_accept(socket, asio::redirect_error(asio::use_awaitable, ec));
+    if (stopping_) co_return;
+    if (ec) {
+      // Out of descriptors or a transient network error: back off instead of spinning; the
+      // connections already open are unaffected.
+      spdlog::warn("store server: accept on port {} failed: {}; retrying", port_, ec.message());
+      acceptRetry_.expires_after(std::chrono::milliseconds(50));
+      co_await acceptRetry_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+      continue;
+    }
+    socket.set_option(tcp::no_delay(true), ec);
+    counters_.accepted++;
+    counters_.open++;
+    uint64_t id = ++lastSession_;
+    auto session = std::make_shared<Session>(*this, std::move(socket), id);
+    sessions_.emplace(id, session);
+    session->begin();
+  }
+}
+
+void StoreServer::Impl::closeAll() {
+  stopping_ = true;
+  boost::system::error_code ec;
+  acceptor_.close(ec);
+  acceptRetry_.cancel();
+  std::vector<std::shared_ptr<Session>> all;
+  for (auto& [id, s] : sessions_) all.push_back(s);
+  for (auto& s : all) s->close("server stopping");
+}
+
+void StoreServer::Impl::start() {
+  if (running_.exchange(true)) throw std::logic_error("StoreServer already running");
+  thread_ = std::thread([this] {
+    ioThread_ = std::this_thread::get_id();
+    ioc_.run();
+  });
+}
+
+void StoreServer::Impl::run() {
+  if (running_.exchange(true)) throw std::logic_error("StoreServer already running");
+  ioThread_ = std::this_thread::get_id();
+  ioc_.run();
+}
+
+void StoreServer::Impl::stop() {
+  if (!stopRequested_.exchange(true)) {
+    if (running_) {
+      asio::post(ioc_, [this] { closeAll(); });
+    } else {
+      closeAll();  // never served: nothing runs concurrently
+      ioc_.run();  // let the cancelled accept loop finish
+    }
+  }
+  if (thread_.joinable() && std::this_thread::get_id() != thread_.get_id()) thread_.join();
+}
+
+// ---------------------------------------------------------------------------------- StoreServer
+
+StoreServer::StoreServer(const StoreServerOptions& options)
+    : impl_(std::make_unique<Impl>(options)) {}
+
+StoreServer::~StoreServer() { stop(); }
+
+uint16_t StoreServer::port() const { return impl_->port_; }
+const std::string& StoreServer::host() const { return impl_->options_.host; }
+void StoreServer::start() { impl_->start(); }
+void StoreServer::run() { impl_->run(); }
+void StoreServer::stop() { impl_->stop(); }
+
+StoreServerStats StoreServer::stats() const {
+  const Counters& c = impl_->counters_;
+  StoreServerStats s;
+  s.connectionsAccepted = c.accepted;
+  s.connectionsOpen = c.open;
+  s.requestsServed = c.requests;
+  s.protocolErrors = c.protocolErrors;
+  s.leasesExpired = c.leasesExpired;
+  s.slowClientsDropped = c.slowDropped;
+  s.willsRun = c.wills;
+  s.waitersPending = c.waiters;
+  return s;
+}
+
+}  // namespace drun::rdzv
