@@ -1,13 +1,22 @@
+// makeRendezvous: picks the rendezvous implementation the options ask for.
 #include "drun/common/error.hpp"
+#include "drun/rendezvous/c10d_rendezvous.hpp"
 #include "drun/rendezvous/rendezvous.hpp"
+#include "drun/rendezvous/static_rendezvous.hpp"
 
 namespace drun::rdzv {
 
 std::unique_ptr<Rendezvous> makeRendezvous(const RendezvousOptions& options) {
+  if (options.minNodes < 1 || options.maxNodes < options.minNodes)
+    throw InvalidArgument("invalid --nnodes " + std::to_string(options.minNodes) + ":" +
+                          std::to_string(options.maxNodes));
+  if (options.localWorldSize < 1)
+    throw InvalidArgument("invalid workers per node: " + std::to_string(options.localWorldSize));
   if (options.maxNodes == 1 && options.endpointHost.empty())
     return makeSingleNodeRendezvous(options);
-  throw InvalidArgument("multi-node rendezvous (backend '" + options.backend +
-                        "') is not available yet");
+  if (options.backend == "static") return makeStaticRendezvous(options);
+  if (options.backend == "c10d") return makeC10dRendezvous(options);
+  throw InvalidArgument("unknown --rdzv-backend '" + options.backend + "' (c10d or static)");
 }
 
 }  // namespace drun::rdzv

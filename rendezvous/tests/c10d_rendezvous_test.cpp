@@ -1,0 +1,535 @@
+// The c10d rendezvous: several agents in one process (threads), on MemoryStore and on
+// TcpStore + StoreServer over loopback. No sleeps: agents are sequenced through the store
+// (watching the round's arrival counter) and results through futures with generous bounds.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <future>
+#include <set>
+#include <thread>
+
+#include "drun/common/deadline.hpp"
+#include "drun/common/error.hpp"
+#include "drun/rendezvous/c10d_rendezvous.hpp"
+#include "drun/rendezvous/keys.hpp"
+#include "drun/rendezvous/memory_store.hpp"
+#include "drun/rendezvous/port_reservation.hpp"
+#include "drun/rendezvous/store_server.hpp"
+#include "drun/rendezvous/tcp_store.hpp"
+
+using namespace drun;
+using namespace drun::rdzv;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr auto kHang = 20s;  // upper bound that only catches hangs
+
+RendezvousOptions options(int minNodes, int maxNodes, const std::string& runId = "job") {
+  RendezvousOptions o;
+  o.runId = runId;
+  o.minNodes = minNodes;
+  o.maxNodes = maxNodes;
+  o.joinTimeout = 15s;
+  o.lastCallTimeout = 300ms;
+  o.heartbeatInterval = 100ms;
+  o.heartbeatTimeout = 1s;
+  o.readTimeout = 10s;
+  return o;
+}
+
+RendezvousOptions withNode(RendezvousOptions o, const std::string& addr, int localWorldSize = 1,
+                           std::optional<int> nodeRank = std::nullopt) {
+  o.localAddr = addr;
+  o.localWorldSize = localWorldSize;
+  o.nodeRank = nodeRank;
+  return o;
+}
+
+// Agents on one MemoryStore: each gets its own handle (its own "connection" and will).
+struct MemoryCluster {
+  std::shared_ptr<MemoryStore::Shared> shared = MemoryStore::makeShared();
+  MemoryStore observer{shared};
+
+  std::unique_ptr<Rendezvous> agent(const RendezvousOptions& o, MemoryStore** handle = nullptr) {
+    C10dStoreAccess access;
+    auto store = std::make_unique<MemoryStore>(shared);
+    if (handle) *handle = store.get();
+    access.store = std::move(store);
+    access.connectWatcher = [s = shared] { return std::make_unique<MemoryStore>(s); };
+    access.endpoint = "memory";
+    return makeC10dRendezvous(o, std::move(access));
+  }
+  Store& store() { return observer; }
+};
+
+// Agents as TcpStore clients of one StoreServer on a loopback port.
+struct TcpCluster {
+  StoreServer server{[] {
+    StoreServerOptions o;
+    o.host = "127.0.0.1";
+    o.port = 0;
+    return o;
+  }()};
+  std::unique_ptr<TcpStore> observer;
+
+  TcpCluster() {
+    server.start();
+    observer = std::make_unique<TcpStore>(clientOptions());
+  }
+  TcpStoreOptions clientOptions() const {
+    TcpStoreOptions o;
+    o.port = server.port();
+    o.connectTimeout = 5s;
+    o.timeout = 10s;
+    o.heartbeatInterval = 100ms;
+    o.leaseTimeout = 1s;
+    return o;
+  }
+  std::unique_ptr<Rendezvous> agent(const RendezvousOptions& o, TcpStore** handle = nullptr) {
+    C10dStoreAccess access;
+    auto store = std::make_unique<TcpStore>(clientOptions());
+    if (handle) *handle = store.get();
+    access.store = std::move(store);
+    access.connectWatcher = [c = clientOptions()] { return std::make_unique<TcpStore>(c); };
+    access.endpoint = "127.0.0.1:" + std::to_string(server.port());
+    return makeC10dRendezvous(o, std::move(access));
+  }
+  Store& store() { return *observer; }
+};
+
+// Blocks until `count` agents have joined round `round` (the arrival counter), via watch.
+void awaitArrivals(Store& store, const std::string& runId, uint64_t round, int64_t count) {
+  const auto key = keys::count(runId, round);
+  const Deadline deadline(kHang);
+  std::optional<Bytes> value = store.tryGet(key);
+  while (keys::parseCounter(value).value_or(0) < count) {
+    REQUIRE_FALSE(deadline.expired());
+    value = store.watch(key, value, deadline.remaining());
+  }
+}
+
+std::future<RoundResult> startNext(Rendezvous& r) {
+  return std::async(std::launch::async, [&r] { return r.next(); });
+}
+
+template <typename T>
+T getWithin(std::future<T>& f, std::chrono::milliseconds bound = kHang) {
+  REQUIRE(f.wait_for(bound) == std::future_status::ready);
+  return f.get();
+}
+
+// The first membership change reported to `agent` (whose reason contains `needle`, if given).
+// Declare it after the agent: its destructor unhooks the callback before the agent goes away.
+class FirstChange {
+ public:
+  explicit FirstChange(Rendezvous& agent, std::string needle = {})
+      : agent_(agent), needle_(std::move(needle)), future_(promise_.get_future()) {
+    agent_.onMembershipChange([this](const std::string& reason) {
+      if (needle_.empty() || reason.find(needle_) != std::string::npos)
+        std::call_once(once_, [&] { promise_.set_value(reason); });
+    });
+  }
+  ~FirstChange() { agent_.onMembershipChange(nullptr); }
+  std::string get() {
+    REQUIRE(future_.wait_for(kHang) == std::future_status::ready);
+    return future_.get();
+  }
+
+ private:
+  Rendezvous& agent_;
+  std::string needle_;
+  std::promise<std::string> promise_;
+  std::future<std::string> future_;
+  std::once_flag once_;
+};
+
+// Global ranks 0..world-1 exactly once, consistent round fields, prefix sums.
+void checkRound(const std::vector<RoundResult>& results, const std::vector<int>& localSizes) {
+  REQUIRE(!results.empty());
+  const auto& first = results.front();
+  std::set<int> nodeRanks;
+  std::multiset<int> globalRanks;
+  for (size_t i = 0; i < results.size(); ++i) {
+    const auto& r = results[i];
+    CHECK(r.round == first.round);
+    CHECK(r.nodeCount == static_cast<int>(results.size()));
+    CHECK(r.worldSize == first.worldSize);
+    CHECK(r.masterAddr == first.masterAddr);
+    CHECK(r.masterPort == first.masterPort);
+    CHECK(r.masterPort != 0);
+    CHECK(r.hosts == first.hosts);
+    CHECK(r.storePrefix == first.storePrefix);
+    nodeRanks.insert(r.nodeRank);
+    for (int l = 0; l < localSizes[i]; ++l) globalRanks.insert(r.rankOffset + l);
+  }
+  CHECK(nodeRanks.size() == results.size());
+  CHECK(*nodeRanks.rbegin() == static_cast<int>(results.size()) - 1);
+  CHECK(static_cast<int>(globalRanks.size()) == first.worldSize);
+  CHECK(std::set<int>(globalRanks.begin(), globalRanks.end()).size() == globalRanks.size());
+  CHECK(*globalRanks.rbegin() == first.worldSize - 1);
+  // Prefix sums in node-rank order.
+  std::vector<std::pair<int, size_t>> byRank;
+  for (size_t i = 0; i < results.size(); ++i) byRank.push_back({results[i].nodeRank, i});
+  std::sort(byRank.begin(), byRank.end());
+  int offset = 0;
+  for (auto [rank, i] : byRank) {
+    CHECK(results[i].rankOffset == offset);
+    offset += localSizes[i];
+  }
+}
+
+template <typename Cluster>
+void formsOneRound(Cluster& cluster, const std::vector<int>& localSizes) {
+  const int n = static_cast<int>(localSizes.size());
+  std::vector<std::unique_ptr<Rendezvous>> agents;
+  for (int i = 0; i < n; ++i)
+    agents.push_back(cluster.agent(
+        withNode(options(n, n), "host" + std::string(1, char('A' + i)), localSizes[i])));
+  std::vector<std::future<RoundResult>> futures;
+  for (auto& a : agents) futures.push_back(startNext(*a));
+  std::vector<RoundResult> results;
+  for (auto& f : futures) results.push_back(getWithin(f));
+  checkRound(results, localSizes);
+  // Node rank 0 is the first host in (host, arrival) order, and MASTER_ADDR is its address.
+  for (int i = 0; i < n; ++i)
+    if (results[i].nodeRank == 0) CHECK(results[i].masterAddr == "hostA");
+  CHECK(results[0].hosts == std::vector<std::string>{"hostA", "hostB", "hostC", "hostD"});
+  for (auto& a : agents) a->leave();
+}
+
+}  // namespace
+
+TEST_CASE("planRound: node order by host then arrival, prefix sums, requested ranks",
+          "[rendezvous]") {
+  auto node = [](std::string id, std::string host, int lws, uint64_t arrival,
+                 std::optional<int> rank = std::nullopt) {
+    keys::NodeDescriptor d;
+    d.id = std::move(id);
+    d.host = host;
+    d.addr = host;
+    d.localWorldSize = lws;
+    d.arrival = arrival;
+    d.requestedRank = rank;
+    d.masterPort = static_cast<uint16_t>(1000 + arrival);
+    return d;
+  };
+  auto plan = planRound({node("a", "h2", 2, 0), node("b", "h1", 3, 1), node("c", "h1", 1, 2)});
+  CHECK(plan.assignments[1].nodeRank == 0);  // h1, arrival 1
+  CHECK(plan.assignments[2].nodeRank == 1);  // h1, arrival 2
+  CHECK(plan.assignments[0].nodeRank == 2);  // h2
+  CHECK(plan.assignments[1].rankOffset == 0);
+  CHECK(plan.assignments[2].rankOffset == 3);
+  CHECK(plan.assignments[0].rankOffset == 4);
+  CHECK(plan.worldSize == 6);
+  CHECK(plan.masterAddr == "h1");
+  CHECK(plan.masterPort == 1001);
+  CHECK(plan.hostsByRank == std::vector<std::string>{"h1", "h1", "h2"});
+
+  auto ranked = planRound({node("a", "h1", 1, 0), node("b", "h2", 1, 1, 0)});
+  CHECK(ranked.assignments[1].nodeRank == 0);
+  CHECK(ranked.assignments[0].nodeRank == 1);
+
+  REQUIRE_THROWS_WITH(planRound({node("a", "hostA", 1, 0, 1), node("b", "hostB", 1, 1, 1)}),
+                      Catch::Contains("node rank 1 claimed by hostA and hostB"));
+  REQUIRE_THROWS_WITH(planRound({node("a", "hostA", 1, 0, 2), node("b", "hostB", 1, 1)}),
+                      Catch::Contains("node rank 2 requested by hostA is out of range"));
+}
+
+TEST_CASE("keys: descriptors and states round-trip; malformed records are skipped",
+          "[rendezvous]") {
+  keys::NodeDescriptor d;
+  d.id = "1a-ff";
+  d.host = "node7";
+  d.addr = "10.0.0.7";
+  d.localWorldSize = 8;
+  d.requestedRank = 3;
+  d.masterPort = 4242;
+  std::string blob = keys::encodeDescriptor(d) + "garbage\n" + "x\ty\n" + keys::encodeDescriptor(d);
+  d.id = "2b";
+  d.requestedRank.reset();
+  blob += keys::encodeDescriptor(d) + "3c\tpartial";
+  size_t skipped = 0;
+  auto nodes = keys::parseJoined(blob, &skipped);
+  REQUIRE(nodes.size() == 2);
+  CHECK(skipped == 3);
+  CHECK(nodes[0].id == "1a-ff");
+  CHECK(nodes[0].requestedRank == 3);
+  CHECK(nodes[0].displayName() == "node7(10.0.0.7)");
+  CHECK(nodes[1].id == "2b");
+  CHECK_FALSE(nodes[1].requestedRank);
+  CHECK(nodes[1].arrival == 1);
+
+  keys::RoundState s;
+  s.closer = "1a-ff";
+  s.nodeCount = 2;
+  s.worldSize = 16;
+  s.masterAddr = "10.0.0.7";
+  s.masterPort = 4242;
+  s.changesAtClose = 3;
+  auto parsed = keys::parseState(keys::encodeState(s));
+  REQUIRE(parsed);
+  CHECK(parsed->worldSize == 16);
+  CHECK(parsed->changesAtClose == 3);
+  CHECK_FALSE(keys::parseState("17"));  // an open round's counter
+  CHECK_THROWS_AS(keys::parseState("ok\tbad"), ProtocolError);
+  CHECK_THROWS_AS(keys::parseAssignment("1"), ProtocolError);
+  CHECK_THROWS_AS(keys::validateRunId("a/b"), InvalidArgument);
+  d.host = "tab\there";
+  CHECK_THROWS_AS(keys::encodeDescriptor(d), InvalidArgument);
+}
+
+TEST_CASE("c10d: four agents on MemoryStore get every rank once, prefix sums of local sizes",
+          "[rendezvous]") {
+  MemoryCluster cluster;
+  formsOneRound(cluster, {2, 1, 4, 3});
+  CHECK(cluster.store().numKeys() == 0);  // the last agent to leave removed the job's keys
+}
+
+TEST_CASE("c10d: four agents over TcpStore and StoreServer on loopback", "[rendezvous]") {
+  TcpCluster cluster;
+  formsOneRound(cluster, {1, 3, 2, 2});
+  CHECK(cluster.store().numKeys() == 0);
+}
+
+TEST_CASE("c10d: --node-rank is honoured", "[rendezvous]") {
+  MemoryCluster cluster;
+  std::vector<std::unique_ptr<Rendezvous>> agents;
+  const std::vector<int> wanted = {2, 0, 1};
+  for (int i = 0; i < 3; ++i)
+    agents.push_back(cluster.agent(withNode(options(3, 3), "h" + std::to_string(i), 2, wanted[i])));
+  std::vector<std::future<RoundResult>> futures;
+  for (auto& a : agents) futures.push_back(startNext(*a));
+  for (int i = 0; i < 3; ++i) {
+    auto r = getWithin(futures[i]);
+    CHECK(r.nodeRank == wanted[i]);
+    CHECK(r.rankOffset == 2 * wanted[i]);
+    CHECK(r.masterAddr == "h1");
+  }
+}
+
+TEST_CASE("c10d: a node rank claimed twice is an error for every agent", "[rendezvous]") {
+  MemoryCluster cluster;
+  auto a = cluster.agent(withNode(options(2, 2), "hostA", 1, 1));
+  auto b = cluster.agent(withNode(options(2, 2), "hostB", 1, 1));
+  auto fa = startNext(*a);
+  auto fb = startNext(*b);
+  REQUIRE(fa.wait_for(kHang) == std::future_status::ready);
+  REQUIRE(fb.wait_for(kHang) == std::future_status::ready);
+  REQUIRE_THROWS_WITH(fa.get(), Catch::Contains("node rank 1 claimed by hostA and hostB"));
+  REQUIRE_THROWS_WITH(fb.get(), Catch::Contains("node rank 1 claimed by hostA and hostB"));
+}
+
+TEST_CASE("c10d: 2:3 with two agents closes after the last call", "[rendezvous]") {
+  TcpCluster cluster;
+  auto a = cluster.agent(withNode(options(2, 3), "hostA"));
+  auto b = cluster.agent(withNode(options(2, 3), "hostB"));
+  const auto t0 = Clock::now();
+  auto fa = startNext(*a);
+  auto fb = startNext(*b);
+  auto ra = getWithin(fa);
+  auto rb = getWithin(fb);
+  const auto elapsed = Clock::now() - t0;
+  checkRound({ra, rb}, {1, 1});
+  CHECK(ra.nodeCount == 2);
+  CHECK(elapsed >= 300ms);  // waited for the last call...
+  CHECK(elapsed < 5s);      // ...and not for the join timeout
+}
+
+TEST_CASE("c10d: 3:3 does not close with two agents; the third closes it", "[rendezvous]") {
+  MemoryCluster cluster;
+  auto a = cluster.agent(withNode(options(3, 3), "hostA"));
+  auto b = cluster.agent(withNode(options(3, 3), "hostB"));
+  auto fa = startNext(*a);
+  auto fb = startNext(*b);
+  awaitArrivals(cluster.store(), "job", 0, 2);
+  CHECK_FALSE(cluster.store().check({keys::state("job", 0)}));
+  auto c = cluster.agent(withNode(options(3, 3), "hostC"));
+  auto fc = startNext(*c);
+  std::vector<RoundResult> results = {getWithin(fa), getWithin(fb), getWithin(fc)};
+  checkRound(results, {1, 1, 1});
+  CHECK(results[0].nodeCount == 3);  // had it closed with two, this would say 2
+}
+
+TEST_CASE("c10d: the join timeout names who joined and how many were needed", "[rendezvous]") {
+  MemoryCluster cluster;
+  auto o = options(3, 3);
+  o.joinTimeout = 300ms;
+  auto a = cluster.agent(withNode(o, "hostA"));
+  auto b = cluster.agent(withNode(o, "hostB"));
+  auto fa = startNext(*a);
+  auto fb = startNext(*b);
+  REQUIRE(fa.wait_for(kHang) == std::future_status::ready);
+  REQUIRE(fb.wait_for(kHang) == std::future_status::ready);
+  try {
+    fa.get();
+    FAIL("no timeout");
+  } catch (const TimeoutError& e) {
+    std::string what = e.what();
+    CHECK_THAT(what, Catch::Contains("timed out after 300ms"));
+    CHECK_THAT(what, Catch::Contains("hostA (this node)"));
+    CHECK_THAT(what, Catch::Contains("need 3"));
+  }
+  CHECK_THROWS_AS(fb.get(), TimeoutError);
+}
+
+TEST_CASE("c10d: a joiner whose handle dies is not counted (MemoryStore)", "[rendezvous]") {
+  MemoryCluster cluster;
+  auto a = cluster.agent(withNode(options(3, 3), "hostA"));
+  auto b = cluster.agent(withNode(options(3, 3), "hostB"));
+  auto victimOptions = withNode(options(3, 3), "victim");
+  victimOptions.joinTimeout = 500ms;
+  MemoryStore* victimStore = nullptr;
+  auto v = cluster.agent(victimOptions, &victimStore);
+  auto fa = startNext(*a);
+  auto fv = startNext(*v);
+  awaitArrivals(cluster.store(), "job", 0, 2);
+  victimStore->fireWillForTest();  // as if its connection dropped
+  auto fb = startNext(*b);
+  awaitArrivals(cluster.store(), "job", 0, 3);
+  // Three arrivals, one dead: still open.
+  CHECK_FALSE(cluster.store().check({keys::state("job", 0)}));
+  auto d = cluster.agent(withNode(options(3, 3), "hostD"));
+  auto fd = startNext(*d);
+  std::vector<RoundResult> results = {getWithin(fa), getWithin(fb), getWithin(fd)};
+  checkRound(results, {1, 1, 1});
+  for (const auto& h : results[0].hosts) CHECK(h != "victim");
+  REQUIRE(fv.wait_for(kHang) == std::future_status::ready);
+}
+
+TEST_CASE("c10d: an agent SIGKILLed during the join does not hang the others", "[rendezvous]") {
+  TcpCluster cluster;
+  auto a = cluster.agent(withNode(options(2, 3), "hostA"));
+  auto fa = startNext(*a);
+  awaitArrivals(cluster.store(), "job", 0, 1);
+
+  pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    try {
+      auto victim = cluster.agent(withNode(options(2, 3), "victim"));
+      victim->next();
+    } catch (...) {
+    }
+    ::_exit(0);
+  }
+  awaitArrivals(cluster.store(), "job", 0, 2);
+  ::kill(child, SIGKILL);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  // Without the victim, hostA is alone: the round must not close (MIN is 2)...
+  auto b = cluster.agent(withNode(options(2, 3), "hostB"));
+  auto fb = startNext(*b);
+  // ...and closes with hostA and hostB once the last call passes.
+  std::vector<RoundResult> results = {getWithin(fa), getWithin(fb)};
+  checkRound(results, {1, 1});
+  CHECK(results[0].hosts == std::vector<std::string>{"hostA", "hostB"});
+}
+
+TEST_CASE("c10d: a silent agent (heartbeats stopped) is dropped after its lease",
+          "[rendezvous]") {
+  TcpCluster cluster;
+  auto a = cluster.agent(withNode(options(2, 2), "hostA"));
+  TcpStore* victimStore = nullptr;
+  auto victimOptions = withNode(options(2, 2), "victim");
+  victimOptions.joinTimeout = 3s;
+  auto v = cluster.agent(victimOptions, &victimStore);
+  auto fa = startNext(*a);
+  awaitArrivals(cluster.store(), "job", 0, 1);
+  victimStore->stopHeartbeatsForTest();
+  auto fv = startNext(*v);
+  awaitArrivals(cluster.store(), "job", 0, 2);
+  // The round closed at once with both (MAX reached); the silent one dies after its lease and
+  // the membership changes.
+  REQUIRE(fv.wait_for(kHang) == std::future_status::ready);
+  FirstChange change(*a);
+  auto ra = getWithin(fa);
+  CHECK(ra.nodeCount == 2);
+  CHECK_THAT(change.get(), Catch::Contains("victim"));
+}
+
+TEST_CASE("c10d: membership change fires when a node's connection dies", "[rendezvous]") {
+  TcpCluster cluster;
+  auto a = cluster.agent(withNode(options(2, 2), "hostA"));
+  auto b = cluster.agent(withNode(options(2, 2), "hostB"));
+  FirstChange change(*a);
+  auto fa = startNext(*a);
+  auto fb = startNext(*b);
+  getWithin(fa);
+  getWithin(fb);
+  b.reset();  // closes hostB's connection without leave(): its will runs
+  CHECK_THAT(change.get(), Catch::Contains("hostB") && Catch::Contains("left round 0"));
+}
+
+TEST_CASE("c10d: a late joiner waits, the running nodes are told, and the next round takes it",
+          "[rendezvous]") {
+  MemoryCluster cluster;
+  auto a = cluster.agent(withNode(options(2, 3), "hostA"));
+  auto b = cluster.agent(withNode(options(2, 3), "hostB"));
+  FirstChange change(*a);
+  auto fa = startNext(*a);
+  auto fb = startNext(*b);
+  checkRound({getWithin(fa), getWithin(fb)}, {1, 1});
+
+  auto c = cluster.agent(withNode(options(2, 3), "hostC"));
+  auto fc = startNext(*c);
+  CHECK_THAT(change.get(), Catch::Contains("hostC is waiting to join"));
+
+  // The running nodes re-rendezvous: three of MAX three, closes at once.
+  fa = startNext(*a);
+  fb = startNext(*b);
+  std::vector<RoundResult> results = {getWithin(fa), getWithin(fb), getWithin(fc)};
+  checkRound(results, {1, 1, 1});
+  CHECK(results[0].round == 1);
+  for (auto* r : {a.get(), b.get(), c.get()}) r->leave();
+  CHECK(cluster.store().numKeys() == 0);
+}
+
+TEST_CASE("c10d: leave() does not close the rendezvous and does not notify others",
+          "[rendezvous]") {
+  MemoryCluster cluster;
+  auto a = cluster.agent(withNode(options(2, 2), "hostA"));
+  auto b = cluster.agent(withNode(options(2, 2), "hostB"));
+  auto fa = startNext(*a);
+  auto fb = startNext(*b);
+  getWithin(fa);
+  getWithin(fb);
+  FirstChange change(*a);
+  b->leave();
+  CHECK(cluster.store().numKeys() > 0);  // hostA is still attached: the job's keys stay
+  b.reset();
+  // a's watcher is alive: the first change it reports is a third node's arrival, not b.
+  auto o = options(2, 2);
+  o.joinTimeout = 300ms;
+  auto c = cluster.agent(withNode(o, "hostC"));
+  auto fc = startNext(*c);
+  CHECK_THAT(change.get(), Catch::Contains("hostC is waiting"));
+  CHECK_THROWS_AS(fc.get(), TimeoutError);
+}
+
+TEST_CASE("c10d factory: the endpoint host embeds the store, a second local agent becomes a "
+          "client", "[rendezvous]") {
+  // Hold a port so that the endpoint is known before any agent binds it.
+  auto reserved = PortReservation::reserve("127.0.0.1");
+  auto o = options(2, 2, "factory");
+  o.endpointHost = "127.0.0.1";
+  o.endpointPort = reserved.port();
+  CHECK(isLocalEndpoint("127.0.0.1"));
+  CHECK(isLocalEndpoint("localhost"));
+  CHECK(routeSourceAddress("127.0.0.1", o.endpointPort) == "127.0.0.1");
+  auto host = makeC10dRendezvous(withNode(o, ""));
+  auto client = makeC10dRendezvous(withNode(o, ""));  // EADDRINUSE -> client
+  auto fh = startNext(*host);
+  auto fc = startNext(*client);
+  auto rh = getWithin(fh);
+  auto rc = getWithin(fc);
+  checkRound({rh, rc}, {1, 1});
+  CHECK(rh.masterAddr == "127.0.0.1");
+  client->leave();
+  host->leave();
+}

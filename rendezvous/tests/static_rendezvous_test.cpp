@@ -1,0 +1,71 @@
+// The static rendezvous and the backend choice of makeRendezvous.
+#include <catch2/catch.hpp>
+
+#include "drun/common/error.hpp"
+#include "drun/rendezvous/rendezvous.hpp"
+#include "drun/rendezvous/static_rendezvous.hpp"
+
+using namespace drun;
+using namespace drun::rdzv;
+
+namespace {
+RendezvousOptions staticOptions(int nodes, std::optional<int> nodeRank, int perNode = 4) {
+  RendezvousOptions o;
+  o.backend = "static";
+  o.minNodes = o.maxNodes = nodes;
+  o.nodeRank = nodeRank;
+  o.localWorldSize = perNode;
+  o.masterAddr = "10.0.0.1";
+  o.masterPort = 23456;
+  return o;
+}
+}  // namespace
+
+TEST_CASE("static: ranks follow the node rank, master from the options", "[rendezvous]") {
+  auto r = makeRendezvous(staticOptions(3, 2))->next();
+  CHECK(r.nodeRank == 2);
+  CHECK(r.nodeCount == 3);
+  CHECK(r.worldSize == 12);
+  CHECK(r.rankOffset == 8);
+  CHECK(r.masterAddr == "10.0.0.1");
+  CHECK(r.masterPort == 23456);
+  CHECK(r.hosts.size() == 3);
+  CHECK(r.storePrefix.empty());
+
+  auto o = staticOptions(2, 0);
+  o.masterAddr.clear();
+  o.masterPort.reset();
+  auto d = makeRendezvous(o)->next();
+  CHECK(d.masterAddr == "127.0.0.1");
+  CHECK(d.masterPort == kDefaultStaticMasterPort);
+}
+
+TEST_CASE("static: bad options are clear errors", "[rendezvous]") {
+  CHECK_THROWS_WITH(makeRendezvous(staticOptions(2, std::nullopt)),
+                    Catch::Contains("needs --node-rank"));
+  CHECK_THROWS_WITH(makeRendezvous(staticOptions(2, 2)), Catch::Contains("out of range"));
+  auto elastic = staticOptions(2, 0);
+  elastic.minNodes = 1;
+  CHECK_THROWS_WITH(makeRendezvous(elastic), Catch::Contains("fixed --nnodes"));
+}
+
+TEST_CASE("makeRendezvous: backend choice and option checks", "[rendezvous]") {
+  RendezvousOptions single;
+  single.localWorldSize = 2;
+  CHECK(makeRendezvous(single)->next().worldSize == 2);
+
+  RendezvousOptions bad;
+  bad.minNodes = 3;
+  bad.maxNodes = 2;
+  CHECK_THROWS_AS(makeRendezvous(bad), InvalidArgument);
+
+  RendezvousOptions unknown;
+  unknown.maxNodes = 2;
+  unknown.backend = "etcd";
+  unknown.endpointHost = "127.0.0.1";
+  CHECK_THROWS_WITH(makeRendezvous(unknown), Catch::Contains("unknown --rdzv-backend 'etcd'"));
+
+  RendezvousOptions noEndpoint;
+  noEndpoint.maxNodes = 2;
+  CHECK_THROWS_WITH(makeRendezvous(noEndpoint), Catch::Contains("--rdzv-endpoint"));
+}
