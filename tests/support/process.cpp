@@ -1,0 +1,480 @@
+// Subprocess harness for the end-to-end tests (see process.hpp).
+#include "process.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <regex>
+#include <sstream>
+#include <stdexcept>
+#include <system_error>
+
+extern char** environ;
+
+namespace drun::test {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+[[noreturn]] void throwErrno(const std::string& what) {
+  throw std::system_error(errno, std::generic_category(), what);
+}
+
+bool startsWith(const std::string& s, std::string_view prefix) {
+  return s.compare(0, prefix.size(), prefix) == 0;
+}
+
+std::string keyOf(const std::string& entry) { return entry.substr(0, entry.find('=')); }
+
+// The test runner's environment minus anything that would change drun's behaviour, then the
+// test's own changes.
+std::vector<std::string> childEnvironment(const std::vector<std::string>& changes) {
+  static const std::vector<std::string_view> kDropPrefixes = {
+      "PET_", "TORCHELASTIC_", "DRUN_", "PYTHON_EXEC=", "E2E_MARKER=", "SLURM_"};
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) {
+    std::string entry(*e);
+    bool drop = false;
+    for (auto prefix : kDropPrefixes) drop = drop || startsWith(entry, prefix);
+    if (!drop) env.push_back(std::move(entry));
+  }
+  for (const auto& change : changes) {
+    std::string key = keyOf(change);
+    std::erase_if(env, [&](const std::string& entry) { return keyOf(entry) == key; });
+    if (change.find('=') != std::string::npos) env.push_back(change);
+  }
+  return env;
+}
+
+int pidfdOpen(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
+
+std::string cutMiddle(const std::string& s, size_t keep = 3000) {
+  if (s.size() <= 2 * keep) return s;
+  return s.substr(0, keep) + "\n... [" + std::to_string(s.size() - 2 * keep) + " bytes cut] ...\n" +
+         s.substr(s.size() - keep);
+}
+
+std::string readFile(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+// ---- RunResult ---------------------------------------------------------------------------------
+
+std::string RunResult::describe() const {
+  std::ostringstream ss;
+  ss << "status " << status() << (signal ? " (killed by signal " + std::to_string(signal) + ")" : "")
+     << (timedOut ? " TIMED OUT" : "") << ", wall " << wall.count() << " ms\n"
+     << "---- stdout (" << out.size() << " bytes) ----\n"
+     << cutMiddle(out) << "\n---- stderr (" << err.size() << " bytes) ----\n"
+     << cutMiddle(err) << "\n----";
+  return ss.str();
+}
+
+// ---- Process -----------------------------------------------------------------------------------
+
+Process::Process(RunOptions options) : options_(std::move(options)) {
+  if (options_.argv.empty()) throw std::invalid_argument("Process: empty argv");
+
+  // Everything the child needs is prepared before fork: after fork only async-signal-safe calls.
+  std::vector<std::string> env = childEnvironment(options_.env);
+  std::vector<char*> argvPtrs, envPtrs;
+  for (auto& a : options_.argv) argvPtrs.push_back(a.data());
+  argvPtrs.push_back(nullptr);
+  for (auto& e : env) envPtrs.push_back(e.data());
+  envPtrs.push_back(nullptr);
+  std::string cwd = options_.cwd.string();
+
+  int outPipe[2], errPipe[2];
+  if (::pipe2(outPipe, O_CLOEXEC) != 0) throwErrno("pipe2");
+  if (::pipe2(errPipe, O_CLOEXEC) != 0) throwErrno("pipe2");
+  if (::pipe2(wakeFd_, O_CLOEXEC) != 0) throwErrno("pipe2");
+  pid_t parent = ::getpid();
+
+  started_ = Clock::now();
+  pid_ = ::fork();
+  if (pid_ < 0) throwErrno("fork");
+  if (pid_ == 0) {
+    // Own process group, so signals we send reach only this child; die with the test binary.
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(127);
+    // Signal dispositions and the mask are inherited through exec: start from a clean state.
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    for (int s = 1; s < NSIG; ++s) ::sigaction(s, &dfl, nullptr);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    int devnull = ::open("/dev/null", O_RDONLY);
+    if (devnull >= 0) ::dup2(devnull, 0);
+    ::dup2(outPipe[1], 1);
+    ::dup2(errPipe[1], 2);
+    if (!cwd.empty() && ::chdir(cwd.c_str()) != 0) {
+      const char msg[] = "e2e harness: chdir failed\n";
+      (void)!::write(2, msg, sizeof msg - 1);
+      ::_exit(127);
+    }
+    ::execve(argvPtrs[0], argvPtrs.data(), envPtrs.data());
+    const char msg[] = "e2e harness: execve failed: ";
+    (void)!::write(2, msg, sizeof msg - 1);
+    const char* reason = ::strerror(errno);
+    (void)!::write(2, reason, ::strlen(reason));
+    (void)!::write(2, "\n", 1);
+    ::_exit(127);
+  }
+  ::close(outPipe[1]);
+  ::close(errPipe[1]);
+  outFd_ = outPipe[0];
+  errFd_ = errPipe[0];
+  pidfd_ = pidfdOpen(pid_);
+  if (pidfd_ < 0) throwErrno("pidfd_open");
+  reader_ = std::thread([this] { readLoop(); });
+}
+
+Process::~Process() {
+  if (!result_) {
+    ::kill(pid_, SIGKILL);
+    try {
+      wait(5s);
+    } catch (...) {
+    }
+  }
+  if (reader_.joinable()) {
+    (void)!::write(wakeFd_[1], "x", 1);
+    reader_.join();
+  }
+  for (int fd : {pidfd_, outFd_, errFd_, wakeFd_[0], wakeFd_[1]})
+    if (fd >= 0) ::close(fd);
+}
+
+void Process::readLoop() {
+  char buf[65536];
+  bool outOpen = true, errOpen = true;
+  while (outOpen || errOpen) {
+    pollfd fds[3] = {{outOpen ? outFd_ : -1, POLLIN, 0},
+                     {errOpen ? errFd_ : -1, POLLIN, 0},
+                     {wakeFd_[0], POLLIN, 0}};
+    if (::poll(fds, 3, -1) < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    if (fds[2].revents) break;  // abandoned: a leaked descendant holds the pipe
+    for (int i = 0; i < 2; ++i) {
+      if (!fds[i].revents) continue;
+      ssize_t n = ::read(i == 0 ? outFd_ : errFd_, buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      std::lock_guard lock(mutex_);
+      if (n <= 0) {
+        (i == 0 ? outOpen : errOpen) = false;
+      } else {
+        (i == 0 ? out_ : err_).append(buf, static_cast<size_t>(n));
+      }
+      changed_.notify_all();
+    }
+  }
+  std::lock_guard lock(mutex_);
+  pipesClosed_ = true;
+  changed_.notify_all();
+}
+
+void Process::signal(int sig) const {
+  if (!result_) ::kill(pid_, sig);
+}
+
+bool Process::waitForOutput(
+    const std::function<bool(const std::string&, const std::string&)>& pred,
+    std::chrono::milliseconds timeout) {
+  auto deadline = Clock::now() + timeout;
+  std::unique_lock lock(mutex_);
+  while (true) {
+    if (pred(out_, err_)) return true;
+    if (pipesClosed_) return false;
+    if (changed_.wait_until(lock, deadline) == std::cv_status::timeout) return pred(out_, err_);
+  }
+}
+
+bool Process::waitForLines(const std::string& needle, size_t count,
+                           std::chrono::milliseconds timeout) {
+  return waitForOutput(
+      [&](const std::string& out, const std::string&) {
+        size_t found = 0;
+        for (size_t pos = out.find(needle); pos != std::string::npos;
+             pos = out.find(needle, pos + needle.size()))
+          if (++found >= count) return true;
+        return false;
+      },
+      timeout);
+}
+
+RunResult Process::wait(std::optional<std::chrono::milliseconds> timeout) {
+  if (result_) return *result_;
+  auto deadline = timeout ? Clock::now() + *timeout : started_ + options_.timeout;
+  RunResult result;
+  while (true) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    pollfd pfd{pidfd_, POLLIN, 0};
+    int rc = ::poll(&pfd, 1, static_cast<int>(std::max<long long>(0, left.count())));
+    if (rc < 0 && errno == EINTR) continue;
+    if (rc > 0) break;
+    // Deadline: kill by PID (its process group is its own, but only the PID is ours to kill;
+    // anything it leaves is swept by the test's MarkerScope).
+    result.timedOut = true;
+    ::kill(pid_, SIGKILL);
+    break;
+  }
+  int status = 0;
+  while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+  }
+  auto exitedAt = Clock::now();
+  if (WIFEXITED(status)) result.exitCode = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) result.signal = WTERMSIG(status);
+  {
+    std::unique_lock lock(mutex_);
+    if (!changed_.wait_for(lock, 2s, [&] { return pipesClosed_; })) {
+      lock.unlock();
+      (void)!::write(wakeFd_[1], "x", 1);  // a leaked process holds our pipe: stop reading
+      lock.lock();
+    }
+  }
+  reader_.join();
+  {
+    std::lock_guard lock(mutex_);
+    result.out = out_;
+    result.err = err_;
+  }
+  result.wall = std::chrono::duration_cast<std::chrono::milliseconds>(exitedAt - started_);
+  result_ = result;
+  return result;
+}
+
+RunResult run(RunOptions options) {
+  Process p(std::move(options));
+  return p.wait();
+}
+
+// ---- paths -------------------------------------------------------------------------------------
+
+fs::path buildDir() {
+  const char* dir = std::getenv("DRUN_BUILD_DIR");
+  if (!dir || !*dir)
+    throw std::runtime_error("DRUN_BUILD_DIR is not set (run the e2e tests through ctest)");
+  return fs::path(dir);
+}
+
+fs::path drunPath() { return buildDir() / "bin" / "drun"; }
+
+fs::path helperPath(const std::string& name) { return buildDir() / "tests" / "helpers" / name; }
+
+TempDir::TempDir() {
+  std::string tmpl = (fs::temp_directory_path() / "drun-e2e-XXXXXX").string();
+  if (!::mkdtemp(tmpl.data())) throwErrno("mkdtemp");
+  path_ = tmpl;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  fs::remove_all(path_, ec);
+}
+
+fs::path TempDir::write(const std::string& name, const std::string& content, fs::perms mode) {
+  fs::path p = path_ / name;
+  fs::create_directories(p.parent_path());
+  {
+    std::ofstream f(p, std::ios::binary | std::ios::trunc);
+    f << content;
+  }
+  fs::permissions(p, mode);
+  return p;
+}
+
+// ---- leftover processes ------------------------------------------------------------------------
+
+std::vector<pid_t> processesWithEnv(const std::string& needle) {
+  std::vector<pid_t> found;
+  pid_t self = ::getpid();
+  DIR* proc = ::opendir("/proc");
+  if (!proc) return found;
+  while (dirent* entry = ::readdir(proc)) {
+    char* end = nullptr;
+    long pid = std::strtol(entry->d_name, &end, 10);
+    if (*end != '\0' || pid <= 0 || pid == self) continue;
+    fs::path dir = fs::path("/proc") / entry->d_name;
+    std::string stat = readFile(dir / "stat");
+    auto close = stat.rfind(')');
+    if (close == std::string::npos || close + 2 >= stat.size() || stat[close + 2] == 'Z' ||
+        stat[close + 2] == 'X')
+      continue;  // gone, or a zombie (it has no environment and cannot do anything)
+    std::string environ = readFile(dir / "environ");
+    size_t start = 0;
+    while (start < environ.size()) {
+      size_t end0 = environ.find('\0', start);
+      if (end0 == std::string::npos) end0 = environ.size();
+      if (environ.compare(start, end0 - start, needle) == 0) {
+        found.push_back(static_cast<pid_t>(pid));
+        break;
+      }
+      start = end0 + 1;
+    }
+  }
+  ::closedir(proc);
+  return found;
+}
+
+std::vector<pid_t> waitNoProcessesWithEnv(const std::string& needle,
+                                          std::chrono::milliseconds timeout) {
+  auto deadline = Clock::now() + timeout;
+  while (true) {
+    auto pids = processesWithEnv(needle);
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (pids.empty() || left <= 0ms) return pids;
+    // Sleep until one of them exits, but rescan at least every 50 ms: new ones may appear.
+    std::vector<pollfd> fds;
+    for (pid_t p : pids) {
+      int fd = pidfdOpen(p);
+      if (fd >= 0) fds.push_back({fd, POLLIN, 0});
+    }
+    if (!fds.empty())
+      ::poll(fds.data(), fds.size(), static_cast<int>(std::min<long long>(50, left.count())));
+    for (auto& f : fds) ::close(f.fd);
+  }
+}
+
+MarkerScope::MarkerScope() : value_(randomHex(20)) {}
+
+MarkerScope::~MarkerScope() {
+  // Whatever still carries our marker was started by this test (through drun): kill it by PID.
+  for (int round = 0; round < 5; ++round) {
+    auto pids = processesWithEnv(env());
+    if (pids.empty()) return;
+    for (pid_t p : pids) ::kill(p, SIGKILL);
+    waitNoProcessesWithEnv(env(), 1s);
+  }
+}
+
+std::string MarkerScope::describe(const std::vector<pid_t>& pids) {
+  std::ostringstream ss;
+  for (pid_t p : pids) {
+    fs::path dir = fs::path("/proc") / std::to_string(p);
+    std::string cmdline = readFile(dir / "cmdline");
+    for (char& c : cmdline)
+      if (c == '\0') c = ' ';
+    std::string stat = readFile(dir / "stat");
+    auto close = stat.rfind(')');
+    char state = close != std::string::npos && close + 2 < stat.size() ? stat[close + 2] : '?';
+    ss << "  pid " << p << " state " << state << ": " << cmdline << "\n";
+  }
+  return ss.str();
+}
+
+// ---- output parsing ----------------------------------------------------------------------------
+
+std::vector<std::string> splitLines(const std::string& text) {
+  std::vector<std::string> lines;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t nl = text.find('\n', start);
+    if (nl == std::string::npos) {
+      lines.push_back(text.substr(start));
+      break;
+    }
+    lines.push_back(text.substr(start, nl - start));
+    start = nl + 1;
+  }
+  return lines;
+}
+
+std::vector<ConsoleLine> parseConsole(const std::string& output) {
+  std::vector<ConsoleLine> result;
+  for (auto& line : splitLines(output)) {
+    ConsoleLine parsed;
+    size_t close = line.find("]:");
+    bool prefixed = !line.empty() && line[0] == '[' && close != std::string::npos && close > 1 &&
+                    line.find_first_not_of("0123456789", 1) == close;
+    if (prefixed) {
+      parsed.rank = std::stoi(line.substr(1, close - 1));
+      parsed.text = line.substr(close + 2);
+    } else {
+      parsed.text = line;
+    }
+    result.push_back(std::move(parsed));
+  }
+  return result;
+}
+
+std::string randomHex(size_t chars) {
+  static thread_local std::mt19937_64 rng{std::random_device{}() ^
+                                          static_cast<uint64_t>(::getpid()) << 32};
+  static const char kHex[] = "0123456789abcdef";
+  std::string s;
+  for (size_t i = 0; i < chars; ++i) s.push_back(kHex[rng() % 16]);
+  return s;
+}
+
+}  // namespace drun::test
+
+namespace drun::test {
+
+RunOptions drunCommand(std::vector<std::string> args, std::vector<std::string> env,
+                       std::chrono::milliseconds timeout) {
+  RunOptions options;
+  options.argv.push_back(drunPath().string());
+  for (auto& a : args) options.argv.push_back(std::move(a));
+  options.env = std::move(env);
+  options.timeout = timeout;
+  return options;
+}
+
+std::optional<std::string> EnvDump::get(const std::string& key) const {
+  for (const auto& [k, v] : vars)
+    if (k == key) return v;
+  return std::nullopt;
+}
+
+size_t EnvDump::count(const std::string& key) const {
+  size_t n = 0;
+  for (const auto& [k, v] : vars) n += k == key;
+  return n;
+}
+
+std::map<int, EnvDump> parseEnvDumps(const std::string& output) {
+  std::map<int, EnvDump> dumps;
+  for (const auto& line : parseConsole(output)) {
+    const std::string& t = line.text;
+    if (t.rfind("env:", 0) == 0) {
+      size_t eq = t.find('=');
+      if (eq == std::string::npos) continue;
+      dumps[line.rank].vars.emplace_back(t.substr(4, eq - 4), t.substr(eq + 1));
+    } else if (t.rfind("arg:", 0) == 0) {
+      size_t eq = t.find('=');
+      if (eq == std::string::npos) continue;
+      dumps[line.rank].args.push_back(t.substr(eq + 1));
+    }
+  }
+  return dumps;
+}
+
+std::string hostName() {
+  char name[256] = {};
+  ::gethostname(name, sizeof name - 1);
+  return name;
+}
+
+}  // namespace drun::test

@@ -1,0 +1,192 @@
+// Subprocess harness for the end-to-end tests: run drun (or any program) as a user would, with a
+// deadline, and look at what it printed, how it exited and what it left behind.
+//
+// - run(): start, capture stdout and stderr separately, wait with a deadline. On timeout the child
+//   is SIGKILLed by PID and the result says timedOut (tests REQUIRE(!timedOut)).
+// - Process: the same in the background: wait until its output shows something (a "READY" line),
+//   send it a signal, wait for its exit.
+// - Leftover detection: every test passes a unique marker variable (E2E_MARKER=<random>) to drun,
+//   which passes its environment on to the workers, so any process of the job, even one that called
+//   setsid, can be found by scanning /proc/<pid>/environ. MarkerScope SIGKILLs (by PID) whatever
+//   still carries its marker when the test ends, so a broken drun cannot leak processes into the
+//   rest of the suite.
+// - Paths: drun at $DRUN_BUILD_DIR/bin/drun, helpers at $DRUN_BUILD_DIR/tests/helpers/<name>.
+//
+// Threading: a Process reads its pipes on one background thread; all public calls are made from the
+// test's thread. Ownership: a Process owns its child; destroying a running one SIGKILLs and reaps
+// it.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace drun::test {
+
+using namespace std::chrono_literals;
+
+struct RunOptions {
+  std::vector<std::string> argv;  // argv[0] is a path (no PATH lookup)
+  // Changes to the inherited environment: "KEY=VALUE" sets, "KEY" (no '=') removes. PET_*,
+  // TORCHELASTIC_* and DRUN_* settings of the test runner are always removed first so that they
+  // cannot change drun's behaviour behind a test's back.
+  std::vector<std::string> env;
+  std::filesystem::path cwd;  // empty = the test's cwd
+  std::chrono::milliseconds timeout = 30s;
+};
+
+struct RunResult {
+  std::string out;
+  std::string err;
+  int exitCode = -1;  // valid when signal == 0
+  int signal = 0;     // the signal that killed it, 0 when it exited
+  bool timedOut = false;
+  std::chrono::milliseconds wall{0};
+  // Shell convention: exitCode, or 128 + signal.
+  int status() const { return signal ? 128 + signal : exitCode; }
+  // For failure messages: status, wall time and both streams (long streams cut in the middle).
+  std::string describe() const;
+};
+
+class Process {
+ public:
+  explicit Process(RunOptions options);  // starts it
+  ~Process();
+  Process(const Process&) = delete;
+  Process& operator=(const Process&) = delete;
+
+  pid_t pid() const { return pid_; }
+  void signal(int sig) const;  // kill(pid, sig); only while it has not been reaped
+
+  // Waits until pred(stdout so far, stderr so far) holds, the process exited (pred is checked one
+  // last time), or the timeout passed. Returns whether pred held.
+  bool waitForOutput(const std::function<bool(const std::string& out, const std::string& err)>& pred,
+                     std::chrono::milliseconds timeout);
+  // Waits until stdout holds at least `count` lines containing `needle`.
+  bool waitForLines(const std::string& needle, size_t count, std::chrono::milliseconds timeout);
+
+  // Waits for the exit (SIGKILL by PID at the deadline given in RunOptions, counted from start, or
+  // `timeout` from now when given) and for both pipes to close (bounded: a pipe held open by a
+  // leaked descendant is abandoned 2 s after the exit).
+  RunResult wait(std::optional<std::chrono::milliseconds> timeout = std::nullopt);
+
+ private:
+  void readLoop();
+
+  RunOptions options_;
+  pid_t pid_ = -1;
+  int pidfd_ = -1;
+  int outFd_ = -1;
+  int errFd_ = -1;
+  int wakeFd_[2] = {-1, -1};  // tells the reader to give up on pipes a leaked process holds
+  std::chrono::steady_clock::time_point started_;
+  std::thread reader_;
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  std::string out_;
+  std::string err_;
+  bool pipesClosed_ = false;
+  bool exited_ = false;
+  std::optional<RunResult> result_;
+};
+
+// Starts, waits (deadline = options.timeout), returns everything.
+RunResult run(RunOptions options);
+
+// ---- paths -------------------------------------------------------------------------------------
+
+std::filesystem::path buildDir();              // $DRUN_BUILD_DIR (REQUIREd to be set)
+std::filesystem::path drunPath();              // <build>/bin/drun
+std::filesystem::path helperPath(const std::string& name);  // <build>/tests/helpers/<name>
+
+// A fresh directory under $TMPDIR, removed recursively on destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
+  // Writes `content` to <dir>/<name> with the given mode; returns the path.
+  std::filesystem::path write(const std::string& name, const std::string& content,
+                              std::filesystem::perms mode = std::filesystem::perms::owner_read |
+                                                            std::filesystem::perms::owner_write);
+
+ private:
+  std::filesystem::path path_;
+};
+
+// ---- leftover processes ------------------------------------------------------------------------
+
+// PIDs of live (non-zombie) processes whose environment contains `needle` (e.g. "E2E_MARKER=x").
+std::vector<pid_t> processesWithEnv(const std::string& needle);
+
+// Waits until no live process carries `needle`; returns the ones still there at the deadline.
+std::vector<pid_t> waitNoProcessesWithEnv(const std::string& needle,
+                                          std::chrono::milliseconds timeout);
+
+// A unique marker for one test: pass env() to drun; leftovers() lists what still carries it; the
+// destructor SIGKILLs (by PID) whatever does.
+class MarkerScope {
+ public:
+  MarkerScope();
+  ~MarkerScope();
+  MarkerScope(const MarkerScope&) = delete;
+  MarkerScope& operator=(const MarkerScope&) = delete;
+  std::string env() const { return "E2E_MARKER=" + value_; }  // for RunOptions::env
+  std::vector<pid_t> leftovers(std::chrono::milliseconds timeout) const {
+    return waitNoProcessesWithEnv(env(), timeout);
+  }
+  // Human-readable description of leftover processes (pid, state, cmdline) for failure messages.
+  static std::string describe(const std::vector<pid_t>& pids);
+
+ private:
+  std::string value_;
+};
+
+// ---- output parsing ----------------------------------------------------------------------------
+
+std::vector<std::string> splitLines(const std::string& text);  // without the '\n'; no trailing ""
+
+// Lines of drun's console output, split into the "[r]:" rank prefix and the rest. rank is -1 for a
+// line without a "[<digits>]:" prefix.
+struct ConsoleLine {
+  int rank = -1;
+  std::string text;
+};
+std::vector<ConsoleLine> parseConsole(const std::string& output);
+
+// A unique random hex string (for markers, run ids, file names).
+std::string randomHex(size_t chars = 16);
+
+// ---- drun specifics ----------------------------------------------------------------------------
+
+// RunOptions for `drun ARGS...` with the environment changes `env`.
+RunOptions drunCommand(std::vector<std::string> args, std::vector<std::string> env = {},
+                       std::chrono::milliseconds timeout = 30s);
+
+// What one env_dump worker printed ("arg:<i>=..." and "env:KEY=VALUE" lines).
+struct EnvDump {
+  std::vector<std::string> args;             // argv[1..]
+  std::vector<std::pair<std::string, std::string>> vars;  // in printed order (duplicates kept)
+  std::optional<std::string> get(const std::string& key) const;
+  size_t count(const std::string& key) const;
+};
+// env_dump output on drun's stdout, by console rank prefix (-1 for unprefixed lines).
+std::map<int, EnvDump> parseEnvDumps(const std::string& output);
+
+// This machine's hostname (gethostname).
+std::string hostName();
+
+}  // namespace drun::test
