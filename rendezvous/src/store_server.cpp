@@ -247,6 +247,7 @@ class StoreServer::Impl::Session : public std::enable_shared_from_this<Session> 
     milliseconds lease = hello.leaseMs == 0 ? o.leaseTimeout : milliseconds(hello.leaseMs);
     lease_ = std::clamp(lease, o.minLeaseTimeout, o.maxLeaseTimeout);
     reply.leaseMs = clampMs(lease_);
+    armLease();  // from the handshake deadline to the client's lease
     std::string out;
     wire::encodeHelloReply(reply, out);
     queue(std::move(out));

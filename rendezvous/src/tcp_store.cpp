@@ -172,7 +172,7 @@ class TcpStore::Connection {
       // Exponential backoff with jitter, so many agents starting together do not knock in step.
       std::uniform_real_distribution<double> jitter(0.5, 1.5);
       milliseconds sleep(static_cast<long long>(backoff.count() * jitter(rng)));
-      sleep = std::min(sleep, deadline.remaining());
+      sleep = std::max(milliseconds(1), std::min(sleep, deadline.remaining()));
       spdlog::debug("store client: connect to {} failed ({}); retry in {}ms", endpoint_,
                     lastError, sleep.count());
       std::this_thread::sleep_for(sleep);

@@ -1,0 +1,541 @@
+// StoreServer under failure: closed and silent clients (waiters dropped, will run), garbage,
+// stalled and non-reading clients (never stall the others), 1000+ connections on one thread,
+// stop() while calls are pending, version and peer checks, connect retries, the daemon.
+#include <catch2/catch.hpp>
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <future>
+#include <thread>
+
+#include "drun/common/deadline.hpp"
+#include "drun/common/error.hpp"
+#include "drun/rendezvous/protocol.hpp"
+#include "drun/rendezvous/store_server.hpp"
+#include "drun/rendezvous/tcp_store.hpp"
+
+using namespace drun::rdzv;
+using namespace std::chrono_literals;
+using drun::Deadline;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+StoreServerOptions localOptions() {
+  StoreServerOptions o;
+  o.host = "127.0.0.1";
+  o.port = 0;
+  return o;
+}
+
+TcpStoreOptions clientOptions(uint16_t port) {
+  TcpStoreOptions o;
+  o.port = port;
+  o.connectTimeout = 5s;
+  o.timeout = 10s;
+  o.heartbeatInterval = 100ms;
+  o.leaseTimeout = 5s;
+  return o;
+}
+
+// Waits for a condition that the server reaches asynchronously (stats); fails at the deadline.
+bool eventually(const std::function<bool()>& condition, std::chrono::milliseconds timeout = 5s) {
+  Deadline deadline(timeout);
+  while (!condition()) {
+    if (deadline.expired()) return false;
+    std::this_thread::sleep_for(2ms);
+  }
+  return true;
+}
+
+// Whether f() throws an E. For calls made on other threads: Catch assertions are not
+// thread-safe, so threads return what happened and the test thread checks it.
+template <class E, class F>
+bool throwsAs(F&& f) {
+  try {
+    f();
+  } catch (const E&) {
+    return true;
+  } catch (...) {
+    return false;
+  }
+  return false;
+}
+
+// A hand-driven client on a raw socket: speaks the codec directly, or garbage.
+class RawClient {
+ public:
+  explicit RawClient(uint16_t port, int receiveBuffer = 0) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    REQUIRE(fd_ >= 0);
+    if (receiveBuffer > 0) ::setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &receiveBuffer, sizeof receiveBuffer);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  }
+  ~RawClient() { close(); }
+  void close() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+  void send(const std::string& bytes) {
+    size_t done = 0;
+    while (done < bytes.size()) {
+      ssize_t n = ::send(fd_, bytes.data() + done, bytes.size() - done, MSG_NOSIGNAL);
+      REQUIRE(n > 0);
+      done += static_cast<size_t>(n);
+    }
+  }
+  void hello(uint16_t version = wire::kVersion, uint32_t leaseMs = 0) {
+    std::string out;
+    wire::encodeHello(wire::Hello{version, leaseMs}, out);
+    send(out);
+  }
+  wire::HelloReply helloReply() {
+    wire::HelloReply reply;
+    for (;;) {
+      auto r = wire::decodeHelloReply(in_.data(), reply);
+      if (r.status == wire::DecodeStatus::Ok) {
+        in_.consume(r.consumed);
+        return reply;
+      }
+      REQUIRE(r.status == wire::DecodeStatus::NeedMore);
+      REQUIRE(receive(5s));
+    }
+  }
+  void request(wire::Request q) {
+    std::string out;
+    wire::encodeRequest(q, out);
+    send(out);
+  }
+  // The next response, or nullopt when the server closed the connection.
+  std::optional<wire::Response> response(std::chrono::milliseconds timeout = 5s) {
+    Deadline deadline(timeout);
+    for (;;) {
+      wire::Response p;
+      auto r = wire::decodeResponse(in_.data(), p);
+      if (r.status == wire::DecodeStatus::Ok) {
+        in_.consume(r.consumed);
+        return p;
+      }
+      REQUIRE(r.status == wire::DecodeStatus::NeedMore);
+      if (!receive(deadline.remaining())) return std::nullopt;
+    }
+  }
+  // True once the server has closed the connection (EOF), false at the timeout.
+  bool closedByServer(std::chrono::milliseconds timeout = 5s) {
+    Deadline deadline(timeout);
+    while (!deadline.expired()) {
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, static_cast<int>(deadline.remaining().count())) <= 0) return false;
+      char buf[4096];
+      ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+      if (n <= 0) return true;
+    }
+    return false;
+  }
+
+ private:
+  // Reads some bytes; false on EOF/error/timeout.
+  bool receive(std::chrono::milliseconds timeout) {
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(timeout.count())) <= 0) return false;
+    ssize_t n = ::recv(fd_, in_.prepare(65536), 65536, 0);
+    if (n <= 0) return false;
+    in_.commit(static_cast<size_t>(n));
+    return true;
+  }
+
+  int fd_ = -1;
+  wire::ReceiveBuffer in_;
+};
+
+wire::Request request(wire::Op op, std::vector<std::string> keys, uint64_t id,
+                      uint32_t timeoutMs = 0) {
+  wire::Request q;
+  q.op = op;
+  q.keys = std::move(keys);
+  q.id = id;
+  q.timeoutMs = timeoutMs;
+  return q;
+}
+
+}  // namespace
+
+TEST_CASE("server: a closed connection's waiters are dropped and its will runs", "[server]") {
+  StoreServer server(localOptions());
+  server.start();
+  TcpStore observer(clientOptions(server.port()));
+  {
+    RawClient raw(server.port());
+    raw.hello();
+    raw.helloReply();
+    wire::Request will = request(wire::Op::SetWill, {}, 1);
+    will.will.sets = {{"node/3/left", "closed"}};
+    raw.request(will);
+    auto ack = raw.response();
+    REQUIRE(ack);
+    REQUIRE(ack->status == wire::Status::Ok);
+    raw.request(request(wire::Op::Wait, {"never"}, 2, 60000));
+    raw.request(request(wire::Op::Watch, {"never"}, 3, 60000));
+    REQUIRE(eventually([&] { return server.stats().waitersPending == 2; }));
+  }  // closes the socket with both calls pending
+  CHECK(observer.get("node/3/left", 5s) == "closed");
+  CHECK(eventually([&] { return server.stats().waitersPending == 0; }));
+  CHECK(server.stats().willsRun == 1);
+  observer.set("never", "now");  // nobody is left to answer: must not touch the closed session
+  CHECK(observer.numKeys() == 2);
+}
+
+TEST_CASE("server: a silent client is expired after its lease; a heartbeating one is kept",
+          "[server]") {
+  StoreServer server(localOptions());
+  server.start();
+  TcpStore observer(clientOptions(server.port()));
+
+  TcpStoreOptions silentOptions = clientOptions(server.port());
+  silentOptions.heartbeatInterval = 0ms;
+  silentOptions.leaseTimeout = 200ms;
+  TcpStore silent(silentOptions);
+  CHECK(silent.leaseTimeout() == 200ms);
+  Store::Will will;
+  will.sets = {{"silent/dead", "1"}};
+  silent.setWill(will);
+  auto willSet = Clock::now();
+
+  TcpStoreOptions liveOptions = clientOptions(server.port());
+  liveOptions.heartbeatInterval = 40ms;
+  liveOptions.leaseTimeout = 250ms;
+  TcpStore live(liveOptions);
+  Store::Will liveWill;
+  liveWill.sets = {{"live/dead", "1"}};
+  live.setWill(liveWill);
+  // Blocked in a call for longer than its lease: heartbeats keep it alive meanwhile.
+  auto blocked = std::async(std::launch::async, [&] {
+    return throwsAs<drun::TimeoutError>([&] { live.get("nothing", 700ms); });
+  });
+
+  CHECK(observer.get("silent/dead", 5s) == "1");
+  CHECK(Clock::now() - willSet >= 200ms);
+  CHECK(blocked.get());
+  live.set("live/still", "here");  // the timed-out call left the connection usable
+  CHECK_FALSE(observer.tryGet("live/dead"));
+  CHECK(server.stats().leasesExpired == 1);
+  CHECK_THROWS_AS(silent.numKeys(), drun::NetworkError);
+
+  // A client that stops its heartbeats is expired too.
+  live.stopHeartbeatsForTest();
+  CHECK(observer.get("live/dead", 5s) == "1");
+  CHECK(server.stats().leasesExpired == 2);
+}
+
+TEST_CASE("server: garbage gets a protocol error and a close; other clients are unaffected",
+          "[server]") {
+  StoreServer server(localOptions());
+  server.start();
+  TcpStore good(clientOptions(server.port()));
+
+  RawClient garbage(server.port());
+  garbage.hello();
+  garbage.helloReply();
+  garbage.send(std::string("\x05\x00\x00\x00\xc8\x00\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00hello", 21));
+  auto error = garbage.response();
+  REQUIRE(error);
+  CHECK(error->status == wire::Status::ProtocolError);
+  CHECK_THAT(error->message, Catch::Contains("unknown op 200"));
+  CHECK(garbage.closedByServer());
+
+  RawClient huge(server.port());
+  huge.hello();
+  huge.helloReply();
+  huge.send(std::string("\xff\xff\xff\xff\x01\x00\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00", 16));
+  auto tooBig = huge.response();
+  REQUIRE(tooBig);
+  CHECK(tooBig->status == wire::Status::ProtocolError);
+  CHECK(huge.closedByServer());
+
+  RawClient foreign(server.port());
+  foreign.send("GET / HTTP/1.1\r\n\r\n");
+  CHECK(foreign.closedByServer());
+
+  // Stalled mid-frame and mid-hello: the others carry on at full speed.
+  RawClient stalledHello(server.port());
+  stalledHello.send("dr");
+  RawClient stalledFrame(server.port());
+  stalledFrame.hello();
+  stalledFrame.helloReply();
+  stalledFrame.send(std::string("\x40\x00\x00\x00\x01\x00\x00", 7));
+  auto started = Clock::now();
+  for (int i = 0; i < 200; ++i) good.add("progress", 1);
+  CHECK(good.get("progress", 1s) == "200");
+  CHECK(Clock::now() - started < 2s);
+  CHECK(server.stats().protocolErrors == 3);
+}
+
+TEST_CASE("server: a client that never reads is dropped at the output bound", "[server]") {
+  StoreServerOptions options = localOptions();
+  options.maxOutputQueueBytes = 1 << 20;
+  StoreServer server(options);
+  server.start();
+  TcpStore good(clientOptions(server.port()));
+  good.set("big", Bytes(256 << 10, 'x'));
+
+  RawClient reader(server.port(), 4096);
+  reader.hello();
+  reader.helloReply();
+  std::string requests;
+  for (uint64_t id = 1; id <= 200; ++id) wire::encodeRequest(request(wire::Op::Get, {"big"}, id, 1000), requests);
+  reader.send(requests);  // 50 MB of replies it will never read
+  CHECK(eventually([&] { return server.stats().slowClientsDropped == 1; }));
+  CHECK(eventually([&] { return server.stats().connectionsOpen == 1; }));
+  good.set("after", "fine");
+  CHECK(good.get("after", 1s) == "fine");
+}
+
+TEST_CASE("server: 1000+ concurrent connections on one io thread", "[server]") {
+  StoreServer server(localOptions());
+  server.start();
+  constexpr int kConnections = 1100;
+  std::vector<std::unique_ptr<RawClient>> clients;
+  clients.reserve(kConnections);
+  for (int i = 0; i < kConnections; ++i) {
+    clients.push_back(std::make_unique<RawClient>(server.port()));
+    clients.back()->hello();
+  }
+  for (auto& c : clients) {
+    CHECK(c->helloReply().status == wire::HelloStatus::Ok);
+    c->request(request(wire::Op::Wait, {"go"}, 7, 30000));
+  }
+  REQUIRE(eventually([&] { return server.stats().waitersPending == kConnections; }));
+  CHECK(server.stats().connectionsOpen == kConnections);
+  TcpStore starter(clientOptions(server.port()));
+  starter.set("go", "1");
+  int woken = 0;
+  for (auto& c : clients) {
+    auto p = c->response();
+    if (p && p->status == wire::Status::Ok && p->id == 7) ++woken;
+  }
+  CHECK(woken == kConnections);
+  // And they still serve plain calls.
+  for (int i = 0; i < kConnections; i += 100) {
+    wire::Request add = request(wire::Op::Add, {"n"}, 8);
+    add.delta = 1;
+    clients[i]->request(add);
+    auto p = clients[i]->response();
+    REQUIRE(p);
+    CHECK(p->status == wire::Status::Ok);
+  }
+  CHECK(starter.get("n", 1s) == "11");
+}
+
+TEST_CASE("server: pipelined calls are answered by request id", "[server]") {
+  StoreServer server(localOptions());
+  server.start();
+  RawClient raw(server.port());
+  raw.hello();
+  raw.helloReply();
+  raw.request(request(wire::Op::Get, {"later"}, 1, 10000));
+  raw.request(request(wire::Op::NumKeys, {}, 2));
+  auto numKeys = raw.response();
+  REQUIRE(numKeys);
+  CHECK(numKeys->id == 2);  // answered while the get is still pending
+  wire::Request set = request(wire::Op::Set, {"later"}, 3);
+  set.values = {"v"};
+  raw.request(set);
+  auto first = raw.response();
+  auto second = raw.response();
+  REQUIRE(first);
+  REQUIRE(second);
+  // The set wakes the get inside its own handling: the get's answer goes out first.
+  CHECK(first->id == 1);
+  CHECK(first->values == std::vector<Bytes>{"v"});
+  CHECK(second->id == 3);
+  // A deadline on the server: answered with Timeout and the missing keys.
+  raw.request(request(wire::Op::Wait, {"later", "absent"}, 4, 30));
+  auto timedOut = raw.response();
+  REQUIRE(timedOut);
+  CHECK(timedOut->status == wire::Status::Timeout);
+  CHECK(timedOut->keys == std::vector<std::string>{"absent"});
+}
+
+TEST_CASE("server: stop() from another thread while calls are pending", "[server]") {
+  auto server = std::make_unique<StoreServer>(localOptions());
+  server->start();
+  std::vector<std::unique_ptr<TcpStore>> clients;
+  for (int i = 0; i < 4; ++i) clients.push_back(std::make_unique<TcpStore>(clientOptions(server->port())));
+  std::vector<std::future<bool>> blocked;
+  for (auto& c : clients)
+    blocked.push_back(std::async(std::launch::async, [&c] {
+      return throwsAs<drun::NetworkError>([&] { c->get("never", 30s); });
+    }));
+  REQUIRE(eventually([&] { return server->stats().waitersPending == 4; }));
+  auto started = Clock::now();
+  std::thread stopper([&] { server->stop(); });
+  stopper.join();
+  for (auto& b : blocked) {
+    REQUIRE(b.wait_for(5s) == std::future_status::ready);
+    CHECK(b.get());
+  }
+  CHECK(Clock::now() - started < 5s);
+  server->stop();  // idempotent
+  server.reset();
+}
+
+TEST_CASE("server: run() on the caller's thread until stop()", "[server]") {
+  StoreServer server(localOptions());
+  auto serving = std::async(std::launch::async, [&] { server.run(); });
+  {
+    TcpStore c(clientOptions(server.port()));
+    c.set("k", "v");
+    CHECK(c.get("k", 1s) == "v");
+  }
+  server.stop();
+  REQUIRE(serving.wait_for(5s) == std::future_status::ready);
+}
+
+TEST_CASE("server: version and peer checks", "[server]") {
+  StoreServer server(localOptions());
+  server.start();
+  RawClient future(server.port());
+  future.hello(99);
+  auto reply = future.helloReply();
+  CHECK(reply.status == wire::HelloStatus::VersionMismatch);
+  CHECK(reply.version == wire::kVersion);
+  CHECK(future.closedByServer());
+
+  // A client requesting its own lease gets it (clamped to the server's range).
+  TcpStoreOptions o = clientOptions(server.port());
+  o.leaseTimeout = 2500ms;
+  CHECK(TcpStore(o).leaseTimeout() == 2500ms);
+  o.heartbeatInterval = 0ms;
+  o.leaseTimeout = 1ms;
+  CHECK(TcpStore(o).leaseTimeout() == StoreServerOptions{}.minLeaseTimeout);
+  o.heartbeatInterval = 3s;
+  o.leaseTimeout = 2s;
+  CHECK_THROWS_AS(TcpStore(o), drun::InvalidArgument);
+}
+
+TEST_CASE("client: a peer that is not a drun store is a ProtocolError", "[server]") {
+  int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  REQUIRE(::listen(listener, 4) == 0);
+  socklen_t len = sizeof addr;
+  ::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
+  auto peer = std::async(std::launch::async, [listener] {
+    int fd = ::accept(listener, nullptr, nullptr);
+    const char reply[] = "HTTP/1.1 400 Bad Request\r\n\r\n";
+    ::send(fd, reply, sizeof reply - 1, MSG_NOSIGNAL);
+    return fd;
+  });
+  TcpStoreOptions o = clientOptions(ntohs(addr.sin_port));
+  try {
+    TcpStore s(o);
+    FAIL("connected to an HTTP server");
+  } catch (const drun::ProtocolError& e) {
+    CHECK_THAT(e.what(), Catch::Contains("127.0.0.1:" + std::to_string(ntohs(addr.sin_port))));
+  }
+  ::close(peer.get());
+  ::close(listener);
+}
+
+TEST_CASE("client: connect retries until the server listens, and gives up at its deadline",
+          "[server]") {
+  uint16_t port = 0;
+  {
+    StoreServer probe(localOptions());  // find a free port, then free it
+    port = probe.port();
+  }
+  TcpStoreOptions o = clientOptions(port);
+  o.connectTimeout = 300ms;
+  auto started = Clock::now();
+  try {
+    TcpStore s(o);
+    FAIL("connected to nothing");
+  } catch (const drun::TimeoutError& e) {
+    CHECK_THAT(e.what(), Catch::Contains("127.0.0.1:" + std::to_string(port)));
+  }
+  CHECK(Clock::now() - started >= 300ms);
+  CHECK(Clock::now() - started < 3s);
+
+  // The server appears while the client is retrying.
+  o.connectTimeout = 10s;
+  auto late = std::async(std::launch::async, [&] {
+    std::this_thread::sleep_for(150ms);  // the scenario itself: the server starts late
+    StoreServerOptions so = localOptions();
+    so.port = port;
+    StoreServer server(so);
+    server.start();
+    TcpStore self(clientOptions(port));
+    self.wait({"done"}, 10s);
+  });
+  TcpStore s(o);
+  s.set("done", "1");
+  late.get();
+}
+
+TEST_CASE("daemon: drun-rendezvous prints its port, serves, and stops on SIGTERM", "[server]") {
+  namespace fs = std::filesystem;
+  fs::path binary;
+  if (const char* dir = std::getenv("DRUN_BUILD_DIR")) binary = fs::path(dir) / "bin" / "drun-rendezvous";
+  if (binary.empty() || !fs::exists(binary))
+    binary = fs::read_symlink("/proc/self/exe").parent_path().parent_path() / "bin" / "drun-rendezvous";
+  if (!fs::exists(binary)) {
+    WARN("drun-rendezvous not built; skipped (" << binary << ")");
+    return;
+  }
+  int out[2];
+  REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
+  pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::dup2(out[1], STDOUT_FILENO);
+    ::execl(binary.c_str(), "drun-rendezvous", "--host", "127.0.0.1", "--port", "0",
+            "--log-level", "warn", static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  ::close(out[1]);
+  std::string line;
+  Deadline deadline(10s);
+  while (line.find('\n') == std::string::npos && !deadline.expired()) {
+    pollfd p{out[0], POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(deadline.remaining().count())) <= 0) break;
+    char buf[256];
+    ssize_t n = ::read(out[0], buf, sizeof buf);
+    if (n <= 0) break;
+    line.append(buf, static_cast<size_t>(n));
+  }
+  ::close(out[0]);
+  const std::string prefix = "drun-rendezvous listening on 127.0.0.1:";
+  REQUIRE_THAT(line, Catch::StartsWith(prefix));
+  uint16_t port = static_cast<uint16_t>(std::stoi(line.substr(prefix.size())));
+  {
+    TcpStore c(clientOptions(port));
+    c.set("rdzv/jobA/x", "1");
+    c.set("rdzv/jobB/x", "2");
+    CHECK(c.deletePrefix("rdzv/jobA/") == 1);
+    CHECK(c.numKeys() == 1);
+  }
+  ::kill(pid, SIGTERM);
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+}
