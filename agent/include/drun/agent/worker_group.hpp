@@ -1,13 +1,25 @@
 // WorkerGroup: the local worker processes of one attempt (one rendezvous round) on this node.
 //
-// Starts N processes (fork/exec), each in its own process group, stdin from /dev/null, stdout and
-// stderr through pipes into the OutputMux (whole lines, prefixed, filtered, logged to files).
-// Reports each worker's exit through the onExit callback as soon as SIGCHLD arrives (no polling),
-// and stops the group on request: a signal to every worker's process group, SIGKILL after the
-// grace period. Descendants are covered by the JobGuard (no process outlives drun).
+// Starts N processes (clone(CLONE_VM|CLONE_VFORK) + execve, like posix_spawn), each in its own
+// process group, parent-death signal SIGKILL, default signal dispositions and an empty signal
+// mask, stdin from /dev/null, stdout and stderr through pipes into the OutputMux (whole lines,
+// prefixed, filtered, logged to files), and no other inherited fd (fds >= 3 are closed). An exec
+// failure is reported as an exit with code 127 (not found) or 126 (not executable) and the reason
+// as a stderr line. Reports each worker's exit through the onExit callback as soon as SIGCHLD
+// arrives (no polling), and stops the group on request: a signal to every worker's process
+// group, SIGKILL after the grace period. Descendants are covered by the JobGuard (no process
+// outlives drun).
+//
+// SIGCHLD: while a group lives, its SIGCHLD handler reaps every exited child of the process
+// (waitpid(-1)); children that are not workers (orphans re-parented to drun, the subreaper) are
+// dropped, the JobGuard watchdog is routed to its owner. Code that wants to wait for a child of
+// its own must register it with the process-wide reaper (agent/src/child_reaper.hpp).
+// The parent-death signal follows the *thread* that called start(): call it from a thread that
+// outlives the workers (the agent's main thread).
 //
 // Threading: everything runs on the io_context passed in (single-threaded); callbacks are invoked
-// on it. Ownership: the group owns its pipes and child pids; destroying it SIGKILLs what is left.
+// on it and may destroy the group. Ownership: the group owns its pipes and child pids; destroying
+// it SIGKILLs every worker's process group and reaps the workers (bounded wait).
 #pragma once
 
 #include <sys/types.h>
@@ -23,6 +35,8 @@
 #include <string>
 #include <vector>
 
+#include "drun/agent/output_mux.hpp"
+
 namespace drun::agent {
 
 // One worker to start.
@@ -31,31 +45,6 @@ struct WorkerSpec {
   int globalRank = 0;
   std::vector<std::string> argv;  // argv[0] resolved by the caller (path or name found in PATH)
   std::vector<std::string> env;   // the complete environment, "KEY=VALUE"
-};
-
-// Where a local rank's stdout/stderr go, torchrun's --redirects/--tee bits: 1 = stdout, 2 = stderr.
-struct StdRouting {
-  int redirect = 0;  // these streams go to the log file only
-  int tee = 0;       // these streams go to the log file and the console
-};
-
-struct OutputOptions {
-  // Console line prefix template; macros ${rank}, ${local_rank}, ${role_name}, ${hostname}.
-  // Empty = no prefix. The launcher decides the default ("[${rank}]:" when >1 worker).
-  std::string prefixTemplate;
-  std::string roleName = "default";
-  std::string hostname;
-  // Local ranks whose output reaches the console; nullopt = all.
-  std::optional<std::vector<int>> consoleLocalRanks;
-  // Attempt directory for per-rank files: <attemptDir>/<local_rank>/{stdout,stderr}.log.
-  // nullopt = no files (redirect/tee then have nowhere to write: the launcher always sets one
-  // when routing is used).
-  std::optional<std::filesystem::path> attemptDir;
-  // Per local rank routing; ranks missing from the map use `defaultRouting`.
-  StdRouting defaultRouting;
-  std::map<int, StdRouting> routing;
-  // How many trailing stderr lines to keep per worker for the failure summary.
-  size_t stderrTailLines = 20;
 };
 
 struct WorkerExit {
@@ -71,8 +60,17 @@ struct WorkerExit {
   int statusCode() const { return signal ? 128 + signal : exitCode; }
 };
 
+class JobGuard;
+
 struct GroupOptions {
   OutputOptions output;
+  // When set, every worker's process group is registered with the guard (and unregistered once
+  // the group is empty), and the guard's envEntry() is appended to each worker's environment
+  // unless it already carries DRUN_JOB_TOKEN. Not owned; must outlive the group.
+  JobGuard* jobGuard = nullptr;
+  // After a worker exited, how long to wait for its pipes to reach EOF before reporting it anyway
+  // (a grandchild may hold them open). Reading goes on after the report.
+  std::chrono::milliseconds pipeDrainBound{150};
 };
 
 class WorkerGroup {
@@ -85,19 +83,24 @@ class WorkerGroup {
   WorkerGroup& operator=(const WorkerGroup&) = delete;
 
   // Called once per worker, after the worker exited AND its stdout/stderr reached EOF (so the
-  // stderr tail is complete), in the order they finish.
+  // stderr tail is complete), in the order they finish. If a descendant keeps the pipes open,
+  // the report comes GroupOptions::pipeDrainBound after the exit anyway.
   void onExit(ExitHandler handler);
 
   // Starts every worker. Throws drun::Error when a fork/exec fails (exec failure of the program
   // is reported as an exit with code 127, like a shell, with the reason in its stderr tail).
+  // On a throw, the workers started so far are SIGKILLed (destroy the group to reap them).
+  // Call once per group.
   void start(const std::vector<WorkerSpec>& workers);
 
   // Sends `signal` to the process group of every live worker, then SIGKILL to the groups still
-  // alive after `grace`. `done` runs once every worker was reaped.
+  // alive after `grace`. `done` runs (on the io_context) once every worker was reported through
+  // onExit. A second stop() while stopping sends its signal too and keeps the earlier deadline
+  // unless the new one is sooner.
   void stop(int signal, std::chrono::milliseconds grace, std::function<void()> done);
 
   size_t running() const;  // workers not yet reported through onExit
-  std::vector<pid_t> pids() const;
+  std::vector<pid_t> pids() const;  // every worker's pid (= its process group id), start order
 
  private:
   struct Impl;

@@ -1,0 +1,106 @@
+// OutputMux: carries the workers' stdout/stderr to drun's console and to per-rank log files.
+//
+// drun is the only writer of its own stdout/stderr, so every worker line reaches the console
+// whole: lines are cut at '\n', prefixed (OutputOptions::prefixTemplate) and written with one
+// write(2) per batch of whole lines (partial writes, EINTR and EAGAIN are continued, never
+// interleaved with another worker). Worker stdout goes to drun's stdout, stderr to drun's stderr.
+// A line is written as soon as it arrives (no timers). A partial line is flushed at EOF with a
+// newline appended; a line longer than kMaxLineBytes is cut into kMaxLineBytes pieces.
+//
+// Routing, per local rank and stream (torchrun's --redirects/--tee bits, 1 = stdout, 2 = stderr):
+//   - attemptDir set: <attemptDir>/<local_rank>/{stdout,stderr}.log always get the raw bytes
+//     (drun's --log-dir always keeps files); the console also gets the stream unless its
+//     `redirect` bit is set (`tee` is then what happens anyway, kept for torchrun compatibility).
+//   - attemptDir unset: console only; redirect/tee are ignored (nowhere to write).
+//   - consoleLocalRanks filters the console only; files and the stderr tail get everything.
+// If the console is a closed pipe (EPIPE), the console is dropped and the workers keep being
+// drained (files and tail still fill). Constructing an OutputMux sets SIGPIPE to SIG_IGN in the
+// process (workers get the default disposition back).
+//
+// Threading: all on the io_context passed in (single-threaded). Ownership: owns the pipe read
+// ends handed to attach() and the log files; destroying it closes them.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <cstddef>
+#include <deque>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace drun::agent {
+
+// Where a local rank's stdout/stderr go, torchrun's --redirects/--tee bits: 1 = stdout, 2 = stderr.
+struct StdRouting {
+  int redirect = 0;  // these streams go to the log file only
+  int tee = 0;       // these streams go to the log file and the console
+};
+
+struct OutputOptions {
+  // Console line prefix template; macros ${rank}, ${local_rank}, ${role_name}, ${hostname}.
+  // Empty = no prefix. The launcher decides the default ("[${rank}]:" when >1 worker).
+  std::string prefixTemplate;
+  std::string roleName = "default";
+  std::string hostname;
+  // Local ranks whose output reaches the console; nullopt = all.
+  std::optional<std::vector<int>> consoleLocalRanks;
+  // Attempt directory for per-rank files: <attemptDir>/<local_rank>/{stdout,stderr}.log.
+  // nullopt = no files (redirect/tee then have nowhere to write: the launcher always sets one
+  // when routing is used).
+  std::optional<std::filesystem::path> attemptDir;
+  // Per local rank routing; ranks missing from the map use `defaultRouting`.
+  StdRouting defaultRouting;
+  std::map<int, StdRouting> routing;
+  // How many trailing stderr lines to keep per worker for the failure summary.
+  size_t stderrTailLines = 20;
+  // The console: where worker stdout / stderr lines go. Not owned. Tests point these elsewhere.
+  int consoleStdoutFd = 1;
+  int consoleStderrFd = 2;
+};
+
+// Expands ${rank}, ${local_rank}, ${role_name}, ${hostname} in `tmpl`; other text is kept as is.
+std::string expandPrefix(const std::string& tmpl, const OutputOptions& options, int localRank,
+                         int globalRank);
+
+class OutputMux {
+ public:
+  static constexpr size_t kMaxLineBytes = 1 << 20;   // longer lines are cut
+  static constexpr size_t kMaxTailLineBytes = 4096;  // stderr tail lines are truncated
+
+  OutputMux(boost::asio::io_context& io, OutputOptions options);
+  ~OutputMux();
+  OutputMux(const OutputMux&) = delete;
+  OutputMux& operator=(const OutputMux&) = delete;
+
+  // Opens the rank's log files (when attemptDir is set; throws drun::Error if it cannot) and
+  // returns; call before the worker starts. Idempotent per local rank.
+  void prepare(int localRank, int globalRank);
+
+  // Starts reading a worker's stdout/stderr pipe read ends (owned from now on; made non-blocking).
+  // `onClosed` runs on the io_context once both reached EOF. Calls prepare() if not done yet.
+  void attach(int localRank, int globalRank, int stdoutFd, int stderrFd,
+              std::function<void()> onClosed);
+
+  // True once both pipes of the rank reached EOF.
+  bool closed(int localRank) const;
+
+  // Adds a line to the rank's stderr as if the worker wrote it (drun's own diagnostics about the
+  // worker, e.g. an exec failure): console (routing permitting), file and tail.
+  void injectStderrLine(int localRank, const std::string& line);
+
+  // The last OutputOptions::stderrTailLines lines the rank wrote to stderr (a snapshot).
+  std::deque<std::string> stderrTail(int localRank) const;
+
+  // Whether console writes still work (false after EPIPE or another write error).
+  bool consoleAlive() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace drun::agent

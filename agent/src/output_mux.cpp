@@ -1,0 +1,302 @@
+#include "drun/agent/output_mux.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <boost/asio/buffer.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <cerrno>
+#include <cstring>
+#include <string_view>
+#include <system_error>
+
+#include "drun/common/error.hpp"
+
+namespace drun::agent {
+
+namespace asio = boost::asio;
+
+namespace {
+
+constexpr size_t kReadChunkBytes = 64 * 1024;
+
+// Writes all of [data, data+size) to `fd`, continuing partial writes; EINTR retried, EAGAIN (a
+// non-blocking fd handed to us) waits for POLLOUT. Returns 0 or the errno that stopped it.
+int writeAll(int fd, const char* data, size_t size) {
+  while (size > 0) {
+    ssize_t n = ::write(fd, data, size);
+    if (n > 0) {
+      data += n;
+      size -= static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      // Back-pressure from the console reader: like any program writing to it, drun waits
+      // rather than dropping output.
+      pollfd p{fd, POLLOUT, 0};
+      if (::poll(&p, 1, -1) < 0 && errno != EINTR) return errno;
+      continue;
+    }
+    return n < 0 ? errno : EIO;
+  }
+  return 0;
+}
+
+void replaceAll(std::string& text, std::string_view macro, const std::string& value) {
+  for (size_t at = text.find(macro); at != std::string::npos; at = text.find(macro, at)) {
+    text.replace(at, macro.size(), value);
+    at += value.size();
+  }
+}
+
+int openLogFile(const std::filesystem::path& path) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0)
+    throw Error("cannot create worker log file " + path.string() + ": " + std::strerror(errno));
+  return fd;
+}
+
+}  // namespace
+
+std::string expandPrefix(const std::string& tmpl, const OutputOptions& options, int localRank,
+                         int globalRank) {
+  std::string out = tmpl;
+  if (out.find("${") == std::string::npos) return out;
+  replaceAll(out, "${rank}", std::to_string(globalRank));
+  replaceAll(out, "${local_rank}", std::to_string(localRank));
+  replaceAll(out, "${role_name}", options.roleName);
+  replaceAll(out, "${hostname}", options.hostname);
+  return out;
+}
+
+struct OutputMux::Impl {
+  struct Console {
+    int fd;
+    bool alive = true;
+  };
+
+  struct Source;
+
+  // One pipe (a worker's stdout or stderr) and where its bytes go.
+  struct Stream {
+    Source* source = nullptr;
+    bool isStderr = false;
+    std::optional<asio::posix::stream_descriptor> pipe;
+    std::vector<char> buffer;
+    std::string partial;  // the line being assembled across reads
+    int fileFd = -1;      // raw bytes, as the worker wrote them
+    bool toConsole = true;
+    bool eof = false;
+    ~Stream() {
+      if (fileFd >= 0) ::close(fileFd);
+    }
+  };
+
+  struct Source {
+    int localRank = 0;
+    int globalRank = 0;
+    std::string prefix;
+    Stream out;
+    Stream err;
+    std::deque<std::string> tail;
+    std::function<void()> onClosed;
+    bool attached = false;
+  };
+
+  Impl(asio::io_context& io, OutputOptions options)
+      : io(io),
+        options(std::move(options)),
+        consoles{Console{this->options.consoleStdoutFd}, Console{this->options.consoleStderrFd}} {}
+
+  asio::io_context& io;
+  OutputOptions options;
+  Console consoles[2];  // [0] stdout, [1] stderr
+  std::map<int, std::unique_ptr<Source>> sources;
+  std::string batch;  // whole lines of one read, written to the console at once
+  std::shared_ptr<int> life = std::make_shared<int>(0);
+
+  Source& source(int localRank) {
+    auto it = sources.find(localRank);
+    if (it == sources.end()) throw std::logic_error("OutputMux: unknown local rank");
+    return *it->second;
+  }
+
+  bool consoleAllowed(int localRank) const {
+    if (!options.consoleLocalRanks) return true;
+    const auto& ranks = *options.consoleLocalRanks;
+    return std::find(ranks.begin(), ranks.end(), localRank) != ranks.end();
+  }
+
+  Source& prepare(int localRank, int globalRank) {
+    auto& slot = sources[localRank];
+    if (slot) return *slot;
+    auto src = std::make_unique<Source>();
+    src->localRank = localRank;
+    src->globalRank = globalRank;
+    src->prefix = expandPrefix(options.prefixTemplate, options, localRank, globalRank);
+    src->out.source = src->err.source = src.get();
+    src->err.isStderr = true;
+    StdRouting routing = options.defaultRouting;
+    if (auto it = options.routing.find(localRank); it != options.routing.end())
+      routing = it->second;
+    bool console = consoleAllowed(localRank);
+    src->out.toConsole = console;
+    src->err.toConsole = console;
+    if (options.attemptDir) {
+      std::filesystem::path dir = *options.attemptDir / std::to_string(localRank);
+      std::error_code ec;
+      std::filesystem::create_directories(dir, ec);
+      if (ec)
+        throw Error("cannot create worker log directory " + dir.string() + ": " + ec.message());
+      src->out.fileFd = openLogFile(dir / "stdout.log");
+      src->err.fileFd = openLogFile(dir / "stderr.log");
+      src->out.toConsole = console && !(routing.redirect & 1);
+      src->err.toConsole = console && !(routing.redirect & 2);
+    }
+    slot = std::move(src);
+    return *slot;
+  }
+
+  void startReading(Stream& stream, int fd) {
+    stream.buffer.resize(kReadChunkBytes);
+    stream.pipe.emplace(io, fd);
+    read(stream);
+  }
+
+  void read(Stream& stream) {
+    stream.pipe->async_read_some(
+        asio::buffer(stream.buffer), [this, &stream, life = std::weak_ptr<int>(life)](
+                                         const boost::system::error_code& ec, size_t n) {
+          if (life.expired()) return;
+          if (n > 0) consume(stream, stream.buffer.data(), n);
+          if (!ec) return read(stream);
+          finish(stream);  // EOF, or a read error: either way this pipe is done
+        });
+  }
+
+  void emitLine(Stream& stream, std::string_view line) {
+    if (stream.toConsole) {
+      batch += stream.source->prefix;
+      batch += line;
+      batch += '\n';
+    }
+    if (stream.isStderr && options.stderrTailLines > 0) {
+      auto& tail = stream.source->tail;
+      tail.emplace_back(line.substr(0, kMaxTailLineBytes));
+      while (tail.size() > options.stderrTailLines) tail.pop_front();
+    }
+  }
+
+  void flushBatch(Stream& stream) {
+    if (batch.empty()) return;
+    Console& console = consoles[stream.isStderr ? 1 : 0];
+    if (console.alive) {
+      if (int err = writeAll(console.fd, batch.data(), batch.size())) {
+        console.alive = false;  // EPIPE (nobody reads drun's output) or worse: keep draining
+        spdlog::debug("worker output: console fd {} dropped: {}", console.fd, std::strerror(err));
+      }
+    }
+    batch.clear();
+  }
+
+  void writeFile(Stream& stream, const char* data, size_t size) {
+    if (stream.fileFd < 0) return;
+    if (int err = writeAll(stream.fileFd, data, size)) {
+      spdlog::warn("worker output: writing the log of local rank {} failed: {}",
+                   stream.source->localRank, std::strerror(err));
+      ::close(stream.fileFd);
+      stream.fileFd = -1;
+    }
+  }
+
+  // Cuts [data, data+size) into lines; whole lines go out now, the rest waits for more bytes.
+  void consume(Stream& stream, const char* data, size_t size) {
+    writeFile(stream, data, size);
+    size_t pos = 0;
+    while (pos < size) {
+      const void* nl = std::memchr(data + pos, '\n', size - pos);
+      size_t lineEnd = nl ? static_cast<size_t>(static_cast<const char*>(nl) - data) : size;
+      size_t take = std::min(lineEnd - pos, kMaxLineBytes - stream.partial.size());
+      bool complete = nl && take == lineEnd - pos;
+      if (complete && stream.partial.empty()) {
+        emitLine(stream, std::string_view(data + pos, take));
+      } else {
+        stream.partial.append(data + pos, take);
+        if (complete || stream.partial.size() >= kMaxLineBytes) {
+          emitLine(stream, stream.partial);
+          stream.partial.clear();
+        }
+      }
+      pos += take + (complete ? 1 : 0);
+    }
+    flushBatch(stream);
+  }
+
+  void finish(Stream& stream) {
+    if (stream.eof) return;
+    stream.eof = true;
+    if (!stream.partial.empty()) {
+      emitLine(stream, stream.partial);  // the newline the worker did not write
+      stream.partial.clear();
+      flushBatch(stream);
+    }
+    boost::system::error_code ignored;
+    stream.pipe->close(ignored);
+    Source& src = *stream.source;
+    if (src.out.eof && src.err.eof && src.onClosed) {
+      auto onClosed = std::move(src.onClosed);
+      src.onClosed = nullptr;
+      onClosed();  // may destroy the mux: nothing after this
+    }
+  }
+};
+
+OutputMux::OutputMux(asio::io_context& io, OutputOptions options)
+    : impl_(std::make_unique<Impl>(io, std::move(options))) {
+  // A closed console pipe must cost drun its console, not its life (workers get SIG_DFL back).
+  ::signal(SIGPIPE, SIG_IGN);
+}
+
+OutputMux::~OutputMux() = default;
+
+void OutputMux::prepare(int localRank, int globalRank) { impl_->prepare(localRank, globalRank); }
+
+void OutputMux::attach(int localRank, int globalRank, int stdoutFd, int stderrFd,
+                       std::function<void()> onClosed) {
+  Impl::Source& src = impl_->prepare(localRank, globalRank);
+  if (src.attached) throw std::logic_error("OutputMux: local rank attached twice");
+  src.attached = true;
+  src.onClosed = std::move(onClosed);
+  impl_->startReading(src.out, stdoutFd);
+  impl_->startReading(src.err, stderrFd);
+}
+
+bool OutputMux::closed(int localRank) const {
+  auto it = impl_->sources.find(localRank);
+  return it != impl_->sources.end() && it->second->out.eof && it->second->err.eof;
+}
+
+void OutputMux::injectStderrLine(int localRank, const std::string& line) {
+  Impl::Stream& stream = impl_->source(localRank).err;
+  std::string withNewline = line + '\n';
+  impl_->writeFile(stream, withNewline.data(), withNewline.size());
+  impl_->emitLine(stream, line);
+  impl_->flushBatch(stream);
+}
+
+std::deque<std::string> OutputMux::stderrTail(int localRank) const {
+  auto it = impl_->sources.find(localRank);
+  if (it == impl_->sources.end()) return {};
+  return it->second->tail;
+}
+
+bool OutputMux::consoleAlive() const {
+  return impl_->consoles[0].alive && impl_->consoles[1].alive;
+}
+
+}  // namespace drun::agent

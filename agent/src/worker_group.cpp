@@ -1,0 +1,339 @@
+#include "drun/agent/worker_group.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <boost/asio/post.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <cerrno>
+#include <cstring>
+#include <unordered_map>
+
+#include "child_reaper.hpp"
+#include "drun/agent/job_guard.hpp"
+#include "drun/common/deadline.hpp"
+#include "drun/common/error.hpp"
+#include "process_spawn.hpp"
+
+namespace drun::agent {
+
+namespace asio = boost::asio;
+using namespace std::chrono_literals;
+
+namespace {
+
+// How long the destructor waits for SIGKILLed workers to die before leaving them to the reaper.
+constexpr std::chrono::milliseconds kDestructorReapBound = 2s;
+
+// fds 0-2 must be taken, or a pipe could land on them and be clobbered by the child's dup2s.
+void ensureStandardFdsOpen() {
+  for (int fd = 0; fd < 3; ++fd) {
+    if (::fcntl(fd, F_GETFD) >= 0 || errno != EBADF) continue;
+    int null = ::open("/dev/null", O_RDWR);  // lands on `fd`, the lowest free number
+    if (null >= 0 && null != fd) ::close(null);
+  }
+}
+
+struct Pipe {
+  int read = -1;
+  int write = -1;
+  Pipe() {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0)
+      throw Error(std::string("pipe2 failed: ") + std::strerror(errno));
+    read = fds[0];
+    write = fds[1];
+  }
+  ~Pipe() {
+    closeRead();
+    closeWrite();
+  }
+  int releaseRead() { return std::exchange(read, -1); }
+  void closeRead() {
+    if (read >= 0) ::close(std::exchange(read, -1));
+  }
+  void closeWrite() {
+    if (write >= 0) ::close(std::exchange(write, -1));
+  }
+};
+
+bool hasJobToken(const std::vector<std::string>& env) {
+  for (const auto& entry : env)
+    if (entry.rfind("DRUN_JOB_TOKEN=", 0) == 0) return true;
+  return false;
+}
+
+}  // namespace
+
+struct WorkerGroup::Impl {
+  struct Worker {
+    int localRank = 0;
+    int globalRank = 0;
+    pid_t pid = -1;
+    bool exited = false;
+    int exitCode = 0;
+    int signal = 0;
+    std::chrono::system_clock::time_point when;
+    bool pipesClosed = false;
+    bool reported = false;
+    bool groupGone = false;  // its process group was empty once it was reported
+    std::optional<asio::steady_timer> drainTimer;  // the bound on pipes held by descendants
+  };
+
+  Impl(asio::io_context& io, GroupOptions options)
+      : io(io),
+        options(std::move(options)),
+        mux(io, this->options.output),
+        sigchld(io, SIGCHLD),
+        killTimer(io) {
+    ensureStandardFdsOpen();
+    devNull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (devNull < 0) throw Error(std::string("cannot open /dev/null: ") + std::strerror(errno));
+    waitForSigchld();
+  }
+
+  ~Impl() {
+    life.reset();  // handlers still queued on the io_context must not touch us
+    boost::system::error_code ignored;
+    sigchld.cancel(ignored);
+    // SIGKILL every group (leftover descendants of exited workers included), then reap.
+    for (auto& w : workers)
+      if (w->pid > 0 && !w->groupGone) killGroup(*w, SIGKILL);
+    auto& reaper = detail::ChildReaper::instance();
+    Deadline deadline(kDestructorReapBound);
+    for (auto& w : workers) {
+      if (w->pid <= 0 || w->exited) continue;
+      if (!reaper.reapWithin(w->pid, deadline.remaining())) {
+        spdlog::warn("worker pid {} (local rank {}) did not die within {}ms of SIGKILL", w->pid,
+                     w->localRank, kDestructorReapBound.count());
+        reaper.forget(w->pid);
+      }
+    }
+    if (options.jobGuard)
+      for (auto& w : workers)
+        if (w->pid > 0 && !w->groupGone) options.jobGuard->removeProcessGroup(w->pid);
+    if (devNull >= 0) ::close(devNull);
+  }
+
+  asio::io_context& io;
+  GroupOptions options;
+  OutputMux mux;
+  asio::signal_set sigchld;
+  asio::steady_timer killTimer;
+  std::vector<std::unique_ptr<Worker>> workers;
+  std::unordered_map<pid_t, Worker*> byPid;
+  ExitHandler onExit;
+  std::vector<std::function<void()>> stopDone;
+  bool stopping = false;
+  std::chrono::steady_clock::time_point killAt;
+  bool started = false;
+  int devNull = -1;
+  std::shared_ptr<int> life = std::make_shared<int>(0);
+
+  auto guard() { return std::weak_ptr<int>(life); }
+
+  void waitForSigchld() {
+    sigchld.async_wait([this, alive = guard()](const boost::system::error_code& ec, int) {
+      if (alive.expired() || ec) return;
+      waitForSigchld();
+      // Routes every exited child: ours come back through their sinks (posted), others dropped.
+      detail::ChildReaper::instance().reapAll();
+    });
+  }
+
+  void killGroup(const Worker& w, int sig) {
+    if (::kill(-w.pid, sig) != 0 && errno != ESRCH)
+      spdlog::debug("kill(-{}, {}) failed: {}", w.pid, sig, std::strerror(errno));
+  }
+
+  void start(const std::vector<WorkerSpec>& specs) {
+    if (started) throw std::logic_error("WorkerGroup::start called twice");
+    started = true;
+    workers.reserve(specs.size());
+    try {
+      for (const auto& spec : specs) startOne(spec);
+    } catch (...) {
+      for (auto& w : workers) killGroup(*w, SIGKILL);
+      throw;
+    }
+    // Children that exited while no group listened (orphans) left zombies: collect them now.
+    detail::ChildReaper::instance().reapAll();
+  }
+
+  void startOne(const WorkerSpec& spec) {
+    if (spec.argv.empty())
+      throw InvalidArgument("worker local rank " + std::to_string(spec.localRank) + ": empty argv");
+    mux.prepare(spec.localRank, spec.globalRank);  // log files exist before the worker runs
+    Pipe out, err;
+
+    detail::SpawnRequest request;
+    int resolveError = 0;
+    request.path = detail::resolveProgram(spec.argv[0], spec.env, &resolveError);
+    request.argv = spec.argv;
+    request.env = spec.env;
+    if (options.jobGuard && !hasJobToken(spec.env))
+      request.env.push_back(options.jobGuard->envEntry());
+    request.stdinFd = devNull;
+    request.stdoutFd = out.write;
+    request.stderrFd = err.write;
+
+    auto worker = std::make_unique<Worker>();
+    worker->localRank = spec.localRank;
+    worker->globalRank = spec.globalRank;
+    Worker* w = worker.get();
+    detail::SpawnResult result;
+    auto executor = io.get_executor();
+    detail::ChildReaper::instance().spawnWatched(
+        [&] {
+          result = detail::spawnProcess(request);
+          return result.pid;
+        },
+        [this, executor, alive = guard()](pid_t pid, int status) {
+          asio::post(executor, [this, alive, pid, status] {
+            if (!alive.expired()) reaped(pid, status);
+          });
+        });
+    if (result.pid < 0)
+      throw Error("cannot start worker local rank " + std::to_string(spec.localRank) + " (" +
+                  spec.argv[0] + "): " + result.step + ": " + std::strerror(result.error));
+    w->pid = result.pid;
+    byPid[w->pid] = w;
+    workers.push_back(std::move(worker));
+    if (result.error != 0) {
+      // Like a shell: the reason on the worker's stderr, the child already _exit()ed 127/126.
+      std::string reason =
+          std::string("drun: cannot execute '") + spec.argv[0] +
+          "': " + (std::strcmp(result.step, "execve") == 0 ? "" : std::string(result.step) + ": ") +
+          std::strerror(result.error) + (resolveError == ENOENT ? " (not found in PATH)" : "") +
+          "\n";
+      [[maybe_unused]] ssize_t n = ::write(err.write, reason.data(), reason.size());
+    }
+    out.closeWrite();
+    err.closeWrite();
+    if (options.jobGuard) options.jobGuard->addProcessGroup(w->pid);
+    mux.attach(spec.localRank, spec.globalRank, out.releaseRead(), err.releaseRead(),
+               [this, w, alive = guard()] {
+                 if (alive.expired()) return;
+                 w->pipesClosed = true;
+                 if (w->exited) report(*w);
+               });
+    spdlog::debug("started worker local rank {} rank {} pid {}: {}", spec.localRank,
+                  spec.globalRank, w->pid, spec.argv[0]);
+  }
+
+  void reaped(pid_t pid, int status) {
+    auto it = byPid.find(pid);
+    if (it == byPid.end()) return;
+    Worker& w = *it->second;
+    if (w.exited) return;
+    w.exited = true;
+    w.when = std::chrono::system_clock::now();
+    if (WIFSIGNALED(status))
+      w.signal = WTERMSIG(status);
+    else
+      w.exitCode = WEXITSTATUS(status);
+    spdlog::debug("worker local rank {} pid {} exited: code {} signal {}", w.localRank, pid,
+                  w.exitCode, w.signal);
+    if (w.pipesClosed) return report(w);
+    // A descendant may hold the pipes open: report after a short bound anyway (reading goes on).
+    w.drainTimer.emplace(io, options.pipeDrainBound);
+    w.drainTimer->async_wait([this, &w, alive = guard()](const boost::system::error_code& ec) {
+      if (alive.expired() || ec) return;
+      report(w);
+    });
+  }
+
+  void report(Worker& w) {
+    if (w.reported) return;
+    w.reported = true;
+    if (w.drainTimer) w.drainTimer->cancel();
+    // An empty group's id may be reused once the leader is reaped: never signal it again. A
+    // group with members left keeps its id reserved (the kernel does not reuse it meanwhile).
+    w.groupGone = ::kill(-w.pid, 0) != 0 && errno == ESRCH;
+    if (options.jobGuard && w.groupGone) options.jobGuard->removeProcessGroup(w.pid);
+    WorkerExit exit;
+    exit.localRank = w.localRank;
+    exit.globalRank = w.globalRank;
+    exit.pid = w.pid;
+    exit.exitCode = w.exitCode;
+    exit.signal = w.signal;
+    exit.when = w.when;
+    exit.stderrTail = mux.stderrTail(w.localRank);
+    auto alive = guard();
+    if (onExit) onExit(exit);  // may destroy the group
+    if (alive.expired()) return;
+    maybeStopDone();
+  }
+
+  size_t running() const {
+    size_t n = 0;
+    for (const auto& w : workers) n += !w->reported;
+    return n;
+  }
+
+  void stop(int sig, std::chrono::milliseconds grace, std::function<void()> done) {
+    if (done) stopDone.push_back(std::move(done));
+    for (auto& w : workers)
+      if (!w->reported) killGroup(*w, sig);  // exited but unreported: descendants hold its pipes
+    auto at = std::chrono::steady_clock::now() + grace;
+    if (!stopping || at < killAt) {
+      stopping = true;
+      killAt = at;
+      killTimer.expires_at(at);
+      killTimer.async_wait([this, alive = guard()](const boost::system::error_code& ec) {
+        if (alive.expired() || ec) return;
+        for (auto& w : workers)
+          if (!w->reported) {
+            if (!w->exited) spdlog::debug("worker pid {} still alive after grace: SIGKILL", w->pid);
+            killGroup(*w, SIGKILL);
+          }
+      });
+    }
+    if (running() == 0) {
+      // Nothing to wait for: still complete asynchronously, like every other path.
+      asio::post(io, [this, alive = guard()] {
+        if (!alive.expired()) maybeStopDone();
+      });
+    }
+  }
+
+  void maybeStopDone() {
+    if (!stopping || running() != 0 || stopDone.empty()) return;
+    killTimer.cancel();
+    auto callbacks = std::move(stopDone);
+    stopDone.clear();
+    stopping = false;
+    auto alive = guard();
+    for (auto& cb : callbacks) {
+      cb();  // may destroy the group
+      if (alive.expired()) return;
+    }
+  }
+};
+
+WorkerGroup::WorkerGroup(asio::io_context& io, GroupOptions options)
+    : impl_(std::make_unique<Impl>(io, std::move(options))) {}
+
+WorkerGroup::~WorkerGroup() = default;
+
+void WorkerGroup::onExit(ExitHandler handler) { impl_->onExit = std::move(handler); }
+
+void WorkerGroup::start(const std::vector<WorkerSpec>& workers) { impl_->start(workers); }
+
+void WorkerGroup::stop(int signal, std::chrono::milliseconds grace, std::function<void()> done) {
+  impl_->stop(signal, grace, std::move(done));
+}
+
+size_t WorkerGroup::running() const { return impl_->running(); }
+
+std::vector<pid_t> WorkerGroup::pids() const {
+  std::vector<pid_t> out;
+  for (const auto& w : impl_->workers) out.push_back(w->pid);
+  return out;
+}
+
+}  // namespace drun::agent
