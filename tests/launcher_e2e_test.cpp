@@ -764,6 +764,33 @@ TEST_CASE("8 workers writing long lines concurrently: no line is interleaved or 
   }
 }
 
+TEST_CASE("1 MiB lines and a last line without a newline pass through whole", "[e2e]") {
+  MarkerScope marker;
+  SECTION("1 MiB lines") {
+    auto r = run(drunCommand({"--nproc-per-node", "2", helperPath("line_writer").string(), "3",
+                              "1048576", "1048576"},
+                             {marker.env()}, 60s));
+    REQUIRE_FALSE(r.timedOut);
+    REQUIRE(r.status() == 0);
+    auto counts = checkWholeLines(r.out, 2);
+    CHECK(counts[0] == 3);
+    CHECK(counts[1] == 3);
+  }
+  SECTION("no newline at the end") {
+    auto r = run(drunCommand({"--nproc-per-node", "2", behave(), "out:first {rank}",
+                              "outraw:unterminated {rank}"},
+                             {marker.env()}));
+    INFO(r.describe());
+    REQUIRE(r.status() == 0);
+    auto by = linesByRank(r.out);
+    for (int rank = 0; rank < 2; ++rank) {
+      std::string s = std::to_string(rank);
+      CHECK(by[rank] == std::vector<std::string>{"first " + s, "unterminated " + s});
+    }
+    CHECK(r.out.back() == '\n');  // drun ends the cut line, so the next one starts clean
+  }
+}
+
 TEST_CASE("local-ranks-filter limits what reaches the console", "[e2e]") {
   MarkerScope marker;
   auto r = run(drunCommand({"--nproc-per-node", "4", "--local-ranks-filter", "0,2", behave(),

@@ -4,6 +4,7 @@
 // {local_rank} and {restart} are replaced by this worker's values.
 //
 //   out:TEXT          TEXT + '\n' to stdout          err:TEXT     the same to stderr
+//   outraw:TEXT       TEXT to stdout, no '\n' (e.g. a last line without one)
 //   env:KEY           "KEY=<value>" (or "KEY unset") to stdout
 //   ready             "READY rank=<r> restart=<k> pid=<pid>" to stdout
 //   sleep:MS          sleep MS milliseconds (every helper dies by SIGALRM after 180 s anyway)
@@ -196,6 +197,8 @@ int main(int argc, char** argv) {
 
     if (name == "out") {
       writeAll(1, arg + "\n");
+    } else if (name == "outraw") {
+      writeAll(1, arg);
     } else if (name == "err") {
       writeAll(2, arg + "\n");
     } else if (name == "env") {
