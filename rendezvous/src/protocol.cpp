@@ -662,7 +662,12 @@ char* ReceiveBuffer::prepare(size_t min) {
 
 void ReceiveBuffer::consume(size_t n) {
   begin_ += n;
-  if (begin_ == end_) begin_ = end_ = 0;
+  if (begin_ != end_) return;
+  begin_ = end_ = 0;
+  // After a large message, give the memory back: thousands of idle connections each keeping the
+  // size of their largest frame would add up.
+  constexpr size_t kKeepBytes = 256 * 1024;
+  if (buffer_.size() > kKeepBytes) std::string().swap(buffer_);
 }
 
 }  // namespace drun::rdzv::wire

@@ -37,7 +37,7 @@ using Clock = std::chrono::steady_clock;
 // A client may keep this many blocking calls pending at once (the client library keeps one);
 // more is a misbehaving peer and is refused, so waiters cannot grow without bound.
 constexpr size_t kMaxPendingPerSession = 1024;
-constexpr size_t kReadChunk = 16 * 1024;
+constexpr size_t kReadChunk = 4096;  // per read; a larger frame is read whole
 constexpr size_t kMaxWriteBatch = 64;  // buffers per gathered write
 constexpr auto kDrainGrace = std::chrono::seconds(1);
 
@@ -427,33 +427,46 @@ class StoreServer::Impl::Session : public std::enable_shared_from_this<Session> 
 
   // Registers the waiter and the deadline; false when the call can be answered at once.
   bool startBlocking(wire::Request& q) {
-    StoreCore& core = server_.core_;
     if (pending_.size() >= kMaxPendingPerSession)
       throw InvalidArgument("over " + std::to_string(kMaxPendingPerSession) +
                             " blocking calls pending on one connection");
     uint64_t seq = ++lastPending_;
-    auto weak = weak_from_this();
     StoreCore::WaiterId waiter = 0;
-    if (q.op == wire::Op::Watch) {
-      waiter = core.watch(client_, q.keys[0], q.known,
-                          [weak, seq](const std::optional<Bytes>& value) {
-                            if (auto self = weak.lock()) self->finishPending(seq, value);
-                          });
-    } else {
-      waiter = core.waitFor(client_, q.keys, [weak, seq] {
-        if (auto self = weak.lock()) self->finishPending(seq, std::nullopt);
-      });
-    }
-    if (waiter == 0) return false;
+    if (!awaitInCore(seq, q.op, q.keys, q.known, waiter)) return false;
     PendingCall call{q.op, q.id, std::move(q.keys), q.timeoutMs, waiter,
                      std::make_unique<asio::steady_timer>(server_.ioc_)};
     call.timer->expires_after(milliseconds(q.timeoutMs));
-    call.timer->async_wait([weak, seq](boost::system::error_code ec) {
+    call.timer->async_wait([weak = weak_from_this(), seq](boost::system::error_code ec) {
       if (ec) return;
       if (auto self = weak.lock()) self->timeoutPending(seq);
     });
     pending_.emplace(seq, std::move(call));
     return true;
+  }
+
+  // Registers pending call `seq` as a StoreCore waiter; false when it is satisfied already.
+  // The core calls back from inside the write that satisfied it; the answer is built in a fresh
+  // handler, outside that write, where the state may have moved on (finishPending re-checks).
+  bool awaitInCore(uint64_t seq, wire::Op op, const std::vector<std::string>& keys,
+                   const std::optional<Bytes>& known, StoreCore::WaiterId& waiter) {
+    StoreCore& core = server_.core_;
+    auto weak = weak_from_this();
+    asio::io_context& ioc = server_.ioc_;
+    if (op == wire::Op::Watch) {
+      waiter = core.watch(client_, keys[0], known,
+                          [weak, seq, &ioc](const std::optional<Bytes>& value) {
+                            asio::post(ioc, [weak, seq, value] {
+                              if (auto self = weak.lock()) self->finishPending(seq, value);
+                            });
+                          });
+    } else {
+      waiter = core.waitFor(client_, keys, [weak, seq, &ioc] {
+        asio::post(ioc, [weak, seq] {
+          if (auto self = weak.lock()) self->finishPending(seq, std::nullopt);
+        });
+      });
+    }
+    return waiter != 0;
   }
 
   void fillBlockingReply(wire::Op op, const std::vector<std::string>& keys, wire::Response& p,
@@ -479,12 +492,21 @@ class StoreServer::Impl::Session : public std::enable_shared_from_this<Session> 
   void finishPending(uint64_t seq, const std::optional<Bytes>& watched) {
     auto it = pending_.find(seq);
     if (it == pending_.end() || closed_) return;
+    if (it->second.op != wire::Op::Watch && !server_.core_.check(it->second.keys)) {
+      // A key was deleted again since the wake-up (by a will, by another client): wait on.
+      StoreCore::WaiterId waiter = 0;
+      if (awaitInCore(seq, it->second.op, it->second.keys, std::nullopt, waiter)) {
+        it->second.waiter = waiter;
+        return;
+      }
+    }
     PendingCall call = std::move(it->second);
     pending_.erase(it);
     call.timer->cancel();
     wire::Response p = answer(call.op, call.requestId, wire::Status::Ok);
     fillBlockingReply(call.op, call.keys, p, watched);
     send(p);
+    server_.noteWaiters();
   }
 
   void timeoutPending(uint64_t seq) {

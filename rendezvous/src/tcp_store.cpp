@@ -239,7 +239,7 @@ class TcpStore::Connection {
         break;
       }
       if (r.status == wire::DecodeStatus::Bad)
-        throw ProtocolError("store at " + endpoint_ + " is not a drun store server: " + r.error);
+        throw ProtocolError("peer at " + endpoint_ + " is " + r.error);
       if (!pollUntil(fd_, POLLIN, deadline))
         throw TimeoutError("store at " + endpoint_ + " did not answer the hello within " +
                            std::to_string(options_.connectTimeout.count()) + "ms");

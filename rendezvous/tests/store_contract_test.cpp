@@ -266,6 +266,31 @@ TEMPLATE_TEST_CASE("store: a client's will runs when it goes away", "[store]", M
   CHECK(observer->get("job/members", 1s) == "1");
 }
 
+TEMPLATE_TEST_CASE("store: a key created and deleted in one will does not satisfy a get",
+                   "[store]", MemoryFixture, TcpFixture) {
+  TestType fx;
+  auto observer = fx.client();
+  auto dying = fx.client();
+  Store::Will will;
+  will.sets = {{"flicker", "1"}, {"after", "1"}};
+  will.deletes = {"flicker"};
+  dying->setWill(will);
+  auto flicker = later([&] {
+    try {
+      observer->get("flicker", 300ms);
+      return std::string("returned");
+    } catch (const drun::TimeoutError&) {
+      return std::string("timed out");
+    }
+  });
+  auto other = fx.client();
+  auto after = later([&] { return other->get("after", 10s); });
+  REQUIRE(flicker.wait_for(30ms) == std::future_status::timeout);
+  dying.reset();
+  CHECK(after.get() == "1");
+  CHECK(flicker.get() == "timed out");
+}
+
 TEMPLATE_TEST_CASE("store: an empty will clears the will", "[store]", MemoryFixture, TcpFixture) {
   TestType fx;
   auto observer = fx.client();
