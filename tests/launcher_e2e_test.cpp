@@ -1097,8 +1097,12 @@ TEST_CASE("a worker ignoring SIGTERM is SIGKILLed after --shutdown-timeout", "[e
     CHECK(left.empty());
   }
   SECTION("when another worker fails") {
+    // Rank 1 fails only once rank 0 ignores SIGTERM.
+    TempDir dir;
+    auto ignoring = (dir / "ignoring").string();
     auto r = run(drunCommand({"--shutdown_timeout", "1", "--nproc-per-node", "2", behave(),
-                              "exit:6@rank=1", "ignore:TERM", "sleep:60000"},
+                              "ignore:TERM@rank=0", "touch:" + ignoring + "@rank=0",
+                              "await:" + ignoring + "@rank=1", "exit:6@rank=1", "sleep:60000"},
                              {marker.env()}));
     INFO(r.describe());
     REQUIRE_FALSE(r.timedOut);

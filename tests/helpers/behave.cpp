@@ -16,6 +16,8 @@
 //   errorfile:MSG     write torch's @record JSON for MSG to $TORCHELASTIC_ERROR_FILE
 //   errorfile-plain:MSG   the same as {"message": "MSG"}
 //   touch:PATH        create PATH          append:PATH   append "rank=<r> restart=<k>\n" to PATH
+//   await:PATH        wait until PATH exists (inotify, bounded: 60 s, then exit 98); with touch,
+//                     orders steps across workers (e.g. rank 1 fails only once rank 0 is ready)
 //   gate:FIFO         open FIFO (made by the test) for reading, print READY (as above), then wait
 //                     until a writer has opened and closed it (bounded: 60 s, then exit 98)
 //
@@ -23,6 +25,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/inotify.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -184,6 +187,26 @@ void gate(const std::string& fifo) {
   ::close(fd);
 }
 
+void await(const std::string& path) {
+  std::string dir = path.substr(0, path.find_last_of('/') + 1);
+  int fd = ::inotify_init1(IN_CLOEXEC);
+  if (fd < 0 || ::inotify_add_watch(fd, dir.empty() ? "." : dir.c_str(), IN_CREATE | IN_MOVED_TO) < 0)
+    fail("cannot watch " + dir + ": " + std::strerror(errno));
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  // Watch first, then look: a file created in between is seen either way.
+  while (::access(path.c_str(), F_OK) != 0) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) std::_Exit(98);
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(left.count())) > 0) {
+      char events[4096];
+      (void)!::read(fd, events, sizeof events);
+    }
+  }
+  ::close(fd);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -241,6 +264,8 @@ int main(int argc, char** argv) {
       if (fd < 0) fail("cannot open " + arg);
       writeAll(fd, "rank=" + kRank + " restart=" + kRestart + "\n");
       ::close(fd);
+    } else if (name == "await") {
+      await(arg);
     } else if (name == "gate") {
       gate(arg);
     } else {
