@@ -38,6 +38,17 @@ void ensureStandardFdsOpen() {
   }
 }
 
+// Asio (1.74) installs its SIGCHLD handler without SA_RESTART, so every worker exit would make
+// blocking calls elsewhere in drun (a synchronous store read, fread, waitpid) fail with EINTR.
+// Same handler, plus SA_RESTART, and SA_NOCLDSTOP (stopped/continued workers are not exits).
+void restartSyscallsOnSigchld() {
+  struct sigaction sa;
+  if (::sigaction(SIGCHLD, nullptr, &sa) != 0) return;
+  if (sa.sa_handler == SIG_DFL || sa.sa_handler == SIG_IGN) return;
+  sa.sa_flags |= SA_RESTART | SA_NOCLDSTOP;
+  ::sigaction(SIGCHLD, &sa, nullptr);
+}
+
 struct Pipe {
   int read = -1;
   int write = -1;
@@ -93,6 +104,7 @@ struct WorkerGroup::Impl {
     ensureStandardFdsOpen();
     devNull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (devNull < 0) throw Error(std::string("cannot open /dev/null: ") + std::strerror(errno));
+    restartSyscallsOnSigchld();
     waitForSigchld();
   }
 

@@ -316,3 +316,12 @@ TEST_CASE_METHOD(CapturedConsole, "start() of four /bin/hostname workers is quic
   REQUIRE(lines.size() == 4);
   for (const auto& line : lines) CHECK(line.size() > 4);
 }
+
+TEST_CASE_METHOD(CapturedConsole, "SIGCHLD restarts blocking calls elsewhere in drun", "[agent]") {
+  WorkerGroup group(io, options);
+  struct sigaction sa;
+  REQUIRE(::sigaction(SIGCHLD, nullptr, &sa) == 0);
+  CHECK(sa.sa_handler != SIG_DFL);
+  CHECK((sa.sa_flags & SA_RESTART) != 0);
+  CHECK((sa.sa_flags & SA_NOCLDSTOP) != 0);
+}
