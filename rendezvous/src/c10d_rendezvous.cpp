@@ -1,14 +1,15 @@
 // The c10d-style rendezvous over a Store. Design and key scheme: keys.hpp, docs/multinode.md.
 //
-// One round, seen from one joiner (O(1) store operations; the closer adds O(N)):
-//   setWill(dead flag, last_change, changes+1, status+1, attached-1)
+// One round, seen from one joiner (7 store calls; the closer adds 4 whose size is O(N)):
+//   setWill(dead flag, last_change, changes+1, status+1, left+1)
 //   append(joined, my descriptor line); n = add(count, 1)
 //   n >= MAX: try to close;  MIN <= n < MAX: arm the last call (compare_set lastcall "" -> me)
-//   wait: watch(status) -- woken by the close (status becomes the state) or by an event (a will
-//   fired, last call disarmed) after which it re-evaluates; a local timer for the last call.
+//   watch(status): returns the decision's header once the round closed, or an event (a will
+//   fired, last call disarmed) after which the joiner looks again; a local timer runs the last
+//   call. Then get(assign/<me>) and get(hosts) (a compact host list: runs like node[0-4095]).
 // Closing: read changes (c0), joined, (only when c0 > 0) the dead flags; take the first MAX alive
-// joiners; plan ranks; multi_set(assign/<me>/*, hosts/<me>, round=r+1); compare_set(state,
-// "" -> decision) decides among concurrent closers; the winner sets status = decision.
+// joiners; plan ranks; compare_set(state, "" -> decision with roster) decides among concurrent
+// closers; the winner multi_sets every assignment, hosts, round = r + 1 and status = header.
 #include "drun/rendezvous/c10d_rendezvous.hpp"
 
 #include <arpa/inet.h>
@@ -55,6 +56,34 @@ std::string newNodeId() {
   std::snprintf(buf, sizeof buf, "%x-%016llx", unsigned(::getpid()),
                 static_cast<unsigned long long>(gen()));
   return buf;
+}
+
+// Host order for node ranks: digit runs compare as numbers (node2 < node10), so that ranks
+// follow the numbering users see, and the hosts list folds into runs.
+bool naturalLess(std::string_view a, std::string_view b) {
+  size_t i = 0, j = 0;
+  auto isDigit = [](char c) { return c >= '0' && c <= '9'; };
+  while (i < a.size() && j < b.size()) {
+    if (isDigit(a[i]) && isDigit(b[j])) {
+      size_t ie = i, je = j;
+      while (ie < a.size() && isDigit(a[ie])) ++ie;
+      while (je < b.size() && isDigit(b[je])) ++je;
+      // Compare the numbers without their leading zeros: longer is larger, else digit by digit.
+      size_t is = i, js = j;
+      while (is + 1 < ie && a[is] == '0') ++is;
+      while (js + 1 < je && b[js] == '0') ++js;
+      if (ie - is != je - js) return ie - is < je - js;
+      if (int c = a.substr(is, ie - is).compare(b.substr(js, je - js)); c != 0) return c < 0;
+      if (ie - i != je - j) return ie - i < je - j;  // fewer leading zeros first
+      i = ie;
+      j = je;
+      continue;
+    }
+    if (a[i] != b[j]) return a[i] < b[j];
+    ++i;
+    ++j;
+  }
+  return a.size() - i < b.size() - j;
 }
 
 std::string hostName() {
@@ -172,10 +201,6 @@ class C10dRendezvous final : public Rendezvous {
     stopWatcher();
     const Deadline deadline(options_.joinTimeout);
     const auto started = Clock::now();
-    if (!attached_) {
-      store_->add(keys::attached(options_.runId), 1);
-      attached_ = true;
-    }
     if (reservation_.port() == 0) reservation_ = PortReservation::reserve(self_.addr);
     self_.masterPort = reservation_.port();
     descriptorLine_ = keys::encodeDescriptor(self_);
@@ -217,11 +242,14 @@ class C10dRendezvous final : public Rendezvous {
     try {
       // A clean leave is not a death: drop the will first, so nobody is told to restart.
       store_->setWill({});
-      if (attached_) {
-        attached_ = false;
-        int64_t remaining = store_->add(keys::attached(options_.runId), -1);
-        if (remaining <= 0) removeJobKeys();
-        if (server_) waitForOthersToLeave();
+      if (lastRound_) {
+        // The last member of the latest round to go removes the job's keys, unless nodes
+        // already wait in the next round.
+        const uint64_t round = *lastRound_;
+        const int64_t gone = store_->add(keys::left(id(), round), 1);
+        if (gone >= lastNodeCount_ && !store_->check({keys::count(id(), round + 1)}))
+          removeJobKeys();
+        if (server_) waitForOthersToLeave(round);
       }
     } catch (const Error& e) {
       spdlog::warn("rendezvous '{}': leave: {}", options_.runId, e.what());
@@ -239,87 +267,70 @@ class C10dRendezvous final : public Rendezvous {
  private:
   const std::string& id() const { return options_.runId; }
 
-  Store::Will willFor(uint64_t round) const {
-    Store::Will will;
-    will.sets = {{keys::dead(id(), round, self_.id), "1"},
-                 {keys::lastChange(id(), round),
-                  "node " + self_.displayName() + " left round " + std::to_string(round) +
-                      " (its connection to the rendezvous store closed or went silent)"}};
-    // status last: once the round is closed it holds the state, and the store skips that add.
-    will.adds = {{keys::attached(id()), -1},
-                 {keys::changes(id(), round), 1},
-                 {keys::status(id(), round), 1}};
-    return will;
-  }
-
   // Joins round `round`; returns the result, or nullopt when the round closed without this node.
   std::optional<RoundResult> joinRound(uint64_t round, const Deadline& deadline) {
     Store& s = *store_;
     const bool elastic = options_.minNodes < options_.maxNodes;
     const std::string statusKey = keys::status(id(), round);
+    constexpr auto kNever = Clock::time_point::max();
 
-    s.setWill(willFor(round));
+    s.setWill(keys::joinWill(id(), round, self_.id, self_.displayName()));
     s.append(keys::joined(id(), round), descriptorLine_);
     const int64_t arrival = s.add(keys::count(id(), round), 1);
     spdlog::debug("rendezvous '{}': joined round {} as arrival {} (need {}..{})", id(), round,
                   arrival, options_.minNodes, options_.maxNodes);
+    // When this node evaluates the last call: the armer at the last call timeout, the others a
+    // margin later (they take over only if the armer died).
+    Clock::time_point lastCallAt = kNever;
+    auto startLastCall = [&](bool armedByMe) {
+      lastCallAt = Clock::now() + options_.lastCallTimeout +
+                   (armedByMe ? 0ms : backupMargin(options_.lastCallTimeout));
+    };
     if (!(arrival >= options_.maxNodes && tryClose(round, options_.maxNodes)) && elastic &&
         arrival >= options_.minNodes)
-      armLastCall(round);
+      startLastCall(armLastCall(round));
 
-    // When this node evaluates the last call (max: not armed).
-    Clock::time_point lastCallAt = Clock::time_point::max();
-    bool woken = false;  // the last watch() returned a change (an event to look at)
+    std::optional<Bytes> known;  // status as last seen (nullopt: absent)
+    bool event = false;          // `known` came from a watch that returned: something happened
     for (;;) {
-      auto known = s.tryGet(statusKey);
-      if (known) {
+      if (known)
         if (auto state = keys::parseState(*known)) return finish(round, *state);
-      }
-      // The decision can exist before status shows it (its closer died in between).
-      if (woken) {
+      if (event) {
+        event = false;
+        // The decision can exist before status shows it (its closer died in between).
         if (auto decided = s.tryGet(keys::state(id(), round)))
           if (auto state = keys::parseState(*decided)) return finish(round, *state);
-      }
-
-      if (elastic) {
-        auto armer = s.tryGet(keys::lastCall(id(), round));
-        if (!armer) {
-          lastCallAt = Clock::time_point::max();
-        } else if (lastCallAt == Clock::time_point::max()) {
-          lastCallAt = Clock::now() + options_.lastCallTimeout +
-                       (*armer == self_.id ? 0ms : backupMargin(options_.lastCallTimeout));
+        if (elastic) {
+          auto armer = s.tryGet(keys::lastCall(id(), round));
+          if (!armer)
+            lastCallAt = kNever;
+          else if (lastCallAt == kNever)
+            startLastCall(*armer == self_.id);
         }
-        if (Clock::now() >= lastCallAt) {
-          if (!tryClose(round, options_.minNodes)) disarmLastCall(round);
-          lastCallAt = Clock::time_point::max();
-          woken = false;  // the top of the loop reads what this changed
-          continue;
-        }
-      }
-
-      // After an event (a will fired) with MAX arrivals counted, the closer may have died
-      // mid-close: one waiter, elected per event, evaluates again.
-      if (woken && known) {
-        auto arrivals = keys::parseCounter(s.tryGet(keys::count(id(), round))).value_or(0);
-        if (arrivals >= options_.maxNodes &&
-            s.compareSet(keys::reeval(id(), round, *known), "", self_.id) == self_.id) {
-          tryClose(round, options_.maxNodes);
-          woken = false;  // one evaluation per event
-          continue;
+        // With MAX arrivals counted and still open, the closer may have died mid-close: one
+        // waiter, elected per event, evaluates again.
+        if (known) {
+          auto arrivals = keys::parseCounter(s.tryGet(keys::count(id(), round))).value_or(0);
+          if (arrivals >= options_.maxNodes &&
+              s.compareSet(keys::reeval(id(), round, *known), "", self_.id) == self_.id)
+            tryClose(round, options_.maxNodes);
         }
       }
-
+      if (Clock::now() >= lastCallAt) {
+        if (!tryClose(round, options_.minNodes)) disarmLastCall(round);
+        lastCallAt = kNever;
+      }
       if (deadline.expired()) timedOut(round);
       milliseconds wait = deadline.remaining();
-      if (lastCallAt != Clock::time_point::max()) {
+      if (lastCallAt != kNever) {
         auto untilLastCall = std::chrono::duration_cast<milliseconds>(lastCallAt - Clock::now());
         wait = std::clamp(untilLastCall + 1ms, 1ms, wait);
       }
+      // Returns at once when status differs from `known` (also after this node's own writes).
       try {
-        s.watch(statusKey, known, wait);
-        woken = true;
+        known = s.watch(statusKey, known, wait);
+        event = true;
       } catch (const TimeoutError&) {
-        woken = false;
       }
     }
   }
@@ -346,42 +357,13 @@ class C10dRendezvous final : public Rendezvous {
     }
     if (static_cast<int>(nodes.size()) > options_.maxNodes) nodes.resize(options_.maxNodes);
 
-    RoundState state;
-    state.closer = self_.id;
-    state.changesAtClose = changesAtRead;
-    std::vector<std::string> writeKeys;
-    std::vector<Bytes> writeValues;
-    try {
-      RoundPlan plan = planRound(nodes);
-      state.nodeCount = static_cast<int>(nodes.size());
-      state.worldSize = plan.worldSize;
-      state.masterAddr = plan.masterAddr;
-      state.masterPort = plan.masterPort;
-      writeKeys.reserve(nodes.size() + 2);
-      writeValues.reserve(nodes.size() + 2);
-      for (size_t i = 0; i < nodes.size(); ++i) {
-        writeKeys.push_back(keys::assign(id(), round, self_.id, nodes[i].id));
-        writeValues.push_back(keys::encodeAssignment(plan.assignments[i]));
-      }
-      std::string hosts;
-      for (const auto& h : plan.hostsByRank) hosts.append(h).append("\n");
-      writeKeys.push_back(keys::hosts(id(), round, self_.id));
-      writeValues.push_back(std::move(hosts));
-    } catch (const InvalidArgument& e) {
-      state.ok = false;
-      state.error = e.what();
-    }
-    writeKeys.push_back(keys::currentRound(id()));
-    writeValues.push_back(std::to_string(round + 1));
-    s.multiSet(writeKeys, writeValues);
-
-    const std::string decision = keys::encodeState(state);
-    if (s.compareSet(keys::state(id(), round), "", decision) == decision) {
-      s.set(keys::status(id(), round), decision);
+    RoundDecision d = decideRound(id(), round, nodes, changesAtRead);
+    if (s.compareSet(keys::state(id(), round), "", d.decision) == d.decision) {
+      s.multiSet(d.keys, d.values);
       spdlog::debug("rendezvous '{}': closed round {} with {} node(s) in {}{}", id(), round,
                     nodes.size(),
                     ms(std::chrono::duration_cast<milliseconds>(Clock::now() - t0)),
-                    state.ok ? "" : ": " + state.error);
+                    d.state.ok ? "" : ": " + d.state.error);
     }
     return true;
   }
@@ -392,10 +374,12 @@ class C10dRendezvous final : public Rendezvous {
     });
   }
 
-  void armLastCall(uint64_t round) {
-    if (store_->compareSet(keys::lastCall(id(), round), "", self_.id) == self_.id)
-      spdlog::debug("rendezvous '{}': round {}: {} nodes reached, last call in {}", id(), round,
-                    options_.minNodes, ms(options_.lastCallTimeout));
+  // Returns whether this node armed it (the others are backups).
+  bool armLastCall(uint64_t round) {
+    if (store_->compareSet(keys::lastCall(id(), round), "", self_.id) != self_.id) return false;
+    spdlog::debug("rendezvous '{}': round {}: {} nodes reached, last call in {}", id(), round,
+                  options_.minNodes, ms(options_.lastCallTimeout));
+    return true;
   }
 
   // Too few alive at the last call: start over, so the next arrival arms it afresh. Waiters are
@@ -418,37 +402,54 @@ class C10dRendezvous final : public Rendezvous {
     store_->add(keys::changes(id(), round), 1);
   }
 
+  // The round is decided (`state` may be the header only). Returns nullopt when this node is not
+  // in it.
   std::optional<RoundResult> finish(uint64_t round, const RoundState& state) {
     if (!state.ok)
       throw InvalidArgument("rendezvous '" + id() + "' round " + std::to_string(round) +
                             " failed: " + state.error);
-    auto mine = store_->tryGet(keys::assign(id(), round, state.closer, self_.id));
-    if (!mine) return std::nullopt;
-    const keys::Assignment a = keys::parseAssignment(*mine);
-    const Bytes hosts = store_->get(keys::hosts(id(), round, state.closer), options_.readTimeout);
-
     RoundResult r;
     r.round = round;
-    r.nodeRank = a.nodeRank;
     r.nodeCount = state.nodeCount;
     r.worldSize = state.worldSize;
-    r.rankOffset = a.rankOffset;
     r.masterAddr = state.masterAddr;
     r.masterPort = state.masterPort;
     r.storePrefix = keys::round(id(), round);
-    for (size_t start = 0; start < hosts.size();) {
-      size_t nl = hosts.find('\n', start);
-      if (nl == std::string::npos) nl = hosts.size();
-      r.hosts.push_back(hosts.substr(start, nl - start));
-      start = nl + 1;
+    changesAtClose_ = state.changesAtClose;
+    lastNodeCount_ = state.nodeCount;
+    if (auto mine = store_->tryGet(keys::assign(id(), round, self_.id))) {
+      const keys::Assignment a = keys::parseAssignment(*mine);
+      r.nodeRank = a.nodeRank;
+      r.rankOffset = a.rankOffset;
+      r.hosts = keys::parseHostList(store_->get(keys::hosts(id(), round), options_.readTimeout),
+                                    static_cast<size_t>(r.nodeCount));
+    } else {
+      // Not a member, or its closer died before publishing the assignments: the roster in
+      // `state` decides (O(N) bytes, read on this rare path only).
+      auto decided = keys::parseState(store_->get(keys::state(id(), round), options_.readTimeout));
+      if (!decided || decided->roster.empty())
+        throw ProtocolError("rendezvous '" + id() + "' round " + std::to_string(round) +
+                            ": the decision has no roster");
+      bool member = false;
+      int offset = 0;
+      for (size_t rank = 0; rank < decided->roster.size(); ++rank) {
+        const auto& entry = decided->roster[rank];
+        if (entry.id == self_.id) {
+          member = true;
+          r.nodeRank = static_cast<int>(rank);
+          r.rankOffset = offset;
+        }
+        offset += entry.localWorldSize;
+        r.hosts.push_back(entry.name);
+      }
+      if (!member) return std::nullopt;
     }
-    if (static_cast<int>(r.hosts.size()) != r.nodeCount || a.nodeRank >= r.nodeCount ||
-        a.rankOffset + options_.localWorldSize > r.worldSize)
+    if (static_cast<int>(r.hosts.size()) != r.nodeCount || r.nodeRank >= r.nodeCount ||
+        r.rankOffset + options_.localWorldSize > r.worldSize)
       throw ProtocolError("rendezvous '" + id() + "' round " + std::to_string(round) +
                           ": inconsistent decision in the store (node rank " +
-                          std::to_string(a.nodeRank) + " of " + std::to_string(r.nodeCount) +
+                          std::to_string(r.nodeRank) + " of " + std::to_string(r.nodeCount) +
                           ", " + std::to_string(r.hosts.size()) + " hosts)");
-    changesAtClose_ = state.changesAtClose;
     return r;
   }
 
@@ -502,16 +503,16 @@ class C10dRendezvous final : public Rendezvous {
     }
   }
 
-  // The hosting agent keeps the store up until the other agents left (or closeTimeout).
-  void waitForOthersToLeave() {
+  // The hosting agent keeps the store up until the other members left (or closeTimeout).
+  void waitForOthersToLeave(uint64_t round) {
     const Deadline deadline(options_.closeTimeout);
-    const std::string key = keys::attached(id());
+    const std::string key = keys::left(id(), round);
     for (;;) {
       auto value = store_->tryGet(key);
-      auto remaining = keys::parseCounter(value).value_or(0);
-      if (remaining <= 0) return;
+      const int64_t remaining = lastNodeCount_ - keys::parseCounter(value).value_or(0);
+      if (!value || remaining <= 0) return;  // absent: the last one removed the job's keys
       if (deadline.expired()) {
-        spdlog::info("rendezvous '{}': stopping the store with {} agent(s) still attached after {}",
+        spdlog::info("rendezvous '{}': stopping the store with {} node(s) still attached after {}",
                      id(), remaining, ms(options_.closeTimeout));
         return;
       }
@@ -534,7 +535,7 @@ class C10dRendezvous final : public Rendezvous {
   PortReservation reservation_;
   std::optional<uint64_t> lastRound_;
   int64_t changesAtClose_ = 0;
-  bool attached_ = false;
+  int64_t lastNodeCount_ = 0;
   bool left_ = false;
 };
 
@@ -567,8 +568,9 @@ bool sameAddress(const sockaddr* a, const sockaddr* b) {
 RoundPlan planRound(const std::vector<NodeDescriptor>& members) {
   const int n = static_cast<int>(members.size());
   if (n == 0) throw InvalidArgument("a round needs at least one node");
-  std::vector<int> rankOf(n, -1);
-  std::vector<int> memberAt(n, -1);  // node rank -> member index
+  RoundPlan plan;
+  plan.nodeRank.assign(n, -1);
+  plan.memberAtRank.assign(n, -1);
   for (int i = 0; i < n; ++i) {
     if (!members[i].requestedRank) continue;
     const int r = *members[i].requestedRank;
@@ -576,43 +578,78 @@ RoundPlan planRound(const std::vector<NodeDescriptor>& members) {
       throw InvalidArgument("node rank " + std::to_string(r) + " requested by " +
                             members[i].displayName() + " is out of range: the round has " +
                             std::to_string(n) + " node(s), ranks 0.." + std::to_string(n - 1));
-    if (memberAt[r] >= 0)
+    if (plan.memberAtRank[r] >= 0)
       throw InvalidArgument("node rank " + std::to_string(r) + " claimed by " +
-                            members[memberAt[r]].displayName() + " and " +
+                            members[plan.memberAtRank[r]].displayName() + " and " +
                             members[i].displayName());
-    memberAt[r] = i;
-    rankOf[i] = r;
+    plan.memberAtRank[r] = i;
+    plan.nodeRank[i] = r;
   }
   std::vector<int> unranked;
   for (int i = 0; i < n; ++i)
-    if (rankOf[i] < 0) unranked.push_back(i);
+    if (plan.nodeRank[i] < 0) unranked.push_back(i);
   std::sort(unranked.begin(), unranked.end(), [&](int a, int b) {
-    return std::tie(members[a].host, members[a].arrival) <
-           std::tie(members[b].host, members[b].arrival);
+    if (members[a].host != members[b].host) return naturalLess(members[a].host, members[b].host);
+    return members[a].arrival < members[b].arrival;
   });
   int next = 0;
   for (int i : unranked) {
-    while (memberAt[next] >= 0) ++next;
-    memberAt[next] = i;
-    rankOf[i] = next;
+    while (plan.memberAtRank[next] >= 0) ++next;
+    plan.memberAtRank[next] = i;
+    plan.nodeRank[i] = next;
   }
-
-  RoundPlan plan;
-  std::vector<int> offsetOfRank(n);
+  plan.rankOffset.assign(n, 0);
   int64_t sum = 0;
   for (int r = 0; r < n; ++r) {
-    offsetOfRank[r] = static_cast<int>(sum);
-    sum += members[memberAt[r]].localWorldSize;
+    const int i = plan.memberAtRank[r];
+    plan.rankOffset[i] = static_cast<int>(sum);
+    sum += members[i].localWorldSize;
     if (sum > INT_MAX) throw InvalidArgument("world size over " + std::to_string(INT_MAX));
-    plan.hostsByRank.push_back(members[memberAt[r]].displayName());
   }
   plan.worldSize = static_cast<int>(sum);
-  plan.assignments.resize(n);
-  for (int i = 0; i < n; ++i) plan.assignments[i] = {rankOf[i], offsetOfRank[rankOf[i]]};
-  const auto& master = members[memberAt[0]];
+  const auto& master = members[plan.memberAtRank[0]];
   plan.masterAddr = master.addr;
   plan.masterPort = master.masterPort;
   return plan;
+}
+
+RoundDecision decideRound(const std::string& runId, uint64_t round,
+                          const std::vector<NodeDescriptor>& members, int64_t changesAtRead) {
+  RoundDecision d;
+  d.state.changesAtClose = changesAtRead;
+  try {
+    RoundPlan plan = planRound(members);
+    d.state.nodeCount = static_cast<int>(members.size());
+    d.state.worldSize = plan.worldSize;
+    d.state.masterAddr = plan.masterAddr;
+    d.state.masterPort = plan.masterPort;
+    d.state.roster.reserve(members.size());
+    std::vector<std::string> hosts;
+    hosts.reserve(members.size());
+    for (int i : plan.memberAtRank) {
+      d.state.roster.push_back(
+          {members[i].id, members[i].displayName(), members[i].localWorldSize});
+      hosts.push_back(d.state.roster.back().name);
+    }
+    d.keys.reserve(members.size() + 3);
+    d.values.reserve(members.size() + 3);
+    for (size_t i = 0; i < members.size(); ++i) {
+      d.keys.push_back(keys::assign(runId, round, members[i].id));
+      d.values.push_back(keys::encodeAssignment({plan.nodeRank[i], plan.rankOffset[i]}));
+    }
+    d.keys.push_back(keys::hosts(runId, round));
+    d.values.push_back(keys::encodeHostList(hosts));
+  } catch (const InvalidArgument& e) {
+    d.state = {};
+    d.state.ok = false;
+    d.state.error = e.what();
+  }
+  d.decision = keys::encodeState(d.state);
+  d.keys.push_back(keys::currentRound(runId));
+  d.values.push_back(std::to_string(round + 1));
+  d.keys.push_back(keys::status(runId, round));  // last: waiters read the rest after it
+  d.values.push_back(keys::encodeState(d.state, /*withRoster=*/false));
+  return d;
 }
 
 bool isLocalEndpoint(const std::string& host, const std::string& localAddr) {

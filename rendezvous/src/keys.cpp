@@ -76,7 +76,7 @@ bool isValidNodeId(std::string_view id) {
 
 std::string job(std::string_view runId) { return "rdzv/" + std::string(runId) + "/"; }
 std::string currentRound(std::string_view runId) { return cat(job(runId), "round"); }
-std::string attached(std::string_view runId) { return cat(job(runId), "attached"); }
+
 std::string round(std::string_view runId, uint64_t round) {
   return job(runId) + std::to_string(round) + "/";
 }
@@ -98,12 +98,22 @@ std::string lastChange(std::string_view runId, uint64_t r) {
 std::string reeval(std::string_view runId, uint64_t r, std::string_view statusValue) {
   return cat(round(runId, r), cat("reeval/", statusValue));
 }
-std::string assign(std::string_view runId, uint64_t r, std::string_view closer,
-                   std::string_view node) {
-  return cat(round(runId, r), "assign/" + std::string(closer) + "/" + std::string(node));
+std::string assign(std::string_view runId, uint64_t r, std::string_view node) {
+  return cat(round(runId, r), cat("assign/", node));
 }
-std::string hosts(std::string_view runId, uint64_t r, std::string_view closer) {
-  return cat(round(runId, r), cat("hosts/", closer));
+std::string hosts(std::string_view runId, uint64_t r) { return cat(round(runId, r), "hosts"); }
+std::string left(std::string_view runId, uint64_t r) { return cat(round(runId, r), "left"); }
+
+Store::Will joinWill(std::string_view runId, uint64_t r, std::string_view node,
+                     std::string_view displayName) {
+  Store::Will will;
+  will.sets = {{dead(runId, r, node), "1"},
+               {lastChange(runId, r),
+                "node " + std::string(displayName) + " left round " + std::to_string(r) +
+                    " (its connection to the rendezvous store closed or went silent)"}};
+  // status last: once the round is closed it holds the state, and the store skips that add.
+  will.adds = {{left(runId, r), 1}, {changes(runId, r), 1}, {status(runId, r), 1}};
+  return will;
 }
 
 std::string NodeDescriptor::displayName() const {
@@ -169,16 +179,22 @@ std::vector<NodeDescriptor> parseJoined(std::string_view blob, size_t* skipped) 
   return nodes;
 }
 
-std::string encodeState(const RoundState& s) {
+std::string encodeState(const RoundState& s, bool withRoster) {
   if (!s.ok) {
     std::string msg = s.error;
     for (char& c : msg)
-      if (c == '\n') c = ' ';
+      if (c == '\n' || c == '\t') c = ' ';
     return "error\t" + msg;
   }
-  return "ok\t" + s.closer + "\t" + std::to_string(s.nodeCount) + "\t" +
-         std::to_string(s.worldSize) + "\t" + s.masterAddr + "\t" + std::to_string(s.masterPort) +
-         "\t" + std::to_string(s.changesAtClose);
+  std::string out = "ok\t" + std::to_string(s.nodeCount) + "\t" + std::to_string(s.worldSize) +
+                    "\t" + s.masterAddr + "\t" + std::to_string(s.masterPort) + "\t" +
+                    std::to_string(s.changesAtClose) + "\n";
+  if (!withRoster) return out;
+  out.reserve(out.size() + s.roster.size() * 24);
+  for (const auto& e : s.roster)
+    out.append(e.id).append("\t").append(e.name).append("\t")
+        .append(std::to_string(e.localWorldSize)).append("\n");
+  return out;
 }
 
 std::optional<RoundState> parseState(std::string_view value) {
@@ -188,24 +204,44 @@ std::optional<RoundState> parseState(std::string_view value) {
     s.error = std::string(value.substr(6));
     return s;
   }
+  auto corrupt = [&] {
+    return ProtocolError("corrupt rendezvous state '" + std::string(value.substr(0, 80)) + "'");
+  };
   if (!value.starts_with("ok\t")) {
     if (parseInt<int64_t>(value)) return std::nullopt;  // the open round's event counter
-    throw ProtocolError("corrupt rendezvous state '" + std::string(value.substr(0, 80)) + "'");
+    throw corrupt();
   }
-  auto f = splitTabs(value);
+  size_t nl = value.find('\n');
+  if (nl == std::string_view::npos) throw corrupt();
+  auto f = splitTabs(value.substr(0, nl));
   std::optional<int> nodes, world;
   std::optional<uint16_t> port;
   std::optional<int64_t> changes;
-  if (f.size() != 7 || !isValidNodeId(f[1]) || !(nodes = parseInt<int>(f[2])) || *nodes < 1 ||
-      !(world = parseInt<int>(f[3])) || *world < *nodes || !isPlainField(f[4]) ||
-      !(port = parseInt<uint16_t>(f[5])) || !(changes = parseInt<int64_t>(f[6])))
-    throw ProtocolError("corrupt rendezvous state '" + std::string(value.substr(0, 80)) + "'");
-  s.closer = std::string(f[1]);
+  if (f.size() != 6 || !(nodes = parseInt<int>(f[1])) || *nodes < 1 ||
+      !(world = parseInt<int>(f[2])) || *world < *nodes || !isPlainField(f[3]) ||
+      !(port = parseInt<uint16_t>(f[4])) || !(changes = parseInt<int64_t>(f[5])))
+    throw corrupt();
   s.nodeCount = *nodes;
   s.worldSize = *world;
-  s.masterAddr = std::string(f[4]);
+  s.masterAddr = std::string(f[3]);
   s.masterPort = *port;
   s.changesAtClose = *changes;
+  s.roster.reserve(*nodes);
+  int64_t sum = 0;
+  for (size_t start = nl + 1; start < value.size();) {
+    size_t end = value.find('\n', start);
+    if (end == std::string_view::npos) throw corrupt();
+    auto e = splitTabs(value.substr(start, end - start));
+    std::optional<int> lws;
+    if (e.size() != 3 || !isValidNodeId(e[0]) || !isPlainField(e[1]) ||
+        !(lws = parseInt<int>(e[2])) || *lws < 1 || *lws > kMaxLocalWorldSize)
+      throw corrupt();
+    s.roster.push_back({std::string(e[0]), std::string(e[1]), *lws});
+    sum += *lws;
+    start = end + 1;
+  }
+  if (!s.roster.empty() && (static_cast<int>(s.roster.size()) != s.nodeCount || sum != s.worldSize))
+    throw corrupt();
   return s;
 }
 
@@ -220,6 +256,101 @@ Assignment parseAssignment(std::string_view value) {
       !(offset = parseInt<int>(f[1])) || *offset < 0)
     throw ProtocolError("corrupt rank assignment '" + std::string(value.substr(0, 80)) + "'");
   return {*rank, *offset};
+}
+
+namespace {
+
+// A name split around its last run of digits (at most 18: fits an int64).
+struct Numbered {
+  std::string_view prefix, digits, suffix;
+  int64_t number = 0;
+  int width = 0;  // zero-padded width, 0 = not padded
+};
+
+std::optional<Numbered> splitNumber(std::string_view name) {
+  size_t end = name.find_last_of("0123456789");
+  if (end == std::string_view::npos) return std::nullopt;
+  size_t begin = end;
+  while (begin > 0 && name[begin - 1] >= '0' && name[begin - 1] <= '9') --begin;
+  Numbered n;
+  n.prefix = name.substr(0, begin);
+  n.digits = name.substr(begin, end + 1 - begin);
+  n.suffix = name.substr(end + 1);
+  if (n.digits.size() > 18) return std::nullopt;
+  n.number = *parseInt<int64_t>(n.digits);
+  n.width = n.digits.size() > 1 && n.digits[0] == '0' ? static_cast<int>(n.digits.size()) : 0;
+  return n;
+}
+
+std::string formatNumber(int64_t number, int width) {
+  std::string digits = std::to_string(number);
+  if (static_cast<int>(digits.size()) < width) digits.insert(0, width - digits.size(), '0');
+  return digits;
+}
+
+}  // namespace
+
+std::string encodeHostList(const std::vector<std::string>& names) {
+  std::string out;
+  for (size_t i = 0; i < names.size();) {
+    auto first = splitNumber(names[i]);
+    size_t count = 1;
+    if (first) {
+      while (i + count < names.size()) {
+        auto next = splitNumber(names[i + count]);
+        if (!next || next->prefix != first->prefix || next->suffix != first->suffix ||
+            next->digits != formatNumber(first->number + static_cast<int64_t>(count), first->width))
+          break;
+        ++count;
+      }
+    }
+    if (count == 1) {
+      out.append("=").append(names[i]).append("\n");
+    } else {
+      out.append("~").append(first->prefix).append("\t").append(std::to_string(first->number));
+      out.append("\t").append(std::to_string(count)).append("\t");
+      out.append(std::to_string(first->width)).append("\t").append(first->suffix).append("\n");
+    }
+    i += count;
+  }
+  return out;
+}
+
+std::vector<std::string> parseHostList(std::string_view value, size_t expected) {
+  auto corrupt = [&](const std::string& why) {
+    return ProtocolError("corrupt hosts list (" + why + "): '" +
+                         std::string(value.substr(0, 80)) + "'");
+  };
+  std::vector<std::string> names;
+  names.reserve(expected);
+  for (size_t start = 0; start < value.size();) {
+    size_t end = value.find('\n', start);
+    if (end == std::string_view::npos) throw corrupt("torn line");
+    std::string_view line = value.substr(start, end - start);
+    start = end + 1;
+    if (line.starts_with("=") && isPlainField(line.substr(1))) {
+      if (names.size() >= expected) throw corrupt("more than " + std::to_string(expected));
+      names.emplace_back(line.substr(1));
+      continue;
+    }
+    auto f = splitTabs(line.starts_with("~") ? line.substr(1) : std::string_view{});
+    std::optional<int64_t> first, count;
+    std::optional<int> width;
+    if (f.size() != 5 || !(first = parseInt<int64_t>(f[1])) || *first < 0 ||
+        !(count = parseInt<int64_t>(f[2])) || *count < 2 || !(width = parseInt<int>(f[3])) ||
+        *width < 0 || *width > 18 || *first > (int64_t{1} << 53))
+      throw corrupt("bad line");
+    if (*count > static_cast<int64_t>(expected - names.size()))
+      throw corrupt("more than " + std::to_string(expected));
+    for (int64_t k = 0; k < *count; ++k) {
+      std::string name(f[0]);
+      name.append(formatNumber(*first + k, *width)).append(f[4]);
+      names.push_back(std::move(name));
+    }
+  }
+  if (names.size() != expected)
+    throw corrupt(std::to_string(names.size()) + " names, expected " + std::to_string(expected));
+  return names;
 }
 
 std::optional<int64_t> parseCounter(const std::optional<std::string>& value) {

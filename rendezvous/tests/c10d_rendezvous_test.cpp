@@ -220,20 +220,38 @@ TEST_CASE("planRound: node order by host then arrival, prefix sums, requested ra
     return d;
   };
   auto plan = planRound({node("a", "h2", 2, 0), node("b", "h1", 3, 1), node("c", "h1", 1, 2)});
-  CHECK(plan.assignments[1].nodeRank == 0);  // h1, arrival 1
-  CHECK(plan.assignments[2].nodeRank == 1);  // h1, arrival 2
-  CHECK(plan.assignments[0].nodeRank == 2);  // h2
-  CHECK(plan.assignments[1].rankOffset == 0);
-  CHECK(plan.assignments[2].rankOffset == 3);
-  CHECK(plan.assignments[0].rankOffset == 4);
+  CHECK(plan.nodeRank == std::vector<int>{2, 0, 1});  // h1 by arrival, then h2
+  CHECK(plan.rankOffset == std::vector<int>{4, 0, 3});
+  CHECK(plan.memberAtRank == std::vector<int>{1, 2, 0});
   CHECK(plan.worldSize == 6);
   CHECK(plan.masterAddr == "h1");
   CHECK(plan.masterPort == 1001);
-  CHECK(plan.hostsByRank == std::vector<std::string>{"h1", "h1", "h2"});
+
+  // Natural host order: node2 before node10.
+  auto natural = planRound({node("a", "node10", 1, 0), node("b", "node2", 1, 1),
+                            node("c", "node02", 1, 2), node("d", "node1", 1, 3)});
+  CHECK(natural.nodeRank == std::vector<int>{3, 1, 2, 0});  // node1 node2 node02 node10
 
   auto ranked = planRound({node("a", "h1", 1, 0), node("b", "h2", 1, 1, 0)});
-  CHECK(ranked.assignments[1].nodeRank == 0);
-  CHECK(ranked.assignments[0].nodeRank == 1);
+  CHECK(ranked.nodeRank == std::vector<int>{1, 0});
+
+  auto decided = decideRound("j", 4, {node("a", "h2", 2, 0), node("b", "h1", 3, 1)}, 5);
+  REQUIRE(decided.state.ok);
+  CHECK(decided.state.roster.size() == 2);
+  CHECK(decided.state.roster[0].id == "b");
+  CHECK(decided.state.changesAtClose == 5);
+  CHECK(decided.keys == std::vector<std::string>{"rdzv/j/4/assign/a", "rdzv/j/4/assign/b",
+                                                 "rdzv/j/4/hosts", "rdzv/j/round",
+                                                 "rdzv/j/4/status"});
+  CHECK(decided.values[0] == "1\t3");
+  CHECK(keys::parseHostList(decided.values[2], 2) == std::vector<std::string>{"h1", "h2"});
+  auto header = keys::parseState(decided.values[4]);
+  REQUIRE(header);
+  CHECK(header->roster.empty());
+  CHECK(header->worldSize == 5);
+  auto failed = decideRound("j", 0, {node("a", "hostA", 1, 0, 0), node("b", "hostB", 1, 1, 0)}, 0);
+  CHECK_FALSE(failed.state.ok);
+  CHECK_THAT(failed.decision, Catch::StartsWith("error\t"));
 
   REQUIRE_THROWS_WITH(planRound({node("a", "hostA", 1, 0, 1), node("b", "hostB", 1, 1, 1)}),
                       Catch::Contains("node rank 1 claimed by hostA and hostB"));
@@ -266,22 +284,43 @@ TEST_CASE("keys: descriptors and states round-trip; malformed records are skippe
   CHECK(nodes[1].arrival == 1);
 
   keys::RoundState s;
-  s.closer = "1a-ff";
   s.nodeCount = 2;
   s.worldSize = 16;
   s.masterAddr = "10.0.0.7";
   s.masterPort = 4242;
   s.changesAtClose = 3;
+  s.roster = {{"n1", "node7(10.0.0.7)", 8}, {"n2", "node8", 8}};
   auto parsed = keys::parseState(keys::encodeState(s));
   REQUIRE(parsed);
   CHECK(parsed->worldSize == 16);
   CHECK(parsed->changesAtClose == 3);
+  CHECK(parsed->roster[1].name == "node8");
   CHECK_FALSE(keys::parseState("17"));  // an open round's counter
   CHECK_THROWS_AS(keys::parseState("ok\tbad"), ProtocolError);
+  s.worldSize = 17;  // not the sum of the roster
+  CHECK_THROWS_AS(keys::parseState(keys::encodeState(s)), ProtocolError);
   CHECK_THROWS_AS(keys::parseAssignment("1"), ProtocolError);
   CHECK_THROWS_AS(keys::validateRunId("a/b"), InvalidArgument);
   d.host = "tab\there";
   CHECK_THROWS_AS(keys::encodeDescriptor(d), InvalidArgument);
+}
+
+TEST_CASE("keys: host lists fold numbered runs and round-trip", "[rendezvous]") {
+  std::vector<std::string> names;
+  for (int i = 0; i < 4096; ++i) names.push_back("node" + std::to_string(i));
+  std::string encoded = keys::encodeHostList(names);
+  CHECK(encoded.size() < 32);
+  CHECK(keys::parseHostList(encoded, names.size()) == names);
+
+  std::vector<std::string> mixed = {"gpu-098.x", "gpu-099.x", "gpu-100.x", "login", "10.0.0.9",
+                                    "10.0.0.10", "a7b", "a7b", "box(10.231.0.1)"};
+  CHECK(keys::parseHostList(keys::encodeHostList(mixed), mixed.size()) == mixed);
+  CHECK(keys::parseHostList(keys::encodeHostList({}), 0).empty());
+
+  CHECK_THROWS_AS(keys::parseHostList(encoded, 4095), ProtocolError);  // one too many
+  CHECK_THROWS_AS(keys::parseHostList("~node\t0\t99999999999\t0\t\n", 10), ProtocolError);
+  CHECK_THROWS_AS(keys::parseHostList("=a", 1), ProtocolError);  // torn
+  CHECK_THROWS_AS(keys::parseHostList("?x\n", 1), ProtocolError);
 }
 
 TEST_CASE("c10d: four agents on MemoryStore get every rank once, prefix sums of local sizes",
@@ -318,6 +357,7 @@ TEST_CASE("c10d: a node rank claimed twice is an error for every agent", "[rende
   auto a = cluster.agent(withNode(options(2, 2), "hostA", 1, 1));
   auto b = cluster.agent(withNode(options(2, 2), "hostB", 1, 1));
   auto fa = startNext(*a);
+  awaitArrivals(cluster.store(), "job", 0, 1);  // names are listed in arrival order
   auto fb = startNext(*b);
   REQUIRE(fa.wait_for(kHang) == std::future_status::ready);
   REQUIRE(fb.wait_for(kHang) == std::future_status::ready);

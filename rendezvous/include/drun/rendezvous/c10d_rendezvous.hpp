@@ -34,8 +34,9 @@ class StoreServer;
 
 // The outcome of a round, computed by its closer from the members' descriptors (arrival order).
 struct RoundPlan {
-  std::vector<keys::Assignment> assignments;  // one per member, in the members' order
-  std::vector<std::string> hostsByRank;       // display name of each node rank
+  std::vector<int> nodeRank;      // per member (members' order)
+  std::vector<int> rankOffset;    // per member: prefix sum of the local world sizes
+  std::vector<int> memberAtRank;  // node rank -> member index
   int worldSize = 0;
   std::string masterAddr;  // node rank 0's address
   uint16_t masterPort = 0; // node rank 0's reserved port
@@ -44,6 +45,20 @@ struct RoundPlan {
 // (host, arrival) order; rank offsets are prefix sums of the local world sizes. Throws
 // InvalidArgument naming the nodes for a rank claimed twice or one out of range.
 RoundPlan planRound(const std::vector<keys::NodeDescriptor>& members);
+
+// The closer's decision for `members` (the alive joiners taken into the round: at most MAX, in
+// arrival order): planRound's result, or an error (a node rank claimed twice) that every joiner
+// reports. The closer writes compare_set(state, "" -> decision); if it won, multi_set(keys,
+// values): each member's assignment, the hosts list, round = r + 1 and, last, status = the
+// decision's header.
+struct RoundDecision {
+  keys::RoundState state;
+  std::string decision;  // encodeState(state): the value of `state`
+  std::vector<std::string> keys;
+  std::vector<Bytes> values;
+};
+RoundDecision decideRound(const std::string& runId, uint64_t round,
+                          const std::vector<keys::NodeDescriptor>& members, int64_t changesAtRead);
 
 // How a c10d rendezvous reaches its store (tests and embedders build one; the factory below
 // builds it from the options).

@@ -5,23 +5,26 @@
 // Everything of job <run_id> lives under "rdzv/<run_id>/" (deletePrefix(job(run_id)) removes it):
 //
 //   rdzv/<id>/round                  decimal: the round new agents should join
-//   rdzv/<id>/attached               counter: agents of the job not yet gone (+1 first join,
-//                                    -1 leave or will); the last leaver deletes the prefix
 //   rdzv/<id>/<r>/joined             append-only: one NodeDescriptor line per joiner, in order
 //   rdzv/<id>/<r>/count              counter: arrivals (its add() result = arrival number)
 //   rdzv/<id>/<r>/status             while open: a counter bumped by every event a waiting
-//                                    joiner must look at (a will, last call armed/disarmed);
-//                                    once closed: the RoundState (set by the winning closer)
-//   rdzv/<id>/<r>/state              the RoundState, written by compare_set("" -> state): the
-//                                    one decision of who is in the round and who computed it
+//                                    joiner must look at (a will, last call disarmed);
+//                                    once closed: the RoundState header (small: every joiner's
+//                                    watch() returns it)
+//   rdzv/<id>/<r>/state              the whole RoundState (header + roster), written by
+//                                    compare_set("" -> state): the one decision among
+//                                    concurrent closers; read only when status lags behind it
+//   rdzv/<id>/<r>/assign/<node>      "<node rank>\t<rank offset>" of each member
+//   rdzv/<id>/<r>/hosts              name of each node rank, as a HostList (compact runs)
+//   rdzv/<id>/<r>/left               counter: members of the closed round gone (leave or will);
+//                                    the one that makes it nodeCount deletes the job's keys
+//                                    (unless nodes already wait in round r+1)
 //   rdzv/<id>/<r>/lastcall           node id of the joiner that armed the last call (MIN reached)
 //   rdzv/<id>/<r>/dead/<node>        "1": the node's will fired (or it gave up) in this round
 //   rdzv/<id>/<r>/changes            counter: membership events of this round (deaths, nodes
 //                                    waiting to join, members re-joining); watched after close
 //   rdzv/<id>/<r>/last_change        text of the latest such event (the callback's reason)
 //   rdzv/<id>/<r>/reeval/<status>    compare_set election: who re-evaluates after a death
-//   rdzv/<id>/<r>/assign/<closer>/<node>   "<node rank>\t<rank offset>" (written by <closer>)
-//   rdzv/<id>/<r>/hosts/<closer>     host of each node rank, one per line
 //
 // Values are text; every value read from the store is untrusted and parsed with a clear error
 // (InvalidArgument / ProtocolError), never a crash.
@@ -34,6 +37,8 @@
 #include <string_view>
 #include <vector>
 
+#include "drun/rendezvous/store.hpp"
+
 namespace drun::rdzv::keys {
 
 // Throws InvalidArgument unless the run id is 1..128 chars of [A-Za-z0-9_.:@+-].
@@ -43,7 +48,6 @@ bool isValidNodeId(std::string_view id);
 
 std::string job(std::string_view runId);  // "rdzv/<id>/"
 std::string currentRound(std::string_view runId);
-std::string attached(std::string_view runId);
 std::string round(std::string_view runId, uint64_t round);  // "rdzv/<id>/<r>/"
 
 std::string joined(std::string_view runId, uint64_t round);
@@ -55,9 +59,15 @@ std::string dead(std::string_view runId, uint64_t round, std::string_view node);
 std::string changes(std::string_view runId, uint64_t round);
 std::string lastChange(std::string_view runId, uint64_t round);
 std::string reeval(std::string_view runId, uint64_t round, std::string_view statusValue);
-std::string assign(std::string_view runId, uint64_t round, std::string_view closer,
-                   std::string_view node);
-std::string hosts(std::string_view runId, uint64_t round, std::string_view closer);
+std::string assign(std::string_view runId, uint64_t round, std::string_view node);
+std::string hosts(std::string_view runId, uint64_t round);
+std::string left(std::string_view runId, uint64_t round);
+
+// The will a joiner of `round` registers: its dead flag and the reason, changes+1, status+1
+// (skipped by the store once status holds the state), left+1.
+// Node ids are chosen by each agent: "<pid hex>-<64 random bits hex>".
+Store::Will joinWill(std::string_view runId, uint64_t round, std::string_view node,
+                     std::string_view displayName);
 
 // One joiner, as it describes itself in `joined`:
 //   "<id>\t<host>\t<addr>\t<local world size>\t<requested node rank or ->\t<master port>\n"
@@ -80,19 +90,30 @@ std::string encodeDescriptor(const NodeDescriptor& node);
 // lines (a broken or foreign client) are skipped and counted in `skipped`.
 std::vector<NodeDescriptor> parseJoined(std::string_view blob, size_t* skipped = nullptr);
 
-// The closer's decision, the value of `state` and (once closed) of `status`.
+// One node of a closed round, in node-rank order.
+struct RosterEntry {
+  std::string id;
+  std::string name;  // NodeDescriptor::displayName()
+  int localWorldSize = 1;
+};
+
+// The closer's decision: the value of `state` (with the roster) and, once closed, of `status`
+// (header only):
+//   "ok\t<nodes>\t<world size>\t<master addr>\t<master port>\t<changes at close>\n"
+//   then one "<id>\t<name>\t<local world size>\n" per node rank;  or "error\t<message>".
 struct RoundState {
   bool ok = true;
   std::string error;           // !ok: why the round failed (told to every joiner)
-  std::string closer;          // ok: node id of the closer (namespaces assign/ and hosts/)
   int nodeCount = 0;
   int worldSize = 0;
   std::string masterAddr;
   uint16_t masterPort = 0;
   int64_t changesAtClose = 0;  // `changes` as the closer read it: the watch baseline
+  std::vector<RosterEntry> roster;  // by node rank (empty in the header-only form)
 };
-std::string encodeState(const RoundState& state);
-// nullopt: not a state (an open round's counter). Throws ProtocolError on a corrupt state.
+std::string encodeState(const RoundState& state, bool withRoster = true);
+// nullopt: not a state (an open round's counter). Throws ProtocolError on a corrupt state
+// (fields; with a roster: its size, world size = sum of its local world sizes).
 std::optional<RoundState> parseState(std::string_view value);
 
 struct Assignment {
@@ -101,6 +122,14 @@ struct Assignment {
 };
 std::string encodeAssignment(const Assignment& a);
 Assignment parseAssignment(std::string_view value);  // throws ProtocolError
+
+// The hosts list: names in node-rank order, consecutive names that differ only in a counting
+// number (node7, node8, ... or gpu-007.x, gpu-008.x) folded into one run, like SLURM's
+// node[7-8]: a 4096-node job's list is a few bytes instead of tens of KB per reader. Lines:
+//   "=<name>"  or  "~<prefix>\t<first>\t<count>\t<zero-padded width, 0 = none>\t<suffix>"
+std::string encodeHostList(const std::vector<std::string>& names);
+// Throws ProtocolError when malformed or when it does not hold exactly `expected` names.
+std::vector<std::string> parseHostList(std::string_view value, size_t expected);
 
 // Decimal int64 of a counter value; nullopt when absent; throws ProtocolError when not a number.
 std::optional<int64_t> parseCounter(const std::optional<std::string>& value);

@@ -1,0 +1,399 @@
+// rendezvous_bench: N agents join one round of MIN=MAX=N against drun's store server; measures
+// the time until every agent has its rank. Driven by
+// scripts/bench/rendezvous.sh, which prints it beside torch's c10d rendezvous.
+//
+//   rendezvous_bench [--port P] [--host H] [--sizes 64,256,1024,4096] [--mode generator|real]
+//
+// --mode generator (default): one thread, one Asio io_context, N connections; each agent is a
+//   coroutine speaking the wire protocol (protocol.hpp) and issuing exactly the store calls of
+//   C10dRendezvous::next() for a fresh job, in the same order, one call in flight per connection
+//   (keys, values, will and the closer's decision come from keys.hpp / decideRound, shared with
+//   the rendezvous). Thousands of agents cost no threads.
+// --mode real: N threads, each a real C10dRendezvous over its own TcpStore (cross-check of the
+//   generator for small N; each agent has a heartbeat thread and later a watcher connection).
+// Without --port the server runs in this process (StoreServer on its own io thread).
+// Timing starts when every agent is connected and all start together; connecting is reported
+// apart. rank_ms: every agent has its node rank, rank offset and master; next_ms: every agent
+// also has the hosts list (= next() would return).
+// Output: one "RESULT drun <mode> <N> <connect_ms> <rank_ms> <next_ms> <calls>" per size
+// (calls: store calls of all agents, generator mode only).
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <utility>
+
+#include <boost/asio.hpp>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <latch>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "drun/common/deadline.hpp"
+#include "drun/common/error.hpp"
+#include "drun/rendezvous/c10d_rendezvous.hpp"
+#include "drun/rendezvous/keys.hpp"
+#include "drun/rendezvous/protocol.hpp"
+#include "drun/rendezvous/store_server.hpp"
+#include "drun/rendezvous/tcp_store.hpp"
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+using namespace drun;
+using namespace drun::rdzv;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr uint32_t kCallTimeoutMs = 60000;
+constexpr size_t kConnectConcurrency = 128;  // stays under the listen backlog
+
+double msSince(Clock::time_point t0, Clock::time_point t1) {
+  return std::chrono::duration<double, std::milli>(t1 - t0).count();
+}
+
+struct Agent {
+  explicit Agent(asio::io_context& io) : socket(io) {}
+  tcp::socket socket;
+  wire::ReceiveBuffer in;
+  uint64_t nextRequest = 1;
+  keys::NodeDescriptor self;
+  uint64_t calls = 0;
+  Clock::time_point rankAt, doneAt;
+  double decodeMs = 0;
+  int nodeRank = -1;
+};
+
+// Waits for readability first, then reads: async_read_some would try a read at once, which
+// (the answer not being there yet) costs an EAGAIN system call per call. Real TcpStore clients
+// block in recv() on their own thread and do not pay it either.
+asio::awaitable<void> readMore(Agent& a) {
+  constexpr size_t kChunk = 64 * 1024;
+  co_await a.socket.async_wait(tcp::socket::wait_read, asio::use_awaitable);
+  boost::system::error_code ec;
+  size_t n = a.socket.read_some(asio::buffer(a.in.prepare(kChunk), kChunk), ec);
+  if (ec == asio::error::would_block) co_return;
+  if (ec) throw NetworkError("read: " + ec.message());
+  a.in.commit(n);
+}
+
+// The next whole message off the connection; `decode` is one of protocol.hpp's decoders.
+template <typename Message, typename Decode>
+asio::awaitable<Message> receive(Agent& a, Decode decode, const char* what) {
+  for (;;) {
+    Message m;
+    auto d = decode(a.in.data(), m);
+    if (d.status == wire::DecodeStatus::Bad) throw ProtocolError(std::string(what) + ": " + d.error);
+    if (d.status == wire::DecodeStatus::Ok) {
+      a.in.consume(d.consumed);
+      co_return m;
+    }
+    co_await readMore(a);
+  }
+}
+
+asio::awaitable<void> handshake(Agent& a) {
+  std::string out;
+  wire::encodeHello(wire::Hello{wire::kVersion, 60000}, out);
+  co_await asio::async_write(a.socket, asio::buffer(out), asio::use_awaitable);
+  auto reply = co_await receive<wire::HelloReply>(
+      a, [](std::string_view in, wire::HelloReply& m) { return wire::decodeHelloReply(in, m); },
+      "hello");
+  if (reply.status != wire::HelloStatus::Ok) throw ProtocolError("hello refused");
+}
+
+// One call, answered in order (one in flight per connection, as TcpStore does).
+asio::awaitable<wire::Response> call(Agent& a, wire::Request q) {
+  q.id = a.nextRequest++;
+  std::string out;
+  wire::encodeRequest(q, out);
+  co_await asio::async_write(a.socket, asio::buffer(out), asio::use_awaitable);
+  ++a.calls;
+  for (;;) {
+    auto r = co_await receive<wire::Response>(
+        a, [](std::string_view in, wire::Response& m) { return wire::decodeResponse(in, m); },
+        "response");
+    if (r.id != q.id) continue;
+    if (r.status != wire::Status::Ok)
+      throw Error(std::string(wire::toString(q.op)) + ": " + r.message);
+    co_return r;
+  }
+}
+
+// Request builders: plain functions, since GCC 12 rejects braced lists inside coroutines.
+wire::Request request(wire::Op op, const std::string& key) {
+  wire::Request q;
+  q.op = op;
+  q.keys.push_back(key);
+  return q;
+}
+
+wire::Request request(wire::Op op, const std::string& key, const Bytes& value) {
+  wire::Request q = request(op, key);
+  q.values.push_back(value);
+  return q;
+}
+
+wire::Request compareSet(const std::string& key, const Bytes& expected, const Bytes& desired) {
+  wire::Request q = request(wire::Op::CompareSet, key, expected);
+  q.values.push_back(desired);
+  return q;
+}
+
+wire::Request multiSet(const std::vector<std::string>& keys, const std::vector<Bytes>& values) {
+  wire::Request q;
+  q.op = wire::Op::MultiSet;
+  q.keys = keys;
+  q.values = values;
+  return q;
+}
+
+asio::awaitable<std::optional<Bytes>> tryGet(Agent& a, const std::string& key) {
+  auto r = co_await call(a, request(wire::Op::TryGet, key));
+  co_return r.values.empty() ? std::nullopt : std::optional<Bytes>(r.values[0]);
+}
+
+asio::awaitable<int64_t> add(Agent& a, const std::string& key, int64_t delta) {
+  auto q = request(wire::Op::Add, key);
+  q.delta = delta;
+  co_return (co_await call(a, std::move(q))).number;
+}
+
+// The closer's part of C10dRendezvous::tryClose for MIN=MAX=n.
+asio::awaitable<void> close(Agent& a, const std::string& runId, int n) {
+  const int64_t changes =
+      keys::parseCounter(co_await tryGet(a, keys::changes(runId, 0))).value_or(0);
+  auto nodes = keys::parseJoined((co_await tryGet(a, keys::joined(runId, 0))).value_or(""));
+  if (changes > 0) {
+    std::vector<keys::NodeDescriptor> alive;
+    for (auto& node : nodes)
+      if (!co_await tryGet(a, keys::dead(runId, 0, node.id))) alive.push_back(node);
+    nodes.swap(alive);
+  }
+  if (static_cast<int>(nodes.size()) < n) co_return;
+  nodes.resize(n);
+  RoundDecision d = decideRound(runId, 0, nodes, changes);
+  auto cas = co_await call(a, compareSet(keys::state(runId, 0), "", d.decision));
+  if (cas.values.at(0) == d.decision) co_await call(a, multiSet(d.keys, d.values));
+}
+
+// C10dRendezvous::next() of a fresh agent in a job of MIN=MAX=n.
+asio::awaitable<void> join(Agent& a, const std::string& runId, int n) {
+  co_await tryGet(a, keys::currentRound(runId));
+  wire::Request will;
+  will.op = wire::Op::SetWill;
+  will.will = keys::joinWill(runId, 0, a.self.id, a.self.displayName());
+  co_await call(a, std::move(will));
+  co_await call(a, request(wire::Op::Append, keys::joined(runId, 0),
+                           keys::encodeDescriptor(a.self)));
+  if (co_await add(a, keys::count(runId, 0), 1) >= n) co_await close(a, runId, n);
+
+  std::optional<keys::RoundState> state;
+  std::optional<Bytes> known;
+  while (!(known && (state = keys::parseState(*known)))) {
+    auto q = request(wire::Op::Watch, keys::status(runId, 0));
+    q.known = known;
+    q.timeoutMs = kCallTimeoutMs;
+    auto r = co_await call(a, std::move(q));
+    known = r.values.empty() ? std::nullopt : std::optional<Bytes>(r.values[0]);
+  }
+  if (!state->ok) throw Error("round failed: " + state->error);
+  auto mine = co_await tryGet(a, keys::assign(runId, 0, a.self.id));
+  if (!mine) throw Error("agent " + a.self.id + " left out of the round");
+  a.nodeRank = keys::parseAssignment(*mine).nodeRank;
+  a.rankAt = Clock::now();
+  // The hosts list (RoundResult::hosts). Each real agent decodes it on its own host, in
+  // parallel with the others; here one thread plays every agent, so only the first decodes it
+  // (checked and timed: decodeMs), the others just receive the same bytes.
+  auto q = request(wire::Op::Get, keys::hosts(runId, 0));
+  q.timeoutMs = kCallTimeoutMs;
+  auto hosts = co_await call(a, std::move(q));
+  if (a.self.id == "a0") {
+    const auto t0 = Clock::now();
+    if (keys::parseHostList(hosts.values.at(0), n).size() != static_cast<size_t>(n))
+      throw Error("bad hosts list");
+    a.decodeMs = msSince(t0, Clock::now());
+  }
+  a.doneAt = Clock::now();
+}
+
+struct Result {
+  double connectMs = 0, rankMs = 0, doneMs = 0;
+  uint64_t calls = 0;
+};
+
+Result runGenerator(const std::string& host, uint16_t port, int n, const std::string& runId) {
+  asio::io_context io(1);
+  std::vector<std::unique_ptr<Agent>> agents;
+  for (int i = 0; i < n; ++i) {
+    auto a = std::make_unique<Agent>(io);
+    a->self.id = "a" + std::to_string(i);
+    a->self.host = "node" + std::to_string(i);
+    a->self.addr = "10.0." + std::to_string(i / 250) + "." + std::to_string(i % 250 + 1);
+    a->self.localWorldSize = 8;
+    a->self.masterPort = static_cast<uint16_t>(20000 + i);
+    agents.push_back(std::move(a));
+  }
+  std::exception_ptr failure;
+  auto onDone = [&](std::exception_ptr e) {
+    if (e && !failure) failure = e;
+  };
+  const tcp::endpoint endpoint(asio::ip::make_address(host), port);
+
+  // Connect with bounded concurrency (a burst of SYNs over the backlog costs 1 s retries).
+  const auto t0 = Clock::now();
+  size_t nextToConnect = 0;
+  for (size_t w = 0; w < std::min<size_t>(kConnectConcurrency, agents.size()); ++w)
+    asio::co_spawn(io, [&]() -> asio::awaitable<void> {
+      while (nextToConnect < agents.size()) {
+        Agent& a = *agents[nextToConnect++];
+        co_await a.socket.async_connect(endpoint, asio::use_awaitable);
+        a.socket.set_option(tcp::no_delay(true));
+        co_await handshake(a);
+      }
+    }, onDone);
+  io.run();
+  if (failure) std::rethrow_exception(failure);
+  const auto t1 = Clock::now();
+
+  io.restart();
+  for (auto& a : agents) asio::co_spawn(io, join(*a, runId, n), onDone);
+  io.run();
+  if (failure) std::rethrow_exception(failure);
+
+  Result r;
+  r.connectMs = msSince(t0, t1);
+  std::vector<bool> seen(n);
+  for (auto& a : agents) {
+    r.rankMs = std::max(r.rankMs, msSince(t1, a->rankAt));
+    r.doneMs = std::max(r.doneMs, msSince(t1, a->doneAt));
+    r.calls += a->calls;
+    if (a->nodeRank < 0 || a->nodeRank >= n || seen[a->nodeRank])
+      throw Error("bad node rank " + std::to_string(a->nodeRank));
+    seen[a->nodeRank] = true;
+  }
+  // Clean up the job's keys so that the next size starts from a small store.
+  io.restart();
+  asio::co_spawn(io, [&]() -> asio::awaitable<void> {
+    co_await call(*agents[0], request(wire::Op::DeletePrefix, keys::job(runId)));
+  }, onDone);
+  io.run();
+  return r;
+}
+
+Result runReal(const std::string& host, uint16_t port, int n, const std::string& runId) {
+  RendezvousOptions o;
+  o.runId = runId;
+  o.minNodes = o.maxNodes = n;
+  o.localWorldSize = 8;
+  o.joinTimeout = 120s;
+  TcpStoreOptions client;
+  client.host = host;
+  client.port = port;
+  client.connectTimeout = 30s;
+  const auto t0 = Clock::now();
+  std::vector<std::unique_ptr<Rendezvous>> agents;
+  for (int i = 0; i < n; ++i) {
+    C10dStoreAccess access;
+    access.store = std::make_unique<TcpStore>(client);
+    access.selfAddress = "127.0.0.1";
+    auto options = o;
+    options.localAddr = "node" + std::to_string(i);
+    agents.push_back(makeC10dRendezvous(options, std::move(access)));
+  }
+  const auto t1 = Clock::now();
+  std::vector<Clock::time_point> done(n);
+  std::vector<int> ranks(n, -1);
+  std::latch start(n + 1);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < n; ++i)
+    threads.emplace_back([&, i] {
+      start.arrive_and_wait();
+      ranks[i] = agents[i]->next().nodeRank;
+      done[i] = Clock::now();
+    });
+  const auto t2 = Clock::now();
+  start.arrive_and_wait();
+  for (auto& t : threads) t.join();
+  Result r;
+  r.connectMs = msSince(t0, t1);
+  for (auto& d : done) r.rankMs = std::max(r.rankMs, msSince(t2, d));
+  r.doneMs = r.rankMs;  // next() returns with both
+  for (auto& a : agents) a->leave();
+  return r;
+}
+
+void raiseFileLimit() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
+    limit.rlim_cur = limit.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &limit);
+  }
+}
+
+int usage() {
+  std::cerr << "usage: rendezvous_bench [--host H] [--port P] [--sizes 64,256,...] "
+               "[--mode generator|real]\n";
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string host = "127.0.0.1", mode = "generator";
+  int port = -1;
+  std::vector<int> sizes = {64, 256, 1024, 4096};
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (i + 1 >= argc) return usage();
+    std::string value = argv[++i];
+    if (arg == "--host") {
+      host = value;
+    } else if (arg == "--port") {
+      port = std::atoi(value.c_str());
+    } else if (arg == "--mode" && (value == "generator" || value == "real")) {
+      mode = value;
+    } else if (arg == "--sizes") {
+      sizes.clear();
+      for (size_t p = 0; p < value.size();) {
+        size_t comma = value.find(',', p);
+        if (comma == std::string::npos) comma = value.size();
+        int n = std::atoi(value.substr(p, comma - p).c_str());
+        if (n < 1) return usage();
+        sizes.push_back(n);
+        p = comma + 1;
+      }
+    } else {
+      return usage();
+    }
+  }
+  raiseFileLimit();
+  std::unique_ptr<StoreServer> server;
+  if (port < 0) {
+    StoreServerOptions so;
+    so.host = host;
+    so.port = 0;
+    server = std::make_unique<StoreServer>(so);
+    server->start();
+    port = server->port();
+  }
+  try {
+    int run = 0;
+    for (int n : sizes) {
+      const std::string runId = "bench-" + std::to_string(::getpid()) + "-" + std::to_string(run++);
+      Result r = mode == "real" ? runReal(host, static_cast<uint16_t>(port), n, runId)
+                                : runGenerator(host, static_cast<uint16_t>(port), n, runId);
+      std::printf("RESULT drun %s %d %.1f %.1f %.1f %llu\n", mode.c_str(), n, r.connectMs,
+                  r.rankMs, r.doneMs, static_cast<unsigned long long>(r.calls));
+      std::fflush(stdout);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rendezvous_bench: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
