@@ -99,19 +99,21 @@ def launch_table(args, launchers, env):
                 else:
                     failures.append(f"{name} N={n}: exit {code}")
         results[n] = {name: median_ms(s) for name, s in samples.items()}
+        results[n]["drun min"] = min(samples["drun"]) * 1e3 if samples["drun"] else None
         print(f"  N={n} done", file=sys.stderr, flush=True)
 
     print()
     print(f"Launch: median wall time (ms) of `<launcher> N x hostname`; drun/mpirun {args.runs} runs, "
           f"torchrun {args.torch_runs} runs")
-    print("(torchrun: --standalone --no_python; mi0.1 = --monitor_interval 0.1, default is 5 s)")
-    header = f"{'N':>3} | {'drun':>8} | {'mpirun':>8} | {'torchrun':>9} | {'torchrun mi0.1':>14} |" \
+    print("(min: drun's fastest run; torchrun: --standalone --no_python; mi0.1 = --monitor_interval"
+          " 0.1, default is 5 s)")
+    header = f"{'N':>3} | {'drun':>8} | {'(min)':>6} | {'mpirun':>8} | {'torchrun':>9} | {'torchrun mi0.1':>14} |" \
              f" {'drun/mpirun':>11} | {'drun/torchrun':>13} | {'drun/torchrun mi0.1':>19}"
     print(header)
     print("-" * len(header))
     for n in args.nprocs:
         r = results[n]
-        print(f"{n:>3} | {fmt_ms(r['drun']):>8} | {fmt_ms(r['mpirun']):>8} | "
+        print(f"{n:>3} | {fmt_ms(r['drun']):>8} | {fmt_ms(r['drun min']):>6} | {fmt_ms(r['mpirun']):>8} | "
               f"{fmt_ms(r['torchrun'], 0):>9} | {fmt_ms(r['torchrun mi0.1'], 0):>14} | "
               f"{fmt_ratio(r['drun'], r['mpirun']):>11} | {fmt_ratio(r['drun'], r['torchrun']):>13} |"
               f" {fmt_ratio(r['drun'], r['torchrun mi0.1']):>19}")
@@ -200,12 +202,13 @@ def main():
     launchers = Launchers(args)
 
     baseline = [timed(["/bin/true"], 10, env)[0] for _ in range(args.runs)]
-    print(f"machine: {os.cpu_count()} CPUs; harness overhead (median wall of /bin/true): "
+    print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start; harness overhead (median wall of /bin/true): "
           f"{median_ms(baseline):.2f} ms (included in every number below)")
     launch = launch_table(args, launchers, env)
     drun_failover = failover_table(args, launchers, env)
 
     print()
+    print(f"load average at the end: {os.getloadavg()[0]:.2f}")
     drun4 = launch.get(4, {}).get("drun")
     if drun4 is not None:
         print(f"target: drun launch N=4 <= 20 ms: {drun4:.1f} ms "
