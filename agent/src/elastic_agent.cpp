@@ -175,6 +175,7 @@ struct ElasticAgent::Impl {
     for (int r = 0; r < config.nprocPerNode; ++r) fs::create_directories(attemptDir / std::to_string(r));
 
     GroupOptions options;
+    options.jobGuard = &*guard;  // registers each worker's process group until it is empty
     options.output = config.output;
     options.output.prefixTemplate =
         config.prefixTemplate.value_or(round.worldSize > 1 ? "[${rank}]:" : "");
@@ -194,14 +195,12 @@ struct ElasticAgent::Impl {
     group = std::make_unique<WorkerGroup>(io, std::move(options));
     group->onExit([this](const WorkerExit& exit) { onWorkerExit(exit); });
     group->start(specs);
-    for (pid_t pid : group->pids()) guard->addProcessGroup(pid);
     ++attempt;
     transition(AgentState::Running, std::to_string(specs.size()) + " workers, restart " +
                                         std::to_string(restartCount));
   }
 
   void onWorkerExit(const WorkerExit& exit) {
-    guard->removeProcessGroup(exit.pid);
     spdlog::debug("agent: rank {} (pid {}) ended: status {}", exit.globalRank, exit.pid, exit.statusCode());
     if (!exit.succeeded()) {
       // The root cause is the earliest failure that happened before drun began stopping the
@@ -313,8 +312,7 @@ struct ElasticAgent::Impl {
                    defaultOmpThreads(cpuCount, config.nprocPerNode), cpuCount, config.nprocPerNode);
     startRendezvous();
     io.run();
-    group.reset();
-    guard->sweep();
+    group.reset();  // SIGKILLs and reaps whatever is left; the guard's destructor sweeps the rest
     if (jobDirTemporary) {
       std::error_code ec;
       fs::remove_all(jobDir, ec);
