@@ -4,15 +4,18 @@
 # Prints one side-by-side table of ops/s and p50/p99 latency (microseconds).
 #
 #   scripts/bench/store.sh                 # BUILD_DIR=build, OPS per client per op: 2000 / 500
-#   BUILD_DIR=build-store OPS1=5000 OPS16=1000 scripts/bench/store.sh
+#   BUILD_DIR=build-store OPS1=5000 OPS16=1000 REPEAT=5 scripts/bench/store.sh
 #
 # drun clients are threads of store_bench (one TcpStore each); torch clients are processes
-# (the GIL would serialise threads). Counts are bounded: the whole run takes well under a minute.
+# (the GIL would serialise threads). The whole comparison runs REPEAT times (default 3), drun and
+# torch alternating, and each cell shows its best pass (highest ops/s): on a shared machine other
+# load only ever makes a pass slower. Counts are bounded: about 15 s per pass.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD_DIR=${BUILD_DIR:-build}
 OPS1=${OPS1:-2000}
 OPS16=${OPS16:-500}
+REPEAT=${REPEAT:-3}
 PYTHON=${PYTHON:-/usr/bin/python3}
 
 cmake --build "$BUILD_DIR" --target drun-rendezvous store_bench -j2 >/dev/null
@@ -35,23 +38,31 @@ done
 port=$(sed -n 's/.*listening on 127.0.0.1:\([0-9]*\).*/\1/p' "$daemon_out")
 [[ -n "$port" ]] || { echo "store.sh: drun-rendezvous did not start" >&2; exit 1; }
 
-for clients in 1 16; do
-  ops=$([[ $clients == 1 ]] && echo "$OPS1" || echo "$OPS16")
-  timeout 120 "$BUILD_DIR/bin/store_bench" --port "$port" --clients "$clients" --ops "$ops" \
-    | grep '^RESULT' >>"$results"
-  if "$PYTHON" -c 'import torch.distributed' 2>/dev/null; then
-    timeout 300 "$PYTHON" scripts/bench/store_torch.py --clients "$clients" --ops "$ops" \
+have_torch=$("$PYTHON" -c 'import torch.distributed' 2>/dev/null && echo yes || echo no)
+[[ $have_torch == yes ]] || echo "store.sh: torch not importable by $PYTHON: drun only" >&2
+for _ in $(seq "$REPEAT"); do
+  for clients in 1 16; do
+    ops=$([[ $clients == 1 ]] && echo "$OPS1" || echo "$OPS16")
+    timeout 120 "$BUILD_DIR/bin/store_bench" --port "$port" --clients "$clients" --ops "$ops" \
       | grep '^RESULT' >>"$results"
-  fi
+    if [[ $have_torch == yes ]]; then
+      timeout 300 "$PYTHON" scripts/bench/store_torch.py --clients "$clients" --ops "$ops" \
+        | grep '^RESULT' >>"$results"
+    fi
+  done
 done
 
-"$PYTHON" - "$results" <<'PY'
+"$PYTHON" - "$results" "$REPEAT" <<'PY'
 import sys
 rows = {}
 for line in open(sys.argv[1]):
     _, impl, op, clients, rate, p50, p99 = line.split()
-    rows[(op, int(clients), impl)] = (float(rate), float(p50), float(p99))
-print("store benchmark: ops/s (all clients together) and per-call latency p50/p99 in us")
+    row = (float(rate), float(p50), float(p99))
+    key = (op, int(clients), impl)
+    if key not in rows or row[0] > rows[key][0]:  # best pass
+        rows[key] = row
+print("store benchmark: ops/s (all clients together) and per-call latency p50/p99 in us;")
+print("best of %s passes per cell; speedup = drun ops/s / torch ops/s" % sys.argv[2])
 print("%-12s %7s | %10s %8s %8s | %10s %8s %8s | %7s" % (
     "op", "clients", "drun ops/s", "p50", "p99", "torch ops/s", "p50", "p99", "speedup"))
 print("-" * 96)
