@@ -176,7 +176,8 @@ asio::awaitable<void> close(Agent& a, const std::string& runId, int n) {
   }
   if (static_cast<int>(nodes.size()) < n) co_return;
   nodes.resize(n);
-  RoundDecision d = decideRound(runId, 0, nodes, changes);
+  const int64_t left = keys::parseCounter(co_await tryGet(a, keys::left(runId, 0))).value_or(0);
+  RoundDecision d = decideRound(runId, 0, nodes, {changes, left});
   auto cas = co_await call(a, compareSet(keys::state(runId, 0), "", d.decision));
   if (cas.values.at(0) == d.decision) co_await call(a, multiSet(d.keys, d.values));
 }

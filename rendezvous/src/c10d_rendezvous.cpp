@@ -207,17 +207,20 @@ class C10dRendezvous final : public Rendezvous {
 
     uint64_t round = keys::parseCounter(store_->tryGet(keys::currentRound(options_.runId)))
                          .value_or(0);
+    // What to tell the nodes of a running round once this node's will names its new round (so
+    // that the old round never counts this node's death).
+    Announcement announce;
     if (lastRound_) {
       round = std::max(round, *lastRound_ + 1);
-      signalChange(*lastRound_, "node " + self_.displayName() + " is re-joining (round " +
-                                    std::to_string(round) + ")");
+      announce = {*lastRound_, "node " + self_.displayName() + " is re-joining (round " +
+                                   std::to_string(round) + ")"};
     } else if (round > 0) {
       // The job runs round-1 (the latest closed one): tell its nodes that one more waits.
-      signalChange(round - 1, "node " + self_.displayName() + " is waiting to join (round " +
-                                  std::to_string(round) + ")");
+      announce = {round - 1, "node " + self_.displayName() + " is waiting to join (round " +
+                                 std::to_string(round) + ")"};
     }
     for (;;) {
-      if (auto result = joinRound(round, deadline)) {
+      if (auto result = joinRound(round, deadline, announce)) {
         lastRound_ = round;
         spdlog::debug("rendezvous '{}': round {} formed in {}: node rank {} of {}, world size {}",
                       options_.runId, round,
@@ -229,8 +232,8 @@ class C10dRendezvous final : public Rendezvous {
       // The round closed without this node: wait in the next one, and tell the running nodes.
       spdlog::debug("rendezvous '{}': round {} closed without this node; waiting for round {}",
                     options_.runId, round, round + 1);
-      signalChange(round, "node " + self_.displayName() + " is waiting to join (round " +
-                              std::to_string(round + 1) + ")");
+      announce = {round, "node " + self_.displayName() + " is waiting to join (round " +
+                             std::to_string(round + 1) + ")"};
       ++round;
     }
   }
@@ -246,7 +249,7 @@ class C10dRendezvous final : public Rendezvous {
         // The last member of the latest round to go removes the job's keys, unless nodes
         // already wait in the next round.
         const uint64_t round = *lastRound_;
-        const int64_t gone = store_->add(keys::left(id(), round), 1);
+        const int64_t gone = store_->add(keys::left(id(), round), 1) - leftAtClose_;
         if (gone >= lastNodeCount_ && !store_->check({keys::count(id(), round + 1)}))
           removeJobKeys();
         if (server_) waitForOthersToLeave(round);
@@ -267,14 +270,21 @@ class C10dRendezvous final : public Rendezvous {
  private:
   const std::string& id() const { return options_.runId; }
 
+  struct Announcement {
+    std::optional<uint64_t> round;
+    std::string reason;
+  };
+
   // Joins round `round`; returns the result, or nullopt when the round closed without this node.
-  std::optional<RoundResult> joinRound(uint64_t round, const Deadline& deadline) {
+  std::optional<RoundResult> joinRound(uint64_t round, const Deadline& deadline,
+                                       const Announcement& announce) {
     Store& s = *store_;
     const bool elastic = options_.minNodes < options_.maxNodes;
     const std::string statusKey = keys::status(id(), round);
     constexpr auto kNever = Clock::time_point::max();
 
     s.setWill(keys::joinWill(id(), round, self_.id, self_.displayName()));
+    if (announce.round) signalChange(*announce.round, announce.reason);
     s.append(keys::joined(id(), round), descriptorLine_);
     const int64_t arrival = s.add(keys::count(id(), round), 1);
     spdlog::debug("rendezvous '{}': joined round {} as arrival {} (need {}..{})", id(), round,
@@ -357,7 +367,10 @@ class C10dRendezvous final : public Rendezvous {
     }
     if (static_cast<int>(nodes.size()) > options_.maxNodes) nodes.resize(options_.maxNodes);
 
-    RoundDecision d = decideRound(id(), round, nodes, changesAtRead);
+    // Read after the snapshot: a will that fires in between belongs to a member (counted as one
+    // that left: the host then waits out closeTimeout at worst), never the other way round.
+    const int64_t leftAtRead = keys::parseCounter(s.tryGet(keys::left(id(), round))).value_or(0);
+    RoundDecision d = decideRound(id(), round, nodes, {changesAtRead, leftAtRead});
     if (s.compareSet(keys::state(id(), round), "", d.decision) == d.decision) {
       s.multiSet(d.keys, d.values);
       spdlog::debug("rendezvous '{}': closed round {} with {} node(s) in {}{}", id(), round,
@@ -416,6 +429,7 @@ class C10dRendezvous final : public Rendezvous {
     r.masterPort = state.masterPort;
     r.storePrefix = keys::round(id(), round);
     changesAtClose_ = state.changesAtClose;
+    leftAtClose_ = state.leftAtClose;
     lastNodeCount_ = state.nodeCount;
     if (auto mine = store_->tryGet(keys::assign(id(), round, self_.id))) {
       const keys::Assignment a = keys::parseAssignment(*mine);
@@ -509,7 +523,8 @@ class C10dRendezvous final : public Rendezvous {
     const std::string key = keys::left(id(), round);
     for (;;) {
       auto value = store_->tryGet(key);
-      const int64_t remaining = lastNodeCount_ - keys::parseCounter(value).value_or(0);
+      const int64_t remaining =
+          lastNodeCount_ - (keys::parseCounter(value).value_or(0) - leftAtClose_);
       if (!value || remaining <= 0) return;  // absent: the last one removed the job's keys
       if (deadline.expired()) {
         spdlog::info("rendezvous '{}': stopping the store with {} node(s) still attached after {}",
@@ -535,6 +550,7 @@ class C10dRendezvous final : public Rendezvous {
   PortReservation reservation_;
   std::optional<uint64_t> lastRound_;
   int64_t changesAtClose_ = 0;
+  int64_t leftAtClose_ = 0;
   int64_t lastNodeCount_ = 0;
   bool left_ = false;
 };
@@ -614,9 +630,10 @@ RoundPlan planRound(const std::vector<NodeDescriptor>& members) {
 }
 
 RoundDecision decideRound(const std::string& runId, uint64_t round,
-                          const std::vector<NodeDescriptor>& members, int64_t changesAtRead) {
+                          const std::vector<NodeDescriptor>& members, RoundCounters counters) {
   RoundDecision d;
-  d.state.changesAtClose = changesAtRead;
+  d.state.changesAtClose = counters.changes;
+  d.state.leftAtClose = counters.left;
   try {
     RoundPlan plan = planRound(members);
     d.state.nodeCount = static_cast<int>(members.size());

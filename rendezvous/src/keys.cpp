@@ -188,7 +188,8 @@ std::string encodeState(const RoundState& s, bool withRoster) {
   }
   std::string out = "ok\t" + std::to_string(s.nodeCount) + "\t" + std::to_string(s.worldSize) +
                     "\t" + s.masterAddr + "\t" + std::to_string(s.masterPort) + "\t" +
-                    std::to_string(s.changesAtClose) + "\n";
+                    std::to_string(s.changesAtClose) + "\t" + std::to_string(s.leftAtClose) +
+                    "\n";
   if (!withRoster) return out;
   out.reserve(out.size() + s.roster.size() * 24);
   for (const auto& e : s.roster)
@@ -216,16 +217,18 @@ std::optional<RoundState> parseState(std::string_view value) {
   auto f = splitTabs(value.substr(0, nl));
   std::optional<int> nodes, world;
   std::optional<uint16_t> port;
-  std::optional<int64_t> changes;
-  if (f.size() != 6 || !(nodes = parseInt<int>(f[1])) || *nodes < 1 ||
+  std::optional<int64_t> changes, left;
+  if (f.size() != 7 || !(nodes = parseInt<int>(f[1])) || *nodes < 1 ||
       !(world = parseInt<int>(f[2])) || *world < *nodes || !isPlainField(f[3]) ||
-      !(port = parseInt<uint16_t>(f[4])) || !(changes = parseInt<int64_t>(f[5])))
+      !(port = parseInt<uint16_t>(f[4])) || !(changes = parseInt<int64_t>(f[5])) ||
+      !(left = parseInt<int64_t>(f[6])))
     throw corrupt();
   s.nodeCount = *nodes;
   s.worldSize = *world;
   s.masterAddr = std::string(f[3]);
   s.masterPort = *port;
   s.changesAtClose = *changes;
+  s.leftAtClose = *left;
   s.roster.reserve(*nodes);
   int64_t sum = 0;
   for (size_t start = nl + 1; start < value.size();) {

@@ -235,11 +235,12 @@ TEST_CASE("planRound: node order by host then arrival, prefix sums, requested ra
   auto ranked = planRound({node("a", "h1", 1, 0), node("b", "h2", 1, 1, 0)});
   CHECK(ranked.nodeRank == std::vector<int>{1, 0});
 
-  auto decided = decideRound("j", 4, {node("a", "h2", 2, 0), node("b", "h1", 3, 1)}, 5);
+  auto decided = decideRound("j", 4, {node("a", "h2", 2, 0), node("b", "h1", 3, 1)}, {5, 1});
   REQUIRE(decided.state.ok);
   CHECK(decided.state.roster.size() == 2);
   CHECK(decided.state.roster[0].id == "b");
   CHECK(decided.state.changesAtClose == 5);
+  CHECK(decided.state.leftAtClose == 1);
   CHECK(decided.keys == std::vector<std::string>{"rdzv/j/4/assign/a", "rdzv/j/4/assign/b",
                                                  "rdzv/j/4/hosts", "rdzv/j/round",
                                                  "rdzv/j/4/status"});
@@ -249,7 +250,7 @@ TEST_CASE("planRound: node order by host then arrival, prefix sums, requested ra
   REQUIRE(header);
   CHECK(header->roster.empty());
   CHECK(header->worldSize == 5);
-  auto failed = decideRound("j", 0, {node("a", "hostA", 1, 0, 0), node("b", "hostB", 1, 1, 0)}, 0);
+  auto failed = decideRound("j", 0, {node("a", "hostA", 1, 0, 0), node("b", "hostB", 1, 1, 0)}, {});
   CHECK_FALSE(failed.state.ok);
   CHECK_THAT(failed.decision, Catch::StartsWith("error\t"));
 
@@ -289,11 +290,13 @@ TEST_CASE("keys: descriptors and states round-trip; malformed records are skippe
   s.masterAddr = "10.0.0.7";
   s.masterPort = 4242;
   s.changesAtClose = 3;
+  s.leftAtClose = 2;
   s.roster = {{"n1", "node7(10.0.0.7)", 8}, {"n2", "node8", 8}};
   auto parsed = keys::parseState(keys::encodeState(s));
   REQUIRE(parsed);
   CHECK(parsed->worldSize == 16);
   CHECK(parsed->changesAtClose == 3);
+  CHECK(parsed->leftAtClose == 2);
   CHECK(parsed->roster[1].name == "node8");
   CHECK_FALSE(keys::parseState("17"));  // an open round's counter
   CHECK_THROWS_AS(keys::parseState("ok\tbad"), ProtocolError);

@@ -57,8 +57,14 @@ struct RoundDecision {
   std::vector<std::string> keys;
   std::vector<Bytes> values;
 };
+// The round's counters as the closer read them: `changes` before its snapshot of the joiners
+// (the membership watch starts there), `left` after it (wills of joiners not taken count there).
+struct RoundCounters {
+  int64_t changes = 0;
+  int64_t left = 0;
+};
 RoundDecision decideRound(const std::string& runId, uint64_t round,
-                          const std::vector<keys::NodeDescriptor>& members, int64_t changesAtRead);
+                          const std::vector<keys::NodeDescriptor>& members, RoundCounters counters);
 
 // How a c10d rendezvous reaches its store (tests and embedders build one; the factory below
 // builds it from the options).

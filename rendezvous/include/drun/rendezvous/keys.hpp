@@ -99,7 +99,7 @@ struct RosterEntry {
 
 // The closer's decision: the value of `state` (with the roster) and, once closed, of `status`
 // (header only):
-//   "ok\t<nodes>\t<world size>\t<master addr>\t<master port>\t<changes at close>\n"
+//   "ok\t<nodes>\t<world size>\t<master addr>\t<master port>\t<changes>\t<left>\n"
 //   then one "<id>\t<name>\t<local world size>\n" per node rank;  or "error\t<message>".
 struct RoundState {
   bool ok = true;
@@ -109,6 +109,7 @@ struct RoundState {
   std::string masterAddr;
   uint16_t masterPort = 0;
   int64_t changesAtClose = 0;  // `changes` as the closer read it: the watch baseline
+  int64_t leftAtClose = 0;     // `left` as the closer read it (wills of joiners not taken)
   std::vector<RosterEntry> roster;  // by node rank (empty in the header-only form)
 };
 std::string encodeState(const RoundState& state, bool withRoster = true);

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Rendezvous benchmark: N agents join one round of MIN=MAX=N; time until every agent has its
+# rank. drun: rendezvous_bench's load generator (one Asio thread, one connection per agent, the
+# store calls of C10dRendezvous::next()) against the drun-rendezvous daemon. torch: 1.13's c10d
+# rendezvous (DynamicRendezvousHandler + C10dRendezvousBackend on a TCPStore), N threads, at the
+# sizes it finishes within a cap. Same run, same machine; prints one table.
+#
+#   scripts/bench/rendezvous.sh
+#   BUILD_DIR=build-rdzv DRUN_SIZES=8,64,1024 TORCH_SIZES=8,64 TORCH_CAP=60 scripts/bench/rendezvous.sh
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+BUILD_DIR=${BUILD_DIR:-build}
+DRUN_SIZES=${DRUN_SIZES:-8,16,32,64,128,256,1024,4096}
+TORCH_SIZES=${TORCH_SIZES:-8,16,32,64,128}
+TORCH_CAP=${TORCH_CAP:-60}
+PYTHON=${PYTHON:-/usr/bin/python3}
+
+cmake --build "$BUILD_DIR" --target drun-rendezvous rendezvous_bench -j2 >/dev/null
+ulimit -n "$(ulimit -Hn)"
+
+results=$(mktemp)
+daemon_out=$(mktemp)
+daemon_pid=
+cleanup() {
+  [[ -n "$daemon_pid" ]] && kill "$daemon_pid" 2>/dev/null && wait "$daemon_pid" 2>/dev/null
+  rm -f "$results" "$daemon_out"
+}
+trap cleanup EXIT
+
+"$BUILD_DIR/bin/drun-rendezvous" --host 127.0.0.1 --port 0 --log-level warn >"$daemon_out" 2>&1 &
+daemon_pid=$!
+for _ in $(seq 100); do
+  grep -q "listening on" "$daemon_out" && break
+  sleep 0.05
+done
+port=$(sed -n 's/.*listening on 127.0.0.1:\([0-9]*\).*/\1/p' "$daemon_out")
+[[ -n "$port" ]] || { echo "rendezvous.sh: drun-rendezvous did not start" >&2; exit 1; }
+
+timeout 300 "$BUILD_DIR/bin/rendezvous_bench" --port "$port" --sizes "$DRUN_SIZES" \
+  | grep '^RESULT' >>"$results"
+if "$PYTHON" -c 'import torch.distributed' 2>/dev/null; then
+  "$PYTHON" scripts/bench/rendezvous_torch.py --sizes "$TORCH_SIZES" --cap "$TORCH_CAP" \
+    | grep '^RESULT' >>"$results"
+fi
+
+"$PYTHON" - "$results" "$TORCH_CAP" <<'PY'
+import sys
+drun, torch = {}, {}
+for line in open(sys.argv[1]):
+    f = line.split()
+    if f[1] == "drun":   # RESULT drun generator N connect_ms rank_ms next_ms calls
+        drun[int(f[3])] = (float(f[5]), float(f[6]), int(f[7]))
+    else:                # RESULT torch N seconds|timeout|error connect
+        torch[int(f[2])] = f[3]
+print("rendezvous: N agents join one round (MIN=MAX=N), from all-connected to every agent ranked")
+print("%6s | %12s %14s %12s | %14s | %8s" % (
+    "N", "drun rank ms", "drun next() ms", "store calls", "torch c10d ms", "speedup"))
+print("-" * 82)
+for n in sorted(set(drun) | set(torch)):
+    d = drun.get(n)
+    t = torch.get(n)
+    if t is None:
+        tcol = "-"
+    elif t in ("timeout", "error"):
+        tcol = ">%ss cap" % sys.argv[2] if t == "timeout" else "error"
+    else:
+        tcol = "%.0f" % (float(t) * 1000)
+    speed = "%7.0fx" % (float(t) * 1000 / d[1]) if d and t and t[0].isdigit() else "-"  # vs next()
+    dcol = "%12.1f %14.1f %12d" % d if d else "%12s %14s %12s" % ("-", "-", "-")
+    print("%6d | %s | %14s | %8s" % (n, dcol, tcol, speed))
+PY
