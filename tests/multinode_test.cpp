@@ -75,11 +75,15 @@ std::vector<WorkerLine> workerLines(const std::string& out) {
   return lines;
 }
 
+// One job over a fresh cluster: `drun <drunArgs> python3 worker.py` on any host, endpoint on
+// host 0, a run id of its own, every process carrying the marker.
 struct Job {
-  NetnsCluster& cluster;
-  MarkerScope& marker;
-  std::string worker;
-  std::vector<std::string> drunArgs;  // between drun and the worker
+  Job(int hosts, const std::string& nnodes, int perNode, std::vector<std::string> extra = {})
+      : cluster(hosts), worker(dir.write("worker.py", kWorker).string()) {
+    drunArgs = {"--nnodes", nnodes, "--nproc-per-node", std::to_string(perNode),
+                "--rdzv-endpoint", cluster.address(0) + ":29400", "--rdzv-id", "mn-" + randomHex(8)};
+    drunArgs.insert(drunArgs.end(), extra.begin(), extra.end());
+  }
 
   RunOptions on(int host, std::vector<std::string> env = {}) const {
     std::vector<std::string> argv = {drunPath().string()};
@@ -94,6 +98,12 @@ struct Job {
     o.timeout = kJobTimeout;
     return o;
   }
+
+  NetnsCluster cluster;
+  MarkerScope marker;
+  TempDir dir;
+  std::string worker;
+  std::vector<std::string> drunArgs;  // between drun and the worker
 };
 
 // One job's results over all its hosts: every global rank once, one world, one master that all
@@ -144,50 +154,33 @@ void checkJob(const std::vector<RunResult>& runs, int nodes, int perNode) {
 TEST_CASE("multinode: 2 hosts x 4 workers form one job; MASTER_ADDR reachable from both",
           "[multinode]") {
   SKIP_WITHOUT_NETNS();
-  NetnsCluster cluster(2);
-  MarkerScope marker;
-  TempDir dir;
-  Job job{cluster, marker, dir.write("worker.py", kWorker).string(),
-          {"--nnodes", "2", "--nproc-per-node", "4", "--rdzv-endpoint",
-           cluster.address(0) + ":29400", "--rdzv-id", "mn-" + randomHex(8)}};
+  Job job(2, "2", 4);
   Process host0(job.on(0));
   Process host1(job.on(1));
   std::vector<RunResult> runs = {host0.wait(), host1.wait()};
   checkJob(runs, 2, 4);
   // MASTER_ADDR is node rank 0's address as the other host reaches it.
   auto master = workerLines(runs[0].out).at(0).master;
-  CHECK((master.rfind(cluster.address(0) + ":", 0) == 0 ||
-         master.rfind(cluster.address(1) + ":", 0) == 0));
-  CHECK(marker.leftovers(5s).empty());
+  CHECK((master.rfind(job.cluster.address(0) + ":", 0) == 0 ||
+         master.rfind(job.cluster.address(1) + ":", 0) == 0));
+  CHECK(job.marker.leftovers(5s).empty());
 }
 
 TEST_CASE("multinode: --nnodes 2:3 with two hosts closes after the last call", "[multinode]") {
   SKIP_WITHOUT_NETNS();
-  NetnsCluster cluster(2);
-  MarkerScope marker;
-  TempDir dir;
-  Job job{cluster, marker, dir.write("worker.py", kWorker).string(),
-          {"--nnodes", "2:3", "--nproc-per-node", "2", "--rdzv-endpoint",
-           cluster.address(0) + ":29400", "--rdzv-id", "mn-" + randomHex(8), "--rdzv-conf",
-           "last_call_timeout=1"}};
+  Job job(2, "2:3", 2, {"--rdzv-conf", "last_call_timeout=1"});
   Process host0(job.on(0));
   Process host1(job.on(1));
   std::vector<RunResult> runs = {host0.wait(), host1.wait()};
   checkJob(runs, 2, 2);
   CHECK(runs[1].wall >= 1s);  // it waited for a third host for the last call
-  CHECK(marker.leftovers(5s).empty());
+  CHECK(job.marker.leftovers(5s).empty());
 }
 
 TEST_CASE("multinode: an agent SIGKILLed during the join does not hang the others",
           "[multinode]") {
   SKIP_WITHOUT_NETNS();
-  NetnsCluster cluster(3);
-  MarkerScope marker;
-  TempDir dir;
-  Job job{cluster, marker, dir.write("worker.py", kWorker).string(),
-          {"--nnodes", "2:3", "--nproc-per-node", "2", "--rdzv-endpoint",
-           cluster.address(0) + ":29400", "--rdzv-id", "mn-" + randomHex(8), "--rdzv-conf",
-           "last_call_timeout=1"}};
+  Job job(3, "2:3", 2, {"--rdzv-conf", "last_call_timeout=1"});
   const std::vector<std::string> debug = {"DRUN_LOG_LEVEL=debug"};
   auto joined = [](const std::string&, const std::string& err) {
     return err.find("joined round 0 as arrival") != std::string::npos;
@@ -204,5 +197,5 @@ TEST_CASE("multinode: an agent SIGKILLed during the join does not hang the other
   Process host1(job.on(1));
   std::vector<RunResult> runs = {host0.wait(), host1.wait()};
   checkJob(runs, 2, 2);  // two nodes: the dead one is not counted
-  CHECK(marker.leftovers(5s).empty());
+  CHECK(job.marker.leftovers(5s).empty());
 }
