@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 
 #include "child_reaper.hpp"
 #include "drun/common/error.hpp"
@@ -158,6 +159,8 @@ pid_t gWatchdogGroups[kWatchdogMaxGroups];   // only touched in the forked watch
       }
       if (lineLen == 5 && std::memcmp(line, "sweep", 5) == 0) {
         sweep = true;
+      } else if (lineLen == 4 && std::memcmp(line, "quit", 4) == 0) {
+        _exit(0);  // drun proved nothing of the job is left (see JobGuard::release)
       } else if (lineLen >= 2 && lineLen < sizeof line && (line[0] == '+' || line[0] == '-')) {
         pid_t pgid = 0;
         bool ok = true;
@@ -302,8 +305,32 @@ JobGuard& JobGuard::operator=(JobGuard&& other) noexcept {
 
 JobGuard::~JobGuard() { release(); }
 
+// drun is a child subreaper: every descendant whose parent died was re-parented to it. So when
+// drun's only child left is the watchdog, no process of the job is alive and the /proc sweep
+// can be skipped (it costs milliseconds of every job's exit).
+static bool onlyChildIs(pid_t watchdog) {
+  DIR* tasks = ::opendir("/proc/self/task");
+  if (!tasks) return false;
+  bool only = true;
+  while (dirent* task = ::readdir(tasks)) {
+    if (task->d_name[0] == '.') continue;
+    std::string path = std::string("/proc/self/task/") + task->d_name + "/children";
+    std::ifstream in(path);
+    if (!in) {
+      only = false;
+      break;
+    }
+    pid_t child = 0;
+    while (in >> child)
+      if (child != watchdog) only = false;
+  }
+  ::closedir(tasks);
+  return only;
+}
+
 void JobGuard::release() {
   if (writeFd_ >= 0) {
+    if (groups_.empty() && watchdogPid_ > 0 && onlyChildIs(watchdogPid_)) notify("quit\n");
     ::close(writeFd_);  // EOF: the watchdog sweeps and exits
     writeFd_ = -1;
   }
