@@ -155,9 +155,8 @@ class MembershipWatcher {
              reason.value_or("the membership of round " + std::to_string(round) + " changed"));
       }
     } catch (const std::exception& e) {
-      if (stopped.load()) return;
-      spdlog::warn("rendezvous '{}': membership watcher of round {} stopped: {}", runId, round,
-                   e.what());
+      // No logging here: this thread may outlive the process' loggers (it is detached); the
+      // reason goes to the callback, whose owner reports it.
       fire(slot, stopped, "lost the rendezvous store at " + endpoint + ": " + e.what());
     }
   }
@@ -428,9 +427,6 @@ class C10dRendezvous final : public Rendezvous {
     r.masterAddr = state.masterAddr;
     r.masterPort = state.masterPort;
     r.storePrefix = keys::round(id(), round);
-    changesAtClose_ = state.changesAtClose;
-    leftAtClose_ = state.leftAtClose;
-    lastNodeCount_ = state.nodeCount;
     if (auto mine = store_->tryGet(keys::assign(id(), round, self_.id))) {
       const keys::Assignment a = keys::parseAssignment(*mine);
       r.nodeRank = a.nodeRank;
@@ -464,6 +460,9 @@ class C10dRendezvous final : public Rendezvous {
                           ": inconsistent decision in the store (node rank " +
                           std::to_string(r.nodeRank) + " of " + std::to_string(r.nodeCount) +
                           ", " + std::to_string(r.hosts.size()) + " hosts)");
+    changesAtClose_ = state.changesAtClose;
+    leftAtClose_ = state.leftAtClose;
+    lastNodeCount_ = state.nodeCount;
     return r;
   }
 
@@ -481,10 +480,13 @@ class C10dRendezvous final : public Rendezvous {
         who += ", " + nodes[i].displayName();
       if (nodes.size() + 1 > kMaxNamesInMessage)
         who += ", and " + std::to_string(nodes.size() + 1 - kMaxNamesInMessage) + " more";
+      // Do what the will would do (minus `left`: this node was never a member), then drop the
+      // will so that this agent's exit does not count twice.
       store_->set(keys::dead(id(), round, self_.id), "1");
       signalChange(round, "node " + self_.displayName() + " gave up waiting in round " +
                               std::to_string(round));
       bumpStatus(round);
+      store_->setWill({});
     } catch (const Error& e) {
       who = "unknown (" + std::string(e.what()) + ")";
     }

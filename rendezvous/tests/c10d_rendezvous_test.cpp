@@ -2,8 +2,11 @@
 // TcpStore + StoreServer over loopback. No sleeps: agents are sequenced through the store
 // (watching the round's arrival counter) and results through futures with generous bounds.
 #include <signal.h>
+#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <cstdlib>
 
 #include <algorithm>
 #include <atomic>
@@ -21,6 +24,8 @@
 #include "drun/rendezvous/port_reservation.hpp"
 #include "drun/rendezvous/store_server.hpp"
 #include "drun/rendezvous/tcp_store.hpp"
+
+extern char** environ;
 
 using namespace drun;
 using namespace drun::rdzv;
@@ -445,26 +450,107 @@ TEST_CASE("c10d: a joiner whose handle dies is not counted (MemoryStore)", "[ren
   REQUIRE(fv.wait_for(kHang) == std::future_status::ready);
 }
 
+namespace {
+// A joiner played by hand on its own MemoryStore handle: will, descriptor, arrival; so a test can
+// stop it at any step (as if it died there) with fireWillForTest().
+struct HandJoiner {
+  MemoryStore store;
+  keys::NodeDescriptor self;
+  int64_t arrival = 0;
+
+  HandJoiner(MemoryCluster& cluster, const std::string& host) : store(cluster.shared) {
+    self.id = "hand-" + host;
+    self.host = self.addr = host;
+    self.masterPort = 1;
+    store.setWill(keys::joinWill("job", 0, self.id, self.displayName()));
+    store.append(keys::joined("job", 0), keys::encodeDescriptor(self));
+    arrival = store.add(keys::count("job", 0), 1);
+  }
+};
+}  // namespace
+
+TEST_CASE("c10d: a closer that dies after deciding, before publishing: the roster decides",
+          "[rendezvous]") {
+  MemoryCluster cluster;
+  auto a = cluster.agent(withNode(options(3, 3), "hostA"));
+  auto b = cluster.agent(withNode(options(3, 3), "hostB"));
+  FirstChange change(*a);
+  auto fa = startNext(*a);
+  auto fb = startNext(*b);
+  awaitArrivals(cluster.store(), "job", 0, 2);
+  HandJoiner closer(cluster, "hostX");
+  REQUIRE(closer.arrival == 3);
+  // It decides (compare_set on state) and dies before its multi_set.
+  auto nodes = keys::parseJoined(*closer.store.tryGet(keys::joined("job", 0)));
+  auto d = decideRound("job", 0, nodes, {});
+  REQUIRE(closer.store.compareSet(keys::state("job", 0), "", d.decision) == d.decision);
+  closer.store.fireWillForTest();
+  std::vector<RoundResult> results = {getWithin(fa), getWithin(fb)};
+  for (const auto& r : results) {
+    CHECK(r.nodeCount == 3);  // the decision stands, the dead closer included...
+    CHECK(r.hosts == std::vector<std::string>{"hostA", "hostB", "hostX"});
+  }
+  CHECK(results[0].nodeRank != results[1].nodeRank);
+  // ...and the running nodes are told at once that one of them is gone.
+  CHECK_THAT(change.get(), Catch::Contains("hostX") && Catch::Contains("left round 0"));
+}
+
+TEST_CASE("c10d: the MAX-th joiner dies before closing: the round still forms", "[rendezvous]") {
+  MemoryCluster cluster;
+  auto a = cluster.agent(withNode(options(2, 2), "hostA"));
+  auto fa = startNext(*a);
+  awaitArrivals(cluster.store(), "job", 0, 1);
+  {
+    HandJoiner dying(cluster, "hostX");  // arrival 2 = MAX, then gone without closing
+    REQUIRE(dying.arrival == 2);
+    dying.store.fireWillForTest();
+  }
+  // hostA re-evaluated (elected) and found one alive: still open. hostB closes it.
+  CHECK_FALSE(cluster.store().check({keys::state("job", 0)}));
+  auto b = cluster.agent(withNode(options(2, 2), "hostB"));
+  auto fb = startNext(*b);
+  std::vector<RoundResult> results = {getWithin(fa), getWithin(fb)};
+  checkRound(results, {1, 1});
+  CHECK(results[0].hosts == std::vector<std::string>{"hostA", "hostB"});
+}
+
+// The victim of the next test, in a process of its own: this binary run again (exec, not a bare
+// fork of a threaded process) with this hidden test selected and the server's port in the
+// environment. It joins and blocks until it is killed.
+constexpr const char* kVictimTest = "c10d: victim agent process (started by the SIGKILL test)";
+constexpr const char* kVictimPortVar = "RDZV_TEST_VICTIM_PORT";
+
+TEST_CASE(kVictimTest, "[.victim]") {
+  const char* port = std::getenv(kVictimPortVar);
+  if (!port) return;
+  TcpStoreOptions o;
+  o.port = static_cast<uint16_t>(std::atoi(port));
+  C10dStoreAccess access;
+  access.store = std::make_unique<TcpStore>(o);
+  auto victim = makeC10dRendezvous(withNode(options(2, 3), "victim"), std::move(access));
+  victim->next();
+}
+
 TEST_CASE("c10d: an agent SIGKILLed during the join does not hang the others", "[rendezvous]") {
   TcpCluster cluster;
   auto a = cluster.agent(withNode(options(2, 3), "hostA"));
   auto fa = startNext(*a);
   awaitArrivals(cluster.store(), "job", 0, 1);
 
-  pid_t child = ::fork();
-  REQUIRE(child >= 0);
-  if (child == 0) {
-    try {
-      auto victim = cluster.agent(withNode(options(2, 3), "victim"));
-      victim->next();
-    } catch (...) {
-    }
-    ::_exit(0);
-  }
+  const std::string portVar = std::string(kVictimPortVar) + "=" + std::to_string(cluster.server.port());
+  std::vector<char*> env;
+  for (char** e = environ; *e; ++e) env.push_back(*e);
+  env.push_back(const_cast<char*>(portVar.c_str()));
+  env.push_back(nullptr);
+  const char* argv[] = {"/proc/self/exe", kVictimTest, nullptr};
+  pid_t child = -1;
+  REQUIRE(::posix_spawn(&child, "/proc/self/exe", nullptr, nullptr, const_cast<char**>(argv),
+                        env.data()) == 0);
   awaitArrivals(cluster.store(), "job", 0, 2);
-  ::kill(child, SIGKILL);
+  ::kill(child, SIGKILL);  // its connection closes: its will marks it dead in round 0
   int status = 0;
   ::waitpid(child, &status, 0);
+  CHECK(WIFSIGNALED(status));
   // Without the victim, hostA is alone: the round must not close (MIN is 2)...
   auto b = cluster.agent(withNode(options(2, 3), "hostB"));
   auto fb = startNext(*b);

@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # Rendezvous benchmark: N agents join one round of MIN=MAX=N; time until every agent has its
 # rank. drun: rendezvous_bench's load generator (one Asio thread, one connection per agent, the
-# store calls of C10dRendezvous::next()) against the drun-rendezvous daemon. torch: 1.13's c10d
+# store calls of C10dRendezvous::next()) against the drun-rendezvous daemon, and as a cross-check
+# at small N the real thing (N threads, each a C10dRendezvous on its own TcpStore). torch: 1.13's c10d
 # rendezvous (DynamicRendezvousHandler + C10dRendezvousBackend on a TCPStore), N threads, at the
 # sizes it finishes within a cap. Same run, same machine; prints one table.
 #
 #   scripts/bench/rendezvous.sh
-#   BUILD_DIR=build-rdzv DRUN_SIZES=8,64,1024 TORCH_SIZES=8,64 TORCH_CAP=60 scripts/bench/rendezvous.sh
+#   BUILD_DIR=build-rdzv DRUN_SIZES=8,64,1024 REAL_SIZES=8,64 TORCH_SIZES=8,64 TORCH_CAP=60 \
+#     scripts/bench/rendezvous.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD_DIR=${BUILD_DIR:-build}
 DRUN_SIZES=${DRUN_SIZES:-8,16,32,64,128,256,1024,4096}
+REAL_SIZES=${REAL_SIZES:-8,16,32,64,128,256}
 TORCH_SIZES=${TORCH_SIZES:-8,16,32,64,128}
 TORCH_CAP=${TORCH_CAP:-60}
 PYTHON=${PYTHON:-/usr/bin/python3}
@@ -38,6 +41,8 @@ port=$(sed -n 's/.*listening on 127.0.0.1:\([0-9]*\).*/\1/p' "$daemon_out")
 
 timeout 300 "$BUILD_DIR/bin/rendezvous_bench" --port "$port" --sizes "$DRUN_SIZES" \
   | grep '^RESULT' >>"$results"
+timeout 300 "$BUILD_DIR/bin/rendezvous_bench" --port "$port" --sizes "$REAL_SIZES" --mode real \
+  | grep '^RESULT' >>"$results"
 if "$PYTHON" -c 'import torch.distributed' 2>/dev/null; then
   "$PYTHON" scripts/bench/rendezvous_torch.py --sizes "$TORCH_SIZES" --cap "$TORCH_CAP" \
     | grep '^RESULT' >>"$results"
@@ -45,20 +50,24 @@ fi
 
 "$PYTHON" - "$results" "$TORCH_CAP" <<'PY'
 import sys
-drun, torch = {}, {}
+drun, real, torch = {}, {}, {}
 for line in open(sys.argv[1]):
     f = line.split()
-    if f[1] == "drun":   # RESULT drun generator N connect_ms rank_ms next_ms calls
+    if f[1] == "drun" and f[2] == "generator":  # RESULT drun generator N connect rank next calls
         drun[int(f[3])] = (float(f[5]), float(f[6]), int(f[7]))
-    else:                # RESULT torch N seconds|timeout|error connect
+    elif f[1] == "drun":                        # RESULT drun real N connect rank next 0
+        real[int(f[3])] = float(f[6])
+    else:                                       # RESULT torch N seconds|timeout|error connect
         torch[int(f[2])] = f[3]
 print("rendezvous: N agents join one round (MIN=MAX=N), from all-connected to every agent ranked")
-print("%6s | %12s %14s %12s | %14s | %8s" % (
-    "N", "drun rank ms", "drun next() ms", "store calls", "torch c10d ms", "speedup"))
-print("-" * 82)
-for n in sorted(set(drun) | set(torch)):
+print("%6s | %12s %14s %12s | %12s | %14s | %8s" % (
+    "N", "drun rank ms", "drun next() ms", "store calls", "real next ms", "torch c10d ms",
+    "speedup"))
+print("-" * 97)
+for n in sorted(set(drun) | set(torch) | set(real)):
     d = drun.get(n)
     t = torch.get(n)
+    rcol = "%.1f" % real[n] if n in real else "-"
     if t is None:
         tcol = "-"
     elif t in ("timeout", "error"):
@@ -67,5 +76,5 @@ for n in sorted(set(drun) | set(torch)):
         tcol = "%.0f" % (float(t) * 1000)
     speed = "%7.0fx" % (float(t) * 1000 / d[1]) if d and t and t[0].isdigit() else "-"  # vs next()
     dcol = "%12.1f %14.1f %12d" % d if d else "%12s %14s %12s" % ("-", "-", "-")
-    print("%6d | %s | %14s | %8s" % (n, dcol, tcol, speed))
+    print("%6d | %s | %12s | %14s | %8s" % (n, dcol, rcol, tcol, speed))
 PY

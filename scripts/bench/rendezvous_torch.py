@@ -43,11 +43,15 @@ def one(n, cap):
     connect = time.monotonic() - t_connect
 
     barrier = threading.Barrier(n + 1)
-    ranks, done = [None] * n, [0.0] * n
+    ranks, done, errors = [None] * n, [0.0] * n, []
 
     def node(i):
         barrier.wait()
-        _, rank, world = handlers[i].next_rendezvous()
+        try:
+            _, rank, world = handlers[i].next_rendezvous()
+        except Exception as e:  # RendezvousTimeoutError at the cap
+            errors.append(type(e).__name__)
+            return
         ranks[i] = rank
         done[i] = time.monotonic()
 
@@ -58,6 +62,11 @@ def one(n, cap):
     t0 = time.monotonic()
     for t in threads:
         t.join()
+    if errors:
+        timeouts = all(e == "RendezvousTimeoutError" for e in errors)
+        print("RESULT torch %d %s -" % (n, "timeout" if timeouts else "error"), flush=True)
+        sys.stderr.write("%d node(s) failed: %s\n" % (len(errors), sorted(set(errors))))
+        os._exit(0)
     assert sorted(ranks) == list(range(n)), ranks
     print("RESULT torch %d %.3f %.3f" % (n, max(done) - t0, connect), flush=True)
     os._exit(0)  # the handlers' keep-alive threads would linger
