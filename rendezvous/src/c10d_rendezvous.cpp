@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <climits>
 #include <cstring>
 #include <mutex>
@@ -755,6 +756,10 @@ std::unique_ptr<Rendezvous> makeC10dRendezvous(const RendezvousOptions& options)
       spdlog::info("rendezvous '{}': hosting the store on port {}", options.runId, client.port);
     } catch (const NetworkError& e) {
       // Another agent on this host, or a drun-rendezvous daemon, serves the endpoint already.
+      // Anything else (a privileged port, no such address) would only end in a join timeout.
+      if (std::string_view(e.what()).find(std::strerror(EADDRINUSE)) == std::string_view::npos)
+        throw NetworkError("rendezvous '" + options.runId + "': cannot host the store on port " +
+                           std::to_string(options.endpointPort) + ": " + e.what());
       access.server.reset();
       spdlog::info("rendezvous '{}': not hosting the store ({}); joining {}:{} as a client",
                    options.runId, e.what(), options.endpointHost, options.endpointPort);
