@@ -151,7 +151,7 @@ void checkJob(const std::vector<RunResult>& runs, int nodes, int perNode) {
 
 }  // namespace
 
-TEST_CASE("multinode: 2 hosts x 4 workers form one job; MASTER_ADDR reachable from both",
+TEST_CASE("multinode: 2 hosts x 4 workers form one job and MASTER_ADDR is reachable from both",
           "[multinode]") {
   SKIP_WITHOUT_NETNS();
   Job job(2, "2", 4);
