@@ -434,7 +434,7 @@ TEST_CASE("each worker sees the torchrun environment with ranks 0..N-1 exactly o
   CHECK(errorFiles.size() == static_cast<size_t>(n));  // unique per rank
 }
 
-TEST_CASE("OMP_NUM_THREADS: cores / nproc (at least 1) with a note when unset; kept when set",
+TEST_CASE("OMP_NUM_THREADS: cores / nproc (at least 1) with a note when unset and kept when set",
           "[e2e]") {
   MarkerScope marker;
   std::set<size_t> cores = {cpuCountOnline(), cpuCountAffinity()};
@@ -958,7 +958,7 @@ TEST_CASE("a worker killed by SIGSEGV: exit 139 and the summary names SIGSEGV", 
   }
 }
 
-TEST_CASE("the first worker to fail is the root cause; the others are stopped at once", "[e2e]") {
+TEST_CASE("the first worker to fail is the root cause and the others are stopped at once", "[e2e]") {
   MarkerScope marker;
   // Rank 2 fails at once. Rank 1 would fail later with another code (it must be stopped before),
   // ranks 0 and 3 sleep: none of them may keep drun alive or become the root cause.

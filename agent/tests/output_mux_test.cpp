@@ -97,7 +97,7 @@ TEST_CASE("8 workers writing long lines at once: every line whole, prefixed, in 
 }
 
 TEST_CASE_METHOD(CapturedConsole,
-                 "routing: redirect, tee, console filter; files always get everything", "[agent]") {
+                 "routing: redirect, tee, console filter and files always get everything", "[agent]") {
   TempDir dir;
   options.output.prefixTemplate = "${local_rank}:";
   options.output.attemptDir = dir.path() / "attempt_0";
@@ -139,7 +139,7 @@ TEST_CASE_METHOD(CapturedConsole,
 }
 
 TEST_CASE_METHOD(CapturedConsole,
-                 "a partial last line gets its newline; over-long lines are cut at the bound",
+                 "a partial last line gets its newline and over-long lines are cut at the bound",
                  "[agent]") {
   TempDir dir;
   options.output.prefixTemplate = "[${rank}]:";
@@ -181,7 +181,7 @@ TEST_CASE_METHOD(CapturedConsole,
   REQUIRE(runUntil(io, [&] { return group.running() == 0; }));
 }
 
-TEST_CASE("a closed console does not kill drun; files and reports go on", "[agent]") {
+TEST_CASE("a closed console does not kill drun and files and reports go on", "[agent]") {
   TempDir dir;
   int fds[2];
   REQUIRE(::pipe2(fds, O_CLOEXEC) == 0);

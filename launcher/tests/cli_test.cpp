@@ -68,7 +68,7 @@ TEST_CASE("program arguments are passed through untouched", "[launcher]") {
   CHECK(d.program.size() == 2);
 }
 
-TEST_CASE("PET_ variables set options; the command line wins", "[launcher]") {
+TEST_CASE("PET_ variables set options and the command line wins", "[launcher]") {
   ScopedEnv nproc("PET_NPROC_PER_NODE", "3");
   ScopedEnv restarts("PET_MAX_RESTARTS", "7");
   auto c = parse({"hostname"});

@@ -265,7 +265,7 @@ TEST_CASE("planRound: node order by host then arrival, prefix sums, requested ra
                       Catch::Contains("node rank 2 requested by hostA is out of range"));
 }
 
-TEST_CASE("keys: descriptors and states round-trip; malformed records are skipped",
+TEST_CASE("keys: descriptors and states round-trip and malformed records are skipped",
           "[rendezvous]") {
   keys::NodeDescriptor d;
   d.id = "1a-ff";
@@ -389,7 +389,7 @@ TEST_CASE("c10d: 2:3 with two agents closes after the last call", "[rendezvous]"
   CHECK(elapsed < 5s);      // ...and not for the join timeout
 }
 
-TEST_CASE("c10d: 3:3 does not close with two agents; the third closes it", "[rendezvous]") {
+TEST_CASE("c10d: 3:3 does not close with two agents and the third closes it", "[rendezvous]") {
   MemoryCluster cluster;
   auto a = cluster.agent(withNode(options(3, 3), "hostA"));
   auto b = cluster.agent(withNode(options(3, 3), "hostB"));

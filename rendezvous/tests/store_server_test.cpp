@@ -202,7 +202,7 @@ TEST_CASE("server: a closed connection's waiters are dropped and its will runs",
   CHECK(observer.numKeys() == 2);
 }
 
-TEST_CASE("server: a silent client is expired after its lease; a heartbeating one is kept",
+TEST_CASE("server: a silent client is expired after its lease and a heartbeating one is kept",
           "[server]") {
   StoreServer server(localOptions());
   server.start();
@@ -244,7 +244,7 @@ TEST_CASE("server: a silent client is expired after its lease; a heartbeating on
   CHECK(server.stats().leasesExpired == 2);
 }
 
-TEST_CASE("server: garbage gets a protocol error and a close; other clients are unaffected",
+TEST_CASE("server: garbage gets a protocol error and a close and other clients are unaffected",
           "[server]") {
   StoreServer server(localOptions());
   server.start();

@@ -20,23 +20,8 @@ PYTHON=${PYTHON:-/usr/bin/python3}
 
 cmake --build "$BUILD_DIR" --target drun-rendezvous store_bench -j2 >/dev/null
 
-results=$(mktemp)
-daemon_out=$(mktemp)
-daemon_pid=
-cleanup() {
-  [[ -n "$daemon_pid" ]] && kill "$daemon_pid" 2>/dev/null && wait "$daemon_pid" 2>/dev/null
-  rm -f "$results" "$daemon_out"
-}
-trap cleanup EXIT
-
-"$BUILD_DIR/bin/drun-rendezvous" --host 127.0.0.1 --port 0 --log-level warn >"$daemon_out" &
-daemon_pid=$!
-for _ in $(seq 100); do
-  grep -q "listening on" "$daemon_out" && break
-  sleep 0.05
-done
-port=$(sed -n 's/.*listening on 127.0.0.1:\([0-9]*\).*/\1/p' "$daemon_out")
-[[ -n "$port" ]] || { echo "store.sh: drun-rendezvous did not start" >&2; exit 1; }
+source "$(dirname "$0")/daemon.sh"
+results=$bench_tmp/results
 
 have_torch=$("$PYTHON" -c 'import torch.distributed' 2>/dev/null && echo yes || echo no)
 [[ $have_torch == yes ]] || echo "store.sh: torch not importable by $PYTHON: drun only" >&2
