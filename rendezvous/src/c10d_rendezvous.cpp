@@ -1,4 +1,4 @@
-// The c10d-style rendezvous over a Store. Design and key scheme: keys.hpp, docs/multinode.md.
+// The c10d-style rendezvous over a Store. Design and key scheme: keys.hpp, rendezvous/README.md.
 //
 // One round, seen from one joiner (7 store calls; the closer adds 4 whose size is O(N)):
 //   setWill(dead flag, last_change, changes+1, status+1, left+1)

@@ -1,5 +1,5 @@
 // The store-based (c10d-style) multi-node rendezvous: MIN:MAX nodes meet in rounds under
-// rdzv/<run_id>/ (key scheme and value formats: keys.hpp; design: docs/multinode.md).
+// rdzv/<run_id>/ (key scheme and value formats: keys.hpp; design: rendezvous/README.md).
 //
 // A round collects joiners and closes when MAX alive nodes joined, or when MIN did and the last
 // call timeout passed since MIN was reached; it costs O(1) store operations per joiner plus O(N)
