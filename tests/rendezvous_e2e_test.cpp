@@ -43,6 +43,24 @@ std::set<int> ranksPrinted(const std::string& out) {
   return ranks;
 }
 
+// Two agents of one job on this host, started together, run to the end.
+struct TwoAgents {
+  RunResult a, b;
+  TwoAgents(uint16_t port, const std::string& id, const std::vector<std::string>& extra) {
+    Process pa(drunCommand(agentArgs(port, id, extra), {}, 30s));
+    Process pb(drunCommand(agentArgs(port, id, extra), {}, 30s));
+    a = pa.wait();
+    b = pb.wait();
+  }
+  std::string describe() const { return a.describe() + "\n" + b.describe(); }
+  // Every rank printed by either agent, each exactly once (a duplicate fails the check).
+  std::set<int> ranks() const {
+    std::set<int> all = ranksPrinted(a.out);
+    for (int rank : ranksPrinted(b.out)) CHECK(all.insert(rank).second);
+    return all;
+  }
+};
+
 }  // namespace
 
 TEST_CASE("rendezvous: a join that times out fails with exit 1 naming who joined", "[e2e][rendezvous]") {
@@ -62,15 +80,11 @@ TEST_CASE("rendezvous: one node's failure does not take down a node that succeed
   std::string id = "split-" + randomHex(6);
   // Both nodes run the same program: global rank 3 fails with 3, every other rank succeeds.
   std::vector<std::string> program = {"sh", "-c", "echo RANK=$RANK; [ $RANK = 3 ] && exit 3; sleep 0.3"};
-  Process a(drunCommand(agentArgs(port, id, program), {}, 30s));
-  Process b(drunCommand(agentArgs(port, id, program), {}, 30s));
-  RunResult ra = a.wait();
-  RunResult rb = b.wait();
-  INFO(ra.describe());
-  INFO(rb.describe());
-  std::set<int> all = ranksPrinted(ra.out);
-  for (int rank : ranksPrinted(rb.out)) CHECK(all.insert(rank).second);
-  CHECK(all == std::set<int>{0, 1, 2, 3});
+  TwoAgents job(port, id, program);
+  INFO(job.describe());
+  const RunResult& ra = job.a;
+  const RunResult& rb = job.b;
+  CHECK(job.ranks() == std::set<int>{0, 1, 2, 3});
   // Which agent got node rank 1 depends on arrival; the failing one is whichever printed rank 3.
   bool aFailed = ranksPrinted(ra.out).count(3) == 1;
   CHECK((aFailed ? ra : rb).status() == 3);
@@ -92,18 +106,12 @@ TEST_CASE("rendezvous: agents meet at a standalone drun-rendezvous daemon", "[e2
 
   std::string id = "daemon-" + randomHex(6);
   std::vector<std::string> extra = {"--rdzv-conf", "is_host=0", "sh", "-c", "echo RANK=$RANK WORLD=$WORLD_SIZE"};
-  Process a(drunCommand(agentArgs(port, id, extra), {}, 30s));
-  Process b(drunCommand(agentArgs(port, id, extra), {}, 30s));
-  RunResult ra = a.wait();
-  RunResult rb = b.wait();
-  INFO(ra.describe());
-  INFO(rb.describe());
-  CHECK(ra.status() == 0);
-  CHECK(rb.status() == 0);
-  std::set<int> all = ranksPrinted(ra.out);
-  for (int rank : ranksPrinted(rb.out)) CHECK(all.insert(rank).second);
-  CHECK(all == std::set<int>{0, 1, 2, 3});
-  CHECK_THAT(ra.out + rb.out, Catch::Contains("WORLD=4"));
+  TwoAgents job(port, id, extra);
+  INFO(job.describe());
+  CHECK(job.a.status() == 0);
+  CHECK(job.b.status() == 0);
+  CHECK(job.ranks() == std::set<int>{0, 1, 2, 3});
+  CHECK_THAT(job.a.out + job.b.out, Catch::Contains("WORLD=4"));
   daemon.signal(SIGTERM);
   CHECK(daemon.wait(10s).status() == 0);
 }
