@@ -101,8 +101,6 @@ struct ElasticAgent::Impl {
   std::chrono::system_clock::time_point stopRequestedWall{};
   bool stopping = false;
   int receivedSignal = 0;
-  bool membershipChanged = false;
-  std::string membershipReason;
   int exitCode = 0;
 
   std::thread rendezvousThread;
@@ -212,7 +210,7 @@ struct ElasticAgent::Impl {
       } else {
         ++otherFailures;
       }
-      if (!stopping && receivedSignal == 0 && !membershipChanged) {
+      if (!stopping) {  // not already stopping for a signal, a membership change or a failure
         stopGroup(SIGTERM, [this] { afterFailure(); });
         return;
       }
@@ -257,12 +255,9 @@ struct ElasticAgent::Impl {
   // --- events from outside ----------------------------------------------------------------
   void onMembershipChange(const std::string& reason) {
     if (state != AgentState::Running || stopping) return;
-    membershipChanged = true;
-    membershipReason = reason;
     std::fprintf(stderr, "drun: membership changed (%s); re-forming the job\n", reason.c_str());
-    stopGroup(SIGTERM, [this] {
-      membershipChanged = false;
-      transition(AgentState::Restarting, "membership change: " + membershipReason);
+    stopGroup(SIGTERM, [this, reason] {
+      transition(AgentState::Restarting, "membership change: " + reason);
       startRendezvous();
     });
   }
