@@ -89,7 +89,6 @@ struct WorkerGroup::Impl {
     int exitCode = 0;
     int signal = 0;
     std::chrono::system_clock::time_point when;
-    bool pipesClosed = false;
     bool reported = false;
     bool groupGone = false;  // its process group was empty once it was reported
     std::optional<asio::steady_timer> drainTimer;  // the bound on pipes held by descendants
@@ -229,9 +228,7 @@ struct WorkerGroup::Impl {
     if (options.jobGuard) options.jobGuard->addProcessGroup(w->pid);
     mux.attach(spec.localRank, spec.globalRank, out.releaseRead(), err.releaseRead(),
                [this, w, alive = guard()] {
-                 if (alive.expired()) return;
-                 w->pipesClosed = true;
-                 if (w->exited) report(*w);
+                 if (!alive.expired() && w->exited) report(*w);
                });
     spdlog::debug("started worker local rank {} rank {} pid {}: {}", spec.localRank,
                   spec.globalRank, w->pid, spec.argv[0]);
@@ -250,7 +247,7 @@ struct WorkerGroup::Impl {
       w.exitCode = WEXITSTATUS(status);
     spdlog::debug("worker local rank {} pid {} exited: code {} signal {}", w.localRank, pid,
                   w.exitCode, w.signal);
-    if (w.pipesClosed) return report(w);
+    if (mux.closed(w.localRank)) return report(w);
     // A descendant may hold the pipes open: report after a short bound anyway (reading goes on).
     w.drainTimer.emplace(io, options.pipeDrainBound);
     w.drainTimer->async_wait([this, &w, alive = guard()](const boost::system::error_code& ec) {
