@@ -11,6 +11,9 @@ namespace {
 constexpr size_t kMaxField = 255;
 constexpr int kMaxLocalWorldSize = 1 << 20;
 constexpr int kMaxNodeRank = 1 << 20;
+// A round has at most one node per possible node rank; a state claiming more is corrupt (and
+// would make its readers allocate per claimed node).
+constexpr int kMaxNodes = kMaxNodeRank + 1;
 
 std::string cat(std::string_view a, std::string_view b) {
   std::string s;
@@ -218,7 +221,7 @@ std::optional<RoundState> parseState(std::string_view value) {
   std::optional<int> nodes, world;
   std::optional<uint16_t> port;
   std::optional<int64_t> changes, left;
-  if (f.size() != 7 || !(nodes = parseInt<int>(f[1])) || *nodes < 1 ||
+  if (f.size() != 7 || !(nodes = parseInt<int>(f[1])) || *nodes < 1 || *nodes > kMaxNodes ||
       !(world = parseInt<int>(f[2])) || *world < *nodes || !isPlainField(f[3]) ||
       !(port = parseInt<uint16_t>(f[4])) || !(changes = parseInt<int64_t>(f[5])) ||
       !(left = parseInt<int64_t>(f[6])))
@@ -229,7 +232,6 @@ std::optional<RoundState> parseState(std::string_view value) {
   s.masterPort = *port;
   s.changesAtClose = *changes;
   s.leftAtClose = *left;
-  s.roster.reserve(*nodes);
   int64_t sum = 0;
   for (size_t start = nl + 1; start < value.size();) {
     size_t end = value.find('\n', start);
@@ -341,7 +343,8 @@ std::vector<std::string> parseHostList(std::string_view value, size_t expected) 
     std::optional<int> width;
     if (f.size() != 5 || !(first = parseInt<int64_t>(f[1])) || *first < 0 ||
         !(count = parseInt<int64_t>(f[2])) || *count < 2 || !(width = parseInt<int>(f[3])) ||
-        *width < 0 || *width > 18 || *first > (int64_t{1} << 53))
+        *width < 0 || *width > 18 || *first > (int64_t{1} << 53) ||
+        !isPlainField(cat(f[0], cat(formatNumber(*first, *width), f[4]))))
       throw corrupt("bad line");
     if (*count > static_cast<int64_t>(expected - names.size()))
       throw corrupt("more than " + std::to_string(expected));
