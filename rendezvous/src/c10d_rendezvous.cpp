@@ -108,32 +108,37 @@ struct CallbackSlot {
 };
 
 // Watches rdzv/<id>/<r>/changes of one closed round on its own connection and reports changes.
-// Stopped by a flag; its thread is detached and ends within kWatchSlice (it owns everything it
-// touches), so stopping never waits on the network.
+// Its thread is detached and ends within kWatchSlice of the watcher's destruction (it owns
+// everything it touches), so stopping never waits on the network.
 class MembershipWatcher {
  public:
   MembershipWatcher(std::unique_ptr<Store> store, std::string runId, uint64_t round,
                     int64_t baseline, std::string endpoint, std::shared_ptr<CallbackSlot> slot)
-      : stopped_(std::make_shared<std::atomic<bool>>(false)) {
+      : slot_(std::move(slot)), stopped_(std::make_shared<std::atomic<bool>>(false)) {
     std::thread([store = std::shared_ptr<Store>(std::move(store)), runId = std::move(runId), round,
-                 baseline, endpoint = std::move(endpoint), slot = std::move(slot),
+                 baseline, endpoint = std::move(endpoint), slot = slot_,
                  stopped = stopped_]() mutable {
       run(*store, runId, round, baseline, endpoint, *slot, *stopped);
     }).detach();
   }
-  ~MembershipWatcher() { stop(); }
-
-  // After stop() returns, the callback is not running and will not be called by this watcher.
-  void stop(CallbackSlot* slot = nullptr) {
+  // After the destructor returns, the callback is not running and will not be called by this
+  // watcher.
+  ~MembershipWatcher() {
     stopped_->store(true);
-    if (slot) std::lock_guard lock(slot->mutex);  // waits out a callback in progress
+    std::lock_guard lock(slot_->mutex);  // waits out a callback in progress
   }
 
  private:
   static void fire(CallbackSlot& slot, const std::atomic<bool>& stopped,
                    const std::string& reason) {
     std::lock_guard lock(slot.mutex);
-    if (!stopped.load() && slot.callback) slot.callback(reason);
+    if (stopped.load() || !slot.callback) return;
+    try {
+      slot.callback(reason);
+    } catch (...) {
+      // The callback is the owner's; nothing here could report its failure (see run()), and
+      // an exception must not end this thread, nor be taken for a lost store.
+    }
   }
 
   static void run(Store& store, const std::string& runId, uint64_t round, int64_t baseline,
@@ -162,6 +167,7 @@ class MembershipWatcher {
     }
   }
 
+  std::shared_ptr<CallbackSlot> slot_;
   std::shared_ptr<std::atomic<bool>> stopped_;
 };
 
@@ -334,7 +340,7 @@ class C10dRendezvous final : public Rendezvous {
       milliseconds wait = deadline.remaining();
       if (lastCallAt != kNever) {
         auto untilLastCall = std::chrono::duration_cast<milliseconds>(lastCallAt - Clock::now());
-        wait = std::clamp(untilLastCall + 1ms, 1ms, wait);
+        wait = std::min(wait, std::max(untilLastCall + 1ms, 1ms));  // remaining() may be 0
       }
       // Returns at once when status differs from `known` (also after this node's own writes).
       try {
@@ -456,7 +462,7 @@ class C10dRendezvous final : public Rendezvous {
       if (!member) return std::nullopt;
     }
     if (static_cast<int>(r.hosts.size()) != r.nodeCount || r.nodeRank >= r.nodeCount ||
-        r.rankOffset + options_.localWorldSize > r.worldSize)
+        int64_t{r.rankOffset} + options_.localWorldSize > r.worldSize)
       throw ProtocolError("rendezvous '" + id() + "' round " + std::to_string(round) +
                           ": inconsistent decision in the store (node rank " +
                           std::to_string(r.nodeRank) + " of " + std::to_string(r.nodeCount) +
@@ -506,10 +512,7 @@ class C10dRendezvous final : public Rendezvous {
                                                    endpoint_, slot_);
   }
 
-  void stopWatcher() {
-    if (watcher_) watcher_->stop(slot_.get());
-    watcher_.reset();
-  }
+  void stopWatcher() { watcher_.reset(); }
 
   void removeJobKeys() {
     try {
