@@ -9,6 +9,8 @@ namespace drun::rdzv::keys {
 namespace {
 
 constexpr size_t kMaxField = 255;
+// NodeDescriptor::displayName(): "host(addr)", each a plain field.
+constexpr size_t kMaxName = 2 * kMaxField + 2;
 constexpr int kMaxLocalWorldSize = 1 << 20;
 constexpr int kMaxNodeRank = 1 << 20;
 // A round has at most one node per possible node rank; a state claiming more is corrupt (and
@@ -46,8 +48,8 @@ std::optional<Int> parseInt(std::string_view s) {
   return v;
 }
 
-bool isPlainField(std::string_view s) {
-  if (s.empty() || s.size() > kMaxField) return false;
+bool isPlainField(std::string_view s, size_t maxSize = kMaxField) {
+  if (s.empty() || s.size() > maxSize) return false;
   for (unsigned char c : s)
     if (c < 0x20 || c == 0x7f) return false;  // tabs, newlines and other controls
   return true;
@@ -238,7 +240,7 @@ std::optional<RoundState> parseState(std::string_view value) {
     if (end == std::string_view::npos) throw corrupt();
     auto e = splitTabs(value.substr(start, end - start));
     std::optional<int> lws;
-    if (e.size() != 3 || !isValidNodeId(e[0]) || !isPlainField(e[1]) ||
+    if (e.size() != 3 || !isValidNodeId(e[0]) || !isPlainField(e[1], kMaxName) ||
         !(lws = parseInt<int>(e[2])) || *lws < 1 || *lws > kMaxLocalWorldSize)
       throw corrupt();
     s.roster.push_back({std::string(e[0]), std::string(e[1]), *lws});
@@ -333,7 +335,7 @@ std::vector<std::string> parseHostList(std::string_view value, size_t expected) 
     if (end == std::string_view::npos) throw corrupt("torn line");
     std::string_view line = value.substr(start, end - start);
     start = end + 1;
-    if (line.starts_with("=") && isPlainField(line.substr(1))) {
+    if (line.starts_with("=") && isPlainField(line.substr(1), kMaxName)) {
       if (names.size() >= expected) throw corrupt("more than " + std::to_string(expected));
       names.emplace_back(line.substr(1));
       continue;
@@ -344,7 +346,7 @@ std::vector<std::string> parseHostList(std::string_view value, size_t expected) 
     if (f.size() != 5 || !(first = parseInt<int64_t>(f[1])) || *first < 0 ||
         !(count = parseInt<int64_t>(f[2])) || *count < 2 || !(width = parseInt<int>(f[3])) ||
         *width < 0 || *width > 18 || *first > (int64_t{1} << 53) ||
-        !isPlainField(cat(f[0], cat(formatNumber(*first, *width), f[4]))))
+        !isPlainField(cat(f[0], cat(formatNumber(*first, *width), f[4])), kMaxName))
       throw corrupt("bad line");
     if (*count > static_cast<int64_t>(expected - names.size()))
       throw corrupt("more than " + std::to_string(expected));
