@@ -120,12 +120,6 @@ struct OutputMux::Impl {
   std::string batch;  // whole lines of one read, written to the console at once
   std::shared_ptr<int> life = std::make_shared<int>(0);
 
-  Source& source(int localRank) {
-    auto it = sources.find(localRank);
-    if (it == sources.end()) throw std::logic_error("OutputMux: unknown local rank");
-    return *it->second;
-  }
-
   bool consoleAllowed(int localRank) const {
     if (!options.consoleLocalRanks) return true;
     const auto& ranks = *options.consoleLocalRanks;
@@ -281,22 +275,10 @@ bool OutputMux::closed(int localRank) const {
   return it != impl_->sources.end() && it->second->out.eof && it->second->err.eof;
 }
 
-void OutputMux::injectStderrLine(int localRank, const std::string& line) {
-  Impl::Stream& stream = impl_->source(localRank).err;
-  std::string withNewline = line + '\n';
-  impl_->writeFile(stream, withNewline.data(), withNewline.size());
-  impl_->emitLine(stream, line);
-  impl_->flushBatch(stream);
-}
-
 std::deque<std::string> OutputMux::stderrTail(int localRank) const {
   auto it = impl_->sources.find(localRank);
   if (it == impl_->sources.end()) return {};
   return it->second->tail;
-}
-
-bool OutputMux::consoleAlive() const {
-  return impl_->consoles[0].alive && impl_->consoles[1].alive;
 }
 
 }  // namespace drun::agent

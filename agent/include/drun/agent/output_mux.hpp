@@ -88,15 +88,8 @@ class OutputMux {
   // True once both pipes of the rank reached EOF.
   bool closed(int localRank) const;
 
-  // Adds a line to the rank's stderr as if the worker wrote it (drun's own diagnostics about the
-  // worker, e.g. an exec failure): console (routing permitting), file and tail.
-  void injectStderrLine(int localRank, const std::string& line);
-
   // The last OutputOptions::stderrTailLines lines the rank wrote to stderr (a snapshot).
   std::deque<std::string> stderrTail(int localRank) const;
-
-  // Whether console writes still work (false after EPIPE or another write error).
-  bool consoleAlive() const;
 
  private:
   struct Impl;
