@@ -127,8 +127,7 @@ struct OutputMux::Impl {
   }
 
   Source& prepare(int localRank, int globalRank) {
-    auto& slot = sources[localRank];
-    if (slot) return *slot;
+    if (auto it = sources.find(localRank); it != sources.end()) return *it->second;
     auto src = std::make_unique<Source>();
     src->localRank = localRank;
     src->globalRank = globalRank;
@@ -152,8 +151,8 @@ struct OutputMux::Impl {
       src->out.toConsole = console && !(routing.redirect & 1);
       src->err.toConsole = console && !(routing.redirect & 2);
     }
-    slot = std::move(src);
-    return *slot;
+    // Entered only now: a rank whose files could not be opened leaves no empty entry behind.
+    return *sources.emplace(localRank, std::move(src)).first->second;
   }
 
   void startReading(Stream& stream, int fd) {
