@@ -87,8 +87,6 @@ std::vector<char*> cStrings(const std::vector<std::string>& strings) {
 
 }  // namespace
 
-int SpawnResult::exitCode() const { return error == ENOENT || error == ENOTDIR ? 127 : 126; }
-
 SpawnResult spawnProcess(const SpawnRequest& request) {
   std::vector<char*> argv = cStrings(request.argv);
   std::vector<char*> envp = cStrings(request.env);

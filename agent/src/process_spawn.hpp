@@ -32,7 +32,6 @@ struct SpawnResult {
   pid_t pid = -1;         // the child, or -1 when clone() failed (then `error` is its errno)
   int error = 0;          // errno of the failed step in the child (0 = execve succeeded)
   const char* step = "";  // the failed step: "execve", "setpgid", "dup2", ...
-  int exitCode() const;   // what the child _exit()ed with after a failure: 127 or 126
 };
 
 SpawnResult spawnProcess(const SpawnRequest& request);
