@@ -78,15 +78,19 @@ int parseNproc(const std::string& text) {
   }));
 }
 
+// The rendezvous closes a round with one multi_set of MAX + 3 keys: the store's per-request key
+// limit (65536) bounds MAX.
+constexpr int kMaxNodes = 65000;
+
 std::pair<int, int> parseNnodes(const std::string& text) {
   auto colon = text.find(':');
-  const char* what = "--nnodes (N or MIN:MAX, 1 <= MIN <= MAX)";
+  const char* what = "--nnodes (N or MIN:MAX, 1 <= MIN <= MAX <= 65000)";
   if (colon == std::string::npos) {
-    int n = static_cast<int>(usage([&] { return env::parseInt(text, what, 1, 100000); }));
+    int n = static_cast<int>(usage([&] { return env::parseInt(text, what, 1, kMaxNodes); }));
     return {n, n};
   }
-  int lo = static_cast<int>(usage([&] { return env::parseInt(text.substr(0, colon), what, 1, 100000); }));
-  int hi = static_cast<int>(usage([&] { return env::parseInt(text.substr(colon + 1), what, 1, 100000); }));
+  int lo = static_cast<int>(usage([&] { return env::parseInt(text.substr(0, colon), what, 1, kMaxNodes); }));
+  int hi = static_cast<int>(usage([&] { return env::parseInt(text.substr(colon + 1), what, 1, kMaxNodes); }));
   if (lo > hi) throw UsageError(std::string(what) + ": MIN " + std::to_string(lo) + " > MAX " + std::to_string(hi));
   return {lo, hi};
 }

@@ -144,6 +144,7 @@ TEST_CASE("every bad input is a usage error naming what was wrong", "[launcher]"
   CHECK_THAT(usageError({"--nnodes", "3:2", "hostname"}), Catch::Contains("--nnodes"));
   CHECK_THAT(usageError({"--nnodes", "a:b", "hostname"}), Catch::Contains("--nnodes"));
   CHECK_THAT(usageError({"--nnodes", "0", "hostname"}), Catch::Contains("--nnodes"));
+  CHECK_THAT(usageError({"--nnodes", "2:70000", "hostname"}), Catch::Contains("--nnodes"));
   CHECK_THAT(usageError({"--nnodes", "2", "hostname"}), Catch::Contains("--rdzv-endpoint"));
   CHECK_THAT(usageError({"--run-path", "x.py"}), Catch::Contains("--run-path"));
   CHECK_THAT(usageError({"--max-restarts", "-1", "hostname"}), Catch::Contains("--max-restarts"));

@@ -61,7 +61,7 @@ class Rendezvous {
  public:
   virtual ~Rendezvous() = default;
   // Joins the next round; blocks until the round closes or the join timeout passes
-  // (TimeoutError listing who joined). `restartCount` is this agent's view of the job's restarts.
+  // (TimeoutError listing who joined).
   virtual RoundResult next() = 0;
   // Leaves the job for good (success or final failure) without closing it for others.
   virtual void leave() = 0;
