@@ -39,7 +39,7 @@ void ChildReaper::reapAll() {
   }
 }
 
-bool ChildReaper::tryReap(pid_t pid, int* waitStatus) {
+bool ChildReaper::tryReap(pid_t pid) {
   std::lock_guard lock(mutex_);
   auto it = watched_.find(pid);
   if (it == watched_.end()) return true;  // collected (and routed) earlier
@@ -49,14 +49,13 @@ bool ChildReaper::tryReap(pid_t pid, int* waitStatus) {
   while (got < 0 && errno == EINTR);
   if (got == 0) return false;
   watched_.erase(it);
-  if (got == pid && waitStatus) *waitStatus = status;
   return true;  // got == pid, or ECHILD: not our child (any more)
 }
 
-bool ChildReaper::reapWithin(pid_t pid, std::chrono::milliseconds timeout, int* waitStatus) {
-  if (tryReap(pid, waitStatus)) return true;
+bool ChildReaper::reapWithin(pid_t pid, std::chrono::milliseconds timeout) {
+  if (tryReap(pid)) return true;
   waitForExit(pid, timeout);
-  return tryReap(pid, waitStatus);
+  return tryReap(pid);
 }
 
 void ChildReaper::forget(pid_t pid) {

@@ -32,17 +32,17 @@ class ChildReaper {
   // Reaps every exited child (waitpid(-1, WNOHANG) until none is left).
   void reapAll();
 
-  // Collects `pid` now if it exited (WNOHANG). True once its status was collected, here or by
-  // reapAll() (then `waitStatus` is left untouched); the pid is no longer watched.
-  bool tryReap(pid_t pid, int* waitStatus = nullptr);
-
-  // Waits up to `timeout` for `pid` to exit (pidfd + poll, no reaping), then tryReap().
-  bool reapWithin(pid_t pid, std::chrono::milliseconds timeout, int* waitStatus = nullptr);
+  // Waits up to `timeout` for `pid` to exit (pidfd + poll), then collects it. True once its
+  // status was collected, here or by reapAll(); the pid is no longer watched. Its status is
+  // dropped: the callers only need the child gone.
+  bool reapWithin(pid_t pid, std::chrono::milliseconds timeout);
 
   // Stops routing `pid` (its status will be dropped when reaped).
   void forget(pid_t pid);
 
  private:
+  bool tryReap(pid_t pid);  // reapWithin() without the wait (WNOHANG)
+
   std::mutex mutex_;
   std::unordered_map<pid_t, ExitSink> watched_;
 };
