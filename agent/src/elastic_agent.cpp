@@ -182,7 +182,6 @@ struct ElasticAgent::Impl {
     AttemptContext context;
     context.restartCount = restartCount;
     context.attemptDir = attemptDir;
-    context.jobTokenEntry = guard->envEntry();
     context.baseEnvironment = baseEnvironment;
     context.cpuCount = cpuCount;
     std::vector<WorkerSpec> specs = buildWorkerSpecs(config, round, context);

@@ -51,9 +51,7 @@ std::vector<WorkerSpec> buildWorkerSpecs(const AgentConfig& config, const rdzv::
     common["OMP_NUM_THREADS"] = std::to_string(defaultOmpThreads(attempt.cpuCount, local));
   if (config.isPython && !common.count("PYTHONUNBUFFERED")) common["PYTHONUNBUFFERED"] = "1";
   if (!common.count("NCCL_ASYNC_ERROR_HANDLING")) common["NCCL_ASYNC_ERROR_HANDLING"] = "1";
-  auto eq = attempt.jobTokenEntry.find('=');
-  if (eq != std::string::npos)
-    common[attempt.jobTokenEntry.substr(0, eq)] = attempt.jobTokenEntry.substr(eq + 1);
+  // DRUN_JOB_TOKEN is the WorkerGroup's to add: it belongs to the JobGuard the group reports to.
 
   std::vector<WorkerSpec> specs;
   specs.reserve(local);

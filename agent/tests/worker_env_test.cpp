@@ -34,7 +34,6 @@ TEST_CASE("workers get the torchrun environment of their round", "[agent]") {
   AttemptContext attempt;
   attempt.restartCount = 2;
   attempt.attemptDir = "/tmp/j/attempt_2";
-  attempt.jobTokenEntry = "DRUN_JOB_TOKEN=abc";
   attempt.baseEnvironment = {"PATH=/bin", "RANK=99", "HOME=/root"};
   attempt.cpuCount = 8;
 
@@ -61,7 +60,6 @@ TEST_CASE("workers get the torchrun environment of their round", "[agent]") {
     CHECK(env["TORCHELASTIC_USE_AGENT_STORE"] == "False");
     CHECK(env["TORCHELASTIC_ERROR_FILE"] == "/tmp/j/attempt_2/" + std::to_string(i) + "/error.json");
     CHECK(env["OMP_NUM_THREADS"] == "2");
-    CHECK(env["DRUN_JOB_TOKEN"] == "abc");
     CHECK(env["PATH"] == "/bin");
     CHECK(env["HOME"] == "/root");
     CHECK(specs[i].argv[1] == "--rank=" + std::to_string(i));

@@ -16,7 +16,6 @@ namespace drun::agent {
 struct AttemptContext {
   int restartCount = 0;                    // TORCHELASTIC_RESTART_COUNT
   std::filesystem::path attemptDir;        // .../attempt_<n>: error files live in <local_rank>/
-  std::string jobTokenEntry;               // "DRUN_JOB_TOKEN=..." from the JobGuard
   std::vector<std::string> baseEnvironment;  // drun's environ, "KEY=VALUE"
   int cpuCount = 1;                        // for OMP_NUM_THREADS
 };
