@@ -17,10 +17,6 @@ constexpr VarDoc kDrunEnvVars[] = {
      "log level of drun itself: trace, debug, info, warn, error, off (-v sets debug)"},
     {"DRUN_PYTHON", VarType::String, "python3",
      "interpreter for .py programs and -m modules (PYTHON_EXEC is honoured too, as torchrun)"},
-    {"DRUN_STORE_CONNECT_TIMEOUT", VarType::DurationMs, "60s",
-     "how long a store client retries connecting before it gives up"},
-    {"DRUN_STORE_TIMEOUT", VarType::DurationMs, "300s",
-     "default deadline of one store call (get/wait) when the caller gives none"},
 };
 
 const VarDoc& lookup(std::string_view name) {
