@@ -46,9 +46,10 @@ std::set<int> ranksPrinted(const std::string& out) {
 // Two agents of one job on this host, started together, run to the end.
 struct TwoAgents {
   RunResult a, b;
-  TwoAgents(uint16_t port, const std::string& id, const std::vector<std::string>& extra) {
-    Process pa(drunCommand(agentArgs(port, id, extra), {}, 30s));
-    Process pb(drunCommand(agentArgs(port, id, extra), {}, 30s));
+  TwoAgents(uint16_t port, const std::string& id, const std::vector<std::string>& extra,
+            const std::vector<std::string>& env = {}) {
+    Process pa(drunCommand(agentArgs(port, id, extra), env, 30s));
+    Process pb(drunCommand(agentArgs(port, id, extra), env, 30s));
     a = pa.wait();
     b = pb.wait();
   }
@@ -78,9 +79,14 @@ TEST_CASE("rendezvous: a join that times out fails with exit 1 naming who joined
 TEST_CASE("rendezvous: one node's failure does not take down a node that succeeds", "[e2e][rendezvous]") {
   uint16_t port = freePort();
   std::string id = "split-" + randomHex(6);
-  // Both nodes run the same program: global rank 3 fails with 3, every other rank succeeds.
-  std::vector<std::string> program = {"sh", "-c", "echo RANK=$RANK; [ $RANK = 3 ] && exit 3; sleep 0.3"};
-  TwoAgents job(port, id, program);
+  // Both nodes run the same program: global rank 3 fails with 3 once its node-mate rank 2 has
+  // printed (so the failure cannot stop rank 2 before that), every other rank succeeds.
+  TempDir marks;
+  std::vector<std::string> program = {
+      "sh", "-c",
+      "echo RANK=$RANK; touch $MARKS/$RANK; if [ $RANK = 3 ]; then "
+      "for i in $(seq 1000); do [ -e $MARKS/2 ] && break; sleep 0.01; done; exit 3; fi; sleep 0.3"};
+  TwoAgents job(port, id, program, {"MARKS=" + marks.path().string()});
   INFO(job.describe());
   const RunResult& ra = job.a;
   const RunResult& rb = job.b;
