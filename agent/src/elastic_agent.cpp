@@ -5,19 +5,18 @@
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
-#include <atomic>
+#include <boost/asio/steady_timer.hpp>
 #include <cstdio>
 #include <filesystem>
-#include <iostream>
 #include <optional>
 #include <spdlog/spdlog.h>
-#include <thread>
 
 #include "drun/agent/failure_summary.hpp"
-#include "drun/common/error.hpp"
 #include "drun/agent/job_guard.hpp"
 #include "drun/agent/worker_env.hpp"
 #include "drun/agent/worker_group.hpp"
+#include "drun/common/error.hpp"
+#include "off_loop.hpp"
 
 extern char** environ;
 
@@ -28,8 +27,11 @@ const char* toString(AgentState state) {
     case AgentState::Init: return "Init";
     case AgentState::Rendezvous: return "Rendezvous";
     case AgentState::Running: return "Running";
-    case AgentState::Restarting: return "Restarting";
-    case AgentState::Stopping: return "Stopping";
+    case AgentState::StoppingForFailure: return "StoppingForFailure";
+    case AgentState::Reporting: return "Reporting";
+    case AgentState::StoppingForReform: return "StoppingForReform";
+    case AgentState::StoppingToExit: return "StoppingToExit";
+    case AgentState::Finishing: return "Finishing";
     case AgentState::Succeeded: return "Succeeded";
     case AgentState::Failed: return "Failed";
   }
@@ -40,6 +42,63 @@ namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
+using rdzv::FailureRecord;
+using rdzv::JobEvent;
+
+enum class Event {
+  Start,
+  RoundFormed,       // the rendezvous returned this node's place in a round
+  RendezvousFailed,  // joining failed (timeout, too few nodes, the store is gone)
+  JobEnded,          // the job ended while this node waited to join (a spare)
+  WorkerFailed,      // a local worker exited non-zero or by a signal
+  WorkersSucceeded,  // every local worker exited 0
+  WorkersStopped,    // the group finished stopping
+  VerdictRestart,    // our failure report: the job restarts
+  VerdictFinal,      // our failure report: the budget is spent
+  JobFailed,         // a failure anywhere (the watcher), restartable
+  JobFailedFinal,    // a failure anywhere, budget spent
+  JobSucceeded,      // every node's workers succeeded
+  MemberLost,
+  NodeWaiting,
+  ScaleUpDue,        // the last call after a node began waiting
+  StoreLost,
+  Signal,
+  InternalError,     // an exception escaped an action
+};
+
+const char* toString(Event e) {
+  switch (e) {
+    case Event::Start: return "start";
+    case Event::RoundFormed: return "round formed";
+    case Event::RendezvousFailed: return "rendezvous failed";
+    case Event::JobEnded: return "job ended";
+    case Event::WorkerFailed: return "worker failed";
+    case Event::WorkersSucceeded: return "workers succeeded";
+    case Event::WorkersStopped: return "workers stopped";
+    case Event::VerdictRestart: return "verdict: restart";
+    case Event::VerdictFinal: return "verdict: final";
+    case Event::JobFailed: return "job failed";
+    case Event::JobFailedFinal: return "job failed, final";
+    case Event::JobSucceeded: return "job succeeded";
+    case Event::MemberLost: return "member lost";
+    case Event::NodeWaiting: return "node waiting";
+    case Event::ScaleUpDue: return "scale-up due";
+    case Event::StoreLost: return "store lost";
+    case Event::Signal: return "signal";
+    case Event::InternalError: return "internal error";
+  }
+  return "?";
+}
+
+// What an event carries.
+struct Input {
+  std::string reason;
+  std::optional<WorkerExit> exit;
+  std::optional<rdzv::RoundResult> round;
+  std::optional<FailureRecord> failure;
+  int signal = 0;
+  int code = 0;
+};
 
 int countCpus() {
   cpu_set_t set;
@@ -75,100 +134,156 @@ bool routesToFiles(const OutputOptions& output) {
   return false;
 }
 
+std::string describeStatus(const FailureRecord& f) {
+  return f.signal ? "signal " + signalName(f.signal) : "exit code " + std::to_string(f.exitCode);
+}
+
 }  // namespace
 
 struct ElasticAgent::Impl {
+  using Action = void (Impl::*)(const Input&);
+  struct Rule {
+    AgentState from;
+    Event event;
+    AgentState to;
+    Action action;  // runs after the transition; may be null
+  };
+
+  // The state machine, whole (defined below the struct).
+  static const Rule kRules[];
+  static const size_t kRuleCount;
+
   AgentConfig config;
   std::unique_ptr<rdzv::Rendezvous> rendezvous;
   boost::asio::io_context io;
   boost::asio::signal_set signals{io};
+  boost::asio::steady_timer scaleUpTimer{io};
   std::optional<JobGuard> guard;
   std::unique_ptr<WorkerGroup> group;
+  std::optional<OffLoop> offLoop;
 
   AgentState state = AgentState::Init;
   Clock::time_point stateSince = Clock::now();
-  int restartCount = 0;        // restarts consumed (TORCHELASTIC_RESTART_COUNT)
-  int attempt = 0;             // rounds started, names attempt_<n> directories
+  int attempt = 0;  // rounds started, names attempt_<n> directories
   rdzv::RoundResult round;
+  bool roundStarted = false;          // `round` has run workers (events of it apply)
+  std::vector<JobEvent> latched;      // events of a round this node has not started yet
   fs::path jobDir;
   bool jobDirTemporary = true;
   fs::path attemptDir;
   std::vector<std::string> baseEnvironment = currentEnvironment();
   int cpuCount = countCpus();
 
-  std::optional<WorkerExit> rootCause;
+  std::optional<WorkerExit> rootCause;  // this node's first failure of the attempt
   int otherFailures = 0;
   std::chrono::system_clock::time_point stopRequestedWall{};
-  bool stopping = false;
-  int receivedSignal = 0;
+  std::optional<FailureRecord> finalCause;  // the job's root cause once its budget is spent
+  int signalled = 0;                        // the signal that ends drun
   int exitCode = 0;
 
-  std::thread rendezvousThread;
-  std::atomic<bool> rendezvousBusy{false};
+  // ---- the machine -------------------------------------------------------------------------
+  void dispatch(Event event, const Input& input = {}) {
+    const Rule* rule = nullptr;
+    for (size_t i = 0; i < kRuleCount; ++i)
+      if (kRules[i].from == state && kRules[i].event == event) rule = &kRules[i];
+    if (!rule) {
+      spdlog::debug("agent: {} ignored in {}{}", toString(event), toString(state),
+                    input.reason.empty() ? "" : " (" + input.reason + ")");
+      return;
+    }
+    transition(rule->to, std::string(toString(event)) +
+                             (input.reason.empty() ? "" : ": " + input.reason));
+    if (!rule->action) return;
+    try {
+      (this->*rule->action)(input);
+    } catch (const std::exception& e) {
+      internalError(e.what());
+    }
+  }
 
   void transition(AgentState to, const std::string& reason) {
     auto now = Clock::now();
     auto ms = std::chrono::duration_cast<std::chrono::microseconds>(now - stateSince).count() / 1000.0;
-    spdlog::debug("agent: {} -> {} ({}) after {:.3f} ms", toString(state), toString(to), reason, ms);
+    spdlog::debug("agent: {} -> {} ({}) after {:.3f} ms in {}", toString(state), toString(to),
+                  reason, ms, toString(state));
     state = to;
     stateSince = now;
   }
 
-  void finish(AgentState final, int code, const std::string& reason) {
-    transition(final, reason);
-    exitCode = code;
-    io.stop();
+  // The exception boundary: whatever an action throws ends the job cleanly, never terminate().
+  void internalError(const std::string& what) {
+    std::fprintf(stderr, "drun: error: %s\n", what.c_str());
+    if (state == AgentState::Succeeded || state == AgentState::Failed) {
+      exitCode = exitCode ? exitCode : 1;
+      io.stop();
+      return;
+    }
+    transition(AgentState::Failed, std::string(toString(Event::InternalError)) + ": " + what);
+    exitCode = 1;
+    if (group && group->running() > 0)
+      group->stop(SIGKILL, std::chrono::milliseconds(0), [this] { leaveAndStop(false); });
+    else
+      leaveAndStop(false);
   }
 
-  // --- rendezvous -------------------------------------------------------------------------
-  void startRendezvous() {
-    transition(AgentState::Rendezvous, "attempt " + std::to_string(attempt));
-    if (rendezvousThread.joinable()) rendezvousThread.join();
-    rendezvousBusy = true;
-    // next() blocks (up to the join timeout) on the network: run it off the event loop so that
-    // signals are still handled; the result comes back as a posted event.
-    rendezvousThread = std::thread([this] {
+  // Posts a handler to the loop behind the exception boundary.
+  template <typename F>
+  void onLoop(F&& f) {
+    boost::asio::post(io, [this, f = std::forward<F>(f)]() mutable {
       try {
-        rdzv::RoundResult result = rendezvous->next();
-        rendezvousBusy = false;
-        boost::asio::post(io, [this, result] { onRound(result); });
+        f();
       } catch (const std::exception& e) {
-        rendezvousBusy = false;
-        std::string message = e.what();
-        boost::asio::post(io, [this, message] { onRendezvousFailed(message); });
+        internalError(e.what());
       }
     });
   }
 
-  void onRendezvousFailed(const std::string& message) {
-    if (state != AgentState::Rendezvous) return;
-    std::fprintf(stderr, "drun: error: rendezvous failed: %s\n", message.c_str());
-    finish(AgentState::Failed, 1, "rendezvous failed");
-  }
-
-  void onRound(const rdzv::RoundResult& result) {
-    if (state != AgentState::Rendezvous) return;  // a signal arrived meanwhile
-    round = result;
-    spdlog::debug("agent: round {} node {}/{} world {} offset {} master {}:{}", round.round,
-                  round.nodeRank, round.nodeCount, round.worldSize, round.rankOffset,
-                  round.masterAddr, round.masterPort);
-    try {
-      startWorkers();
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "drun: error: could not start the workers: %s\n", e.what());
-      if (group) {
-        stopping = true;
-        group->stop(SIGKILL, std::chrono::milliseconds(0), [this] {
-          finish(AgentState::Failed, 1, "start failed");
-        });
-      } else {
-        finish(AgentState::Failed, 1, "start failed");
+  // Runs a blocking rendezvous call off the loop; `then` gets its result on the loop, `failed`
+  // its error.
+  template <typename Call, typename Then>
+  void offLoopCall(Call call, Then then, std::function<void(std::exception_ptr)> failed) {
+    offLoop->post([this, call = std::move(call), then = std::move(then),
+                   failed = std::move(failed)]() mutable {
+      try {
+        auto result = call();
+        onLoop([then = std::move(then), result = std::move(result)]() mutable { then(result); });
+      } catch (...) {
+        onLoop([failed = std::move(failed), error = std::current_exception()] { failed(error); });
       }
-    }
+    });
   }
 
-  // --- workers ----------------------------------------------------------------------------
-  void startWorkers() {
+  // ---- actions -----------------------------------------------------------------------------
+  void joinRound(const Input&) {
+    roundStarted = false;
+    offLoopCall([this] { return rendezvous->next(); },
+                [this](const rdzv::RoundResult& r) {
+                  Input in;
+                  in.round = r;
+                  in.reason = "round " + std::to_string(r.round);
+                  dispatch(Event::RoundFormed, in);
+                },
+                [this](std::exception_ptr error) {
+                  Input in;
+                  try {
+                    std::rethrow_exception(error);
+                  } catch (const rdzv::JobEnded& e) {
+                    in.reason = e.what();
+                    in.code = e.exitCode();
+                    dispatch(Event::JobEnded, in);
+                    return;
+                  } catch (const std::exception& e) {
+                    in.reason = e.what();
+                  }
+                  dispatch(Event::RendezvousFailed, in);
+                });
+  }
+
+  void startWorkers(const Input& in) {
+    round = *in.round;
+    spdlog::debug("agent: round {} node {}/{} world {} offset {} master {}:{} restart {}",
+                  round.round, round.nodeRank, round.nodeCount, round.worldSize, round.rankOffset,
+                  round.masterAddr, round.masterPort, round.restartCount);
     attemptDir = jobDir / ("attempt_" + std::to_string(attempt));
     for (int r = 0; r < config.nprocPerNode; ++r) fs::create_directories(attemptDir / std::to_string(r));
 
@@ -180,7 +295,7 @@ struct ElasticAgent::Impl {
     if (config.logDir || routesToFiles(config.output)) options.output.attemptDir = attemptDir;
 
     AttemptContext context;
-    context.restartCount = restartCount;
+    context.restartCount = round.restartCount;
     context.attemptDir = attemptDir;
     context.baseEnvironment = baseEnvironment;
     context.cpuCount = cpuCount;
@@ -188,105 +303,272 @@ struct ElasticAgent::Impl {
 
     rootCause.reset();
     otherFailures = 0;
-    stopping = false;
+    stopRequestedWall = {};
+    scaleUpTimer.cancel();
+    group.reset();
     group = std::make_unique<WorkerGroup>(io, std::move(options));
     group->onExit([this](const WorkerExit& exit) { onWorkerExit(exit); });
-    group->start(specs);
     ++attempt;
-    transition(AgentState::Running, std::to_string(specs.size()) + " workers, restart " +
-                                        std::to_string(restartCount));
+    roundStarted = true;
+    try {
+      group->start(specs);
+    } catch (const std::exception& e) {
+      throw Error(std::string("could not start the workers: ") + e.what());
+    }
+    // Events of this round that arrived while it was forming.
+    std::vector<JobEvent> pending;
+    pending.swap(latched);
+    for (const JobEvent& e : pending)
+      if (e.round == round.round) onJobEvent(e);
   }
 
+  void stopGroup(int signal) {
+    if (stopRequestedWall == std::chrono::system_clock::time_point{})
+      stopRequestedWall = std::chrono::system_clock::now();
+    scaleUpTimer.cancel();
+    group->stop(signal, config.shutdownTimeout, [this] { dispatch(Event::WorkersStopped); });
+  }
+
+  void stopWorkers(const Input&) { stopGroup(SIGTERM); }
+
+  void stopToReform(const Input& in) {
+    std::fprintf(stderr, "drun: %s; stopping the workers and re-forming the job\n",
+                 in.reason.c_str());
+    stopGroup(SIGTERM);
+  }
+
+  void stopForRemoteFailure(const Input& in) {
+    const FailureRecord& f = *in.failure;
+    if (f.final) finalCause = f;
+    std::fprintf(stderr, "drun: rank %d on %s failed (%s); stopping the workers%s\n", f.rank,
+                 f.node.c_str(), describeStatus(f).c_str(),
+                 f.final ? "" : " and restarting the job");
+    stopGroup(SIGTERM);
+  }
+
+  void noteFinalCause(const Input& in) { finalCause = *in.failure; }
+
+  void stopForSignal(const Input& in) {
+    signalled = in.signal;
+    std::fprintf(stderr, "drun: received %s; stopping the workers\n", signalName(in.signal).c_str());
+    stopGroup(in.signal);
+  }
+
+  void killNow(const Input&) {
+    group->stop(SIGKILL, std::chrono::milliseconds(0), [this] { dispatch(Event::WorkersStopped); });
+  }
+
+  void armScaleUp(const Input& in) {
+    if (scaleUpTimer.expiry() > boost::asio::steady_timer::clock_type::now()) return;  // armed
+    std::fprintf(stderr, "drun: %s; taking it in after the last call (%lld ms)\n",
+                 in.reason.c_str(),
+                 static_cast<long long>(config.rendezvous.lastCallTimeout.count()));
+    scaleUpTimer.expires_after(config.rendezvous.lastCallTimeout);
+    const uint64_t armedIn = round.round;
+    scaleUpTimer.async_wait([this, armedIn](const boost::system::error_code& ec) {
+      if (ec || armedIn != round.round) return;
+      Input due;
+      due.reason = "last call for the waiting node(s) passed";
+      dispatch(Event::ScaleUpDue, due);
+    });
+  }
+
+  void reportFailure(const Input&) {
+    const WorkerExit& cause = *rootCause;
+    FailureRecord record = makeFailureRecord(
+        cause, config.hostname, errorFilePath(attemptDir, cause.localRank), otherFailures);
+    const int budget = config.maxRestarts;
+    offLoopCall([this, record, budget] { return rendezvous->reportFailure(record, budget); },
+                [this](const FailureRecord& verdict) {
+                  Input in;
+                  in.failure = verdict;
+                  dispatch(verdict.final ? Event::VerdictFinal : Event::VerdictRestart, in);
+                },
+                [this, record](std::exception_ptr error) {
+                  // Nobody can be told: end the job here with this node's root cause.
+                  Input in;
+                  in.failure = record;
+                  in.failure->final = true;
+                  try {
+                    std::rethrow_exception(error);
+                  } catch (const std::exception& e) {
+                    std::fprintf(stderr, "drun: error: could not report the failure: %s\n", e.what());
+                  }
+                  dispatch(Event::VerdictFinal, in);
+                });
+  }
+
+  void restartAfterFailure(const Input& in) {
+    const FailureRecord& f = *in.failure;
+    std::fprintf(stderr,
+                 "drun: rank %d (local_rank %d) on %s failed (%s); restarting the job "
+                 "(restart %d of %d)\n",
+                 f.rank, f.localRank, f.node.c_str(), describeStatus(f).c_str(),
+                 round.restartCount + 1, config.maxRestarts);
+    joinRound(in);
+  }
+
+  void rejoinAfterRemoteFailure(const Input& in) {
+    const FailureRecord& f = *in.failure;
+    std::fprintf(stderr, "drun: rank %d on %s failed (%s); restarting the job\n", f.rank,
+                 f.node.c_str(), describeStatus(f).c_str());
+    joinRound(in);
+  }
+
+  void rejoinToReform(const Input& in) {
+    std::fprintf(stderr, "drun: %s; re-forming the job\n", in.reason.c_str());
+    joinRound(in);
+  }
+
+  void reportFinished(const Input&) {
+    if (round.nodeCount > 1)
+      std::fprintf(stderr,
+                   "drun: this node's workers succeeded; waiting for the other %d node(s) of "
+                   "the job\n",
+                   round.nodeCount - 1);
+    offLoop->post([this] {
+      try {
+        rendezvous->finish();  // the Succeeded event follows through the job's events
+      } catch (const std::exception& e) {
+        std::string what = e.what();
+        onLoop([this, what] {
+          Input in;
+          in.reason = "lost the rendezvous store while waiting for the other nodes: " + what;
+          dispatch(Event::StoreLost, in);
+        });
+      }
+    });
+  }
+
+  void exitSucceeded(const Input&) {
+    exitCode = 0;
+    leaveAndStop(true);
+  }
+
+  void exitFailed(const Input& in) {
+    if (signalled) {
+      exitCode = 128 + signalled;
+      leaveAndStop(false);
+      return;
+    }
+    if (in.failure) finalCause = *in.failure;
+    printFinalCause();
+    leaveAndStop(true);
+  }
+
+  void exitRemoteFailure(const Input& in) {
+    finalCause = *in.failure;
+    printFinalCause();
+    leaveAndStop(true);
+  }
+
+  void printFinalCause() {
+    if (!finalCause) {
+      exitCode = 1;
+      return;
+    }
+    std::fprintf(stderr, "%s\n", formatFailureSummary(*finalCause).c_str());
+    if (config.maxRestarts > 0)
+      std::fprintf(stderr, "drun: restart budget exhausted (%d restarts)\n", config.maxRestarts);
+    exitCode = finalCause->statusCode();
+  }
+
+  void exitRendezvousFailed(const Input& in) {
+    std::fprintf(stderr, "drun: error: rendezvous failed: %s\n", in.reason.c_str());
+    exitCode = 1;
+    io.stop();  // the rendezvous' destructor closes the connection
+  }
+
+  void exitJobEnded(const Input& in) {
+    std::fprintf(stderr, "drun: %s\n", in.reason.c_str());
+    exitCode = in.code;
+    if (in.code == 0) transition(AgentState::Succeeded, "the job succeeded without this node");
+    io.stop();
+  }
+
+  void exitSignalled(const Input& in) {
+    signalled = in.signal;
+    std::fprintf(stderr, "drun: received %s; leaving the job\n", signalName(in.signal).c_str());
+    exitCode = 128 + in.signal;
+    leaveAndStop(false);
+  }
+
+  // Leaves the job (clean: it ended for everyone; else as a lost node, so the others re-form)
+  // off the loop, then ends the loop. If the rendezvous thread is stuck in a call (a join),
+  // the loop ends at once and run() leaves through _exit.
+  void leaveAndStop(bool clean) {
+    if (offLoop->busy()) {
+      io.stop();
+      return;
+    }
+    offLoop->post([this, clean] {
+      if (clean)
+        rendezvous->leave();
+      else
+        rendezvous->abandon();
+      onLoop([this] { io.stop(); });
+    });
+  }
+
+  // ---- inputs ------------------------------------------------------------------------------
   void onWorkerExit(const WorkerExit& exit) {
-    spdlog::debug("agent: rank {} (pid {}) ended: status {}", exit.globalRank, exit.pid, exit.statusCode());
+    spdlog::debug("agent: rank {} (pid {}) ended: status {}", exit.globalRank, exit.pid,
+                  exit.statusCode());
     if (!exit.succeeded()) {
       // The root cause is the earliest failure that happened before drun began stopping the
       // group: failures caused by our own SIGTERM are consequences, not causes.
-      bool beforeStop = !stopping || exit.when < stopRequestedWall;
+      const bool stopping = stopRequestedWall != std::chrono::system_clock::time_point{};
+      const bool beforeStop = !stopping || exit.when < stopRequestedWall;
       if (!rootCause || (beforeStop && exit.when < rootCause->when)) {
         if (rootCause) ++otherFailures;
         rootCause = exit;
       } else {
         ++otherFailures;
       }
-      if (!stopping) {  // not already stopping for a signal, a membership change or a failure
-        stopGroup(SIGTERM, [this] { afterFailure(); });
-        return;
-      }
-    }
-    if (!stopping && group->running() == 0) afterSuccess();
-  }
-
-  void stopGroup(int signal, std::function<void()> then) {
-    stopping = true;
-    stopRequestedWall = std::chrono::system_clock::now();
-    if (state == AgentState::Running) transition(AgentState::Stopping, "stopping the workers");
-    group->stop(signal, config.shutdownTimeout, std::move(then));
-  }
-
-  void afterSuccess() {
-    rendezvous->leave();
-    finish(AgentState::Succeeded, 0, "every worker succeeded");
-  }
-
-  void afterFailure() {
-    const WorkerExit& cause = *rootCause;
-    if (restartCount < config.maxRestarts) {
-      ++restartCount;
-      std::fprintf(stderr,
-                   "drun: rank %d (local_rank %d) failed with status %d; restarting the workers "
-                   "(restart %d of %d)\n",
-                   cause.globalRank, cause.localRank, cause.statusCode(), restartCount,
-                   config.maxRestarts);
-      transition(AgentState::Restarting, "worker failure, budget left");
-      startRendezvous();
+      Input in;
+      in.exit = exit;
+      in.reason = "rank " + std::to_string(exit.globalRank);
+      dispatch(Event::WorkerFailed, in);
       return;
     }
-    std::string summary = formatFailureSummary(
-        cause, config.hostname, errorFilePath(attemptDir, cause.localRank), otherFailures);
-    std::fprintf(stderr, "%s\n", summary.c_str());
-    if (config.maxRestarts > 0)
-      std::fprintf(stderr, "drun: restart budget exhausted (%d restarts)\n", config.maxRestarts);
-    rendezvous->leave();
-    finish(AgentState::Failed, cause.statusCode(), "worker failure, no restarts left");
+    if (group->running() == 0 && !rootCause) dispatch(Event::WorkersSucceeded);
   }
 
-  // --- events from outside ----------------------------------------------------------------
-  void onMembershipChange(const std::string& reason) {
-    if (state != AgentState::Running || stopping) return;
-    std::fprintf(stderr, "drun: membership changed (%s); re-forming the job\n", reason.c_str());
-    stopGroup(SIGTERM, [this, reason] {
-      transition(AgentState::Restarting, "membership change: " + reason);
-      startRendezvous();
-    });
+  void onJobEvent(const JobEvent& e) {
+    if (!roundStarted || e.round > round.round) {
+      if (e.kind != JobEvent::Kind::StoreLost || state != AgentState::Rendezvous)
+        latched.push_back(e);  // a round this node has not started yet
+      return;
+    }
+    if (e.round < round.round) return;  // an earlier round's news
+    Input in;
+    in.reason = e.reason;
+    in.failure = e.failure;
+    switch (e.kind) {
+      case JobEvent::Kind::Failed:
+        dispatch(e.failure && e.failure->final ? Event::JobFailedFinal : Event::JobFailed, in);
+        break;
+      case JobEvent::Kind::Succeeded: dispatch(Event::JobSucceeded, in); break;
+      case JobEvent::Kind::MemberLost: dispatch(Event::MemberLost, in); break;
+      case JobEvent::Kind::NodeWaiting: dispatch(Event::NodeWaiting, in); break;
+      case JobEvent::Kind::StoreLost: dispatch(Event::StoreLost, in); break;
+    }
   }
 
   void waitForSignal() {
     signals.async_wait([this](const boost::system::error_code& ec, int signal) {
       if (ec) return;
-      onSignal(signal);
+      spdlog::debug("agent: received {}", signalName(signal));
+      Input in;
+      in.signal = signal;
+      in.reason = signalName(signal);
+      try {
+        dispatch(Event::Signal, in);
+      } catch (const std::exception& e) {
+        internalError(e.what());
+      }
       waitForSignal();
     });
-  }
-
-  void onSignal(int signal) {
-    spdlog::debug("agent: received {}", signalName(signal));
-    if (receivedSignal != 0) {
-      // A second signal: stop waiting for the grace period.
-      if (group && stopping) group->stop(SIGKILL, std::chrono::milliseconds(0), [this] {
-        finish(AgentState::Failed, 128 + receivedSignal, "killed after a second signal");
-      });
-      return;
-    }
-    receivedSignal = signal;
-    std::fprintf(stderr, "drun: received %s; stopping the workers\n", signalName(signal).c_str());
-    if (group && group->running() > 0) {
-      stopGroup(signal, [this] {
-        finish(AgentState::Failed, 128 + receivedSignal, "stopped by " + signalName(receivedSignal));
-      });
-    } else {
-      finish(AgentState::Failed, 128 + signal, "stopped by " + signalName(signal));
-    }
   }
 
   int run() {
@@ -296,30 +578,30 @@ struct ElasticAgent::Impl {
     waitForSignal();
     if (!config.rendezvous.runId.empty())
       spdlog::debug("agent: run id {}, job dir {}", config.rendezvous.runId, jobDir.string());
-    rendezvous->onMembershipChange([this](const std::string& reason) {
-      boost::asio::post(io, [this, reason] { onMembershipChange(reason); });
-    });
+    rendezvous->onJobEvent([this](const JobEvent& e) { onLoop([this, e] { onJobEvent(e); }); });
     if (!baseHasVariable("OMP_NUM_THREADS") && config.nprocPerNode > 1)
       std::fprintf(stderr,
                    "drun: note: OMP_NUM_THREADS is not set; each worker gets %d (%d cores / %d "
                    "workers); set it to override\n",
                    defaultOmpThreads(cpuCount, config.nprocPerNode), cpuCount, config.nprocPerNode);
-    startRendezvous();
+    offLoop.emplace();
+    dispatch(Event::Start);
     io.run();
     group.reset();  // SIGKILLs and reaps whatever is left; the guard's destructor sweeps the rest
     if (jobDirTemporary) {
       std::error_code ec;
       fs::remove_all(jobDir, ec);
     }
-    if (rendezvousBusy) {
-      // Interrupted while joining: the rendezvous thread is blocked in the network with a long
-      // deadline. Nothing of the job runs any more; leave without waiting for it.
+    if (offLoop->busy()) {
+      // Interrupted while a rendezvous call blocks in the network with a long deadline.
+      // Nothing of the job runs any more; leave without waiting for it.
       std::fflush(stdout);
       std::fflush(stderr);
       guard.reset();
       ::_exit(exitCode);
     }
-    if (rendezvousThread.joinable()) rendezvousThread.join();
+    rendezvous->onJobEvent(nullptr);
+    offLoop.reset();
     return exitCode;
   }
 
@@ -330,6 +612,51 @@ struct ElasticAgent::Impl {
     return false;
   }
 };
+
+namespace {
+constexpr AgentState R = AgentState::Rendezvous, Run = AgentState::Running,
+                   SF = AgentState::StoppingForFailure, Rep = AgentState::Reporting,
+                   SR = AgentState::StoppingForReform, SX = AgentState::StoppingToExit,
+                   Fin = AgentState::Finishing, OK = AgentState::Succeeded,
+                   Bad = AgentState::Failed;
+}  // namespace
+
+// The state machine, whole: (state, event) -> (next state, action). An event with no rule in the
+// current state is ignored (logged at debug).
+const ElasticAgent::Impl::Rule ElasticAgent::Impl::kRules[] = {
+    {AgentState::Init, Event::Start, R, &ElasticAgent::Impl::joinRound},
+    {R, Event::RoundFormed, Run, &ElasticAgent::Impl::startWorkers},
+    {R, Event::RendezvousFailed, Bad, &ElasticAgent::Impl::exitRendezvousFailed},
+    {R, Event::JobEnded, Bad, &ElasticAgent::Impl::exitJobEnded},
+    {R, Event::Signal, Bad, &ElasticAgent::Impl::exitSignalled},
+    {Run, Event::WorkerFailed, SF, &ElasticAgent::Impl::stopWorkers},
+    {Run, Event::WorkersSucceeded, Fin, &ElasticAgent::Impl::reportFinished},
+    {Run, Event::JobFailed, SR, &ElasticAgent::Impl::stopForRemoteFailure},
+    {Run, Event::JobFailedFinal, SX, &ElasticAgent::Impl::stopForRemoteFailure},
+    {Run, Event::MemberLost, SR, &ElasticAgent::Impl::stopToReform},
+    {Run, Event::StoreLost, SR, &ElasticAgent::Impl::stopToReform},
+    {Run, Event::NodeWaiting, Run, &ElasticAgent::Impl::armScaleUp},
+    {Run, Event::ScaleUpDue, SR, &ElasticAgent::Impl::stopToReform},
+    {Run, Event::Signal, SX, &ElasticAgent::Impl::stopForSignal},
+    {SF, Event::WorkersStopped, Rep, &ElasticAgent::Impl::reportFailure},
+    {SF, Event::Signal, SX, &ElasticAgent::Impl::stopForSignal},
+    {Rep, Event::VerdictRestart, R, &ElasticAgent::Impl::restartAfterFailure},
+    {Rep, Event::VerdictFinal, Bad, &ElasticAgent::Impl::exitFailed},
+    {Rep, Event::Signal, Bad, &ElasticAgent::Impl::exitSignalled},
+    {SR, Event::WorkersStopped, R, &ElasticAgent::Impl::joinRound},
+    {SR, Event::JobFailedFinal, SX, &ElasticAgent::Impl::noteFinalCause},
+    {SR, Event::Signal, SX, &ElasticAgent::Impl::stopForSignal},
+    {SX, Event::WorkersStopped, Bad, &ElasticAgent::Impl::exitFailed},
+    {SX, Event::Signal, SX, &ElasticAgent::Impl::killNow},
+    {Fin, Event::JobSucceeded, OK, &ElasticAgent::Impl::exitSucceeded},
+    {Fin, Event::JobFailed, R, &ElasticAgent::Impl::rejoinAfterRemoteFailure},
+    {Fin, Event::JobFailedFinal, Bad, &ElasticAgent::Impl::exitRemoteFailure},
+    {Fin, Event::MemberLost, R, &ElasticAgent::Impl::rejoinToReform},
+    {Fin, Event::StoreLost, R, &ElasticAgent::Impl::rejoinToReform},
+    {Fin, Event::Signal, Bad, &ElasticAgent::Impl::exitSignalled},
+};
+
+const size_t ElasticAgent::Impl::kRuleCount = std::size(ElasticAgent::Impl::kRules);
 
 ElasticAgent::ElasticAgent(AgentConfig config, std::unique_ptr<rdzv::Rendezvous> rendezvous)
     : impl_(std::make_unique<Impl>()) {

@@ -62,28 +62,48 @@ std::optional<std::string> readErrorFile(const std::filesystem::path& path) {
   return text;
 }
 
-std::string formatFailureSummary(const WorkerExit& rootCause, const std::string& host,
-                                 const std::filesystem::path& errorFile, int otherFailures) {
-  std::ostringstream out;
-  out << "drun: root cause: rank " << rootCause.globalRank << " (local_rank " << rootCause.localRank
-      << ") on " << host;
-  if (rootCause.signal)
-    out << " was killed by signal " << signalName(rootCause.signal) << " (" << rootCause.signal << ")";
-  else
-    out << " exited with code " << rootCause.exitCode;
-  out << "\ndrun:   pid: " << rootCause.pid;
-  out << "\ndrun:   time: " << isoTime(rootCause.when);
+rdzv::FailureRecord makeFailureRecord(const WorkerExit& rootCause, const std::string& node,
+                                      const std::filesystem::path& errorFile, int otherFailures) {
+  rdzv::FailureRecord r;
+  r.rank = rootCause.globalRank;
+  r.localRank = rootCause.localRank;
+  r.node = node;
+  r.exitCode = rootCause.exitCode;
+  r.signal = rootCause.signal;
+  r.pid = rootCause.pid;
+  r.timeMs = std::chrono::duration_cast<std::chrono::milliseconds>(
+                 rootCause.when.time_since_epoch()).count();
+  r.otherFailures = otherFailures;
   if (auto message = readErrorFile(errorFile)) {
-    out << "\ndrun:   error file " << errorFile.string() << ":";
-    appendIndented(out, *message);
+    r.detailSource = "error file " + errorFile.string();
+    r.detail = *message;
   } else if (!rootCause.stderrTail.empty()) {
-    out << "\ndrun:   last lines of stderr:";
-    for (const std::string& line : rootCause.stderrTail) out << "\ndrun:     " << line;
-  } else {
-    out << "\ndrun:   (no error file and no stderr output)";
+    r.detailSource = "stderr";
+    for (const std::string& line : rootCause.stderrTail) r.detail += line + "\n";
   }
-  if (otherFailures > 0)
-    out << "\ndrun:   " << otherFailures << " other worker(s) failed after it or were stopped";
+  return r;
+}
+
+std::string formatFailureSummary(const rdzv::FailureRecord& cause) {
+  std::ostringstream out;
+  out << "drun: root cause: rank " << cause.rank << " (local_rank " << cause.localRank << ") on "
+      << cause.node;
+  if (cause.signal)
+    out << " was killed by signal " << signalName(cause.signal) << " (" << cause.signal << ")";
+  else
+    out << " exited with code " << cause.exitCode;
+  out << "\ndrun:   pid: " << cause.pid;
+  out << "\ndrun:   time: "
+      << isoTime(std::chrono::system_clock::time_point(std::chrono::milliseconds(cause.timeMs)));
+  if (cause.detailSource == "stderr")
+    out << "\ndrun:   last lines of stderr:";
+  else if (!cause.detailSource.empty())
+    out << "\ndrun:   " << cause.detailSource << ":";
+  else
+    out << "\ndrun:   (no error file and no stderr output)";
+  appendIndented(out, cause.detail);
+  if (cause.otherFailures > 0)
+    out << "\ndrun:   " << cause.otherFailures << " other worker(s) failed after it or were stopped";
   return out.str();
 }
 

@@ -44,7 +44,7 @@ TEST_CASE("the summary names rank, host, code or signal, and the evidence", "[ag
   exit.pid = 1234;
   exit.when = std::chrono::system_clock::now();
   exit.stderrTail = {"line one", "last words"};
-  std::string s = formatFailureSummary(exit, "node7", "/nonexistent/error.json", 2);
+  std::string s = formatFailureSummary(makeFailureRecord(exit, "node7", "/nonexistent/error.json", 2));
   CHECK_THAT(s, Catch::StartsWith("drun: root cause: rank 5 (local_rank 1) on node7 exited with code 3"));
   CHECK_THAT(s, Catch::Contains("drun:   time: "));
   CHECK_THAT(s, Catch::Contains("last lines of stderr:\ndrun:     line one\ndrun:     last words"));
@@ -52,7 +52,7 @@ TEST_CASE("the summary names rank, host, code or signal, and the evidence", "[ag
 
   exit.signal = 11;
   auto errorFile = tempFile("e.json", R"({"message": "CUDA error"})");
-  s = formatFailureSummary(exit, "node7", errorFile, 0);
+  s = formatFailureSummary(makeFailureRecord(exit, "node7", errorFile, 0));
   CHECK_THAT(s, Catch::Contains("was killed by signal SIGSEGV (11)"));
   CHECK_THAT(s, Catch::Contains("error file " + errorFile.string() + ":\ndrun:     CUDA error"));
   CHECK_THAT(s, !Catch::Contains("last lines of stderr"));

@@ -1,33 +1,27 @@
-// The c10d-style rendezvous over a Store. Design and key scheme: keys.hpp, rendezvous/README.md.
+// The c10d-style rendezvous over a Store: the join/close algorithm and the job's state. Design
+// and key scheme: keys.hpp, rendezvous/README.md. Pure planning: round_planner.cpp; events of a
+// running round: membership_watcher.cpp; the embed-the-server policy: c10d_factory.cpp.
 //
 // One round, seen from one joiner (7 store calls; the closer adds 4 whose size is O(N)):
-//   setWill(dead flag, last_change, changes+1, status+1, left+1)
-//   append(joined, my descriptor line); n = add(count, 1)
-//   n >= MAX: try to close;  MIN <= n < MAX: arm the last call (compare_set lastcall "" -> me)
+//   setWill(dead flag, last_change, changes+1, status+1, left+1, next round's status+1)
+//   append(joined, my descriptor line); n = add(count, 1); a member of the previous round also
+//   adds 1 to `rejoined`
+//   n >= MAX: try to close;  re-forming and every survivor of the previous round is back: close
+//   now;  MIN <= n < MAX: arm the last call (compare_set lastcall "" -> me)
 //   watch(status): returns the decision's header once the round closed, or an event (a will
 //   fired, last call disarmed) after which the joiner looks again; a local timer runs the last
 //   call. Then get(assign/<me>) and get(hosts) (a compact host list: runs like node[0-4095]).
-// Closing: read changes (c0), joined, (only when c0 > 0) the dead flags; take the first MAX alive
-// joiners; plan ranks; compare_set(state, "" -> decision with roster) decides among concurrent
-// closers; the winner multi_sets every assignment, hosts, round = r + 1 and status = header.
+// Closing: read changes (c0), joined, (only when c0 > 0) the dead flags; take the alive joiners,
+// members of the previous round first, at most MAX; plan ranks; compare_set(state, "" ->
+// decision with roster) decides among concurrent closers; the winner multi_sets every
+// assignment, hosts, round = r + 1 and status = header.
 #include "drun/rendezvous/c10d_rendezvous.hpp"
 
-#include <arpa/inet.h>
-#include <ifaddrs.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
-#include <climits>
-#include <cstring>
-#include <mutex>
-#include <numeric>
 #include <random>
-#include <thread>
 
 #include <spdlog/spdlog.h>
 
@@ -35,7 +29,7 @@
 #include "drun/common/error.hpp"
 #include "drun/rendezvous/port_reservation.hpp"
 #include "drun/rendezvous/store_server.hpp"
-#include "drun/rendezvous/tcp_store.hpp"
+#include "membership_watcher.hpp"
 
 namespace drun::rdzv {
 namespace {
@@ -43,9 +37,6 @@ namespace {
 using keys::NodeDescriptor;
 using keys::RoundState;
 
-// A membership watcher blocks in watch() at most this long before it looks at its stop flag;
-// a stopped watcher's thread (detached) lingers at most this long.
-constexpr milliseconds kWatchSlice = 2s;
 // How many joined nodes a timeout message names.
 constexpr size_t kMaxNamesInMessage = 32;
 
@@ -59,40 +50,6 @@ std::string newNodeId() {
   return buf;
 }
 
-// Host order for node ranks: digit runs compare as numbers (node2 < node10), so that ranks
-// follow the numbering users see, and the hosts list folds into runs.
-bool naturalLess(std::string_view a, std::string_view b) {
-  size_t i = 0, j = 0;
-  auto isDigit = [](char c) { return c >= '0' && c <= '9'; };
-  while (i < a.size() && j < b.size()) {
-    if (isDigit(a[i]) && isDigit(b[j])) {
-      size_t ie = i, je = j;
-      while (ie < a.size() && isDigit(a[ie])) ++ie;
-      while (je < b.size() && isDigit(b[je])) ++je;
-      // Compare the numbers without their leading zeros: longer is larger, else digit by digit.
-      size_t is = i, js = j;
-      while (is + 1 < ie && a[is] == '0') ++is;
-      while (js + 1 < je && b[js] == '0') ++js;
-      if (ie - is != je - js) return ie - is < je - js;
-      if (int c = a.substr(is, ie - is).compare(b.substr(js, je - js)); c != 0) return c < 0;
-      if (ie - i != je - j) return ie - i < je - j;  // fewer leading zeros first
-      i = ie;
-      j = je;
-      continue;
-    }
-    if (a[i] != b[j]) return a[i] < b[j];
-    ++i;
-    ++j;
-  }
-  return a.size() - i < b.size() - j;
-}
-
-std::string hostName() {
-  char host[256] = {};
-  ::gethostname(host, sizeof host - 1);
-  return host[0] ? host : "localhost";
-}
-
 std::string ms(milliseconds d) { return std::to_string(d.count()) + "ms"; }
 
 // The delay of a backup closer (a joiner that did not arm the last call) behind the armer, so
@@ -101,74 +58,18 @@ milliseconds backupMargin(milliseconds lastCall) {
   return std::max<milliseconds>(100ms, lastCall / 10);
 }
 
-// The callback set by onMembershipChange, shared with the watcher threads.
-struct CallbackSlot {
-  std::mutex mutex;
-  std::function<void(const std::string&)> callback;
-};
+// The longest single watch of the membership watcher: a lost link shows as a watch with no reply
+// after slice + the client's grace (at least 500 ms), which stays within heartbeatTimeout.
+milliseconds watchSlice(milliseconds heartbeatTimeout) {
+  return std::max<milliseconds>(200ms, heartbeatTimeout - 600ms);
+}
 
-// Watches rdzv/<id>/<r>/changes of one closed round on its own connection and reports changes.
-// Its thread is detached and ends within kWatchSlice of the watcher's destruction (it owns
-// everything it touches), so stopping never waits on the network.
-class MembershipWatcher {
- public:
-  MembershipWatcher(std::unique_ptr<Store> store, std::string runId, uint64_t round,
-                    int64_t baseline, std::string endpoint, std::shared_ptr<CallbackSlot> slot)
-      : slot_(std::move(slot)), stopped_(std::make_shared<std::atomic<bool>>(false)) {
-    std::thread([store = std::shared_ptr<Store>(std::move(store)), runId = std::move(runId), round,
-                 baseline, endpoint = std::move(endpoint), slot = slot_,
-                 stopped = stopped_]() mutable {
-      run(*store, runId, round, baseline, endpoint, *slot, *stopped);
-    }).detach();
-  }
-  // After the destructor returns, the callback is not running and will not be called by this
-  // watcher.
-  ~MembershipWatcher() {
-    stopped_->store(true);
-    std::lock_guard lock(slot_->mutex);  // waits out a callback in progress
-  }
-
- private:
-  static void fire(CallbackSlot& slot, const std::atomic<bool>& stopped,
-                   const std::string& reason) {
-    std::lock_guard lock(slot.mutex);
-    if (stopped.load() || !slot.callback) return;
-    try {
-      slot.callback(reason);
-    } catch (...) {
-      // The callback is the owner's; nothing here could report its failure (see run()), and
-      // an exception must not end this thread, nor be taken for a lost store.
-    }
-  }
-
-  static void run(Store& store, const std::string& runId, uint64_t round, int64_t baseline,
-                  const std::string& endpoint, CallbackSlot& slot, std::atomic<bool>& stopped) {
-    const std::string changesKey = keys::changes(runId, round);
-    std::optional<Bytes> known;
-    if (baseline > 0) known = std::to_string(baseline);
-    try {
-      while (!stopped.load()) {
-        std::optional<Bytes> now;
-        try {
-          now = store.watch(changesKey, known, kWatchSlice);
-        } catch (const TimeoutError&) {
-          continue;
-        }
-        if (stopped.load()) return;
-        known = now;
-        auto reason = store.tryGet(keys::lastChange(runId, round));
-        fire(slot, stopped,
-             reason.value_or("the membership of round " + std::to_string(round) + " changed"));
-      }
-    } catch (const std::exception& e) {
-      // No logging here: this thread may outlive the process' loggers (it is detached); the
-      // reason goes to the callback, whose owner reports it.
-      fire(slot, stopped, "lost the rendezvous store at " + endpoint + ": " + e.what());
-    }
-  }
-
-  std::shared_ptr<CallbackSlot> slot_;
-  std::shared_ptr<std::atomic<bool>> stopped_;
+// The previous round as a re-forming round sees it: who of its members can still come back.
+struct Reform {
+  bool active = false;   // the previous round closed: its members re-join
+  uint64_t previous = 0;
+  int nodeCount = 0;
+  int64_t leftAtClose = 0;
 };
 
 class C10dRendezvous final : public Rendezvous {
@@ -176,10 +77,10 @@ class C10dRendezvous final : public Rendezvous {
   C10dRendezvous(const RendezvousOptions& options, C10dStoreAccess access)
       : options_(options),
         store_(std::move(access.store)),
-        connectWatcher_(std::move(access.connectWatcher)),
+        connect_(std::move(access.connectWatcher)),
         endpoint_(access.endpoint.empty() ? "the store" : access.endpoint),
         server_(std::move(access.server)),
-        slot_(std::make_shared<CallbackSlot>()) {
+        slot_(std::make_shared<EventSlot>()) {
     keys::validateRunId(options_.runId);
     if (!store_) throw InvalidArgument("c10d rendezvous: no store");
     if (options_.minNodes < 1 || options_.maxNodes < options_.minNodes)
@@ -205,43 +106,55 @@ class C10dRendezvous final : public Rendezvous {
   RoundResult next() override {
     if (left_) throw InvalidArgument("rendezvous '" + options_.runId + "': next() after leave()");
     stopWatcher();
-    const Deadline deadline(options_.joinTimeout);
+    Deadline deadline(options_.joinTimeout);
     const auto started = Clock::now();
-    if (reservation_.port() == 0) reservation_ = PortReservation::reserve(self_.addr);
+    // A fresh MASTER_PORT every round (reserved before the old one is released, so it differs):
+    // ranks of an old round, fenced off or not yet stopped, can never reach the new round's store.
+    reservation_ = PortReservation::reserve(self_.addr);
     self_.masterPort = reservation_.port();
+    self_.rejoining = lastRound_.has_value();
     descriptorLine_ = keys::encodeDescriptor(self_);
 
-    uint64_t round = keys::parseCounter(store_->tryGet(keys::currentRound(options_.runId)))
-                         .value_or(0);
-    // What to tell the nodes of a running round once this node's will names its new round (so
-    // that the old round never counts this node's death).
-    Announcement announce;
-    if (lastRound_) {
-      round = std::max(round, *lastRound_ + 1);
-      announce = {*lastRound_, "node " + self_.displayName() + " is re-joining (round " +
-                                   std::to_string(round) + ")"};
-    } else if (round > 0) {
-      // The job runs round-1 (the latest closed one): tell its nodes that one more waits.
-      announce = {round - 1, "node " + self_.displayName() + " is waiting to join (round " +
-                                 std::to_string(round) + ")"};
-    }
-    for (;;) {
-      if (auto result = joinRound(round, deadline, announce)) {
-        lastRound_ = round;
-        spdlog::debug("rendezvous '{}': round {} formed in {}: node rank {} of {}, world size {}",
-                      options_.runId, round,
-                      ms(std::chrono::duration_cast<milliseconds>(Clock::now() - started)),
-                      result->nodeRank, result->nodeCount, result->worldSize);
-        startWatcher(round, changesAtClose_);
-        return *result;
+    for (int attempt = 0;; ++attempt) {
+      if (storeLost_) reconnect(deadline);  // throws when the store is gone for good
+      try {
+        return joinFrom(startRound(), deadline, started);
+      } catch (const NetworkError& e) {
+        // The connection broke mid-join (the watcher may not have noticed yet): connect again
+        // and join afresh, within the same deadline.
+        if (!connect_ || server_ || attempt >= 3) throw;
+        spdlog::info("rendezvous '{}': {}; reconnecting", id(), e.what());
+        storeLost_ = true;
       }
-      // The round closed without this node: wait in the next one, and tell the running nodes.
-      spdlog::debug("rendezvous '{}': round {} closed without this node; waiting for round {}",
-                    options_.runId, round, round + 1);
-      announce = {round, "node " + self_.displayName() + " is waiting to join (round " +
-                             std::to_string(round + 1) + ")"};
-      ++round;
     }
+  }
+
+  FailureRecord reportFailure(const FailureRecord& failure, int maxRestarts) override {
+    if (!lastRound_) throw InvalidArgument("reportFailure() before a round formed");
+    const uint64_t r = *lastRound_;
+    FailureRecord mine = failure;
+    mine.final = restartCount_ >= maxRestarts;
+    Store& s = *store_;
+    const Bytes stored = s.compareSet(keys::failure(id(), r), "", keys::encodeFailure(mine));
+    FailureRecord cause = mine;
+    try {
+      cause = keys::parseFailure(stored);
+    } catch (const ProtocolError& e) {
+      spdlog::warn("rendezvous '{}': {}; reporting this node's failure instead", id(), e.what());
+    }
+    signalChange(r, "rank " + std::to_string(failure.rank) + " on " + self_.displayName() +
+                        " failed");
+    if (cause.final) publishOutcome(r, cause);
+    return cause;
+  }
+
+  void finish() override {
+    if (!lastRound_) throw InvalidArgument("finish() before a round formed");
+    const uint64_t r = *lastRound_;
+    const int64_t done = store_->add(keys::finished(id(), r), 1);
+    signalChange(r, "node " + self_.displayName() + " finished (" + std::to_string(done) + " of " +
+                        std::to_string(lastNodeCount_) + ")");
+    if (done >= lastNodeCount_) publishOutcome(r, std::nullopt);
   }
 
   void leave() override {
@@ -249,6 +162,7 @@ class C10dRendezvous final : public Rendezvous {
     left_ = true;
     stopWatcher();
     try {
+      if (storeLost_) throw NetworkError("the store connection was lost");
       // A clean leave is not a death: drop the will first, so nobody is told to restart.
       store_->setWill({});
       if (lastRound_) {
@@ -261,28 +175,102 @@ class C10dRendezvous final : public Rendezvous {
         if (server_) waitForOthersToLeave(round);
       }
     } catch (const Error& e) {
-      spdlog::warn("rendezvous '{}': leave: {}", options_.runId, e.what());
+      spdlog::debug("rendezvous '{}': leave: {}", options_.runId, e.what());
     }
     reservation_.release();
     store_.reset();
     if (server_) server_->stop();
   }
 
-  void onMembershipChange(std::function<void(const std::string&)> callback) override {
+  void abandon() override {
+    if (left_) return;
+    left_ = true;
+    stopWatcher();
+    reservation_.release();
+    store_.reset();  // the will runs: the others see this node lost and re-form without it
+    if (server_) server_->stop();
+  }
+
+  void onJobEvent(std::function<void(const JobEvent&)> callback) override {
     std::lock_guard lock(slot_->mutex);
-    slot_->callback = std::move(callback);
+    slot_->callback = [this, callback = std::move(callback)](const JobEvent& event) {
+      if (event.kind == JobEvent::Kind::StoreLost) storeLost_ = true;
+      if (callback) callback(event);
+    };
   }
 
  private:
   const std::string& id() const { return options_.runId; }
 
   struct Announcement {
-    std::optional<uint64_t> round;
+    std::optional<uint64_t> round;  // the running round to tell that this node waits
     std::string reason;
   };
 
+  // Which round to join, and whom to tell.
+  struct Start {
+    uint64_t round = 0;
+    Announcement announce;
+  };
+
+  Start startRound() {
+    Start start;
+    start.round =
+        keys::parseCounter(store_->tryGet(keys::currentRound(id()))).value_or(0);
+    if (lastRound_) {
+      // A member re-forming: the others learned why from the store (a failure record, a will,
+      // a waiting node); nobody needs telling.
+      start.round = std::max(start.round, *lastRound_ + 1);
+      return start;
+    }
+    if (start.round > 0) start.announce = announcementFor(start.round - 1);
+    return start;
+  }
+
+  // A newcomer arriving while round `running` runs: it waits for the next round. With fewer
+  // than MAX nodes the running nodes are told (they take it in after the last call); with MAX,
+  // it is a spare: it tells nobody and replaces the next member lost.
+  Announcement announcementFor(uint64_t running) {
+    throwIfJobEnded();
+    auto header = store_->tryGet(keys::status(id(), running));
+    std::optional<RoundState> state = header ? keys::parseState(*header) : std::nullopt;
+    if (state && state->ok && state->nodeCount >= options_.maxNodes) {
+      spdlog::info("rendezvous '{}': the job runs with {} node(s), the most it takes; {} waits as "
+                   "a spare to replace a lost node",
+                   id(), state->nodeCount, self_.displayName());
+      return {};
+    }
+    return {running, "node " + self_.displayName() + " is waiting to join (round " +
+                         std::to_string(running + 1) + ")"};
+  }
+
+  RoundResult joinFrom(Start start, Deadline& deadline, Clock::time_point started) {
+    uint64_t round = start.round;
+    Announcement announce = std::move(start.announce);
+    for (;;) {
+      if (auto result = joinRound(round, deadline, announce)) {
+        lastRound_ = round;
+        restartCount_ = result->restartCount;
+        spdlog::debug("rendezvous '{}': round {} formed in {}: node rank {} of {}, world size {}, "
+                      "restart {}",
+                      id(), round,
+                      ms(std::chrono::duration_cast<milliseconds>(Clock::now() - started)),
+                      result->nodeRank, result->nodeCount, result->worldSize,
+                      result->restartCount);
+        startWatcher(round);
+        return *result;
+      }
+      // The round closed without this node: wait in the next one, and tell the running nodes
+      // (unless the job is full: then this node is a spare).
+      spdlog::debug("rendezvous '{}': round {} closed without this node; waiting for round {}",
+                    id(), round, round + 1);
+      announce = announcementFor(round);
+      ++round;
+    }
+  }
+
   // Joins round `round`; returns the result, or nullopt when the round closed without this node.
-  std::optional<RoundResult> joinRound(uint64_t round, const Deadline& deadline,
+  std::optional<RoundResult> joinRound(uint64_t round, Deadline& deadline,
                                        const Announcement& announce) {
     Store& s = *store_;
     const bool elastic = options_.minNodes < options_.maxNodes;
@@ -290,11 +278,14 @@ class C10dRendezvous final : public Rendezvous {
     constexpr auto kNever = Clock::time_point::max();
 
     s.setWill(keys::joinWill(id(), round, self_.id, self_.displayName()));
-    if (announce.round) signalChange(*announce.round, announce.reason);
+    if (announce.round) announceWaiting(*announce.round, announce.reason);
     s.append(keys::joined(id(), round), descriptorLine_);
-    const int64_t arrival = s.add(keys::count(id(), round), 1);
-    spdlog::debug("rendezvous '{}': joined round {} as arrival {} (need {}..{})", id(), round,
-                  arrival, options_.minNodes, options_.maxNodes);
+    int64_t arrivals = s.add(keys::count(id(), round), 1);
+    if (self_.rejoining) s.add(keys::rejoined(id(), round), 1);
+    const Reform reform = readReform(round);
+    spdlog::debug("rendezvous '{}': joined round {} as arrival {} (need {}..{}{})", id(), round,
+                  arrivals, options_.minNodes, options_.maxNodes,
+                  reform.active ? ", re-forming" : "");
     // When this node evaluates the last call: the armer at the last call timeout, the others a
     // margin later (they take over only if the armer died).
     Clock::time_point lastCallAt = kNever;
@@ -302,8 +293,7 @@ class C10dRendezvous final : public Rendezvous {
       lastCallAt = Clock::now() + options_.lastCallTimeout +
                    (armedByMe ? 0ms : backupMargin(options_.lastCallTimeout));
     };
-    if (!(arrival >= options_.maxNodes && tryClose(round, options_.maxNodes)) && elastic &&
-        arrival >= options_.minNodes)
+    if (!closeIfComplete(round, arrivals, reform) && elastic && arrivals >= options_.minNodes)
       startLastCall(armLastCall(round));
 
     std::optional<Bytes> known;  // status as last seen (nullopt: absent)
@@ -316,6 +306,7 @@ class C10dRendezvous final : public Rendezvous {
         // The decision can exist before status shows it (its closer died in between).
         if (auto decided = s.tryGet(keys::state(id(), round)))
           if (auto state = keys::parseState(*decided)) return finish(round, *state);
+        throwIfJobEnded();
         if (elastic) {
           auto armer = s.tryGet(keys::lastCall(id(), round));
           if (!armer)
@@ -323,20 +314,26 @@ class C10dRendezvous final : public Rendezvous {
           else if (lastCallAt == kNever)
             startLastCall(*armer == self_.id);
         }
+        arrivals = keys::parseCounter(s.tryGet(keys::count(id(), round))).value_or(0);
         // With MAX arrivals counted and still open, the closer may have died mid-close: one
-        // waiter, elected per event, evaluates again.
-        if (known) {
-          auto arrivals = keys::parseCounter(s.tryGet(keys::count(id(), round))).value_or(0);
-          if (arrivals >= options_.maxNodes &&
-              s.compareSet(keys::reeval(id(), round, *known), "", self_.id) == self_.id)
-            tryClose(round, options_.maxNodes);
-        }
+        // waiter, elected per event, evaluates again. A re-forming round is evaluated by every
+        // waiter (survivors that died change what "complete" means).
+        if (known && arrivals >= options_.maxNodes &&
+            s.compareSet(keys::reeval(id(), round, *known), "", self_.id) == self_.id)
+          tryClose(round, options_.maxNodes);
+        else if (reform.active)
+          closeIfComplete(round, arrivals, reform);
       }
       if (Clock::now() >= lastCallAt) {
         if (!tryClose(round, options_.minNodes)) disarmLastCall(round);
         lastCallAt = kNever;
       }
-      if (deadline.expired()) timedOut(round);
+      if (deadline.expired()) {
+        // A node waiting for the next round of a job that is still running (a spare, a late
+        // node) waits as long as the job runs; only a round that cannot form times out.
+        if (!jobRunsWithout(round)) timedOut(round);
+        deadline = Deadline(options_.joinTimeout);
+      }
       milliseconds wait = deadline.remaining();
       if (lastCallAt != kNever) {
         auto untilLastCall = std::chrono::duration_cast<milliseconds>(lastCallAt - Clock::now());
@@ -349,6 +346,85 @@ class C10dRendezvous final : public Rendezvous {
       } catch (const TimeoutError&) {
       }
     }
+  }
+
+  // The previous round, when this round re-forms a closed one.
+  Reform readReform(uint64_t round) {
+    Reform reform;
+    if (round == 0) return reform;
+    auto header = store_->tryGet(keys::status(id(), round - 1));
+    auto state = header ? keys::parseState(*header) : std::nullopt;
+    if (!state || !state->ok) return reform;
+    reform.active = true;
+    reform.previous = round - 1;
+    reform.nodeCount = state->nodeCount;
+    reform.leftAtClose = state->leftAtClose;
+    return reform;
+  }
+
+  // Members of the previous round that can still come back: not gone (left or will fired).
+  int64_t survivors(const Reform& reform) {
+    const int64_t gone =
+        keys::parseCounter(store_->tryGet(keys::left(id(), reform.previous))).value_or(0) -
+        reform.leftAtClose;
+    return std::max<int64_t>(0, reform.nodeCount - gone);
+  }
+
+  // Closes the round when it is complete: MAX arrivals, or (re-forming) every survivor of the
+  // previous round is back. A re-forming round that can never reach MIN fails at once with the
+  // names of the lost nodes. Returns whether the round closed.
+  bool closeIfComplete(uint64_t round, int64_t arrivals, const Reform& reform) {
+    if (arrivals >= options_.maxNodes) return tryClose(round, options_.maxNodes);
+    if (!reform.active) return false;
+    const int64_t back =
+        keys::parseCounter(store_->tryGet(keys::rejoined(id(), round))).value_or(0);
+    if (back < survivors(reform)) return false;  // someone is still stopping its workers
+    if (tryClose(round, options_.minNodes)) return true;
+    throw Error("rendezvous '" + id() + "': the job lost " + lostNodes(reform) + "; " +
+                std::to_string(arrivals) + " node(s) remain, fewer than the minimum of " +
+                std::to_string(options_.minNodes) + " (--nnodes " +
+                std::to_string(options_.minNodes) + ":" + std::to_string(options_.maxNodes) +
+                ")");
+  }
+
+  // The members of the previous round whose dead flag is set (error path only: O(N) reads).
+  std::string lostNodes(const Reform& reform) {
+    std::string names;
+    size_t count = 0;
+    try {
+      auto state = keys::parseState(store_->get(keys::state(id(), reform.previous),
+                                                options_.readTimeout));
+      for (const auto& member : state ? state->roster : std::vector<keys::RosterEntry>{}) {
+        if (!store_->tryGet(keys::dead(id(), reform.previous, member.id))) continue;
+        if (count++ < kMaxNamesInMessage) names += (names.empty() ? "" : ", ") + member.name;
+      }
+    } catch (const Error& e) {
+      return "node(s) (" + std::string(e.what()) + ")";
+    }
+    if (count > kMaxNamesInMessage)
+      names += ", and " + std::to_string(count - kMaxNamesInMessage) + " more";
+    return count == 0 ? std::string("node(s)") : "node(s) " + names;
+  }
+
+  // Whether round - 1 closed and its job still runs (no outcome, a member left): then a node
+  // waiting in `round` waits on.
+  bool jobRunsWithout(uint64_t round) {
+    const Reform reform = readReform(round);
+    return reform.active && !store_->check({keys::outcome(id())}) && survivors(reform) > 0;
+  }
+
+  // Throws JobEnded when the job has an outcome (a node waiting to join learns it's over).
+  void throwIfJobEnded() {
+    auto outcome = store_->tryGet(keys::outcome(id()));
+    if (!outcome) return;
+    auto failure = keys::parseOutcome(*outcome);
+    if (!failure)
+      throw JobEnded("rendezvous '" + id() + "': the job finished (every worker succeeded) "
+                     "while this node waited to join it", 0);
+    throw JobEnded("rendezvous '" + id() + "': the job failed while this node waited to join " +
+                       "it: rank " + std::to_string(failure->rank) + " on " + failure->node +
+                       " ended with status " + std::to_string(failure->statusCode()),
+                   failure->statusCode());
   }
 
   // Evaluates the round and closes it when at least `needed` alive nodes joined. Returns false
@@ -371,12 +447,13 @@ class C10dRendezvous final : public Rendezvous {
                     round, nodes.size(), needed);
       return false;
     }
-    if (static_cast<int>(nodes.size()) > options_.maxNodes) nodes.resize(options_.maxNodes);
+    nodes = pickMembers(std::move(nodes), options_.maxNodes);
 
     // Read after the snapshot: a will that fires in between belongs to a member (counted as one
     // that left: the host then waits out closeTimeout at worst), never the other way round.
     const int64_t leftAtRead = keys::parseCounter(s.tryGet(keys::left(id(), round))).value_or(0);
-    RoundDecision d = decideRound(id(), round, nodes, {changesAtRead, leftAtRead});
+    RoundDecision d = decideRound(id(), round, nodes,
+                                  {changesAtRead, leftAtRead, restartCountFor(round)});
     if (s.compareSet(keys::state(id(), round), "", d.decision) == d.decision) {
       s.multiSet(d.keys, d.values);
       spdlog::debug("rendezvous '{}': closed round {} with {} node(s) in {}{}", id(), round,
@@ -385,6 +462,17 @@ class C10dRendezvous final : public Rendezvous {
                     d.state.ok ? "" : ": " + d.state.error);
     }
     return true;
+  }
+
+  // The job's restart count as of round `round`: the previous round's, plus one when it ended in
+  // a failure. Advanced here, by the closer, once per restart.
+  int restartCountFor(uint64_t round) {
+    if (round == 0) return 0;
+    auto header = store_->tryGet(keys::status(id(), round - 1));
+    auto state = header ? keys::parseState(*header) : std::nullopt;
+    if (!state || !state->ok) return 0;
+    const bool failed = store_->check({keys::failure(id(), round - 1)});
+    return state->restartCount + (failed ? 1 : 0);
   }
 
   void removeDead(uint64_t round, std::vector<NodeDescriptor>& nodes) {
@@ -421,6 +509,18 @@ class C10dRendezvous final : public Rendezvous {
     store_->add(keys::changes(id(), round), 1);
   }
 
+  void announceWaiting(uint64_t round, const std::string& reason) {
+    store_->add(keys::waiting(id(), round), 1);
+    signalChange(round, reason);
+  }
+
+  // The job is over: record how, and wake the nodes waiting for the next round (spares) so that
+  // they learn it.
+  void publishOutcome(uint64_t round, const std::optional<FailureRecord>& failure) {
+    store_->compareSet(keys::outcome(id()), "", keys::encodeOutcome(failure));
+    bumpStatus(round + 1);
+  }
+
   // The round is decided (`state` may be the header only). Returns nullopt when this node is not
   // in it.
   std::optional<RoundResult> finish(uint64_t round, const RoundState& state) {
@@ -431,6 +531,7 @@ class C10dRendezvous final : public Rendezvous {
     r.round = round;
     r.nodeCount = state.nodeCount;
     r.worldSize = state.worldSize;
+    r.restartCount = state.restartCount;
     r.masterAddr = state.masterAddr;
     r.masterPort = state.masterPort;
     r.storePrefix = keys::round(id(), round);
@@ -506,10 +607,45 @@ class C10dRendezvous final : public Rendezvous {
                        std::to_string(alive) + " node(s) joined [" + who + "], need " + need);
   }
 
-  void startWatcher(uint64_t round, int64_t baseline) {
-    if (!connectWatcher_) return;
-    watcher_ = std::make_unique<MembershipWatcher>(connectWatcher_(), id(), round, baseline,
-                                                   endpoint_, slot_);
+  // The store connection was lost (fencing stopped the workers already): connect again and join
+  // as a new node would. A store that refuses connections is gone for good (its host died); one
+  // that does not answer may come back (a cut link), so that is retried until the deadline.
+  void reconnect(const Deadline& deadline) {
+    if (!connect_ || server_)
+      throw NetworkError("rendezvous '" + id() + "': lost the store at " + endpoint_);
+    store_.reset();
+    for (;;) {
+      try {
+        store_ = connect_();
+        storeLost_ = false;
+        lastRound_.reset();  // the old round counted this node gone: it comes back as a newcomer
+        self_.rejoining = false;
+        descriptorLine_ = keys::encodeDescriptor(self_);
+        spdlog::info("rendezvous '{}': connected to the store at {} again", id(), endpoint_);
+        return;
+      } catch (const TimeoutError& e) {
+        if (deadline.expired())
+          throw TimeoutError("rendezvous '" + id() + "': lost the store at " + endpoint_ +
+                             " and could not reach it again within " + ms(options_.joinTimeout) +
+                             ": " + e.what());
+      } catch (const NetworkError& e) {
+        throw NetworkError("rendezvous '" + id() + "': lost the store at " + endpoint_ +
+                           ", and its host refuses connections (the store is gone): " + e.what());
+      }
+    }
+  }
+
+  void startWatcher(uint64_t round) {
+    if (!connect_) return;
+    WatchedRound w;
+    w.runId = id();
+    w.round = round;
+    w.nodeCount = static_cast<int>(lastNodeCount_);
+    w.changesAtClose = changesAtClose_;
+    w.leftAtClose = leftAtClose_;
+    w.endpoint = endpoint_;
+    w.slice = watchSlice(options_.heartbeatTimeout);
+    watcher_ = std::make_unique<MembershipWatcher>(connect_(), std::move(w), slot_);
   }
 
   void stopWatcher() { watcher_.reset(); }
@@ -546,246 +682,28 @@ class C10dRendezvous final : public Rendezvous {
 
   RendezvousOptions options_;
   std::unique_ptr<Store> store_;
-  std::function<std::unique_ptr<Store>()> connectWatcher_;
+  std::function<std::unique_ptr<Store>()> connect_;
   std::string endpoint_;
   std::unique_ptr<StoreServer> server_;
-  std::shared_ptr<CallbackSlot> slot_;
+  std::shared_ptr<EventSlot> slot_;
   std::unique_ptr<MembershipWatcher> watcher_;
   NodeDescriptor self_;
   std::string descriptorLine_;
   PortReservation reservation_;
   std::optional<uint64_t> lastRound_;
+  int restartCount_ = 0;
   int64_t changesAtClose_ = 0;
   int64_t leftAtClose_ = 0;
   int64_t lastNodeCount_ = 0;
+  std::atomic<bool> storeLost_{false};
   bool left_ = false;
 };
 
-bool isLoopback(const sockaddr* sa) {
-  if (sa->sa_family == AF_INET) {
-    auto a = ntohl(reinterpret_cast<const sockaddr_in*>(sa)->sin_addr.s_addr);
-    return (a >> 24) == 127;
-  }
-  if (sa->sa_family == AF_INET6) {
-    const auto* a6 = &reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr;
-    return IN6_IS_ADDR_LOOPBACK(a6) ||
-           (IN6_IS_ADDR_V4MAPPED(a6) && a6->s6_addr[12] == 127);
-  }
-  return false;
-}
-
-bool sameAddress(const sockaddr* a, const sockaddr* b) {
-  if (a->sa_family != b->sa_family) return false;
-  if (a->sa_family == AF_INET)
-    return reinterpret_cast<const sockaddr_in*>(a)->sin_addr.s_addr ==
-           reinterpret_cast<const sockaddr_in*>(b)->sin_addr.s_addr;
-  if (a->sa_family == AF_INET6)
-    return std::memcmp(&reinterpret_cast<const sockaddr_in6*>(a)->sin6_addr,
-                       &reinterpret_cast<const sockaddr_in6*>(b)->sin6_addr, 16) == 0;
-  return false;
-}
-
 }  // namespace
-
-RoundPlan planRound(const std::vector<NodeDescriptor>& members) {
-  const int n = static_cast<int>(members.size());
-  if (n == 0) throw InvalidArgument("a round needs at least one node");
-  RoundPlan plan;
-  plan.nodeRank.assign(n, -1);
-  plan.memberAtRank.assign(n, -1);
-  for (int i = 0; i < n; ++i) {
-    if (!members[i].requestedRank) continue;
-    const int r = *members[i].requestedRank;
-    if (r >= n)
-      throw InvalidArgument("node rank " + std::to_string(r) + " requested by " +
-                            members[i].displayName() + " is out of range: the round has " +
-                            std::to_string(n) + " node(s), ranks 0.." + std::to_string(n - 1));
-    if (plan.memberAtRank[r] >= 0)
-      throw InvalidArgument("node rank " + std::to_string(r) + " claimed by " +
-                            members[plan.memberAtRank[r]].displayName() + " and " +
-                            members[i].displayName());
-    plan.memberAtRank[r] = i;
-    plan.nodeRank[i] = r;
-  }
-  std::vector<int> unranked;
-  for (int i = 0; i < n; ++i)
-    if (plan.nodeRank[i] < 0) unranked.push_back(i);
-  std::sort(unranked.begin(), unranked.end(), [&](int a, int b) {
-    if (members[a].host != members[b].host) return naturalLess(members[a].host, members[b].host);
-    return members[a].arrival < members[b].arrival;
-  });
-  int next = 0;
-  for (int i : unranked) {
-    while (plan.memberAtRank[next] >= 0) ++next;
-    plan.memberAtRank[next] = i;
-    plan.nodeRank[i] = next;
-  }
-  plan.rankOffset.assign(n, 0);
-  int64_t sum = 0;
-  for (int r = 0; r < n; ++r) {
-    const int i = plan.memberAtRank[r];
-    plan.rankOffset[i] = static_cast<int>(sum);
-    sum += members[i].localWorldSize;
-    if (sum > INT_MAX) throw InvalidArgument("world size over " + std::to_string(INT_MAX));
-  }
-  plan.worldSize = static_cast<int>(sum);
-  const auto& master = members[plan.memberAtRank[0]];
-  plan.masterAddr = master.addr;
-  plan.masterPort = master.masterPort;
-  return plan;
-}
-
-RoundDecision decideRound(const std::string& runId, uint64_t round,
-                          const std::vector<NodeDescriptor>& members, RoundCounters counters) {
-  RoundDecision d;
-  d.state.changesAtClose = counters.changes;
-  d.state.leftAtClose = counters.left;
-  try {
-    RoundPlan plan = planRound(members);
-    d.state.nodeCount = static_cast<int>(members.size());
-    d.state.worldSize = plan.worldSize;
-    d.state.masterAddr = plan.masterAddr;
-    d.state.masterPort = plan.masterPort;
-    d.state.roster.reserve(members.size());
-    std::vector<std::string> hosts;
-    hosts.reserve(members.size());
-    for (int i : plan.memberAtRank) {
-      d.state.roster.push_back(
-          {members[i].id, members[i].displayName(), members[i].localWorldSize});
-      hosts.push_back(d.state.roster.back().name);
-    }
-    d.keys.reserve(members.size() + 3);
-    d.values.reserve(members.size() + 3);
-    for (size_t i = 0; i < members.size(); ++i) {
-      d.keys.push_back(keys::assign(runId, round, members[i].id));
-      d.values.push_back(keys::encodeAssignment({plan.nodeRank[i], plan.rankOffset[i]}));
-    }
-    d.keys.push_back(keys::hosts(runId, round));
-    d.values.push_back(keys::encodeHostList(hosts));
-  } catch (const InvalidArgument& e) {
-    d.state = {};
-    d.state.ok = false;
-    d.state.error = e.what();
-  }
-  d.decision = keys::encodeState(d.state);
-  d.keys.push_back(keys::currentRound(runId));
-  d.values.push_back(std::to_string(round + 1));
-  d.keys.push_back(keys::status(runId, round));  // last: waiters read the rest after it
-  d.values.push_back(keys::encodeState(d.state, /*withRoster=*/false));
-  return d;
-}
-
-bool isLocalEndpoint(const std::string& host, const std::string& localAddr) {
-  if (host.empty()) return false;
-  if (!localAddr.empty() && host == localAddr) return true;
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* resolved = nullptr;
-  if (::getaddrinfo(host.c_str(), nullptr, &hints, &resolved) != 0) return false;
-  ifaddrs* interfaces = nullptr;
-  ::getifaddrs(&interfaces);
-  bool local = false;
-  for (addrinfo* ai = resolved; ai && !local; ai = ai->ai_next) {
-    if (isLoopback(ai->ai_addr)) local = true;
-    for (ifaddrs* i = interfaces; i && !local; i = i->ifa_next)
-      if (i->ifa_addr && sameAddress(ai->ai_addr, i->ifa_addr)) local = true;
-  }
-  if (interfaces) ::freeifaddrs(interfaces);
-  ::freeaddrinfo(resolved);
-  return local;
-}
-
-std::string routeSourceAddress(const std::string& host, uint16_t port) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_DGRAM;
-  addrinfo* resolved = nullptr;
-  const std::string service = std::to_string(port == 0 ? 9 : port);
-  if (int rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &resolved); rc != 0)
-    throw NetworkError("cannot resolve '" + host + "': " + ::gai_strerror(rc));
-  std::string error = "no address";
-  for (addrinfo* ai = resolved; ai; ai = ai->ai_next) {
-    int fd = ::socket(ai->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) continue;
-    sockaddr_storage local{};
-    socklen_t len = sizeof local;
-    if (::connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
-        ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
-      ::close(fd);
-      char text[INET6_ADDRSTRLEN] = {};
-      const void* raw = local.ss_family == AF_INET
-                            ? static_cast<const void*>(
-                                  &reinterpret_cast<sockaddr_in*>(&local)->sin_addr)
-                            : static_cast<const void*>(
-                                  &reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr);
-      ::inet_ntop(local.ss_family, raw, text, sizeof text);
-      ::freeaddrinfo(resolved);
-      return text;
-    }
-    error = std::strerror(errno);
-    ::close(fd);
-  }
-  ::freeaddrinfo(resolved);
-  throw NetworkError("no route to '" + host + "': " + error);
-}
 
 std::unique_ptr<Rendezvous> makeC10dRendezvous(const RendezvousOptions& options,
                                                C10dStoreAccess access) {
   return std::make_unique<C10dRendezvous>(options, std::move(access));
-}
-
-std::unique_ptr<Rendezvous> makeC10dRendezvous(const RendezvousOptions& options) {
-  keys::validateRunId(options.runId);
-  if (options.endpointHost.empty())
-    throw InvalidArgument("the c10d rendezvous needs --rdzv-endpoint host[:port]");
-  const bool wantHost = options.isHost.value_or(
-      isLocalEndpoint(options.endpointHost, options.localAddr));
-
-  C10dStoreAccess access;
-  TcpStoreOptions client;
-  client.host = options.endpointHost;
-  client.port = options.endpointPort;
-  if (wantHost) {
-    try {
-      StoreServerOptions serverOptions;
-      serverOptions.port = options.endpointPort;
-      serverOptions.maxLeaseTimeout = std::max<milliseconds>(serverOptions.maxLeaseTimeout,
-                                                             options.heartbeatTimeout);
-      access.server = std::make_unique<StoreServer>(serverOptions);
-      access.server->start();
-      client.host = "127.0.0.1";
-      client.port = access.server->port();
-      spdlog::info("rendezvous '{}': hosting the store on port {}", options.runId, client.port);
-    } catch (const NetworkError& e) {
-      // Another agent on this host, or a drun-rendezvous daemon, serves the endpoint already.
-      // Anything else (a privileged port, no such address) would only end in a join timeout.
-      if (std::string_view(e.what()).find(std::strerror(EADDRINUSE)) == std::string_view::npos)
-        throw NetworkError("rendezvous '" + options.runId + "': cannot host the store on port " +
-                           std::to_string(options.endpointPort) + ": " + e.what());
-      access.server.reset();
-      spdlog::info("rendezvous '{}': not hosting the store ({}); joining {}:{} as a client",
-                   options.runId, e.what(), options.endpointHost, options.endpointPort);
-    }
-  }
-  if (client.port == 0)
-    throw InvalidArgument("--rdzv-endpoint " + options.endpointHost +
-                          ":0 only works on the host that serves the store");
-  client.connectTimeout = options.joinTimeout;
-  client.timeout = options.readTimeout;
-  client.heartbeatInterval = options.heartbeatInterval;
-  client.leaseTimeout = options.heartbeatTimeout;
-
-  access.endpoint = options.endpointHost + ":" + std::to_string(client.port);
-  access.selfAddress = !options.localAddr.empty() ? options.localAddr
-                       : access.server          ? options.endpointHost
-                                                : routeSourceAddress(options.endpointHost,
-                                                                     client.port);
-  access.store = std::make_unique<TcpStore>(client);
-  TcpStoreOptions watcher = client;
-  watcher.connectTimeout = std::min(options.readTimeout, options.joinTimeout);
-  access.connectWatcher = [watcher] { return std::make_unique<TcpStore>(watcher); };
-  return makeC10dRendezvous(options, std::move(access));
 }
 
 }  // namespace drun::rdzv

@@ -108,6 +108,15 @@ std::string assign(std::string_view runId, uint64_t r, std::string_view node) {
 }
 std::string hosts(std::string_view runId, uint64_t r) { return cat(round(runId, r), "hosts"); }
 std::string left(std::string_view runId, uint64_t r) { return cat(round(runId, r), "left"); }
+std::string rejoined(std::string_view runId, uint64_t r) {
+  return cat(round(runId, r), "rejoined");
+}
+std::string waiting(std::string_view runId, uint64_t r) { return cat(round(runId, r), "waiting"); }
+std::string finished(std::string_view runId, uint64_t r) {
+  return cat(round(runId, r), "finished");
+}
+std::string failure(std::string_view runId, uint64_t r) { return cat(round(runId, r), "failure"); }
+std::string outcome(std::string_view runId) { return cat(job(runId), "outcome"); }
 
 Store::Will joinWill(std::string_view runId, uint64_t r, std::string_view node,
                      std::string_view displayName) {
@@ -117,7 +126,10 @@ Store::Will joinWill(std::string_view runId, uint64_t r, std::string_view node,
                 "node " + std::string(displayName) + " left round " + std::to_string(r) +
                     " (its connection to the rendezvous store closed or went silent)"}};
   // status last: once the round is closed it holds the state, and the store skips that add.
-  will.adds = {{left(runId, r), 1}, {changes(runId, r), 1}, {status(runId, r), 1}};
+  will.adds = {{left(runId, r), 1},
+               {changes(runId, r), 1},
+               {status(runId, r), 1},
+               {status(runId, r + 1), 1}};
   return will;
 }
 
@@ -138,7 +150,8 @@ std::string encodeDescriptor(const NodeDescriptor& node) {
   line.append(node.id).append("\t").append(node.host).append("\t").append(node.addr);
   line.append("\t").append(std::to_string(node.localWorldSize)).append("\t");
   line.append(node.requestedRank ? std::to_string(*node.requestedRank) : "-");
-  line.append("\t").append(std::to_string(node.masterPort)).append("\n");
+  line.append("\t").append(std::to_string(node.masterPort));
+  line.append(node.rejoining ? "\tm\n" : "\t-\n");
   return line;
 }
 
@@ -159,7 +172,7 @@ std::vector<NodeDescriptor> parseJoined(std::string_view blob, size_t* skipped) 
     NodeDescriptor d;
     std::optional<int> lws, rank;
     std::optional<uint16_t> port;
-    bool ok = f.size() == 6 && isValidNodeId(f[0]) && isPlainField(f[1]) && isPlainField(f[2]) &&
+    bool ok = f.size() == 7 && (f[6] == "m" || f[6] == "-") && isValidNodeId(f[0]) && isPlainField(f[1]) && isPlainField(f[2]) &&
               (lws = parseInt<int>(f[3])) && *lws >= 1 && *lws <= kMaxLocalWorldSize &&
               (port = parseInt<uint16_t>(f[5]));
     if (ok && f[4] != "-") {
@@ -177,6 +190,7 @@ std::vector<NodeDescriptor> parseJoined(std::string_view blob, size_t* skipped) 
     d.localWorldSize = *lws;
     d.requestedRank = rank;
     d.masterPort = *port;
+    d.rejoining = f[6] == "m";
     d.arrival = nodes.size();
     nodes.push_back(std::move(d));
   }
@@ -194,7 +208,7 @@ std::string encodeState(const RoundState& s, bool withRoster) {
   std::string out = "ok\t" + std::to_string(s.nodeCount) + "\t" + std::to_string(s.worldSize) +
                     "\t" + s.masterAddr + "\t" + std::to_string(s.masterPort) + "\t" +
                     std::to_string(s.changesAtClose) + "\t" + std::to_string(s.leftAtClose) +
-                    "\n";
+                    "\t" + std::to_string(s.restartCount) + "\n";
   if (!withRoster) return out;
   out.reserve(out.size() + s.roster.size() * 24);
   for (const auto& e : s.roster)
@@ -223,10 +237,11 @@ std::optional<RoundState> parseState(std::string_view value) {
   std::optional<int> nodes, world;
   std::optional<uint16_t> port;
   std::optional<int64_t> changes, left;
-  if (f.size() != 7 || !(nodes = parseInt<int>(f[1])) || *nodes < 1 || *nodes > kMaxNodes ||
+  std::optional<int> restarts;
+  if (f.size() != 8 || !(nodes = parseInt<int>(f[1])) || *nodes < 1 || *nodes > kMaxNodes ||
       !(world = parseInt<int>(f[2])) || *world < *nodes || !isPlainField(f[3]) ||
       !(port = parseInt<uint16_t>(f[4])) || !(changes = parseInt<int64_t>(f[5])) ||
-      !(left = parseInt<int64_t>(f[6])))
+      !(left = parseInt<int64_t>(f[6])) || !(restarts = parseInt<int>(f[7])) || *restarts < 0)
     throw corrupt();
   s.nodeCount = *nodes;
   s.worldSize = *world;
@@ -234,6 +249,7 @@ std::optional<RoundState> parseState(std::string_view value) {
   s.masterPort = *port;
   s.changesAtClose = *changes;
   s.leftAtClose = *left;
+  s.restartCount = *restarts;
   int64_t sum = 0;
   for (size_t start = nl + 1; start < value.size();) {
     size_t end = value.find('\n', start);
@@ -366,6 +382,66 @@ std::optional<int64_t> parseCounter(const std::optional<std::string>& value) {
   auto v = parseInt<int64_t>(*value);
   if (!v) throw ProtocolError("corrupt counter value '" + value->substr(0, 80) + "'");
   return v;
+}
+
+std::string encodeFailure(const FailureRecord& f) {
+  auto plain = [](const std::string& field, const char* fallback) {
+    std::string out = field.substr(0, kMaxField);
+    for (char& c : out)
+      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = ' ';
+    return out.empty() ? std::string(fallback) : out;
+  };
+  std::string out;
+  for (int64_t v : {int64_t{f.rank}, int64_t{f.localRank}, int64_t{f.exitCode}, int64_t{f.signal},
+                    f.pid, f.timeMs, int64_t{f.final ? 1 : 0}, int64_t{f.otherFailures}})
+    out.append(std::to_string(v)).append("\t");
+  out.append(plain(f.node, "?")).append("\t").append(plain(f.detailSource, "-")).append("\n");
+  out.append(f.detail.substr(0, kMaxFailureDetail));
+  return out;
+}
+
+FailureRecord parseFailure(std::string_view value) {
+  auto corrupt = [&] {
+    return ProtocolError("corrupt failure record in the store: '" +
+                         std::string(value.substr(0, 80)) + "'");
+  };
+  size_t nl = value.find('\n');
+  if (nl == std::string_view::npos || value.size() - nl - 1 > kMaxFailureDetail) throw corrupt();
+  auto f = splitTabs(value.substr(0, nl));
+  if (f.size() != 10 || !isPlainField(f[8], kMaxName) || !isPlainField(f[9], kMaxName))
+    throw corrupt();
+  FailureRecord r;
+  std::optional<int> rank, local, code, signal, final, others;
+  std::optional<int64_t> pid, time;
+  if (!(rank = parseInt<int>(f[0])) || !(local = parseInt<int>(f[1])) ||
+      !(code = parseInt<int>(f[2])) || !(signal = parseInt<int>(f[3])) || *signal < 0 ||
+      *signal > 255 || !(pid = parseInt<int64_t>(f[4])) || !(time = parseInt<int64_t>(f[5])) ||
+      !(final = parseInt<int>(f[6])) || (*final != 0 && *final != 1) ||
+      !(others = parseInt<int>(f[7])) || *others < 0)
+    throw corrupt();
+  r.rank = *rank;
+  r.localRank = *local;
+  r.exitCode = *code;
+  r.signal = *signal;
+  r.pid = *pid;
+  r.timeMs = *time;
+  r.final = *final == 1;
+  r.otherFailures = *others;
+  r.node = std::string(f[8]);
+  if (f[9] != "-") r.detailSource = std::string(f[9]);
+  r.detail = std::string(value.substr(nl + 1));
+  return r;
+}
+
+std::string encodeOutcome(const std::optional<FailureRecord>& failure) {
+  return failure ? "failed\n" + encodeFailure(*failure) : std::string("succeeded");
+}
+
+std::optional<FailureRecord> parseOutcome(std::string_view value) {
+  if (value == "succeeded") return std::nullopt;
+  if (value.starts_with("failed\n")) return parseFailure(value.substr(7));
+  throw ProtocolError("corrupt job outcome in the store: '" + std::string(value.substr(0, 80)) +
+                      "'");
 }
 
 }  // namespace drun::rdzv::keys

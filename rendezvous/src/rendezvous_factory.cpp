@@ -6,6 +6,17 @@
 
 namespace drun::rdzv {
 
+const char* toString(JobEvent::Kind kind) {
+  switch (kind) {
+    case JobEvent::Kind::MemberLost: return "member lost";
+    case JobEvent::Kind::NodeWaiting: return "node waiting";
+    case JobEvent::Kind::Failed: return "failed";
+    case JobEvent::Kind::Succeeded: return "succeeded";
+    case JobEvent::Kind::StoreLost: return "store lost";
+  }
+  return "?";
+}
+
 std::unique_ptr<Rendezvous> makeRendezvous(const RendezvousOptions& options) {
   if (options.minNodes < 1 || options.maxNodes < options.minNodes)
     throw InvalidArgument("invalid --nnodes " + std::to_string(options.minNodes) + ":" +

@@ -5,16 +5,18 @@
 #include "drun/rendezvous/port_reservation.hpp"
 #include "drun/rendezvous/rendezvous.hpp"
 
+#include "local_job.hpp"
+
 namespace drun::rdzv {
 namespace {
 
-class SingleNodeRendezvous final : public Rendezvous {
+class SingleNodeRendezvous final : public LocalJob {
  public:
   explicit SingleNodeRendezvous(const RendezvousOptions& options) : options_(options) {}
 
   RoundResult next() override {
     RoundResult r;
-    r.round = round_++;
+    beginRound(r);
     r.nodeRank = 0;
     r.nodeCount = 1;
     r.worldSize = options_.localWorldSize;
@@ -35,12 +37,10 @@ class SingleNodeRendezvous final : public Rendezvous {
   }
 
   void leave() override { reservation_.release(); }
-  void onMembershipChange(std::function<void(const std::string&)>) override {}
 
  private:
   RendezvousOptions options_;
   PortReservation reservation_;
-  uint64_t round_ = 0;
 };
 
 }  // namespace

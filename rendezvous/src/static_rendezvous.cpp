@@ -7,10 +7,12 @@
 
 #include "drun/common/error.hpp"
 
+#include "local_job.hpp"
+
 namespace drun::rdzv {
 namespace {
 
-class StaticRendezvous final : public Rendezvous {
+class StaticRendezvous final : public LocalJob {
  public:
   explicit StaticRendezvous(const RendezvousOptions& options) : options_(options) {
     const int nodes = options.maxNodes;
@@ -33,7 +35,7 @@ class StaticRendezvous final : public Rendezvous {
   RoundResult next() override {
     const int nodes = options_.maxNodes;
     RoundResult r;
-    r.round = round_++;
+    beginRound(r);
     r.nodeRank = *options_.nodeRank;
     r.nodeCount = nodes;
     r.worldSize = nodes * options_.localWorldSize;
@@ -49,11 +51,9 @@ class StaticRendezvous final : public Rendezvous {
   }
 
   void leave() override {}
-  void onMembershipChange(std::function<void(const std::string&)>) override {}
 
  private:
   RendezvousOptions options_;
-  uint64_t round_ = 0;
 };
 
 }  // namespace

@@ -165,6 +165,11 @@ class TcpStore::Connection {
                       std::chrono::duration_cast<milliseconds>(Clock::now() - started).count());
         return;
       }
+      // Refused to the end: the host answers but nothing serves the port (a dead store host).
+      if (deadline.expired() && lastErrno_ == ECONNREFUSED)
+        throw NetworkError("connect to store at " + endpoint_ + ": connection refused (" +
+                           std::to_string(attempts) + " attempts in " +
+                           std::to_string(options_.connectTimeout.count()) + "ms)");
       if (deadline.expired())
         throw TimeoutError("connect to store at " + endpoint_ + " timed out after " +
                            std::to_string(options_.connectTimeout.count()) + "ms (" +
@@ -212,6 +217,7 @@ class TcpStore::Connection {
         errno = soError;
       }
       if (r != 0) {
+        lastErrno_ = errno;
         error = errnoText(errno);
         ::close(fd);
         continue;
@@ -315,10 +321,15 @@ class TcpStore::Connection {
         continue;  // the late answer to a call that gave up waiting earlier
       }
       if (broken_) throw NetworkError(brokenText());
-      if (!pollUntil(fd_, POLLIN, deadline))
-        throw TimeoutError(std::string(wire::toString(q.op)) + " on " + keyList(q.keys) +
-                           ": no reply from store at " + endpoint_ + " after " +
-                           std::to_string(budget.count()) + "ms");
+      if (!pollUntil(fd_, POLLIN, deadline)) {
+        // The server answers every call by its deadline (a blocking one with Timeout), so no
+        // reply within the budget means the link or the server is gone (a cut cable sends no
+        // reset): the connection is lost, not merely slow.
+        markBroken(std::string(wire::toString(q.op)) + " on " + keyList(q.keys) +
+                   ": no reply from store at " + endpoint_ + " after " +
+                   std::to_string(budget.count()) + "ms: connection presumed lost");
+        throw NetworkError(brokenText());
+      }
       receive();
     }
   }
@@ -361,6 +372,7 @@ class TcpStore::Connection {
   TcpStoreOptions options_;
   std::string endpoint_;
   int fd_ = -1;
+  int lastErrno_ = 0;  // errno of the latest failed connect attempt
   milliseconds lease_{0};
   wire::ReceiveBuffer in_;  // under callMutex_ (or the constructor)
   uint64_t lastId_ = 0;     // under callMutex_

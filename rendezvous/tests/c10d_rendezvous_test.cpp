@@ -129,21 +129,25 @@ T getWithin(std::future<T>& f, std::chrono::milliseconds bound = kHang) {
   return f.get();
 }
 
-// The first membership change reported to `agent` (whose reason contains `needle`, if given).
+// The first job event reported to `agent` (whose "<kind>: <reason>" contains `needle`, if given).
 // Declare it after the agent: its destructor unhooks the callback before the agent goes away.
 class FirstChange {
  public:
   explicit FirstChange(Rendezvous& agent, std::string needle = {})
       : agent_(agent), needle_(std::move(needle)), future_(promise_.get_future()) {
-    agent_.onMembershipChange([this](const std::string& reason) {
-      if (needle_.empty() || reason.find(needle_) != std::string::npos)
-        std::call_once(once_, [&] { promise_.set_value(reason); });
+    agent_.onJobEvent([this](const JobEvent& event) {
+      const std::string text = std::string(toString(event.kind)) + ": " + event.reason;
+      if (needle_.empty() || text.find(needle_) != std::string::npos)
+        std::call_once(once_, [&] { promise_.set_value(text); });
     });
   }
-  ~FirstChange() { agent_.onMembershipChange(nullptr); }
+  ~FirstChange() { agent_.onJobEvent(nullptr); }
   std::string get() {
     REQUIRE(future_.wait_for(kHang) == std::future_status::ready);
     return future_.get();
+  }
+  bool reportedWithin(std::chrono::milliseconds bound) {
+    return future_.wait_for(bound) == std::future_status::ready;
   }
 
  private:
@@ -447,6 +451,9 @@ TEST_CASE("c10d: a joiner whose handle dies is not counted (MemoryStore)", "[ren
   std::vector<RoundResult> results = {getWithin(fa), getWithin(fb), getWithin(fd)};
   checkRound(results, {1, 1, 1});
   for (const auto& h : results[0].hosts) CHECK(h != "victim");
+  // It waits on as a spare while the job runs, and gives up once the job's members are gone.
+  CHECK(fv.wait_for(700ms) == std::future_status::timeout);
+  for (auto* r : {a.get(), b.get(), d.get()}) r->leave();
   REQUIRE(fv.wait_for(kHang) == std::future_status::ready);
 }
 
@@ -619,8 +626,7 @@ TEST_CASE("c10d: a late joiner waits, the running nodes are told, and the next r
   CHECK(cluster.store().numKeys() == 0);
 }
 
-TEST_CASE("c10d: leave() does not close the rendezvous and does not notify others",
-          "[rendezvous]") {
+TEST_CASE("c10d: leave() notifies nobody, and a spare beyond MAX disturbs nobody", "[rendezvous]") {
   MemoryCluster cluster;
   auto a = cluster.agent(withNode(options(2, 2), "hostA"));
   auto b = cluster.agent(withNode(options(2, 2), "hostB"));
@@ -629,16 +635,114 @@ TEST_CASE("c10d: leave() does not close the rendezvous and does not notify other
   getWithin(fa);
   getWithin(fb);
   FirstChange change(*a);
-  b->leave();
-  CHECK(cluster.store().numKeys() > 0);  // hostA is still attached: the job's keys stay
-  b.reset();
-  // a's watcher is alive: the first change it reports is a third node's arrival, not b.
+  // A third node while the job has MAX nodes: a spare, it waits without telling anyone (and
+  // outlives its join timeout while the job runs).
   auto o = options(2, 2);
   o.joinTimeout = 300ms;
   auto c = cluster.agent(withNode(o, "hostC"));
   auto fc = startNext(*c);
-  CHECK_THAT(change.get(), Catch::Contains("hostC is waiting"));
-  CHECK_THROWS_AS(fc.get(), TimeoutError);
+  b->leave();
+  CHECK(cluster.store().numKeys() > 0);  // hostA is still attached: the job's keys stay
+  b.reset();
+  CHECK_FALSE(change.reportedWithin(700ms));
+  CHECK(fc.wait_for(0ms) == std::future_status::timeout);
+  // The job's last member leaves: with nobody left to replace, the spare gives up.
+  a->leave();
+  CHECK_THROWS_AS(getWithin(fc), TimeoutError);
+}
+
+TEST_CASE("c10d: a failure anywhere is one root cause, and the restart count is the job's",
+          "[rendezvous]") {
+  MemoryCluster cluster;
+  auto a = cluster.agent(withNode(options(2, 2), "hostA"));
+  auto b = cluster.agent(withNode(options(2, 2), "hostB"));
+  auto fa = startNext(*a);
+  auto fb = startNext(*b);
+  checkRound({getWithin(fa), getWithin(fb)}, {1, 1});
+  FirstChange told(*a, "failed");
+  FailureRecord f;
+  f.rank = 1;
+  f.node = "hostB";
+  f.exitCode = 3;
+  f.detailSource = "stderr";
+  f.detail = "boom\n";
+  FailureRecord verdict = b->reportFailure(f, 1);
+  CHECK_FALSE(verdict.final);  // budget 1, restarts 0
+  CHECK_THAT(told.get(), Catch::Contains("failed"));
+  // A second failure in the same round does not replace the root cause.
+  FailureRecord later = f;
+  later.rank = 0;
+  later.node = "hostA";
+  CHECK(a->reportFailure(later, 1).node == "hostB");
+  fa = startNext(*a);
+  fb = startNext(*b);
+  std::vector<RoundResult> second = {getWithin(fa), getWithin(fb)};
+  checkRound(second, {1, 1});
+  for (const auto& r : second) CHECK(r.restartCount == 1);
+  // Budget spent: the next failure is final, and the job's outcome records it.
+  FailureRecord last = b->reportFailure(f, 1);
+  CHECK(last.final);
+  auto outcome = cluster.store().tryGet(keys::outcome("job"));
+  REQUIRE(outcome);
+  auto recorded = keys::parseOutcome(*outcome);
+  REQUIRE(recorded);
+  CHECK(recorded->statusCode() == 3);
+  CHECK(recorded->detail == "boom\n");
+}
+
+TEST_CASE("c10d: the exit barrier: Succeeded once every member finished", "[rendezvous]") {
+  MemoryCluster cluster;
+  auto a = cluster.agent(withNode(options(2, 2), "hostA"));
+  auto b = cluster.agent(withNode(options(2, 2), "hostB"));
+  auto fa = startNext(*a);
+  auto fb = startNext(*b);
+  checkRound({getWithin(fa), getWithin(fb)}, {1, 1});
+  FirstChange done(*a, "succeeded");
+  a->finish();
+  CHECK_FALSE(done.reportedWithin(300ms));  // b still runs
+  b->finish();
+  CHECK_THAT(done.get(), Catch::Contains("succeeded"));
+  a->leave();
+  b->leave();
+  CHECK(cluster.store().numKeys() == 0);
+}
+
+TEST_CASE("c10d: a lost member: the survivors re-form at once, without the last call",
+          "[rendezvous]") {
+  MemoryCluster cluster;
+  auto o = options(2, 3);
+  o.lastCallTimeout = 60s;  // re-forming must not wait for it
+  auto a = cluster.agent(withNode(o, "hostA"));
+  auto b = cluster.agent(withNode(o, "hostB"));
+  auto c = cluster.agent(withNode(o, "hostC"));
+  auto fa = startNext(*a);
+  auto fb = startNext(*b);
+  auto fc = startNext(*c);
+  checkRound({getWithin(fa), getWithin(fb), getWithin(fc)}, {1, 1, 1});
+  FirstChange lost(*a, "member lost");
+  c.reset();  // its will runs
+  CHECK_THAT(lost.get(), Catch::Contains("hostC"));
+  fa = startNext(*a);
+  fb = startNext(*b);
+  std::vector<RoundResult> second = {getWithin(fa, 10s), getWithin(fb, 10s)};
+  checkRound(second, {1, 1});
+  CHECK(second[0].restartCount == 0);  // a lost node costs no restart
+  CHECK(second[0].masterPort != 0);
+}
+
+TEST_CASE("c10d: a lost member with fewer than MIN left: a clear error naming it",
+          "[rendezvous]") {
+  MemoryCluster cluster;
+  auto a = cluster.agent(withNode(options(2, 2), "hostA"));
+  auto b = cluster.agent(withNode(options(2, 2), "hostB"));
+  auto fa = startNext(*a);
+  auto fb = startNext(*b);
+  checkRound({getWithin(fa), getWithin(fb)}, {1, 1});
+  b.reset();
+  fa = startNext(*a);
+  REQUIRE(fa.wait_for(kHang) == std::future_status::ready);
+  REQUIRE_THROWS_WITH(fa.get(), Catch::Contains("lost node(s) hostB") &&
+                                    Catch::Contains("fewer than the minimum of 2"));
 }
 
 TEST_CASE("c10d factory: the endpoint host embeds the store, a second local agent becomes a "

@@ -1,13 +1,11 @@
 // ElasticAgent: the node agent's state machine. Joins a rendezvous round, starts the local
-// WorkerGroup with the torchrun environment, waits on one event loop for worker exits, membership
-// changes and signals, and restarts (budget left) or finishes with a root-cause summary.
+// WorkerGroup with the torchrun environment, and reacts on one event loop to worker exits, the
+// job's events (a failure anywhere, a lost or waiting node, the job's success, a lost store) and
+// signals: it re-forms the job, exits with the root cause, or waits in the exit barrier.
+// The transitions are one table (state x event -> next state, action): agent/README.md.
 //
-//   Init -> Rendezvous -> Running -> Succeeded
-//                ^           |  \-> Stopping -> Failed
-//                |           v
-//                +------ Restarting (worker failure with budget left, membership change)
-//
-// Threading: run() blocks the calling thread and drives everything on its own io_context.
+// Threading: run() blocks the calling thread and drives everything on its own io_context; the
+// rendezvous' blocking calls run on one helper thread (OffLoop), never on the loop.
 // Ownership: owns the rendezvous, the worker group and the job guard.
 #pragma once
 
@@ -18,7 +16,18 @@
 
 namespace drun::agent {
 
-enum class AgentState { Init, Rendezvous, Running, Restarting, Stopping, Succeeded, Failed };
+enum class AgentState {
+  Init,
+  Rendezvous,          // joining a round (off the loop)
+  Running,             // this node's workers run
+  StoppingForFailure,  // a local worker failed: stopping the others, then report it
+  Reporting,           // telling the job about the failure: the store says restart or end
+  StoppingForReform,   // the job re-forms (a failure elsewhere, a lost or new node, fencing)
+  StoppingToExit,      // the job ends (budget spent, a signal): stopping, then exit
+  Finishing,           // this node's workers succeeded: waiting for the rest (exit barrier)
+  Succeeded,
+  Failed,
+};
 const char* toString(AgentState state);
 
 class ElasticAgent {

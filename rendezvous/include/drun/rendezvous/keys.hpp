@@ -25,6 +25,17 @@
 //                                    waiting to join, members re-joining); watched after close
 //   rdzv/<id>/<r>/last_change        text of the latest such event (the callback's reason)
 //   rdzv/<id>/<r>/reeval/<status>    compare_set election: who re-evaluates after a death
+//   rdzv/<id>/<r>/rejoined           counter: joiners of round r that were members of r-1
+//   rdzv/<id>/<r>/waiting            counter: nodes that announced they wait to join r+1
+//   rdzv/<id>/<r>/finished           counter: members whose workers all succeeded (exit barrier)
+//   rdzv/<id>/<r>/failure            the round's root cause (FailureRecord), compare_set("" -> it):
+//                                    the first failure reported wins; its `final` says whether the
+//                                    job's restart budget is spent
+//   rdzv/<id>/outcome                the job's end: "succeeded", or "failed" + the final record
+//
+// Job-wide state: the restart count lives in each closed round's state (RoundState::restartCount):
+// the closer of round r sets it to r-1's count, plus one when r-1 has a failure record. Every
+// node of a round therefore reads the same TORCHELASTIC_RESTART_COUNT.
 //
 // Values are text; every value read from the store is untrusted and parsed with a clear error
 // (InvalidArgument / ProtocolError), never a crash.
@@ -37,6 +48,7 @@
 #include <string_view>
 #include <vector>
 
+#include "drun/rendezvous/rendezvous.hpp"
 #include "drun/rendezvous/store.hpp"
 
 namespace drun::rdzv::keys {
@@ -62,15 +74,22 @@ std::string reeval(std::string_view runId, uint64_t round, std::string_view stat
 std::string assign(std::string_view runId, uint64_t round, std::string_view node);
 std::string hosts(std::string_view runId, uint64_t round);
 std::string left(std::string_view runId, uint64_t round);
+std::string rejoined(std::string_view runId, uint64_t round);
+std::string waiting(std::string_view runId, uint64_t round);
+std::string finished(std::string_view runId, uint64_t round);
+std::string failure(std::string_view runId, uint64_t round);
+std::string outcome(std::string_view runId);
 
 // The will a joiner of `round` registers: its dead flag and the reason, changes+1, status+1
-// (skipped by the store once status holds the state), left+1.
+// (skipped by the store once status holds the state), left+1, and status+1 of round+1 (nodes
+// already waiting there count the survivors of `round`).
 // Node ids are chosen by each agent: "<pid hex>-<64 random bits hex>".
 Store::Will joinWill(std::string_view runId, uint64_t round, std::string_view node,
                      std::string_view displayName);
 
 // One joiner, as it describes itself in `joined`:
-//   "<id>\t<host>\t<addr>\t<local world size>\t<requested node rank or ->\t<master port>\n"
+//   "<id>\t<host>\t<addr>\t<local world size>\t<requested node rank or ->\t<master port>\t<m|->\n"
+// (m: the node was a member of the previous round: the closer takes members before newcomers).
 struct NodeDescriptor {
   std::string id;          // unique per agent and job
   std::string host;        // --local-addr or hostname: identity for ordering and messages
@@ -78,6 +97,7 @@ struct NodeDescriptor {
   int localWorldSize = 1;
   std::optional<int> requestedRank;  // --node-rank
   uint16_t masterPort = 0;           // port reserved on this node for MASTER_PORT
+  bool rejoining = false;            // a member of the previous round
   uint64_t arrival = 0;              // position in `joined` (set by parseJoined, not encoded)
 
   // "host" or "host(addr)" when they differ: how messages name the node.
@@ -99,7 +119,7 @@ struct RosterEntry {
 
 // The closer's decision: the value of `state` (with the roster) and, once closed, of `status`
 // (header only):
-//   "ok\t<nodes>\t<world size>\t<master addr>\t<master port>\t<changes>\t<left>\n"
+//   "ok\t<nodes>\t<world size>\t<master addr>\t<master port>\t<changes>\t<left>\t<restarts>\n"
 //   then one "<id>\t<name>\t<local world size>\n" per node rank;  or "error\t<message>".
 struct RoundState {
   bool ok = true;
@@ -110,6 +130,7 @@ struct RoundState {
   uint16_t masterPort = 0;
   int64_t changesAtClose = 0;  // `changes` as the closer read it: the watch baseline
   int64_t leftAtClose = 0;     // `left` as the closer read it (wills of joiners not taken)
+  int restartCount = 0;        // the job's restarts so far (TORCHELASTIC_RESTART_COUNT)
   std::vector<RosterEntry> roster;  // by node rank (empty in the header-only form)
 };
 std::string encodeState(const RoundState& state, bool withRoster = true);
@@ -131,6 +152,18 @@ Assignment parseAssignment(std::string_view value);  // throws ProtocolError
 std::string encodeHostList(const std::vector<std::string>& names);
 // Throws ProtocolError when malformed or when it does not hold exactly `expected` names.
 std::vector<std::string> parseHostList(std::string_view value, size_t expected);
+
+// The root cause record of `failure` and `outcome`:
+//   "<rank>\t<local rank>\t<exit code>\t<signal>\t<pid>\t<time ms>\t<final 0|1>\t<others>\t<node>\t<source>\n<detail>"
+// node and source are plain fields (source may be empty: written as "-"); detail is free text up
+// to kMaxFailureDetail bytes (longer is cut on encoding).
+constexpr size_t kMaxFailureDetail = 8192;
+std::string encodeFailure(const FailureRecord& failure);
+FailureRecord parseFailure(std::string_view value);  // throws ProtocolError
+// `outcome`: "succeeded" or "failed\n" + encodeFailure(final record).
+std::string encodeOutcome(const std::optional<FailureRecord>& failure);
+// nullopt: succeeded; a record: failed. Throws ProtocolError when corrupt.
+std::optional<FailureRecord> parseOutcome(std::string_view value);
 
 // Decimal int64 of a counter value; nullopt when absent; throws ProtocolError when not a number.
 std::optional<int64_t> parseCounter(const std::optional<std::string>& value);

@@ -4,8 +4,6 @@
 // rendezvous (c10d_rendezvous.hpp: MIN:MAX nodes over a Store, embedded or remote server) and the
 // static one (fixed node rank and count, master from --master-addr/--master-port).
 //
-// Threading: one agent thread calls next()/leave(); membership-change notification is delivered
-// through the callback set with onMembershipChange, from a rendezvous-owned thread.
 // Ownership: the rendezvous owns its store connection and the MASTER_PORT reservation of the
 // round it last returned (released when the next round starts or the object is destroyed).
 #pragma once
@@ -17,6 +15,8 @@
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "drun/common/error.hpp"
 
 namespace drun::rdzv {
 
@@ -51,22 +51,80 @@ struct RoundResult {
   int nodeCount = 1;              // GROUP_WORLD_SIZE
   int worldSize = 1;              // WORLD_SIZE: sum of every node's worker count
   int rankOffset = 0;             // RANK of this node's local rank 0 (prefix sum)
+  int restartCount = 0;           // the job's restarts so far: the same on every node
   std::string masterAddr;         // MASTER_ADDR: node rank 0's address
-  uint16_t masterPort = 0;        // MASTER_PORT: reserved on node rank 0
+  uint16_t masterPort = 0;        // MASTER_PORT: reserved on node rank 0, fresh every round
   std::string storePrefix;        // key prefix of this round in the store ("" without a store)
   std::vector<std::string> hosts; // host of each node rank, for summaries
 };
 
+// The root cause of a failed round, as every node prints it.
+struct FailureRecord {
+  int rank = 0;
+  int localRank = 0;
+  std::string node;           // the failing node's name ("host" or "host(addr)")
+  int exitCode = 0;           // valid when signal == 0
+  int signal = 0;
+  int64_t pid = 0;
+  int64_t timeMs = 0;         // wall clock of the failure, ms since the epoch
+  std::string detailSource;   // "error file <path>" or "stderr" ("" = no detail)
+  std::string detail;         // the error file's message or the last stderr lines
+  int otherFailures = 0;      // other workers of that node that failed or were stopped after it
+  bool final = false;         // the job's restart budget is spent: every agent exits
+  // Shell convention: exit code, or 128 + signal.
+  int statusCode() const { return signal ? 128 + signal : exitCode; }
+};
+
+// Something that happened to the job while this node's workers run (or wait in the exit
+// barrier), reported through onJobEvent. Events carry the round they belong to: an agent that
+// has not started that round yet keeps them until it has (nothing is lost between rounds).
+struct JobEvent {
+  enum class Kind {
+    MemberLost,   // a member's agent died, went silent or was preempted: re-form
+    NodeWaiting,  // a node waits to join a job with fewer than MAX nodes: re-form after last call
+    Failed,       // a worker failed somewhere: `failure` is the root cause (final: budget spent)
+    Succeeded,    // every member's workers succeeded: the job is over
+    StoreLost,    // this node lost the store (connection or lease): fence, then try to rejoin
+  };
+  Kind kind = Kind::MemberLost;
+  uint64_t round = 0;
+  std::string reason;
+  std::optional<FailureRecord> failure;  // Kind::Failed
+};
+const char* toString(JobEvent::Kind kind);
+
+// The job ended while this node waited to join it (a spare, a late node): `exitCode` is the
+// job's (0 when it succeeded).
+class JobEnded : public Error {
+ public:
+  JobEnded(const std::string& what, int exitCode) : Error(what), exitCode_(exitCode) {}
+  int exitCode() const { return exitCode_; }
+
+ private:
+  int exitCode_;
+};
+
+// Threading: one agent thread calls next(), reportFailure(), finish(), leave(), abandon() (one
+// at a time; they may block on the network, each call with a deadline); events are delivered
+// through the onJobEvent callback from a rendezvous-owned thread.
 class Rendezvous {
  public:
   virtual ~Rendezvous() = default;
   // Joins the next round; blocks until the round closes or the join timeout passes
-  // (TimeoutError listing who joined).
+  // (TimeoutError listing who joined). Throws JobEnded when the job ended while this node waited.
   virtual RoundResult next() = 0;
-  // Leaves the job for good (success or final failure) without closing it for others.
+  // Reports that a worker of this node failed in the current round. Returns the job's root cause
+  // for the round: this failure, or one another node reported first; `final` when the job's
+  // budget (maxRestarts restarts) is spent. Every node learns it through a Failed event.
+  virtual FailureRecord reportFailure(const FailureRecord& failure, int maxRestarts) = 0;
+  // This node's workers all succeeded: wait for the others (exit barrier) without closing
+  // anything; a Succeeded event follows once every member's workers did.
+  virtual void finish() = 0;
+  // Leaves the job for good (it ended) without closing it for the others.
   virtual void leave() = 0;
-  // Whether the store reports that the current round is no longer valid (a node left or waits).
-  virtual void onMembershipChange(std::function<void(const std::string& reason)> callback) = 0;
+  // Leaves as a lost node would (preempted): the others re-form without this node.
+  virtual void abandon() = 0;
+  virtual void onJobEvent(std::function<void(const JobEvent&)> callback) = 0;
 };
 
 // The single-node rendezvous: no network; reserves a free MASTER_PORT on `masterAddr`.

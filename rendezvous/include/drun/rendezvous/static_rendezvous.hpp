@@ -5,7 +5,7 @@
 // MASTER_PORT come from --master-addr (default 127.0.0.1) and --master-port (default 29500).
 // Ranks assume every node runs the same number of workers: WORLD_SIZE = N * nproc-per-node and
 // RANK offset = node rank * nproc-per-node (nodes with different counts need the c10d backend).
-// Nothing to watch: onMembershipChange never fires.
+// Nothing to watch: the only job events are this node's own (LocalJob).
 //
 // Threading: next()/leave() from one thread. Ownership: holds nothing but its options.
 #pragma once

@@ -2,9 +2,12 @@
 // speaking the wire protocol of protocol.hpp over one TCP connection.
 //
 // Connecting retries with exponential backoff and jitter until options.connectTimeout (the
-// server may start after its clients). Each call has one deadline: blocking calls (get, wait,
+// server may start after its clients); NetworkError when the last attempt was refused (the host
+// is up, nothing serves the port), TimeoutError when nothing answered. Each call has one deadline: blocking calls (get, wait,
 // multiGet, watch) use the timeout they are given, the others options.timeout; the server
-// answers a blocking call at its deadline, so a timed-out call leaves the connection usable.
+// answers a blocking call at its deadline, so a timed-out call leaves the connection usable,
+// while a call with no reply at all by its deadline (plus a grace) marks the connection lost
+// (NetworkError): a cut link sends no reset, and that is how a client notices it.
 // Errors name the server, the keys and the time waited: TimeoutError, NetworkError (connection
 // refused/lost; the client does not reconnect by itself, since the server has already run this
 // connection's will), ProtocolError (the peer does not speak this protocol), InvalidArgument

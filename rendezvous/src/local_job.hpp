@@ -1,0 +1,63 @@
+// LocalJob: the job-wide part of a rendezvous that has no store (single node, static backend).
+// This node alone keeps the restart count, and a failure or success is known only here: with
+// the static backend every node counts its own restarts, as torchrun's static backend does.
+//
+// Threading: the agent's rendezvous thread calls everything; finish() delivers the Succeeded
+// event on that thread.
+#pragma once
+
+#include <functional>
+#include <mutex>
+
+#include "drun/rendezvous/rendezvous.hpp"
+
+namespace drun::rdzv {
+
+class LocalJob : public Rendezvous {
+ public:
+  FailureRecord reportFailure(const FailureRecord& failure, int maxRestarts) override {
+    FailureRecord cause = failure;
+    cause.final = restartCount_ >= maxRestarts;
+    failedRound_ = true;
+    return cause;
+  }
+
+  void finish() override {
+    JobEvent event;
+    event.kind = JobEvent::Kind::Succeeded;
+    event.round = lastRound_;
+    event.reason = "every worker succeeded";
+    std::function<void(const JobEvent&)> callback;
+    {
+      std::lock_guard lock(mutex_);
+      callback = callback_;
+    }
+    if (callback) callback(event);
+  }
+
+  void abandon() override { leave(); }
+
+  void onJobEvent(std::function<void(const JobEvent&)> callback) override {
+    std::lock_guard lock(mutex_);
+    callback_ = std::move(callback);
+  }
+
+ protected:
+  // Called by next(): the round number and restart count of the round it returns.
+  void beginRound(RoundResult& result) {
+    if (failedRound_) ++restartCount_;
+    failedRound_ = false;
+    result.round = lastRound_ = nextRound_++;
+    result.restartCount = restartCount_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::function<void(const JobEvent&)> callback_;
+  uint64_t nextRound_ = 0;
+  uint64_t lastRound_ = 0;
+  int restartCount_ = 0;
+  bool failedRound_ = false;
+};
+
+}  // namespace drun::rdzv

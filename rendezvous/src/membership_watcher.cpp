@@ -1,0 +1,130 @@
+#include "membership_watcher.hpp"
+
+#include <thread>
+
+#include "drun/common/error.hpp"
+#include "drun/rendezvous/keys.hpp"
+
+namespace drun::rdzv {
+namespace {
+
+using Kind = JobEvent::Kind;
+
+void fire(EventSlot& slot, const std::atomic<bool>& stopped, const JobEvent& event) {
+  std::lock_guard lock(slot.mutex);
+  if (stopped.load() || !slot.callback) return;
+  try {
+    slot.callback(event);
+  } catch (...) {
+    // The callback is the owner's; nothing here could report its failure (see run()), and an
+    // exception must not end this thread, nor be taken for a lost store.
+  }
+}
+
+// What has been reported so far, so that each happening is reported once.
+struct Reported {
+  bool failed = false;
+  bool succeeded = false;
+  int64_t gone = 0;
+  int64_t waiting = 0;
+};
+
+// Reads the round's job state after a change; fires what is new.
+void classify(Store& store, const WatchedRound& w, Reported& seen, EventSlot& slot,
+              const std::atomic<bool>& stopped) {
+  auto event = [&](Kind kind, std::string reason) {
+    JobEvent e;
+    e.kind = kind;
+    e.round = w.round;
+    e.reason = std::move(reason);
+    return e;
+  };
+  if (!seen.failed) {
+    if (auto record = store.tryGet(keys::failure(w.runId, w.round))) {
+      seen.failed = true;
+      JobEvent e = event(Kind::Failed, "a worker failed");
+      try {
+        e.failure = keys::parseFailure(*record);
+      } catch (const Error& error) {
+        // A corrupt record still means a failure: end the job with what is known.
+        FailureRecord unknown;
+        unknown.node = "unknown";
+        unknown.exitCode = 1;
+        unknown.final = true;
+        unknown.detailSource = "store";
+        unknown.detail = error.what();
+        e.failure = unknown;
+      }
+      fire(slot, stopped, e);
+      return;  // a failure decides the round: later happenings are its consequences
+    }
+  }
+  const int64_t finished =
+      keys::parseCounter(store.tryGet(keys::finished(w.runId, w.round))).value_or(0);
+  if (!seen.succeeded && finished >= w.nodeCount) {
+    seen.succeeded = true;
+    fire(slot, stopped, event(Kind::Succeeded, "every node's workers succeeded"));
+    return;
+  }
+  const int64_t gone =
+      keys::parseCounter(store.tryGet(keys::left(w.runId, w.round))).value_or(0) - w.leftAtClose;
+  const int64_t waiting =
+      keys::parseCounter(store.tryGet(keys::waiting(w.runId, w.round))).value_or(0);
+  if (gone <= seen.gone && waiting <= seen.waiting) return;
+  const std::string reason = store.tryGet(keys::lastChange(w.runId, w.round))
+                                 .value_or("the membership of round " + std::to_string(w.round) +
+                                           " changed");
+  if (gone > seen.gone) {
+    seen.gone = gone;
+    seen.waiting = std::max(seen.waiting, waiting);  // re-forming takes the waiting nodes in too
+    fire(slot, stopped, event(Kind::MemberLost, reason));
+  } else {
+    seen.waiting = waiting;
+    fire(slot, stopped, event(Kind::NodeWaiting, reason));
+  }
+}
+
+void run(Store& store, const WatchedRound& w, EventSlot& slot, std::atomic<bool>& stopped) {
+  const std::string changesKey = keys::changes(w.runId, w.round);
+  std::optional<Bytes> known;
+  if (w.changesAtClose > 0) known = std::to_string(w.changesAtClose);
+  Reported seen;
+  try {
+    while (!stopped.load()) {
+      std::optional<Bytes> now;
+      try {
+        now = store.watch(changesKey, known, w.slice);
+      } catch (const TimeoutError&) {
+        continue;  // the server answered at the deadline: the connection is alive
+      }
+      if (stopped.load()) return;
+      known = now;
+      classify(store, w, seen, slot, stopped);
+    }
+  } catch (const std::exception& e) {
+    // No logging here: this thread may outlive the process' loggers (it is detached); the
+    // reason goes to the callback, whose owner reports it.
+    JobEvent lost;
+    lost.kind = Kind::StoreLost;
+    lost.round = w.round;
+    lost.reason = "lost the rendezvous store at " + w.endpoint + ": " + e.what();
+    fire(slot, stopped, lost);
+  }
+}
+
+}  // namespace
+
+MembershipWatcher::MembershipWatcher(std::unique_ptr<Store> store, WatchedRound round,
+                                     std::shared_ptr<EventSlot> slot)
+    : slot_(std::move(slot)), stopped_(std::make_shared<std::atomic<bool>>(false)) {
+  std::thread([store = std::shared_ptr<Store>(std::move(store)), round = std::move(round),
+               slot = slot_, stopped = stopped_] { run(*store, round, *slot, *stopped); })
+      .detach();
+}
+
+MembershipWatcher::~MembershipWatcher() {
+  stopped_->store(true);
+  std::lock_guard lock(slot_->mutex);  // waits out a callback in progress
+}
+
+}  // namespace drun::rdzv

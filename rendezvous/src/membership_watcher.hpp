@@ -1,0 +1,56 @@
+// MembershipWatcher: turns what happens to one closed round in the store into JobEvents.
+//
+// It watches rdzv/<id>/<r>/changes on a connection of its own (the agent's connection stays free
+// for its own calls) and, after every change, reads the round's job state to say what happened:
+// a failure record (Failed), every member finished (Succeeded), a member gone (MemberLost: its
+// will fired or it was preempted), a node waiting to join (NodeWaiting). Each is reported once.
+// A watch is never longer than `slice`: a connection that does not answer within slice plus the
+// client's grace is lost (a cut link, a dead store host), and StoreLost is reported, last.
+//
+// Threading: a detached thread that owns its store and its copy of the round; it ends within one
+// slice after the watcher is destroyed, so destroying never waits on the network.
+// Ownership: the callback slot is shared with the rendezvous, which may replace the callback.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "drun/rendezvous/rendezvous.hpp"
+#include "drun/rendezvous/store.hpp"
+
+namespace drun::rdzv {
+
+struct EventSlot {
+  std::mutex mutex;
+  std::function<void(const JobEvent&)> callback;
+};
+
+struct WatchedRound {
+  std::string runId;
+  uint64_t round = 0;
+  int nodeCount = 1;
+  int64_t changesAtClose = 0;  // the watch starts here: every later change is looked at
+  int64_t leftAtClose = 0;     // members gone = left - leftAtClose
+  std::string endpoint;        // for messages
+  milliseconds slice{2000};    // the longest single watch
+};
+
+class MembershipWatcher {
+ public:
+  MembershipWatcher(std::unique_ptr<Store> store, WatchedRound round,
+                    std::shared_ptr<EventSlot> slot);
+  // After the destructor returns, the callback is not running and will not be called by this
+  // watcher.
+  ~MembershipWatcher();
+  MembershipWatcher(const MembershipWatcher&) = delete;
+  MembershipWatcher& operator=(const MembershipWatcher&) = delete;
+
+ private:
+  std::shared_ptr<EventSlot> slot_;
+  std::shared_ptr<std::atomic<bool>> stopped_;
+};
+
+}  // namespace drun::rdzv
