@@ -13,6 +13,7 @@
 #include <regex>
 #include <set>
 
+#include "drun/common/test_skip.hpp"
 #include "netns.hpp"
 #include "process.hpp"
 
@@ -143,17 +144,16 @@ void checkJob(const std::vector<RunResult>& runs, int nodes, int perNode) {
   CHECK(heard == expectHeard);  // rank 0 heard every other rank at MASTER_ADDR:MASTER_PORT
 }
 
-#define SKIP_WITHOUT_NETNS()                                         \
-  if (auto why = NetnsCluster::unavailableReason()) {                \
-    WARN("multi-node test skipped: " << *why);                       \
-    return;                                                          \
-  }
+// Namespaces cannot be made here (not root, no `ip netns`): CTest reports the test SKIPPED.
+void skipWithoutNetns() {
+  if (auto why = NetnsCluster::unavailableReason()) skipTest("multi-node test: " + *why);
+}
 
 }  // namespace
 
 TEST_CASE("multinode: 2 hosts x 4 workers form one job and MASTER_ADDR is reachable from both",
           "[multinode]") {
-  SKIP_WITHOUT_NETNS();
+  skipWithoutNetns();
   Job job(2, "2", 4);
   Process host0(job.on(0));
   Process host1(job.on(1));
@@ -167,7 +167,7 @@ TEST_CASE("multinode: 2 hosts x 4 workers form one job and MASTER_ADDR is reacha
 }
 
 TEST_CASE("multinode: --nnodes 2:3 with two hosts closes after the last call", "[multinode]") {
-  SKIP_WITHOUT_NETNS();
+  skipWithoutNetns();
   Job job(2, "2:3", 2, {"--rdzv-conf", "last_call_timeout=1"});
   Process host0(job.on(0));
   Process host1(job.on(1));
@@ -179,7 +179,7 @@ TEST_CASE("multinode: --nnodes 2:3 with two hosts closes after the last call", "
 
 TEST_CASE("multinode: an agent SIGKILLed during the join does not hang the others",
           "[multinode]") {
-  SKIP_WITHOUT_NETNS();
+  skipWithoutNetns();
   Job job(3, "2:3", 2, {"--rdzv-conf", "last_call_timeout=1"});
   const std::vector<std::string> debug = {"DRUN_LOG_LEVEL=debug"};
   auto joined = [](const std::string&, const std::string& err) {

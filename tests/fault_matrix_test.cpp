@@ -1,0 +1,391 @@
+// The elastic core's fault matrix: real drun agents on network-namespace hosts (scripts/netns.sh),
+// the c10d rendezvous over TCP, and one fault each: a worker failing (on the store host's node,
+// on another), a worker SIGKILLed or ignoring SIGTERM, the budget spent, an agent SIGKILLed, a
+// link cut (and back), a node joining, a spare, the store host finishing first or dying,
+// SIGTERM to one agent or to all, a malformed error file. Each case checks every agent's exit
+// code, the WORLD_SIZE / RANK / TORCHELASTIC_RESTART_COUNT the workers of each round saw, the
+// summary, and that nothing of the job is left on any host. SKIPPED without namespaces.
+//
+// The worker is a shell script (cheap to start): it prints its place, then does what FM_PLAN
+// says for its (rank, restart count), else waits until the test creates FM_DIR/release.
+#include <signal.h>
+
+#include <catch2/catch.hpp>
+#include <map>
+#include <regex>
+#include <set>
+
+#include "drun/common/test_skip.hpp"
+#include "netns.hpp"
+#include "process.hpp"
+
+using namespace drun::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr auto kAgentTimeout = 60s;  // hang guard of one agent
+constexpr auto kSeen = 20s;          // hang guard of "the workers of a round started"
+
+const char* kWorker = R"SH(
+echo "FM host=$FM_HOST rank=$RANK world=$WORLD_SIZE restart=$TORCHELASTIC_RESTART_COUNT"
+act=
+for item in $FM_PLAN; do
+  case "$item" in
+    "$RANK:$TORCHELASTIC_RESTART_COUNT:"*|"*:$TORCHELASTIC_RESTART_COUNT:"*|"$RANK:*:"*) act=${item#*:*:} ;;
+  esac
+done
+case "$act" in
+  exit*) exit "${act#exit}" ;;
+  kill) kill -9 $$ ;;
+  done) exit 0 ;;
+  ignoreterm) trap '' TERM ;;
+  badfile) printf '{"message":{"message":1}}' > "$TORCHELASTIC_ERROR_FILE"; exit 1 ;;
+esac
+i=0
+while [ ! -e "$FM_DIR/release" ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done
+exit 0
+)SH";
+
+struct Seen {
+  int host, rank, world, restart;
+};
+
+// The "FM ..." lines of one agent's output.
+std::vector<Seen> seen(const std::string& out) {
+  static const std::regex re(R"(FM host=(\d+) rank=(\d+) world=(\d+) restart=(\d+))");
+  std::vector<Seen> lines;
+  for (const auto& l : parseConsole(out)) {
+    std::smatch m;
+    if (std::regex_search(l.text, m, re))
+      lines.push_back({std::stoi(m[1]), std::stoi(m[2]), std::stoi(m[3]), std::stoi(m[4])});
+  }
+  return lines;
+}
+
+// The ranks the workers of one round (world size, restart count) printed on all agents.
+std::multiset<int> ranksOf(const std::vector<const std::string*>& outs, int world, int restart) {
+  std::multiset<int> ranks;
+  for (const std::string* out : outs)
+    for (const Seen& s : seen(*out))
+      if (s.world == world && s.restart == restart) ranks.insert(s.rank);
+  return ranks;
+}
+
+// Ranks 0..world-1, each `times` times (once per round of that shape).
+std::multiset<int> allRanks(int world, int times = 1) {
+  std::multiset<int> r;
+  for (int t = 0; t < times; ++t)
+    for (int i = 0; i < world; ++i) r.insert(i);
+  return r;
+}
+
+void skipWithoutNetns() {
+  if (auto why = NetnsCluster::unavailableReason()) skipTest("fault matrix: " + *why);
+}
+
+// One job over a fresh cluster of `hosts` namespace hosts, endpoint (store) on host 0.
+struct Matrix {
+  Matrix(int hosts, const std::string& nnodes, std::string plan, std::vector<std::string> extra = {})
+      : cluster(hosts), plan(std::move(plan)), worker(dir.write("worker.sh", kWorker).string()) {
+    args = {"--nnodes", nnodes, "--nproc-per-node", "2", "--rdzv-endpoint",
+            cluster.address(0) + ":29400", "--rdzv-id", "fm-" + randomHex(8),
+            "--shutdown-timeout", "2",
+            "--rdzv-conf", "join_timeout=30,last_call_timeout=1,heartbeat_timeout=2"};
+    args.insert(args.end(), extra.begin(), extra.end());
+  }
+
+  RunOptions on(int host) const {
+    std::vector<std::string> argv = {drunPath().string()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    argv.insert(argv.end(), {"/bin/sh", worker});
+    RunOptions o;
+    o.argv = cluster.exec(host, argv);
+    o.env = {marker.env(), "FM_DIR=" + dir.path().string(), "FM_PLAN=" + plan,
+             "FM_HOST=" + std::to_string(host), "OMP_NUM_THREADS=1"};
+    o.timeout = kAgentTimeout;
+    return o;
+  }
+
+  void release() { dir.write("release", ""); }
+
+  // `ip link set eth0 up|down` inside host `host`.
+  void link(int host, bool up) const {
+    RunOptions o;
+    o.argv = cluster.exec(host, {"/bin/sh", "-c", std::string("ip link set eth0 ") +
+                                                      (up ? "up" : "down")});
+    o.timeout = 10s;
+    REQUIRE(run(o).status() == 0);
+  }
+
+  bool nothingLeft() const {
+    auto left = marker.leftovers(10s);
+    if (!left.empty()) UNSCOPED_INFO("left behind: " << MarkerScope::describe(left));
+    return left.empty();
+  }
+
+  NetnsCluster cluster;
+  MarkerScope marker;
+  TempDir dir;
+  std::string plan;
+  std::string worker;
+  std::vector<std::string> args;
+};
+
+std::string describe(const std::vector<RunResult>& runs) {
+  std::string all;
+  for (size_t i = 0; i < runs.size(); ++i)
+    all += "--- agent on host " + std::to_string(i) + ": " + runs[i].describe() + "\n";
+  return all;
+}
+
+// A worker fails once; the job restarts on every node with TORCHELASTIC_RESTART_COUNT 1.
+void failOnceAndRestart(int failingRank) {
+  Matrix m(2, "2", std::to_string(failingRank) + ":0:exit1 *:1:done", {"--max-restarts", "1"});
+  Process a(m.on(0)), b(m.on(1));
+  std::vector<RunResult> runs = {a.wait(), b.wait()};
+  INFO(describe(runs));
+  for (const auto& r : runs) CHECK(r.status() == 0);
+  const std::vector<const std::string*> outs = {&runs[0].out, &runs[1].out};
+  CHECK(ranksOf(outs, 4, 0) == allRanks(4));  // round 0 ran everywhere...
+  CHECK(ranksOf(outs, 4, 1) == allRanks(4));  // ...and the restart too, with one restart count
+  for (const auto& r : runs) {
+    CHECK_THAT(r.err, Catch::Contains("rank " + std::to_string(failingRank)) &&
+                          Catch::Contains("restarting the job"));
+    for (const Seen& s : seen(r.out)) CHECK(s.restart <= 1);
+  }
+  CHECK(m.nothingLeft());
+}
+
+}  // namespace
+
+TEST_CASE("fault matrix: a worker on the store host's node exits 1 once: every node restarts",
+          "[multinode]") {
+  skipWithoutNetns();
+  failOnceAndRestart(0);  // node rank 0 hosts the store (host 0 arrives first, ranks 0-1)
+}
+
+TEST_CASE("fault matrix: a worker on another node exits 1 once: every node restarts",
+          "[multinode]") {
+  skipWithoutNetns();
+  failOnceAndRestart(3);
+}
+
+TEST_CASE("fault matrix: a worker SIGKILLed: the job restarts everywhere", "[multinode]") {
+  skipWithoutNetns();
+  Matrix m(2, "2", "2:0:kill *:1:done", {"--max-restarts", "1"});
+  Process a(m.on(0)), b(m.on(1));
+  std::vector<RunResult> runs = {a.wait(), b.wait()};
+  INFO(describe(runs));
+  for (const auto& r : runs) {
+    CHECK(r.status() == 0);
+    CHECK_THAT(r.err, Catch::Contains("signal SIGKILL"));
+  }
+  CHECK(ranksOf({&runs[0].out, &runs[1].out}, 4, 1) == allRanks(4));
+  CHECK(m.nothingLeft());
+}
+
+TEST_CASE("fault matrix: budget spent: K+1 attempts on every node, one root cause everywhere",
+          "[multinode]") {
+  skipWithoutNetns();
+  Matrix m(2, "2", "1:*:exit5 *:*:done", {"--max-restarts", "2"});
+  Process a(m.on(0)), b(m.on(1));
+  std::vector<RunResult> runs = {a.wait(), b.wait()};
+  INFO(describe(runs));
+  const std::vector<const std::string*> outs = {&runs[0].out, &runs[1].out};
+  for (int restart = 0; restart <= 2; ++restart) CHECK(ranksOf(outs, 4, restart).count(1) == 1);
+  CHECK(ranksOf(outs, 4, 3).empty());
+  for (const auto& r : runs) {
+    CHECK(r.status() == 5);
+    CHECK_THAT(r.err, Catch::Contains("drun: root cause: rank 1 (local_rank 1) on ") &&
+                          Catch::Contains("exited with code 5"));
+    CHECK_THAT(r.err, Catch::Contains("restart budget exhausted (2 restarts)"));
+  }
+  CHECK(m.nothingLeft());
+}
+
+TEST_CASE("fault matrix: a worker ignoring SIGTERM is SIGKILLed after the grace", "[multinode]") {
+  skipWithoutNetns();
+  Matrix m(2, "2", "0:0:exit1 2:0:ignoreterm");
+  Process a(m.on(0)), b(m.on(1));
+  std::vector<RunResult> runs = {a.wait(), b.wait()};
+  INFO(describe(runs));
+  for (const auto& r : runs) {
+    CHECK(r.status() == 1);
+    CHECK_THAT(r.err, Catch::Contains("drun: root cause: rank 0 (local_rank 0) on "));
+    CHECK(r.wall < 20s);  // grace 2 s: SIGKILL, not a hang
+  }
+  CHECK(m.nothingLeft());
+}
+
+TEST_CASE("fault matrix: scale-up 2 to 3, then an agent SIGKILLed: the others go on with 2",
+          "[multinode]") {
+  skipWithoutNetns();
+  Matrix m(3, "2:3", "");
+  Process a(m.on(0)), b(m.on(1));
+  REQUIRE(a.waitForLines("FM host=0", 2, kSeen));
+  Process c(m.on(2));
+  REQUIRE(a.waitForLines("world=6", 2, kSeen));  // the third node was taken in
+  REQUIRE(c.waitForLines("world=6", 2, kSeen));
+  c.signal(SIGKILL);
+  REQUIRE(a.waitForLines("world=4", 2, kSeen));
+  REQUIRE(b.waitForLines("world=4", 2, kSeen));
+  m.release();
+  std::vector<RunResult> runs = {a.wait(), b.wait()};
+  INFO(describe(runs));
+  for (const auto& r : runs) CHECK(r.status() == 0);
+  // Two rounds of 4 (before the third node and after its loss), one of 6; no restart spent.
+  CHECK(ranksOf({&runs[0].out, &runs[1].out}, 4, 0) == allRanks(4, 2));
+  CHECK(ranksOf({&runs[0].out, &runs[1].out}, 6, 0).size() == 4);
+  CHECK(c.wait().signal == SIGKILL);
+  CHECK(m.nothingLeft());
+}
+
+TEST_CASE("fault matrix: an agent SIGKILLed in a 2:2 job: a clear error naming it", "[multinode]") {
+  skipWithoutNetns();
+  Matrix m(2, "2", "");
+  Process a(m.on(0)), b(m.on(1));
+  REQUIRE(a.waitForLines("world=4", 2, kSeen));
+  REQUIRE(b.waitForLines("world=4", 2, kSeen));
+  b.signal(SIGKILL);
+  RunResult r = a.wait();
+  INFO(r.describe());
+  CHECK(r.status() == 1);
+  CHECK_THAT(r.err, Catch::Contains("the job lost node(s) " + m.cluster.address(1)) &&
+                        Catch::Contains("fewer than the minimum of 2"));
+  CHECK(r.wall < 30s);
+  CHECK(m.nothingLeft());
+}
+
+TEST_CASE("fault matrix: a link cut: the cut node fences its workers, the others re-form, and it "
+          "comes back when the link does", "[multinode]") {
+  skipWithoutNetns();
+  Matrix m(3, "2:3", "");
+  Process a(m.on(0)), b(m.on(1)), c(m.on(2));
+  for (Process* p : {&a, &b, &c}) REQUIRE(p->waitForLines("world=6", 2, kSeen));
+  m.link(2, false);
+  // The others: the cut node's lease lapses (heartbeat_timeout=2), they re-form with two.
+  REQUIRE(a.waitForLines("world=4", 2, kSeen));
+  REQUIRE(b.waitForLines("world=4", 2, kSeen));
+  // The cut node stopped its own workers (it cannot know whether the job went on without it).
+  REQUIRE(c.waitForOutput([](const std::string&, const std::string& err) {
+    return err.find("lost the rendezvous store") != std::string::npos;
+  }, kSeen));
+  m.link(2, true);
+  // It reconnects and joins as a new node: the job takes it in again (6 workers).
+  REQUIRE(a.waitForLines("world=6", 4, kSeen));
+  REQUIRE(c.waitForLines("world=6", 4, kSeen));
+  m.release();
+  std::vector<RunResult> runs = {a.wait(), b.wait(), c.wait()};
+  INFO(describe(runs));
+  for (const auto& r : runs) CHECK(r.status() == 0);
+  for (const auto& r : runs)
+    for (const Seen& s : seen(r.out)) CHECK(s.restart == 0);  // membership changes are free
+  CHECK(m.nothingLeft());
+}
+
+TEST_CASE("fault matrix: a spare beyond MAX causes no restart and replaces a lost member",
+          "[multinode]") {
+  skipWithoutNetns();
+  Matrix m(3, "2", "");
+  Process a(m.on(0)), b(m.on(1));
+  REQUIRE(a.waitForLines("world=4", 2, kSeen));
+  REQUIRE(b.waitForLines("world=4", 2, kSeen));
+  Process spare(m.on(2));
+  REQUIRE(spare.waitForOutput([](const std::string&, const std::string& err) {
+    return err.find("waits as a spare") != std::string::npos;
+  }, kSeen));
+  // No churn: the running workers are untouched while the spare waits.
+  CHECK_FALSE(a.waitForLines("FM host=0", 3, 1500ms));
+  b.signal(SIGKILL);
+  REQUIRE(a.waitForLines("FM host=0", 4, kSeen));
+  REQUIRE(spare.waitForLines("world=4", 2, kSeen));
+  m.release();
+  std::vector<RunResult> runs = {a.wait(), spare.wait()};
+  INFO(describe(runs));
+  for (const auto& r : runs) CHECK(r.status() == 0);
+  CHECK(ranksOf({&runs[0].out, &runs[1].out}, 4, 0).size() == 6);  // 2 rounds on a, 1 on spare
+  CHECK(m.nothingLeft());
+}
+
+TEST_CASE("fault matrix: the store host's node finishes first and serves until the job is done",
+          "[multinode]") {
+  skipWithoutNetns();
+  Matrix m(2, "2", "0:*:done 1:*:done");  // ranks 0-1 (the store host's node) end at once
+  Process a(m.on(0));
+  REQUIRE(a.waitForLines("FM host=0", 1, kSeen));
+  Process b(m.on(1));
+  REQUIRE(a.waitForOutput([](const std::string&, const std::string& err) {
+    return err.find("waiting for the other 1 node(s)") != std::string::npos;
+  }, kSeen));
+  REQUIRE(b.waitForLines("world=4", 2, kSeen));
+  CHECK(a.waitForOutput([](const std::string&, const std::string&) { return false; }, 500ms) ==
+        false);  // still there, serving
+  m.release();
+  std::vector<RunResult> runs = {a.wait(), b.wait()};
+  INFO(describe(runs));
+  for (const auto& r : runs) CHECK(r.status() == 0);
+  CHECK(m.nothingLeft());
+}
+
+TEST_CASE("fault matrix: the store host SIGKILLed: the others fence and exit with a clear error",
+          "[multinode]") {
+  skipWithoutNetns();
+  Matrix m(2, "2", "");
+  Process a(m.on(0)), b(m.on(1));
+  REQUIRE(a.waitForLines("world=4", 2, kSeen));
+  REQUIRE(b.waitForLines("world=4", 2, kSeen));
+  a.signal(SIGKILL);
+  RunResult r = b.wait();
+  INFO(r.describe());
+  CHECK(r.status() == 1);
+  CHECK_THAT(r.err, Catch::Contains("lost the rendezvous store"));
+  CHECK(r.wall < 40s);
+  CHECK(m.nothingLeft());
+}
+
+TEST_CASE("fault matrix: SIGTERM to one agent: it leaves, the others go on without it",
+          "[multinode]") {
+  skipWithoutNetns();
+  Matrix m(3, "2:3", "");
+  Process a(m.on(0)), b(m.on(1)), c(m.on(2));
+  for (Process* p : {&a, &b, &c}) REQUIRE(p->waitForLines("world=6", 2, kSeen));
+  c.signal(SIGTERM);
+  REQUIRE(a.waitForLines("world=4", 2, kSeen));
+  m.release();
+  std::vector<RunResult> runs = {a.wait(), b.wait(), c.wait()};
+  INFO(describe(runs));
+  CHECK(runs[0].status() == 0);
+  CHECK(runs[1].status() == 0);
+  CHECK(runs[2].status() == 143);
+  CHECK(m.nothingLeft());
+}
+
+TEST_CASE("fault matrix: SIGTERM to every agent: the job stops, exit 143, nothing left",
+          "[multinode]") {
+  skipWithoutNetns();
+  Matrix m(2, "2", "");
+  Process a(m.on(0)), b(m.on(1));
+  REQUIRE(a.waitForLines("world=4", 2, kSeen));
+  REQUIRE(b.waitForLines("world=4", 2, kSeen));
+  a.signal(SIGTERM);
+  b.signal(SIGTERM);
+  std::vector<RunResult> runs = {a.wait(), b.wait()};
+  INFO(describe(runs));
+  for (const auto& r : runs) CHECK(r.status() == 143);
+  CHECK(m.nothingLeft());
+}
+
+TEST_CASE("fault matrix: a malformed error file: a summary on every node, no abort",
+          "[multinode]") {
+  skipWithoutNetns();
+  Matrix m(2, "2", "3:0:badfile");
+  Process a(m.on(0)), b(m.on(1));
+  std::vector<RunResult> runs = {a.wait(), b.wait()};
+  INFO(describe(runs));
+  for (const auto& r : runs) {
+    CHECK(r.status() == 1);
+    CHECK_THAT(r.err, Catch::Contains("drun: root cause: rank 3 (local_rank 1) on "));
+  }
+  CHECK(m.nothingLeft());
+}
