@@ -74,7 +74,14 @@ rdzv::FailureRecord makeFailureRecord(const WorkerExit& rootCause, const std::st
   r.timeMs = std::chrono::duration_cast<std::chrono::milliseconds>(
                  rootCause.when.time_since_epoch()).count();
   r.otherFailures = otherFailures;
-  if (auto message = readErrorFile(errorFile)) {
+  std::optional<std::string> message;
+  try {
+    message = readErrorFile(errorFile);
+  } catch (const std::exception& e) {
+    // A file a worker wrote is untrusted: whatever it holds, the summary still comes.
+    message = "(unreadable error file: " + std::string(e.what()) + ")";
+  }
+  if (message) {
     r.detailSource = "error file " + errorFile.string();
     r.detail = *message;
   } else if (!rootCause.stderrTail.empty()) {

@@ -235,7 +235,7 @@ class C10dRendezvous final : public Rendezvous {
     auto header = store_->tryGet(keys::status(id(), running));
     std::optional<RoundState> state = header ? keys::parseState(*header) : std::nullopt;
     if (state && state->ok && state->nodeCount >= options_.maxNodes) {
-      spdlog::info("rendezvous '{}': the job runs with {} node(s), the most it takes; {} waits as "
+      spdlog::warn("rendezvous '{}': the job runs with {} node(s), the most it takes; {} waits as "
                    "a spare to replace a lost node",
                    id(), state->nodeCount, self_.displayName());
       return {};
