@@ -29,12 +29,22 @@ constexpr auto kSeen = 20s;          // hang guard of "the workers of a round st
 
 const char* kWorker = R"SH(
 echo "FM host=$FM_HOST rank=$RANK world=$WORLD_SIZE restart=$TORCHELASTIC_RESTART_COUNT"
+touch "$FM_DIR/up-$TORCHELASTIC_RESTART_COUNT-$WORLD_SIZE-$RANK"
 act=
 for item in $FM_PLAN; do
   case "$item" in
     "$RANK:$TORCHELASTIC_RESTART_COUNT:"*|"*:$TORCHELASTIC_RESTART_COUNT:"*|"$RANK:*:"*) act=${item#*:*:} ;;
   esac
 done
+# A fault waits until every worker of its round printed its line (so the round is complete in
+# the output however fast the fault stops the others).
+case "$act" in
+  exit*|kill|badfile)
+    i=0
+    while [ "$(ls "$FM_DIR" | grep -c "^up-$TORCHELASTIC_RESTART_COUNT-$WORLD_SIZE-")" -lt "$WORLD_SIZE" ] && [ $i -lt 400 ]; do
+      sleep 0.05; i=$((i+1))
+    done ;;
+esac
 case "$act" in
   exit*) exit "${act#exit}" ;;
   kill) kill -9 $$ ;;
@@ -78,6 +88,16 @@ std::multiset<int> allRanks(int world, int times = 1) {
   for (int t = 0; t < times; ++t)
     for (int i = 0; i < world; ++i) r.insert(i);
   return r;
+}
+
+// How many times `needle` is in the output now (take it before a fault, then wait for more).
+size_t countNow(Process& p, const std::string& needle) {
+  size_t now = 0;
+  p.waitForOutput([&](const std::string& out, const std::string&) {
+    for (size_t at = out.find(needle); at != std::string::npos; at = out.find(needle, at + 1)) ++now;
+    return true;
+  }, 0ms);
+  return now;
 }
 
 void skipWithoutNetns() {
@@ -230,8 +250,8 @@ TEST_CASE("fault matrix: scale-up 2 to 3 then an agent SIGKILLed: the others go 
   REQUIRE(a.waitForLines("world=6", 2, kSeen));  // the third node was taken in
   REQUIRE(c.waitForLines("world=6", 2, kSeen));
   c.signal(SIGKILL);
-  REQUIRE(a.waitForLines("world=4", 2, kSeen));
-  REQUIRE(b.waitForLines("world=4", 2, kSeen));
+  REQUIRE(a.waitForLines("world=4", 4, kSeen));  // a second round of 4
+  REQUIRE(b.waitForLines("world=4", 4, kSeen));
   m.release();
   std::vector<RunResult> runs = {a.wait(), b.wait()};
   INFO(describe(runs));
@@ -266,18 +286,22 @@ TEST_CASE("fault matrix: a link cut: the cut node fences its workers and the oth
   Matrix m(3, "2:3", "");
   Process a(m.on(0)), b(m.on(1)), c(m.on(2));
   for (Process* p : {&a, &b, &c}) REQUIRE(p->waitForLines("world=6", 2, kSeen));
+  const size_t a4 = countNow(a, "world=4"), b4 = countNow(b, "world=4");
+  const size_t a6 = countNow(a, "world=6"), c6 = countNow(c, "world=6");
+  const auto cutAt = std::chrono::steady_clock::now();
   m.link(2, false);
   // The others: the cut node's lease lapses (heartbeat_timeout=2), they re-form with two.
-  REQUIRE(a.waitForLines("world=4", 2, kSeen));
-  REQUIRE(b.waitForLines("world=4", 2, kSeen));
+  REQUIRE(a.waitForLines("world=4", a4 + 2, kSeen));
+  REQUIRE(b.waitForLines("world=4", b4 + 2, kSeen));
   // The cut node stopped its own workers (it cannot know whether the job went on without it).
   REQUIRE(c.waitForOutput([](const std::string&, const std::string& err) {
     return err.find("lost the rendezvous store") != std::string::npos;
   }, kSeen));
+  CHECK(std::chrono::steady_clock::now() - cutAt < 10s);  // within heartbeat_timeout, and then some
   m.link(2, true);
   // It reconnects and joins as a new node: the job takes it in again (6 workers).
-  REQUIRE(a.waitForLines("world=6", 4, kSeen));
-  REQUIRE(c.waitForLines("world=6", 4, kSeen));
+  REQUIRE(a.waitForLines("world=6", a6 + 2, kSeen));
+  REQUIRE(c.waitForLines("world=6", c6 + 2, kSeen));
   m.release();
   std::vector<RunResult> runs = {a.wait(), b.wait(), c.wait()};
   INFO(describe(runs));
@@ -351,8 +375,9 @@ TEST_CASE("fault matrix: SIGTERM to one agent: it leaves and the others go on wi
   Matrix m(3, "2:3", "");
   Process a(m.on(0)), b(m.on(1)), c(m.on(2));
   for (Process* p : {&a, &b, &c}) REQUIRE(p->waitForLines("world=6", 2, kSeen));
+  const size_t a4 = countNow(a, "world=4");
   c.signal(SIGTERM);
-  REQUIRE(a.waitForLines("world=4", 2, kSeen));
+  REQUIRE(a.waitForLines("world=4", a4 + 2, kSeen));
   m.release();
   std::vector<RunResult> runs = {a.wait(), b.wait(), c.wait()};
   INFO(describe(runs));

@@ -142,8 +142,7 @@ class C10dRendezvous final : public Rendezvous {
     } catch (const ProtocolError& e) {
       spdlog::warn("rendezvous '{}': {}; reporting this node's failure instead", id(), e.what());
     }
-    signalChange(r, "rank " + std::to_string(failure.rank) + " on " + self_.displayName() +
-                        " failed");
+    wakeWatchers(r);  // they read the record itself
     if (cause.final) publishOutcome(r, cause);
     return cause;
   }
@@ -152,8 +151,7 @@ class C10dRendezvous final : public Rendezvous {
     if (!lastRound_) throw InvalidArgument("finish() before a round formed");
     const uint64_t r = *lastRound_;
     const int64_t done = store_->add(keys::finished(id(), r), 1);
-    signalChange(r, "node " + self_.displayName() + " finished (" + std::to_string(done) + " of " +
-                        std::to_string(lastNodeCount_) + ")");
+    wakeWatchers(r);  // they read the counter itself
     if (done >= lastNodeCount_) publishOutcome(r, std::nullopt);
   }
 
@@ -503,6 +501,10 @@ class C10dRendezvous final : public Rendezvous {
       // The round closed meanwhile: status holds the state now.
     }
   }
+
+  // Wakes the round's membership watchers without a text: `last_change` keeps the text of the
+  // latest loss or arrival, which is what the watchers quote.
+  void wakeWatchers(uint64_t round) { store_->add(keys::changes(id(), round), 1); }
 
   void signalChange(uint64_t round, const std::string& reason) {
     store_->set(keys::lastChange(id(), round), reason);
