@@ -22,11 +22,15 @@ int main(int argc, char** argv) {
   drun::rdzv::StoreServerOptions options;
   std::string leaseTimeout = "10s";
   std::string logLevel;
+  std::string orphanTtl = "60s";
   app.add_option("--host", options.host, "address to listen on")->capture_default_str();
   app.add_option("--port", options.port, "port to listen on (0 = any; the chosen one is printed)")
       ->capture_default_str();
   app.add_option("--lease-timeout", leaseTimeout,
                  "drop a client silent this long (30, 30s, 500ms, 2m) unless it asks for its own")
+      ->capture_default_str();
+  app.add_option("--orphan-ttl", orphanTtl,
+                 "remove a job's keys this long after its last agent died (0 = never)")
       ->capture_default_str();
   app.add_option("--log-level", logLevel,
                  "trace, debug, info, warn, error or off (default: DRUN_LOG_LEVEL)");
@@ -35,6 +39,7 @@ int main(int argc, char** argv) {
   try {
     drun::log::init("drun-rendezvous", logLevel);
     options.leaseTimeout = drun::env::parseDuration(leaseTimeout, "--lease-timeout");
+    options.orphanTtl = drun::env::parseDuration(orphanTtl, "--orphan-ttl");
     if (options.leaseTimeout < options.minLeaseTimeout)
       throw drun::InvalidArgument("--lease-timeout: must be at least " +
                                   std::to_string(options.minLeaseTimeout.count()) + "ms");

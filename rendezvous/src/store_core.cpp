@@ -314,4 +314,34 @@ bool StoreCore::clientGone(ClientId client) {
   return true;
 }
 
+std::vector<std::string> StoreCore::prefixesWithoutWill(const std::string& root) const {
+  // "<root><job>/" of a key under root, or "" when the key has no job part.
+  auto jobOf = [&](std::string_view key) -> std::string_view {
+    if (key.size() <= root.size() || key.compare(0, root.size(), root) != 0) return {};
+    size_t slash = key.find('/', root.size());
+    return slash == std::string_view::npos ? std::string_view{} : key.substr(0, slash + 1);
+  };
+  std::unordered_set<std::string_view> named;
+  for (const auto& [client, will] : wills_) {
+    for (const auto& [k, v] : will.sets) named.insert(jobOf(k));
+    for (const auto& [k, d] : will.adds) named.insert(jobOf(k));
+    for (const auto& k : will.deletes) named.insert(jobOf(k));
+  }
+  std::vector<std::string> orphans;
+  for (auto it = data_.lower_bound(root); it != data_.end();) {
+    std::string_view job = jobOf(it->first);
+    if (job.empty()) {
+      if (it->first.compare(0, root.size(), root) != 0) break;  // past the root's range
+      ++it;
+      continue;
+    }
+    if (!named.count(job)) orphans.emplace_back(job);
+    // Skip the rest of this job's keys: the first key after "<job>/" + every byte.
+    std::string next(job);
+    next.back() = static_cast<char>('/' + 1);
+    it = data_.lower_bound(next);
+  }
+  return orphans;
+}
+
 }  // namespace drun::rdzv

@@ -17,6 +17,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <map>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <deque>
@@ -68,7 +69,7 @@ wire::Response answer(wire::Op op, uint64_t id, wire::Status status) {
 
 struct Counters {
   std::atomic<uint64_t> accepted{0}, open{0}, requests{0}, protocolErrors{0}, leasesExpired{0},
-      slowDropped{0}, wills{0}, waiters{0};
+      slowDropped{0}, wills{0}, waiters{0}, orphansRemoved{0};
 };
 
 }  // namespace
@@ -97,7 +98,12 @@ class StoreServer::Impl {
   std::thread::id ioThread_;
   Counters counters_;
 
+  asio::steady_timer sweepTimer_{ioc_};
+  std::map<std::string, std::chrono::steady_clock::time_point> orphanSince_;  // io thread only
+
   asio::awaitable<void> acceptLoop();
+  asio::awaitable<void> sweepLoop();
+  void sweepOrphans();
   void noteWaiters() { counters_.waiters = core_.waiterCount(); }
   void closeAll();
 };
@@ -563,14 +569,49 @@ StoreServer::Impl::Impl(const StoreServerOptions& options) : options_(options) {
   } catch (const boost::system::system_error& e) {
     throw NetworkError("store server: cannot listen on " + where + ": " + e.code().message());
   }
-  asio::co_spawn(ioc_, acceptLoop(), [](std::exception_ptr e) {
-    if (!e) return;
-    try {
-      std::rethrow_exception(e);
-    } catch (const std::exception& ex) {
-      spdlog::error("store server: accept loop failed: {}", ex.what());
+  auto report = [](const char* what) {
+    return [what](std::exception_ptr e) {
+      if (!e) return;
+      try {
+        std::rethrow_exception(e);
+      } catch (const std::exception& ex) {
+        spdlog::error("store server: {} failed: {}", what, ex.what());
+      }
+    };
+  };
+  asio::co_spawn(ioc_, acceptLoop(), report("accept loop"));
+  if (options_.orphanTtl.count() > 0) asio::co_spawn(ioc_, sweepLoop(), report("orphan sweep"));
+}
+
+// Removes the jobs no agent's will has named for orphanTtl (all their agents died); runs on the
+// io thread every quarter of the TTL.
+asio::awaitable<void> StoreServer::Impl::sweepLoop() {
+  const auto period = std::max<milliseconds>(milliseconds(50), options_.orphanTtl / 4);
+  boost::system::error_code ec;
+  while (!stopping_) {
+    sweepTimer_.expires_after(period);
+    co_await sweepTimer_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    if (stopping_) co_return;
+    sweepOrphans();
+  }
+}
+
+void StoreServer::Impl::sweepOrphans() {
+  const auto now = std::chrono::steady_clock::now();
+  std::map<std::string, std::chrono::steady_clock::time_point> still;
+  for (std::string& job : core_.prefixesWithoutWill(options_.orphanRoot)) {
+    auto since = orphanSince_.count(job) ? orphanSince_[job] : now;
+    if (now - since < options_.orphanTtl) {
+      still.emplace(std::move(job), since);
+      continue;
     }
-  });
+    const int64_t removed = core_.erasePrefix(job);
+    counters_.orphansRemoved++;
+    noteWaiters();
+    spdlog::info("store server: removed {} key(s) of {} (no agent of it left for {}ms)", removed,
+                 job, options_.orphanTtl.count());
+  }
+  orphanSince_ = std::move(still);
 }
 
 asio::awaitable<void> StoreServer::Impl::acceptLoop() {
@@ -602,6 +643,7 @@ void StoreServer::Impl::closeAll() {
   boost::system::error_code ec;
   acceptor_.close(ec);
   acceptRetry_.cancel();
+  sweepTimer_.cancel();
   std::vector<std::shared_ptr<Session>> all;
   for (auto& [id, s] : sessions_) all.push_back(s);
   for (auto& s : all) s->close("server stopping");
@@ -657,6 +699,7 @@ StoreServerStats StoreServer::stats() const {
   s.slowClientsDropped = c.slowDropped;
   s.willsRun = c.wills;
   s.waitersPending = c.waiters;
+  s.orphanJobsRemoved = c.orphansRemoved;
   return s;
 }
 

@@ -541,3 +541,26 @@ TEST_CASE("daemon: drun-rendezvous prints its port, serves, and stops on SIGTERM
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
 }
+
+TEST_CASE("server: a job whose agents all died is removed after the orphan TTL, others stay",
+          "[server]") {
+  StoreServerOptions o = localOptions();
+  o.orphanTtl = 300ms;
+  StoreServer server(o);
+  server.start();
+  TcpStore observer(clientOptions(server.port()));  // no will: names no job
+  auto agent = std::make_unique<TcpStore>(clientOptions(server.port()));
+  agent->setWill({{{"rdzv/live/0/dead/a", "1"}}, {}, {}});
+  agent->set("rdzv/live/round", "1");
+  observer.set("rdzv/dead/round", "3");  // a job nobody's will names: its agents are gone
+  observer.set("other/key", "kept");     // outside the root: never collected
+  CHECK(eventually([&] { return !observer.check({"rdzv/dead/round"}); }));
+  CHECK(server.stats().orphanJobsRemoved == 1);
+  // The live job is untouched while its agent is connected, however long that is.
+  std::this_thread::sleep_for(600ms);  // the scenario itself: two TTLs of a live job
+  CHECK(observer.check({"rdzv/live/round"}));
+  agent.reset();  // its will runs, then nobody names the job any more
+  CHECK(observer.get("rdzv/live/0/dead/a", 5s) == "1");
+  CHECK(eventually([&] { return !observer.check({"rdzv/live/round", "rdzv/live/0/dead/a"}); }));
+  CHECK(observer.check({"other/key"}));
+}

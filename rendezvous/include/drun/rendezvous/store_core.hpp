@@ -91,6 +91,9 @@ class StoreCore {
   // others). Returns whether a will ran. Will entries the store rejects (an add on a
   // non-integer) are skipped.
   bool clientGone(ClientId client);
+  // The job prefixes "<root><job>/" that hold keys but that no registered will names (every
+  // agent of the job is gone): what a long-lived server may remove after a grace.
+  std::vector<std::string> prefixesWithoutWill(const std::string& root) const;
 
  private:
   struct Waiter {

@@ -34,6 +34,11 @@ struct StoreServerOptions {
   milliseconds maxLeaseTimeout = 1h;
   milliseconds handshakeTimeout = 10s;    // a connection must say hello within this
   size_t maxOutputQueueBytes = 64 << 20;  // per connection; beyond it the client is dropped
+  // A job whose keys ("<orphanRoot><run id>/...") no connected client's will names any more (its
+  // agents all died) is removed after orphanTtl; 0 = never (an agent's embedded server ends with
+  // its job). The drun-rendezvous daemon sets it: a long-lived server does not collect dead jobs.
+  milliseconds orphanTtl{0};
+  std::string orphanRoot = "rdzv/";
   // Wire limits (key, value, keys per request, frame) are those of protocol.hpp's kLimits.
 };
 
@@ -47,6 +52,7 @@ struct StoreServerStats {
   uint64_t slowClientsDropped = 0; // connections closed for an output queue over the bound
   uint64_t willsRun = 0;
   uint64_t waitersPending = 0;     // blocking calls (get/wait/multiGet/watch) not yet answered
+  uint64_t orphanJobsRemoved = 0;
 };
 
 class StoreServer {
