@@ -133,6 +133,7 @@ class C10dRendezvous final : public Rendezvous {
     if (!lastRound_) throw InvalidArgument("reportFailure() before a round formed");
     const uint64_t r = *lastRound_;
     FailureRecord mine = failure;
+    mine.node = self_.displayName();  // how the other nodes know this one
     mine.final = restartCount_ >= maxRestarts;
     Store& s = *store_;
     const Bytes stored = s.compareSet(keys::failure(id(), r), "", keys::encodeFailure(mine));
