@@ -100,6 +100,11 @@ size_t countNow(Process& p, const std::string& needle) {
   return now;
 }
 
+// Waits until every agent's two workers of a round of `world` workers printed their lines.
+void awaitRound(std::initializer_list<Process*> agents, int world) {
+  for (Process* p : agents) REQUIRE(p->waitForLines("world=" + std::to_string(world), 2, kSeen));
+}
+
 void skipWithoutNetns() {
   if (auto why = NetnsCluster::unavailableReason()) skipTest("fault matrix: " + *why);
 }
@@ -247,8 +252,7 @@ TEST_CASE("fault matrix: scale-up 2 to 3 then an agent SIGKILLed: the others go 
   Process a(m.on(0)), b(m.on(1));
   REQUIRE(a.waitForLines("FM host=0", 2, kSeen));
   Process c(m.on(2));
-  REQUIRE(a.waitForLines("world=6", 2, kSeen));  // the third node was taken in
-  REQUIRE(c.waitForLines("world=6", 2, kSeen));
+  awaitRound({&a, &b, &c}, 6);  // the third node was taken in
   c.signal(SIGKILL);
   REQUIRE(a.waitForLines("world=4", 4, kSeen));  // a second round of 4
   REQUIRE(b.waitForLines("world=4", 4, kSeen));
@@ -267,8 +271,7 @@ TEST_CASE("fault matrix: an agent SIGKILLed in a 2:2 job: a clear error naming i
   skipWithoutNetns();
   Matrix m(2, "2", "");
   Process a(m.on(0)), b(m.on(1));
-  REQUIRE(a.waitForLines("world=4", 2, kSeen));
-  REQUIRE(b.waitForLines("world=4", 2, kSeen));
+  awaitRound({&a, &b}, 4);
   b.signal(SIGKILL);
   RunResult r = a.wait();
   INFO(r.describe());
@@ -285,7 +288,7 @@ TEST_CASE("fault matrix: a link cut: the cut node fences its workers and the oth
   skipWithoutNetns();
   Matrix m(3, "2:3", "");
   Process a(m.on(0)), b(m.on(1)), c(m.on(2));
-  for (Process* p : {&a, &b, &c}) REQUIRE(p->waitForLines("world=6", 2, kSeen));
+  awaitRound({&a, &b, &c}, 6);
   const size_t a4 = countNow(a, "world=4"), b4 = countNow(b, "world=4");
   const size_t a6 = countNow(a, "world=6"), c6 = countNow(c, "world=6");
   const auto cutAt = std::chrono::steady_clock::now();
@@ -316,8 +319,7 @@ TEST_CASE("fault matrix: a spare beyond MAX causes no restart and replaces a los
   skipWithoutNetns();
   Matrix m(3, "2", "");
   Process a(m.on(0)), b(m.on(1));
-  REQUIRE(a.waitForLines("world=4", 2, kSeen));
-  REQUIRE(b.waitForLines("world=4", 2, kSeen));
+  awaitRound({&a, &b}, 4);
   Process spare(m.on(2));
   REQUIRE(spare.waitForOutput([](const std::string&, const std::string& err) {
     return err.find("waits as a spare") != std::string::npos;
@@ -358,8 +360,7 @@ TEST_CASE("fault matrix: the store host SIGKILLed: the others fence and exit wit
   skipWithoutNetns();
   Matrix m(2, "2", "");
   Process a(m.on(0)), b(m.on(1));
-  REQUIRE(a.waitForLines("world=4", 2, kSeen));
-  REQUIRE(b.waitForLines("world=4", 2, kSeen));
+  awaitRound({&a, &b}, 4);
   a.signal(SIGKILL);
   RunResult r = b.wait();
   INFO(r.describe());
@@ -374,7 +375,7 @@ TEST_CASE("fault matrix: SIGTERM to one agent: it leaves and the others go on wi
   skipWithoutNetns();
   Matrix m(3, "2:3", "");
   Process a(m.on(0)), b(m.on(1)), c(m.on(2));
-  for (Process* p : {&a, &b, &c}) REQUIRE(p->waitForLines("world=6", 2, kSeen));
+  awaitRound({&a, &b, &c}, 6);
   const size_t a4 = countNow(a, "world=4");
   c.signal(SIGTERM);
   REQUIRE(a.waitForLines("world=4", a4 + 2, kSeen));
@@ -392,8 +393,7 @@ TEST_CASE("fault matrix: SIGTERM to every agent: the job stops with exit 143 and
   skipWithoutNetns();
   Matrix m(2, "2", "");
   Process a(m.on(0)), b(m.on(1));
-  REQUIRE(a.waitForLines("world=4", 2, kSeen));
-  REQUIRE(b.waitForLines("world=4", 2, kSeen));
+  awaitRound({&a, &b}, 4);
   a.signal(SIGTERM);
   b.signal(SIGTERM);
   std::vector<RunResult> runs = {a.wait(), b.wait()};

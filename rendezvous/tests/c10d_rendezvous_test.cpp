@@ -159,6 +159,19 @@ class FirstChange {
 };
 
 // Global ranks 0..world-1 exactly once, consistent round fields, prefix sums.
+void checkRound(const std::vector<RoundResult>& results, const std::vector<int>& localSizes);
+
+// hostA and hostB of a 2:2 job, round 0 formed.
+std::pair<std::unique_ptr<Rendezvous>, std::unique_ptr<Rendezvous>> runningPair(
+    MemoryCluster& cluster) {
+  auto a = cluster.agent(withNode(options(2, 2), "hostA"));
+  auto b = cluster.agent(withNode(options(2, 2), "hostB"));
+  auto fa = startNext(*a);
+  auto fb = startNext(*b);
+  checkRound({getWithin(fa), getWithin(fb)}, {1, 1});
+  return {std::move(a), std::move(b)};
+}
+
 void checkRound(const std::vector<RoundResult>& results, const std::vector<int>& localSizes) {
   REQUIRE(!results.empty());
   const auto& first = results.front();
@@ -654,11 +667,7 @@ TEST_CASE("c10d: leave() notifies nobody, and a spare beyond MAX disturbs nobody
 TEST_CASE("c10d: a failure anywhere is one root cause, and the restart count is the job's",
           "[rendezvous]") {
   MemoryCluster cluster;
-  auto a = cluster.agent(withNode(options(2, 2), "hostA"));
-  auto b = cluster.agent(withNode(options(2, 2), "hostB"));
-  auto fa = startNext(*a);
-  auto fb = startNext(*b);
-  checkRound({getWithin(fa), getWithin(fb)}, {1, 1});
+  auto [a, b] = runningPair(cluster);
   FirstChange told(*a, "failed");
   FailureRecord f;
   f.rank = 1;
@@ -674,8 +683,8 @@ TEST_CASE("c10d: a failure anywhere is one root cause, and the restart count is 
   later.rank = 0;
   later.node = "hostA";
   CHECK(a->reportFailure(later, 1).node == "hostB");
-  fa = startNext(*a);
-  fb = startNext(*b);
+  auto fa = startNext(*a);
+  auto fb = startNext(*b);
   std::vector<RoundResult> second = {getWithin(fa), getWithin(fb)};
   checkRound(second, {1, 1});
   for (const auto& r : second) CHECK(r.restartCount == 1);
@@ -692,11 +701,7 @@ TEST_CASE("c10d: a failure anywhere is one root cause, and the restart count is 
 
 TEST_CASE("c10d: the exit barrier: Succeeded once every member finished", "[rendezvous]") {
   MemoryCluster cluster;
-  auto a = cluster.agent(withNode(options(2, 2), "hostA"));
-  auto b = cluster.agent(withNode(options(2, 2), "hostB"));
-  auto fa = startNext(*a);
-  auto fb = startNext(*b);
-  checkRound({getWithin(fa), getWithin(fb)}, {1, 1});
+  auto [a, b] = runningPair(cluster);
   FirstChange done(*a, "succeeded");
   a->finish();
   CHECK_FALSE(done.reportedWithin(300ms));  // b still runs
@@ -733,13 +738,9 @@ TEST_CASE("c10d: a lost member: the survivors re-form at once, without the last 
 TEST_CASE("c10d: a lost member with fewer than MIN left: a clear error naming it",
           "[rendezvous]") {
   MemoryCluster cluster;
-  auto a = cluster.agent(withNode(options(2, 2), "hostA"));
-  auto b = cluster.agent(withNode(options(2, 2), "hostB"));
-  auto fa = startNext(*a);
-  auto fb = startNext(*b);
-  checkRound({getWithin(fa), getWithin(fb)}, {1, 1});
+  auto [a, b] = runningPair(cluster);
   b.reset();
-  fa = startNext(*a);
+  auto fa = startNext(*a);
   REQUIRE(fa.wait_for(kHang) == std::future_status::ready);
   REQUIRE_THROWS_WITH(fa.get(), Catch::Contains("lost node(s) hostB") &&
                                     Catch::Contains("fewer than the minimum of 2"));
