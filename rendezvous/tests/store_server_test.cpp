@@ -499,10 +499,8 @@ TEST_CASE("daemon: drun-rendezvous prints its port, serves, and stops on SIGTERM
   if (const char* dir = std::getenv("DRUN_BUILD_DIR")) binary = fs::path(dir) / "bin" / "drun-rendezvous";
   if (binary.empty() || !fs::exists(binary))
     binary = fs::read_symlink("/proc/self/exe").parent_path().parent_path() / "bin" / "drun-rendezvous";
-  if (!fs::exists(binary)) {
-    WARN("drun-rendezvous not built; skipped (" << binary << ")");
-    return;
-  }
+  INFO("drun-rendezvous is built with these tests (a dependency): " << binary);
+  REQUIRE(fs::exists(binary));
   int out[2];
   REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
   pid_t pid = ::fork();
