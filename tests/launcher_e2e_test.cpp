@@ -8,6 +8,7 @@
 // PET_* variables, exit codes, summary lines, "drun: error:" for bad input with exit code 2).
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -1166,4 +1167,75 @@ TEST_CASE("restart budget exhausted: the failure's exit code after exactly K+1 a
     CHECK(r2.status() == 4);
     CHECK(slurp(attempts) == "rank=0 restart=0\n");
   }
+}
+
+// ============================================================================================
+// A console nobody reads; malformed error files
+// ============================================================================================
+
+TEST_CASE("a stdout nobody reads does not keep drun alive after SIGTERM", "[e2e]") {
+  MarkerScope marker;
+  TempDir dir;
+  auto fifo = dir / "stdout";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  // The test holds the FIFO open (both ends: drun's open for writing does not wait) and never
+  // reads it: drun's stdout is a pipe whose reader stopped reading.
+  int held = ::open(fifo.c_str(), O_RDWR | O_CLOEXEC);
+  REQUIRE(held >= 0);
+  auto options = drunCommand({"--nproc-per-node", "2", "--shutdown-timeout", "1", "yes",
+                              "a line of worker output that nobody reads"},
+                             {marker.env()}, 60s);
+  options.argv.insert(options.argv.begin(),
+                      {"/bin/sh", "-c", "exec \"$0\" \"$@\" > '" + fifo.string() + "'"});
+  Process job(options);
+  // Wait (bounded) until the pipe is full: drun's console writer is then stuck in write(2). Lines
+  // do not pack the pipe's pages exactly: "full" is three quarters of its capacity.
+  int capacity = ::fcntl(held, F_GETPIPE_SZ) * 3 / 4;
+  REQUIRE(capacity > 0);
+  auto deadline = std::chrono::steady_clock::now() + 20s;
+  int queued = 0;
+  while ((::ioctl(held, FIONREAD, &queued) != 0 || queued < capacity) &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(5ms);  // another process's progress: look again
+  REQUIRE(queued >= capacity);
+
+  auto signalled = std::chrono::steady_clock::now();
+  job.signal(SIGTERM);
+  auto r = job.wait(20s);
+  auto took = std::chrono::steady_clock::now() - signalled;
+  ::close(held);
+  INFO(r.describe());
+  REQUIRE_FALSE(r.timedOut);
+  CHECK(r.status() == 143);
+  // Grace (1 s) + the console's drain deadline (1 s) + slack: a hang guard, not a benchmark.
+  CHECK(took < 10s);
+  auto left = marker.leftovers(5s);
+  INFO("left behind:\n" << MarkerScope::describe(left));
+  CHECK(left.empty());
+}
+
+TEST_CASE("a malformed error file: exit 1, a summary that says so, no temporary directory left",
+          "[e2e]") {
+  MarkerScope marker;
+  TempDir tmp;  // drun's TMPDIR: its temporary job directory (holding the error files) goes here
+  std::string content = GENERATE(as<std::string>{}, R"({"message":{"message":1}})",
+                                 "\x7f" "ELF binary \x01\x02\xff garbage", R"({"message":[)");
+  CAPTURE(content);
+  auto r = run(drunCommand({"sh", "-c",
+                            "printf '%s' \"$CONTENT\" > \"$TORCHELASTIC_ERROR_FILE\"; "
+                            "echo last-words-before-exit >&2; exit 1"},
+                           {marker.env(), "TMPDIR=" + tmp.path().string(), "CONTENT=" + content}));
+  INFO(r.describe());
+  REQUIRE_FALSE(r.timedOut);
+  CHECK(r.status() == 1);
+  expectRootCause(r, rootCause(0, "exited with code 1"));
+  CHECK(Summary{splitLines(r.err)}.find("drun:   error file ") >= 0);
+  CHECK(contains(r.err, " is malformed: "));
+  auto tail = indentedAfter(r, "drun:   last lines of stderr:");
+  bool found = false;
+  for (auto& l : tail) found = found || contains(l, "last-words-before-exit");
+  CHECK(found);
+  CHECK_FALSE(contains(r.err, "terminate called"));
+  CHECK(fs::is_empty(tmp.path()));
+  CHECK(marker.leftovers(2s).empty());
 }

@@ -4,7 +4,6 @@
 #pragma once
 
 #include <filesystem>
-#include <optional>
 #include <string>
 
 #include "drun/agent/worker_group.hpp"
@@ -14,12 +13,27 @@ namespace drun::agent {
 // "SIGSEGV" for 11; "signal 77" when unknown.
 std::string signalName(int signal);
 
-// The message of a TORCHELASTIC_ERROR_FILE: torch writes {"message": {"message": "...",
-// "extraInfo": {"py_callstack": "...", "timestamp": "..."}}} or {"message": "..."}. Returns
-// nullopt when the file is absent; the raw text (bounded) when it is not JSON of that shape.
-std::optional<std::string> readErrorFile(const std::filesystem::path& path);
+// What a worker's TORCHELASTIC_ERROR_FILE says. torch writes {"message": {"message": "...",
+// "extraInfo": {"py_callstack": "...", "timestamp": "..."}}} or {"message": "..."}; a worker may
+// write anything, so every other content is a Malformed file with the reason, never an exception.
+struct ErrorFile {
+  enum class State {
+    Absent,      // no file: the worker did not write one
+    Message,     // `text` is its message (plus the Python call stack when there is one)
+    Unreadable,  // `text` says why it could not be read (permissions, a directory, too large)
+    Malformed,   // `text` says what is wrong with its content (not JSON, wrong types, binary)
+  };
+  State state = State::Absent;
+  std::string text;
+};
 
-// Lines prefixed "drun: " (no trailing newline on the last).
+// Reads and parses an error file (at most kMaxErrorFileBytes). Never throws.
+ErrorFile readErrorFile(const std::filesystem::path& path) noexcept;
+inline constexpr size_t kMaxErrorFileBytes = 1 << 20;
+
+// Lines prefixed "drun: " (no trailing newline on the last). An unreadable or malformed error file
+// is named with what is wrong with it, and the stderr tail is shown instead. Never throws but
+// std::bad_alloc.
 std::string formatFailureSummary(const WorkerExit& rootCause, const std::string& host,
                                  const std::filesystem::path& errorFile, int otherFailures);
 
