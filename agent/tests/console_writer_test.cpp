@@ -55,7 +55,7 @@ std::string line(char c, size_t size) { return std::string(size - 1, c) + "\n"; 
 
 }  // namespace
 
-TEST_CASE("lines reach the console whole and in order; stdout and stderr on one file share a lane",
+TEST_CASE("lines reach the console whole and in order, stdout and stderr on one file in one lane",
           "[agent]") {
   TestPipe pipe;
   pipe.readAll();
