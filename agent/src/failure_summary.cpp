@@ -134,7 +134,9 @@ std::optional<ErrorFile> readBounded(const std::filesystem::path& path, std::str
 
 // torch's two shapes; anything else says what is wrong with it.
 ErrorFile parseErrorFile(const std::string& content) {
-  auto malformed = [](std::string why) { return errorFile(ErrorFile::State::Malformed, std::move(why)); };
+  auto malformed = [](std::string why) {
+    return errorFile(ErrorFile::State::Malformed, std::move(why));
+  };
   if (content.find_first_not_of(" \t\r\n") == std::string::npos) return malformed("empty");
   if (nestingDepth(content) > kMaxJsonDepth)
     return malformed("JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
@@ -165,7 +167,7 @@ ErrorFile parseErrorFile(const std::string& content) {
     auto extra = message->find("extraInfo");
     if (extra != message->end() && extra->is_object()) {
       auto stack = extra->find("py_callstack");
-      if (stack != extra->end() && stack->is_string() && !stack->get_ref<const std::string&>().empty())
+      if (stack != extra->end() && stack->is_string() && !stack->get<std::string>().empty())
         text += "\n" + stack->get<std::string>();
     }
   } else {

@@ -93,7 +93,7 @@ struct OutputMux::Impl {
   asio::io_context& io;
   OutputOptions options;
   std::shared_ptr<ConsoleWriter> console;
-  bool consoleDropped[2] = {false, false};  // by ConsoleStream, as last seen (logged once)
+  bool consoleDropped[2] = {false, false};     // by ConsoleStream, as last seen (logged once)
   bool waitingForConsole[2] = {false, false};  // a whenWritable() registration is pending
   std::map<int, std::unique_ptr<Source>> sources;
   std::string batch;  // whole lines of one read, handed to the console at once
@@ -201,7 +201,8 @@ struct OutputMux::Impl {
     if (!console->write(target, std::move(batch)) && !consoleDropped[static_cast<int>(target)]) {
       // EPIPE (nobody reads drun's output) or abandoned at exit: the workers are still drained.
       consoleDropped[static_cast<int>(target)] = true;
-      spdlog::debug("worker output: console {} dropped", target == ConsoleStream::Err ? "stderr" : "stdout");
+      spdlog::debug("worker output: console {} dropped",
+                    target == ConsoleStream::Err ? "stderr" : "stdout");
     }
     batch.clear();
   }

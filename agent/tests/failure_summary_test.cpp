@@ -1,3 +1,5 @@
+#include "drun/agent/failure_summary.hpp"
+
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -5,8 +7,6 @@
 #include <filesystem>
 #include <fstream>
 #include <vector>
-
-#include "drun/agent/failure_summary.hpp"
 
 using namespace drun::agent;
 namespace fs = std::filesystem;
@@ -28,16 +28,19 @@ TEST_CASE("signal names", "[agent]") {
 }
 
 TEST_CASE("torch @record error files are read in both shapes", "[agent]") {
-  auto nested = tempFile("nested.json",
+  auto nested = tempFile(
+      "nested.json",
       R"({"message": {"message": "RuntimeError: boom", "extraInfo": {"py_callstack": "Traceback: line 3", "timestamp": "1"}}})");
   auto file = readErrorFile(nested);
   REQUIRE(file.state == ErrorFile::State::Message);
-  CHECK_THAT(file.text, Catch::Contains("RuntimeError: boom") && Catch::Contains("Traceback: line 3"));
+  CHECK_THAT(file.text,
+             Catch::Contains("RuntimeError: boom") && Catch::Contains("Traceback: line 3"));
   file = readErrorFile(tempFile("flat.json", R"({"message": "plain failure"})"));
   CHECK(file.state == ErrorFile::State::Message);
   CHECK(file.text == "plain failure");
   // A call stack of the wrong type costs only the call stack.
-  file = readErrorFile(tempFile("stack.json", R"({"message": {"message": "m", "extraInfo": {"py_callstack": 5}}})"));
+  file = readErrorFile(
+      tempFile("stack.json", R"({"message": {"message": "m", "extraInfo": {"py_callstack": 5}}})"));
   CHECK(file.state == ErrorFile::State::Message);
   CHECK(file.text == "m");
   CHECK(readErrorFile("/nonexistent/error.json").state == ErrorFile::State::Absent);
@@ -50,11 +53,14 @@ TEST_CASE("a malformed error file says what is wrong with it and never throws", 
     const char* reason;  // a part of ErrorFile::text
   };
   const std::vector<Case> cases = {
-      {"inner message a number", R"({"message":{"message":1}})", "\"message.message\" is a number, not a string"},
+      {"inner message a number", R"({"message":{"message":1}})",
+       "\"message.message\" is a number, not a string"},
       {"inner message null", R"({"message":{"message":null}})", "\"message.message\" is null"},
-      {"inner message an object", R"({"message":{"message":{"message":"x"}}})", "is an object, not a string"},
+      {"inner message an object", R"({"message":{"message":{"message":"x"}}})",
+       "is an object, not a string"},
       {"inner message missing", R"({"message":{"extraInfo":{}}})", "has no \"message\" field"},
-      {"message an array", R"({"message":[1,2]})", "\"message\" is an array, not a string or an object"},
+      {"message an array", R"({"message":[1,2]})",
+       "\"message\" is an array, not a string or an object"},
       {"message a boolean", R"({"message":true})", "\"message\" is a boolean"},
       {"message empty", R"({"message":""})", "\"message\" is empty"},
       {"no message", R"({"error":"x"})", "no \"message\" field"},
@@ -64,11 +70,15 @@ TEST_CASE("a malformed error file says what is wrong with it and never throws", 
       {"truncated JSON", R"({"message": {"message": "cut)", "not JSON"},
       {"empty", "", "empty"},
       {"whitespace", " \n\t ", "empty"},
-      {"binary", std::string("\x7f" "ELF\0\x01\x02\xff\xfe", 10), "not JSON"},
+      {"binary",
+       std::string("\x7f"
+                   "ELF\0\x01\x02\xff\xfe",
+                   9),
+       "not JSON"},
       {"invalid UTF-8 in a string", "{\"message\": \"bad \xff\xfe bytes\"}", "not JSON"},
       {"deeply nested", std::string(100000, '[') + std::string(100000, ']'), "nested deeper"},
-      {"deeply nested message", R"({"message":)" + std::string(70, '{') + std::string(70, '}') + "}",
-       "nested deeper"},
+      {"deeply nested message",
+       R"({"message":)" + std::string(70, '{') + std::string(70, '}') + "}", "nested deeper"},
   };
   for (const auto& c : cases) {
     DYNAMIC_SECTION(c.name) {
@@ -116,8 +126,9 @@ TEST_CASE("a summary with a malformed error file names the problem and shows the
   std::string s = formatFailureSummary(exit, "node7", errorFile, 0);
   CHECK_THAT(s, Catch::Contains("drun:   error file " + errorFile.string() +
                                 " is malformed: \"message.message\" is a number, not a string"));
-  CHECK_THAT(s, Catch::Contains("last lines of stderr:\ndrun:     Traceback (most recent call last):"
-                                "\ndrun:     ValueError: bad"));
+  CHECK_THAT(s,
+             Catch::Contains("last lines of stderr:\ndrun:     Traceback (most recent call last):"
+                             "\ndrun:     ValueError: bad"));
   exit.stderrTail.clear();
   s = formatFailureSummary(exit, "node7", errorFile, 0);
   CHECK_THAT(s, Catch::Contains("is malformed") && Catch::Contains("(no stderr output)"));
@@ -132,7 +143,8 @@ TEST_CASE("the summary names rank, host, code or signal, and the evidence", "[ag
   exit.when = std::chrono::system_clock::now();
   exit.stderrTail = {"line one", "last words"};
   std::string s = formatFailureSummary(exit, "node7", "/nonexistent/error.json", 2);
-  CHECK_THAT(s, Catch::StartsWith("drun: root cause: rank 5 (local_rank 1) on node7 exited with code 3"));
+  CHECK_THAT(
+      s, Catch::StartsWith("drun: root cause: rank 5 (local_rank 1) on node7 exited with code 3"));
   CHECK_THAT(s, Catch::Contains("drun:   time: "));
   CHECK_THAT(s, Catch::Contains("last lines of stderr:\ndrun:     line one\ndrun:     last words"));
   CHECK_THAT(s, Catch::Contains("2 other worker(s)"));

@@ -279,7 +279,8 @@ TEST_CASE_METHOD(StuckConsole, "a console nobody reads slows the workers, never 
 }
 
 TEST_CASE_METHOD(StuckConsole,
-                 "stopping workers whose console is stuck ends within the grace period", "[agent]") {
+                 "stopping workers whose console is stuck ends within the grace period",
+                 "[agent]") {
   auto group = std::make_unique<WorkerGroup>(io, options);
   group->start({shellWorker(0, "exec yes 0123456789"), shellWorker(1, "exec yes abcdefghij")});
   CHECK(tickFor(300ms) < 200ms);

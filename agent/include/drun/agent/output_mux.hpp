@@ -28,7 +28,6 @@
 #pragma once
 
 #include <boost/asio/io_context.hpp>
-#include <chrono>
 #include <cstddef>
 #include <deque>
 #include <filesystem>
