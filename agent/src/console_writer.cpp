@@ -194,7 +194,11 @@ bool ConsoleWriter::dropped(ConsoleStream stream) const {
   return l.dropped;
 }
 
-bool ConsoleWriter::drain(std::chrono::milliseconds timeout) {
+bool ConsoleWriter::flush(std::chrono::milliseconds timeout) { return waitWritten(timeout, false); }
+
+bool ConsoleWriter::drain(std::chrono::milliseconds timeout) { return waitWritten(timeout, true); }
+
+bool ConsoleWriter::waitWritten(std::chrono::milliseconds timeout, bool abandon) {
   auto deadline = std::chrono::steady_clock::now() + timeout;
   bool complete = true;
   for (int i = 0; i < 2; ++i) {
@@ -202,8 +206,8 @@ bool ConsoleWriter::drain(std::chrono::milliseconds timeout) {
     Lane& l = *lanes_[i];
     std::unique_lock lock(l.mutex);
     if (l.idle.wait_until(lock, deadline, [&] { return l.dropped || l.emptyLocked(); })) continue;
-    l.dropLocked();  // abandoned: the reader is not reading, and drun does not wait any longer
     complete = false;
+    if (abandon) l.dropLocked();  // the reader is not reading, and drun does not wait any longer
   }
   return complete;
 }

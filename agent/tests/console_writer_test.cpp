@@ -102,13 +102,13 @@ TEST_CASE("back-pressure: congested above the high-water mark, resumed at the lo
   CHECK_FALSE(writer.congested(ConsoleStream::Out));
   CHECK_FALSE(writer.whenWritable(ConsoleStream::Out, &out, [] {}));  // not congested: resume now
 
-  // Nobody reads stdout: the pipe (64 KiB) fills, then the queue. write() never blocks.
+  // Nobody reads stdout: the pipe fills, then the queue; once more than both were written, the
+  // lane stays congested. write() never blocks.
   auto start = std::chrono::steady_clock::now();
-  int writes = 0;
-  while (!writer.congested(ConsoleStream::Out) && writes < 1000) {
-    REQUIRE(writer.write(ConsoleStream::Out, line('x', 4096)));
-    ++writes;
-  }
+  int capacity = ::fcntl(out.writeFd, F_GETPIPE_SZ);
+  REQUIRE(capacity > 0);
+  int writes = (capacity + static_cast<int>(options.highWaterBytes)) / 4096 + 2;
+  for (int i = 0; i < writes; ++i) REQUIRE(writer.write(ConsoleStream::Out, line('x', 4096)));
   CHECK(writer.congested(ConsoleStream::Out));
   CHECK(std::chrono::steady_clock::now() - start < 2s);
   // stderr is another lane: it still flows.
@@ -143,6 +143,8 @@ TEST_CASE("drain gives up at its deadline and abandons a console nobody reads", 
   for (int i = 0; i < 64; ++i) writer->write(ConsoleStream::Out, line('x', 4096));  // > the pipe
   writer->write(ConsoleStream::Err, "err line\n");
 
+  CHECK_FALSE(writer->flush(100ms));  // waits, and gives up nothing
+  CHECK_FALSE(writer->dropped(ConsoleStream::Out));
   auto start = std::chrono::steady_clock::now();
   CHECK_FALSE(writer->drain(300ms));
   auto took = std::chrono::steady_clock::now() - start;

@@ -77,15 +77,19 @@ class ConsoleWriter {
   // True once the stream's lane was dropped (write error or abandoned).
   bool dropped(ConsoleStream stream) const;
 
-  // Blocks until everything queued so far is written, or `timeout`. Returns true when nothing is
-  // left (written, or discarded earlier by a write error); false when the deadline passed: the
-  // lanes still busy are then abandoned (dropped: nothing more is written to them, not even the
-  // rest of a line; a write(2) in progress is left to the reader or to the process's exit).
+  // Blocks until everything queued so far is written (or discarded by a write error), or
+  // `timeout`; returns whether it was. Changes nothing on a timeout: what is queued stays queued.
+  bool flush(std::chrono::milliseconds timeout);
+
+  // flush(), and when the deadline passes, the lanes still busy are abandoned (dropped: nothing
+  // more is written to them, not even the rest of a line; a write(2) in progress is left to the
+  // reader or to the process's exit). What drun does at exit: it prints nothing more, it exits.
   bool drain(std::chrono::milliseconds timeout);
 
  private:
   struct Lane;
   Lane& lane(ConsoleStream stream) const;
+  bool waitWritten(std::chrono::milliseconds timeout, bool abandon);
 
   ConsoleWriterOptions options_;
   std::shared_ptr<Lane> lanes_[2];  // [Out], [Err]; the same lane twice when they share a file
