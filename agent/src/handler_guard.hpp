@@ -9,18 +9,16 @@
 
 namespace drun::agent::detail {
 
-// Runs body(); returns false when it threw (reported as "drun: internal error in <what>: ...").
+// Runs body(); what it throws is logged as "internal error in <what>: ..." and swallowed.
 template <class Body>
-bool guarded(const char* what, Body&& body) noexcept {
+void guarded(const char* what, Body&& body) noexcept {
   try {
     body();
-    return true;
   } catch (const std::exception& e) {
-    spdlog::error("drun: internal error in {}: {}", what, e.what());
+    spdlog::error("internal error in {}: {}", what, e.what());
   } catch (...) {
-    spdlog::error("drun: internal error in {}: unknown exception", what);
+    spdlog::error("internal error in {}: unknown exception", what);
   }
-  return false;
 }
 
 }  // namespace drun::agent::detail
