@@ -6,7 +6,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <ctime>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -188,8 +190,13 @@ ErrorFile readErrorFile(const std::filesystem::path& path) noexcept {
     std::string content;
     if (auto unusable = readBounded(path, content)) return *unusable;
     return parseErrorFile(content);
-  } catch (const std::exception& e) {  // memory: say so rather than fail the summary
-    return errorFile(ErrorFile::State::Unreadable, std::string("cannot be processed: ") + e.what());
+  } catch (...) {  // memory: say so rather than fail the summary
+    ErrorFile file{ErrorFile::State::Unreadable, {}};
+    try {
+      file.text = "cannot be processed (out of memory)";
+    } catch (...) {
+    }
+    return file;
   }
 }
 

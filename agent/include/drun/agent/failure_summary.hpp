@@ -3,6 +3,7 @@
 // the last lines of its stderr. Pure formatting plus one bounded file read.
 #pragma once
 
+#include <cstddef>
 #include <filesystem>
 #include <string>
 
