@@ -1,6 +1,7 @@
 #include "drun/agent/output_mux.hpp"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -24,6 +25,8 @@ namespace asio = boost::asio;
 namespace {
 
 constexpr size_t kReadChunkBytes = 64 * 1024;
+// A sweep reads at most this much from one pipe (a descendant may still be writing to it).
+constexpr size_t kMaxSweepBytes = 1 << 20;
 
 void replaceAll(std::string& text, std::string_view macro, const std::string& value) {
   for (size_t at = text.find(macro); at != std::string::npos; at = text.find(macro, at)) {
@@ -88,7 +91,22 @@ struct OutputMux::Impl {
         options(std::move(options)),
         console(this->options.console ? this->options.console : ConsoleWriter::standard()) {}
 
-  ~Impl() { console->cancel(this); }  // no resume callback runs once this returns
+  ~Impl() {
+    // What the workers wrote and the mux has not read yet (a pipe paused by back-pressure) still
+    // goes to the files and the console queue, which outlives the mux and drains at exit.
+    detail::guarded("worker output", [&] {
+      for (auto& [rank, src] : sources)
+        for (Stream* stream : {&src->out, &src->err}) {
+          sweep(*stream);
+          if (!stream->eof && !stream->partial.empty()) {
+            emitLine(*stream, stream->partial);
+            stream->partial.clear();
+            flushBatch(*stream);
+          }
+        }
+    });
+    console->cancel(this);  // no resume callback runs once this returns
+  }
 
   asio::io_context& io;
   OutputOptions options;
@@ -170,6 +188,35 @@ struct OutputMux::Impl {
     };
     waitingForConsole[static_cast<int>(target)] = true;
     if (!console->whenWritable(target, this, std::move(resume))) resumeReading(target);
+  }
+
+  // Reads what the pipe holds now, without waiting and whatever the console's back-pressure
+  // (bounded by kMaxSweepBytes). Returns true when it reached EOF; the stream is not finished
+  // (that is the asynchronous read's job, so that onClosed never runs from in here).
+  bool sweep(Stream& stream) {
+    if (stream.eof || !stream.pipe || !stream.pipe->is_open()) return false;
+    int fd = stream.pipe->native_handle();
+    for (size_t swept = 0; swept < kMaxSweepBytes;) {
+      pollfd ready{fd, POLLIN, 0};
+      if (::poll(&ready, 1, 0) <= 0) return false;  // nothing now (an error: the read will say)
+      // The buffer is free: the pending async read (single-threaded loop) fills it only later.
+      ssize_t n = ::read(fd, stream.buffer.data(), stream.buffer.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return n == 0;
+      consume(stream, stream.buffer.data(), static_cast<size_t>(n));
+      swept += static_cast<size_t>(n);
+    }
+    return false;
+  }
+
+  void sweepRank(int localRank) {
+    auto it = sources.find(localRank);
+    if (it == sources.end()) return;
+    for (Stream* stream : {&it->second->out, &it->second->err})
+      if (sweep(*stream) && stream->paused) {
+        stream->paused = false;
+        read(*stream);  // completes at once with EOF and finishes the stream
+      }
   }
 
   void resumeReading(ConsoleStream target) {
@@ -275,6 +322,8 @@ void OutputMux::attach(int localRank, int globalRank, int stdoutFd, int stderrFd
   impl_->startReading(src.out, stdoutFd);
   impl_->startReading(src.err, stderrFd);
 }
+
+void OutputMux::sweep(int localRank) { impl_->sweepRank(localRank); }
 
 bool OutputMux::closed(int localRank) const {
   auto it = impl_->sources.find(localRank);

@@ -250,6 +250,7 @@ struct WorkerGroup::Impl {
       w.exitCode = WEXITSTATUS(status);
     spdlog::debug("worker local rank {} pid {} exited: code {} signal {}", w.localRank, pid,
                   w.exitCode, w.signal);
+    mux.sweep(w.localRank);  // its last lines, even from pipes paused by back-pressure
     if (mux.closed(w.localRank)) return report(w);
     // A descendant may hold the pipes open: report after a short bound anyway (reading goes on).
     w.drainTimer.emplace(io, options.pipeDrainBound);

@@ -294,3 +294,57 @@ TEST_CASE_METHOD(StuckConsole,
   options.output.console.reset();
   CHECK(std::chrono::steady_clock::now() - start < 3s);
 }
+
+TEST_CASE_METHOD(StuckConsole,
+                 "an exited worker's unread lines are queued before its exit is reported",
+                 "[agent]") {
+  // stdout and stderr on the stuck pipe (one lane), congested as soon as anything is queued.
+  ConsoleWriterOptions writerOptions{outFds[1], outFds[1]};
+  writerOptions.highWaterBytes = 0;
+  writerOptions.lowWaterBytes = 0;
+  writerOptions.drainOnDestroy = 200ms;
+  options.output.console = std::make_shared<ConsoleWriter>(writerOptions);
+  auto console = options.output.console;
+  ::fcntl(outFds[1], F_SETFL, ::fcntl(outFds[1], F_GETFL) | O_NONBLOCK);
+  std::string fill(4096, '#');
+  while (::write(outFds[1], fill.data(), fill.size()) > 0) {
+  }  // the pipe is full before the worker starts: the console is stuck from its first line on
+
+  TempDir dir;
+  auto gate = dir.path() / "gate";
+  REQUIRE(::mkfifo(gate.c_str(), 0600) == 0);
+  auto group = std::make_unique<WorkerGroup>(io, options);
+  std::optional<WorkerExit> exit;
+  group->onExit([&](const WorkerExit& e) {
+    exit = e;
+    console->write(ConsoleStream::Err, "summary\n");  // what the agent prints next
+  });
+  group->start({shellWorker(0, "echo first; read go < " + gate.string() +
+                                   "; yes 0123456789 | head -n 1000; echo the-end; exit 3")});
+  // "first" is queued and stuck: the mux has paused the worker's stdout.
+  REQUIRE(runUntil(io, [&] { return console->congested(ConsoleStream::Out); }));
+  {
+    std::ofstream(gate) << "go\n";  // the worker writes the rest into its (unread) pipe and exits
+  }
+  REQUIRE(runUntil(io, [&] { return exit.has_value(); }, 20s));
+  CHECK(exit->exitCode == 3);
+
+  // The reader comes back: the worker's lines, then the summary.
+  ::fcntl(outFds[0], F_SETFL, ::fcntl(outFds[0], F_GETFL) | O_NONBLOCK);
+  std::string text;
+  auto readSome = [&] {
+    char buf[64 * 1024];
+    for (ssize_t n; (n = ::read(outFds[0], buf, sizeof buf)) > 0;)
+      text.append(buf, static_cast<size_t>(n));
+  };
+  REQUIRE(eventually([&] {
+    readSome();
+    return text.find("summary\n") != std::string::npos;
+  }));
+  auto lines = splitLines(text.substr(text.find_first_not_of('#')));
+  REQUIRE(lines.size() == 1003);
+  CHECK(lines.front() == "first");
+  CHECK(lines[1001] == "the-end");
+  CHECK(lines.back() == "summary");
+  group.reset();
+}

@@ -11,6 +11,8 @@
 // reading the pipes that feed it, so the workers block on their own writes; it resumes when the
 // console drains. The event loop itself never waits for the console. Pipes whose output goes to
 // files only are always read. Log files are written synchronously (they are regular files).
+// What an exited worker left in its pipes is swept into the console queue (sweep(), and when the
+// mux is destroyed): the queue may then exceed its bound by that much, and nothing is lost.
 //
 // Routing, per local rank and stream (torchrun's --redirects/--tee bits, 1 = stdout, 2 = stderr):
 //   - attemptDir set: <attemptDir>/<local_rank>/{stdout,stderr}.log always get the raw bytes
@@ -92,6 +94,12 @@ class OutputMux {
   // `onClosed` runs on the io_context once both reached EOF. Calls prepare() if not done yet.
   void attach(int localRank, int globalRank, int stdoutFd, int stderrFd,
               std::function<void()> onClosed);
+
+  // Reads what the rank's pipes hold now, at once, even from pipes paused by back-pressure
+  // (bounded): call it when the worker exited, so that its stderr tail is complete and its last
+  // lines are queued before anything reports its exit. EOF is still found by the asynchronous
+  // read (onClosed never runs from in here).
+  void sweep(int localRank);
 
   // True once both pipes of the rank reached EOF.
   bool closed(int localRank) const;
