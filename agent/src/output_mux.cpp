@@ -92,8 +92,8 @@ struct OutputMux::Impl {
         console(this->options.console ? this->options.console : ConsoleWriter::standard()) {}
 
   ~Impl() {
-    // What the workers wrote and the mux has not read yet (a pipe paused by back-pressure) still
-    // goes to the files and the console queue, which outlives the mux and drains at exit.
+    // What the workers left in pipes paused by back-pressure still goes to the files and the
+    // console queue, which outlives the mux and drains at exit.
     detail::guarded("worker output", [&] {
       for (auto& [rank, src] : sources)
         for (Stream* stream : {&src->out, &src->err}) {
@@ -190,16 +190,17 @@ struct OutputMux::Impl {
     if (!console->whenWritable(target, this, std::move(resume))) resumeReading(target);
   }
 
-  // Reads what the pipe holds now, without waiting and whatever the console's back-pressure
-  // (bounded by kMaxSweepBytes). Returns true when it reached EOF; the stream is not finished
-  // (that is the asynchronous read's job, so that onClosed never runs from in here).
+  // Reads what a pipe paused by back-pressure holds now, without waiting (bounded by
+  // kMaxSweepBytes). Returns true when it reached EOF; the stream is not finished (that is the
+  // asynchronous read's job, so that onClosed never runs from in here). A stream that is not
+  // paused is left alone: its read is in flight, or done and queued on the loop with bytes in
+  // `buffer`, and reading past it would reorder its lines.
   bool sweep(Stream& stream) {
-    if (stream.eof || !stream.pipe || !stream.pipe->is_open()) return false;
+    if (!stream.paused || stream.eof || !stream.pipe || !stream.pipe->is_open()) return false;
     int fd = stream.pipe->native_handle();
     for (size_t swept = 0; swept < kMaxSweepBytes;) {
       pollfd ready{fd, POLLIN, 0};
       if (::poll(&ready, 1, 0) <= 0) return false;  // nothing now (an error: the read will say)
-      // The buffer is free: the pending async read (single-threaded loop) fills it only later.
       ssize_t n = ::read(fd, stream.buffer.data(), stream.buffer.size());
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) return n == 0;
@@ -213,7 +214,7 @@ struct OutputMux::Impl {
     auto it = sources.find(localRank);
     if (it == sources.end()) return;
     for (Stream* stream : {&it->second->out, &it->second->err})
-      if (sweep(*stream) && stream->paused) {
+      if (sweep(*stream)) {
         stream->paused = false;
         read(*stream);  // completes at once with EOF and finishes the stream
       }

@@ -11,8 +11,9 @@
 // reading the pipes that feed it, so the workers block on their own writes; it resumes when the
 // console drains. The event loop itself never waits for the console. Pipes whose output goes to
 // files only are always read. Log files are written synchronously (they are regular files).
-// What an exited worker left in its pipes is swept into the console queue (sweep(), and when the
-// mux is destroyed): the queue may then exceed its bound by that much, and nothing is lost.
+// What an exited worker left in pipes paused this way is swept into the console queue (sweep(),
+// and when the mux is destroyed): the queue may then exceed its bound by that much (at most a
+// pipe's content per stream, or 1 MiB), and back-pressure loses nothing.
 //
 // Routing, per local rank and stream (torchrun's --redirects/--tee bits, 1 = stdout, 2 = stderr):
 //   - attemptDir set: <attemptDir>/<local_rank>/{stdout,stderr}.log always get the raw bytes
@@ -95,10 +96,10 @@ class OutputMux {
   void attach(int localRank, int globalRank, int stdoutFd, int stderrFd,
               std::function<void()> onClosed);
 
-  // Reads what the rank's pipes hold now, at once, even from pipes paused by back-pressure
-  // (bounded): call it when the worker exited, so that its stderr tail is complete and its last
-  // lines are queued before anything reports its exit. EOF is still found by the asynchronous
-  // read (onClosed never runs from in here).
+  // Reads at once what the rank's pipes paused by back-pressure hold (bounded): call it when the
+  // worker exited, so that its stderr tail is complete and its last lines are queued before
+  // anything reports its exit. EOF is still found by the asynchronous read (onClosed never runs
+  // from in here).
   void sweep(int localRank);
 
   // True once both pipes of the rank reached EOF.
