@@ -1248,9 +1248,12 @@ TEST_CASE("a malformed error file: exit 1, a summary that says so, no temporary 
   REQUIRE_FALSE(r.timedOut);
   CHECK(r.status() == 1);
   expectRootCause(r, rootCause(0, "exited with code 1"));
-  CHECK(Summary{splitLines(r.err)}.find("drun:   error file ") >= 0);
-  CHECK(contains(r.err, " is malformed: "));
-  auto tail = indentedAfter(r, "drun:   last lines of stderr:");
+  // "drun:   error file <path> is malformed: <what>; last lines of stderr:", then the tail.
+  Summary s{splitLines(r.err)};
+  int header = s.find("drun:   error file ");
+  REQUIRE(header >= 0);
+  CHECK(contains(s.lines[header], " is malformed: "));
+  auto tail = indentedAfter(r, "drun:   error file ");
   bool found = false;
   for (auto& l : tail) found = found || contains(l, "last-words-before-exit");
   CHECK(found);

@@ -200,6 +200,27 @@ ErrorFile readErrorFile(const std::filesystem::path& path) noexcept {
   }
 }
 
+FailureEvidence failureEvidence(const std::filesystem::path& errorFile,
+                                const std::deque<std::string>& stderrTail) {
+  FailureEvidence evidence;
+  ErrorFile file = readErrorFile(errorFile);
+  if (file.state == ErrorFile::State::Message) {
+    evidence.source = "error file " + errorFile.string();
+    evidence.detail = std::move(file.text);
+    return evidence;
+  }
+  for (const std::string& line : stderrTail) evidence.detail += line + "\n";
+  if (file.state == ErrorFile::State::Absent) {
+    if (!stderrTail.empty()) evidence.source = "stderr";
+    return evidence;
+  }
+  evidence.source = "error file " + errorFile.string() + " is " +
+                    (file.state == ErrorFile::State::Unreadable ? "unreadable" : "malformed") +
+                    ": " + file.text + "; last lines of stderr";
+  if (stderrTail.empty()) evidence.detail = "(no stderr output)";
+  return evidence;
+}
+
 std::string formatFailureSummary(const WorkerExit& rootCause, const std::string& host,
                                  const std::filesystem::path& errorFile, int otherFailures) {
   std::ostringstream out;
@@ -211,24 +232,14 @@ std::string formatFailureSummary(const WorkerExit& rootCause, const std::string&
     out << " exited with code " << rootCause.exitCode;
   out << "\ndrun:   pid: " << rootCause.pid;
   out << "\ndrun:   time: " << isoTime(rootCause.when);
-  ErrorFile file = readErrorFile(errorFile);
-  if (file.state == ErrorFile::State::Message) {
-    out << "\ndrun:   error file " << errorFile.string() << ":";
-    appendIndented(out, file.text);
-  } else {
-    if (file.state != ErrorFile::State::Absent)
-      out << "\ndrun:   error file " << errorFile.string() << " is "
-          << (file.state == ErrorFile::State::Unreadable ? "unreadable" : "malformed") << ": "
-          << file.text << "; ignored";
-    if (!rootCause.stderrTail.empty()) {
-      out << "\ndrun:   last lines of stderr:";
-      for (const std::string& line : rootCause.stderrTail) out << "\ndrun:     " << line;
-    } else if (file.state == ErrorFile::State::Absent) {
-      out << "\ndrun:   (no error file and no stderr output)";
-    } else {
-      out << "\ndrun:   (no stderr output)";
-    }
-  }
+  FailureEvidence evidence = failureEvidence(errorFile, rootCause.stderrTail);
+  if (evidence.source == "stderr")
+    out << "\ndrun:   last lines of stderr:";
+  else if (!evidence.source.empty())
+    out << "\ndrun:   " << evidence.source << ":";
+  else
+    out << "\ndrun:   (no error file and no stderr output)";
+  appendIndented(out, evidence.detail);
   if (otherFailures > 0)
     out << "\ndrun:   " << otherFailures << " other worker(s) failed after it or were stopped";
   return out.str();

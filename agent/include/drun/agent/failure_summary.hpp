@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <deque>
 #include <filesystem>
 #include <string>
 
@@ -32,8 +33,19 @@ struct ErrorFile {
 ErrorFile readErrorFile(const std::filesystem::path& path) noexcept;
 inline constexpr size_t kMaxErrorFileBytes = 1 << 20;
 
-// Lines prefixed "drun: " (no trailing newline on the last). An unreadable or malformed error file
-// is named with what is wrong with it, and the stderr tail is shown instead. Never throws but
+// The evidence a summary shows for a failed worker: `source` is "error file <path>" (its message
+// in `detail`), "stderr" (the tail's lines in `detail`), "" (neither), or, when the error file is
+// unreadable or malformed, "error file <path> is malformed: <what is wrong>; last lines of stderr"
+// with the tail (or "(no stderr output)") in `detail`. Never throws but std::bad_alloc.
+struct FailureEvidence {
+  std::string source;
+  std::string detail;  // lines
+};
+FailureEvidence failureEvidence(const std::filesystem::path& errorFile,
+                                const std::deque<std::string>& stderrTail);
+
+// Lines prefixed "drun: " (no trailing newline on the last): the root cause, then its evidence
+// (failureEvidence()) under "<source>:" ("last lines of stderr:" for "stderr"). Never throws but
 // std::bad_alloc.
 std::string formatFailureSummary(const WorkerExit& rootCause, const std::string& host,
                                  const std::filesystem::path& errorFile, int otherFailures);
