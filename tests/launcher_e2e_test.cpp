@@ -8,6 +8,7 @@
 // PET_* variables, exit codes, summary lines, "drun: error:" for bad input with exit code 2).
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -1166,4 +1167,97 @@ TEST_CASE("restart budget exhausted: the failure's exit code after exactly K+1 a
     CHECK(r2.status() == 4);
     CHECK(slurp(attempts) == "rank=0 restart=0\n");
   }
+}
+
+// ============================================================================================
+// A console nobody reads; malformed error files
+// ============================================================================================
+
+namespace {
+
+// Runs a 2-worker drun whose workers print forever, its stdout (with `bothStreams` its stderr
+// too) on a FIFO the test holds open and never reads: a reader that stopped reading. Once the
+// pipe is full (drun's console is then stuck in write(2)), SIGTERMs drun and checks that it
+// exits with 143 within a hang guard and leaves no process behind.
+void expectSigtermEndsDrunWithAStuckConsole(bool bothStreams) {
+  MarkerScope marker;
+  TempDir dir;
+  auto fifo = dir / "console";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  // Both ends, so that drun's open for writing does not wait for a reader.
+  struct Held {
+    int fd;
+    ~Held() { ::close(fd); }
+  } held{::open(fifo.c_str(), O_RDWR | O_CLOEXEC)};
+  REQUIRE(held.fd >= 0);
+  auto options = drunCommand({"--nproc-per-node", "2", "--shutdown-timeout", "1", "yes",
+                              "a line of worker output that nobody reads"},
+                             {marker.env()}, 60s);
+  std::string redirect = "> '" + fifo.string() + "'" + (bothStreams ? " 2>&1" : "");
+  options.argv.insert(options.argv.begin(), {"/bin/sh", "-c", "exec \"$0\" \"$@\" " + redirect});
+  Process job(options);
+  // Lines do not pack the pipe's pages exactly: "full" is three quarters of its capacity.
+  int full = ::fcntl(held.fd, F_GETPIPE_SZ) * 3 / 4;
+  REQUIRE(full > 0);
+  auto deadline = std::chrono::steady_clock::now() + 20s;
+  int queued = 0;
+  while ((::ioctl(held.fd, FIONREAD, &queued) != 0 || queued < full) &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(5ms);  // another process's progress: look again
+  REQUIRE(queued >= full);
+
+  auto signalled = std::chrono::steady_clock::now();
+  job.signal(SIGTERM);
+  auto r = job.wait(20s);
+  auto took = std::chrono::steady_clock::now() - signalled;
+  INFO(r.describe());
+  REQUIRE_FALSE(r.timedOut);
+  CHECK(r.status() == 143);
+  // Grace (1 s) + the console's drain deadline (1 s) + slack: a hang guard, not a benchmark.
+  CHECK(took < 10s);
+  auto left = marker.leftovers(5s);
+  INFO("left behind:\n" << MarkerScope::describe(left));
+  CHECK(left.empty());
+}
+
+}  // namespace
+
+TEST_CASE("a stdout nobody reads does not keep drun alive after SIGTERM", "[e2e]") {
+  expectSigtermEndsDrunWithAStuckConsole(false);
+}
+
+// Hidden until the agent writes its own messages ("drun: received SIGTERM ...") through the
+// ConsoleWriter: today they are blocking fprintf(stderr)s, stuck when stderr is that pipe too.
+TEST_CASE("stdout and stderr on one pipe nobody reads: SIGTERM still ends drun",
+          "[e2e][console-wiring]") {
+  expectSigtermEndsDrunWithAStuckConsole(true);
+}
+
+TEST_CASE("a malformed error file: exit 1, a summary that says so, no temporary directory left",
+          "[e2e]") {
+  MarkerScope marker;
+  TempDir tmp;  // drun's TMPDIR: its temporary job directory (holding the error files) goes here
+  std::string content = GENERATE(as<std::string>{}, R"({"message":{"message":1}})",
+                                 "\x7f" "ELF binary \x01\x02\xff garbage", R"({"message":[)");
+  CAPTURE(content);
+  auto r = run(drunCommand({"sh", "-c",
+                            "printf '%s' \"$CONTENT\" > \"$TORCHELASTIC_ERROR_FILE\"; "
+                            "echo last-words-before-exit >&2; exit 1"},
+                           {marker.env(), "TMPDIR=" + tmp.path().string(), "CONTENT=" + content}));
+  INFO(r.describe());
+  REQUIRE_FALSE(r.timedOut);
+  CHECK(r.status() == 1);
+  expectRootCause(r, rootCause(0, "exited with code 1"));
+  // "drun:   error file <path> is malformed: <what>; last lines of stderr:", then the tail.
+  Summary s{splitLines(r.err)};
+  int header = s.find("drun:   error file ");
+  REQUIRE(header >= 0);
+  CHECK(contains(s.lines[header], " is malformed: "));
+  auto tail = indentedAfter(r, "drun:   error file ");
+  bool found = false;
+  for (auto& l : tail) found = found || contains(l, "last-words-before-exit");
+  CHECK(found);
+  CHECK_FALSE(contains(r.err, "terminate called"));
+  CHECK(fs::is_empty(tmp.path()));
+  CHECK(marker.leftovers(2s).empty());
 }

@@ -11,6 +11,7 @@
 #include <optional>
 #include <spdlog/spdlog.h>
 
+#include "drun/agent/console_writer.hpp"
 #include "drun/agent/failure_summary.hpp"
 #include "drun/agent/job_guard.hpp"
 #include "drun/agent/worker_env.hpp"
@@ -181,6 +182,17 @@ struct ElasticAgent::Impl {
   int signalled = 0;                        // the signal that ends drun
   int exitCode = 0;
 
+  // The agent's own lines go through the console writer, like the workers': they never block
+  // the loop on a stopped reader, and they stay in order with the workers' lines.
+  std::shared_ptr<ConsoleWriter> console = ConsoleWriter::standard();
+  template <typename... Args>
+  void say(const char* format, Args... args) {
+    const int n = std::snprintf(nullptr, 0, format, args...);
+    std::string text(static_cast<size_t>(std::max(n, 0)), '\0');
+    std::snprintf(text.data(), text.size() + 1, format, args...);
+    console->write(ConsoleStream::Err, std::move(text));
+  }
+
   // ---- the machine -------------------------------------------------------------------------
   void dispatch(Event event, const Input& input = {}) {
     const Rule* rule = nullptr;
@@ -212,7 +224,7 @@ struct ElasticAgent::Impl {
 
   // The exception boundary: whatever an action throws ends the job cleanly, never terminate().
   void internalError(const std::string& what) {
-    std::fprintf(stderr, "drun: error: %s\n", what.c_str());
+    say("drun: error: %s\n", what.c_str());
     if (state == AgentState::Succeeded || state == AgentState::Failed) {
       exitCode = exitCode ? exitCode : 1;
       io.stop();
@@ -332,7 +344,7 @@ struct ElasticAgent::Impl {
   void stopWorkers(const Input&) { stopGroup(SIGTERM); }
 
   void stopToReform(const Input& in) {
-    std::fprintf(stderr, "drun: %s; stopping the workers and re-forming the job\n",
+    say("drun: %s; stopping the workers and re-forming the job\n",
                  in.reason.c_str());
     stopGroup(SIGTERM);
   }
@@ -340,7 +352,7 @@ struct ElasticAgent::Impl {
   void stopForRemoteFailure(const Input& in) {
     const FailureRecord& f = *in.failure;
     if (f.final) finalCause = f;
-    std::fprintf(stderr, "drun: rank %d on %s failed (%s); stopping the workers%s\n", f.rank,
+    say("drun: rank %d on %s failed (%s); stopping the workers%s\n", f.rank,
                  f.node.c_str(), describeStatus(f).c_str(),
                  f.final ? "" : " and restarting the job");
     stopGroup(SIGTERM);
@@ -350,7 +362,7 @@ struct ElasticAgent::Impl {
 
   void stopForSignal(const Input& in) {
     signalled = in.signal;
-    std::fprintf(stderr, "drun: received %s; stopping the workers\n", signalName(in.signal).c_str());
+    say("drun: received %s; stopping the workers\n", signalName(in.signal).c_str());
     stopGroup(in.signal);
   }
 
@@ -360,7 +372,7 @@ struct ElasticAgent::Impl {
 
   void armScaleUp(const Input& in) {
     if (scaleUpTimer.expiry() > boost::asio::steady_timer::clock_type::now()) return;  // armed
-    std::fprintf(stderr, "drun: %s; taking it in after the last call (%lld ms)\n",
+    say("drun: %s; taking it in after the last call (%lld ms)\n",
                  in.reason.c_str(),
                  static_cast<long long>(config.rendezvous.lastCallTimeout.count()));
     scaleUpTimer.expires_after(config.rendezvous.lastCallTimeout);
@@ -392,7 +404,7 @@ struct ElasticAgent::Impl {
                   try {
                     std::rethrow_exception(error);
                   } catch (const std::exception& e) {
-                    std::fprintf(stderr, "drun: error: could not report the failure: %s\n", e.what());
+                    say("drun: error: could not report the failure: %s\n", e.what());
                   }
                   dispatch(Event::VerdictFinal, in);
                 });
@@ -400,7 +412,7 @@ struct ElasticAgent::Impl {
 
   void restartAfterFailure(const Input& in) {
     const FailureRecord& f = *in.failure;
-    std::fprintf(stderr,
+    say(
                  "drun: rank %d (local_rank %d) on %s failed (%s); restarting the job "
                  "(restart %d of %d)\n",
                  f.rank, f.localRank, f.node.c_str(), describeStatus(f).c_str(),
@@ -410,19 +422,19 @@ struct ElasticAgent::Impl {
 
   void rejoinAfterRemoteFailure(const Input& in) {
     const FailureRecord& f = *in.failure;
-    std::fprintf(stderr, "drun: rank %d on %s failed (%s); restarting the job\n", f.rank,
+    say("drun: rank %d on %s failed (%s); restarting the job\n", f.rank,
                  f.node.c_str(), describeStatus(f).c_str());
     joinRound(in);
   }
 
   void rejoinToReform(const Input& in) {
-    std::fprintf(stderr, "drun: %s; re-forming the job\n", in.reason.c_str());
+    say("drun: %s; re-forming the job\n", in.reason.c_str());
     joinRound(in);
   }
 
   void reportFinished(const Input&) {
     if (round.nodeCount > 1)
-      std::fprintf(stderr,
+      say(
                    "drun: this node's workers succeeded; waiting for the other %d node(s) of "
                    "the job\n",
                    round.nodeCount - 1);
@@ -467,20 +479,20 @@ struct ElasticAgent::Impl {
       exitCode = 1;
       return;
     }
-    std::fprintf(stderr, "%s\n", formatFailureSummary(*finalCause).c_str());
+    say("%s\n", formatFailureSummary(*finalCause).c_str());
     if (config.maxRestarts > 0)
-      std::fprintf(stderr, "drun: restart budget exhausted (%d restarts)\n", config.maxRestarts);
+      say("drun: restart budget exhausted (%d restarts)\n", config.maxRestarts);
     exitCode = finalCause->statusCode();
   }
 
   void exitRendezvousFailed(const Input& in) {
-    std::fprintf(stderr, "drun: error: rendezvous failed: %s\n", in.reason.c_str());
+    say("drun: error: rendezvous failed: %s\n", in.reason.c_str());
     exitCode = 1;
     io.stop();  // the rendezvous' destructor closes the connection
   }
 
   void exitJobEnded(const Input& in) {
-    std::fprintf(stderr, "drun: %s\n", in.reason.c_str());
+    say("drun: %s\n", in.reason.c_str());
     exitCode = in.code;
     if (in.code == 0) transition(AgentState::Succeeded, "the job succeeded without this node");
     io.stop();
@@ -488,7 +500,7 @@ struct ElasticAgent::Impl {
 
   void exitSignalled(const Input& in) {
     signalled = in.signal;
-    std::fprintf(stderr, "drun: received %s; leaving the job\n", signalName(in.signal).c_str());
+    say("drun: received %s; leaving the job\n", signalName(in.signal).c_str());
     exitCode = 128 + in.signal;
     leaveAndStop(false);
   }
@@ -580,7 +592,7 @@ struct ElasticAgent::Impl {
       spdlog::debug("agent: run id {}, job dir {}", config.rendezvous.runId, jobDir.string());
     rendezvous->onJobEvent([this](const JobEvent& e) { onLoop([this, e] { onJobEvent(e); }); });
     if (!baseHasVariable("OMP_NUM_THREADS") && config.nprocPerNode > 1)
-      std::fprintf(stderr,
+      say(
                    "drun: note: OMP_NUM_THREADS is not set; each worker gets %d (%d cores / %d "
                    "workers); set it to override\n",
                    defaultOmpThreads(cpuCount, config.nprocPerNode), cpuCount, config.nprocPerNode);
@@ -588,6 +600,7 @@ struct ElasticAgent::Impl {
     dispatch(Event::Start);
     io.run();
     group.reset();  // SIGKILLs and reaps whatever is left; the guard's destructor sweeps the rest
+    console->drain(std::chrono::milliseconds(1000));  // a stopped reader cannot keep drun alive
     if (jobDirTemporary) {
       std::error_code ec;
       fs::remove_all(jobDir, ec);

@@ -1,17 +1,28 @@
 #include "drun/agent/failure_summary.hpp"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
 #include <ctime>
-#include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
+#include <string_view>
 
 namespace drun::agent {
 namespace {
 
-constexpr size_t kMaxErrorFileBytes = 64 * 1024;
+using nlohmann::json;
+
+constexpr size_t kMaxShownMessageBytes = 64 * 1024;  // of an error file's message, in the summary
+constexpr size_t kMaxShownReasonBytes = 300;        // of what is wrong with one
+constexpr size_t kMaxJsonDepth = 64;                // torch's files are 3 levels deep
 
 std::string isoTime(std::chrono::system_clock::time_point when) {
   auto seconds = std::chrono::system_clock::to_time_t(when);
@@ -39,27 +50,175 @@ std::string signalName(int signal) {
   return "signal " + std::to_string(signal);
 }
 
-std::optional<std::string> readErrorFile(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::string text(kMaxErrorFileBytes, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  text.resize(static_cast<size_t>(in.gcount()));
-  auto json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (json.is_object() && json.contains("message")) {
-    const auto& message = json["message"];
-    if (message.is_string()) return message.get<std::string>();
-    if (message.is_object()) {
-      std::string out = message.value("message", std::string());
-      if (message.contains("extraInfo") && message["extraInfo"].is_object()) {
-        const auto& extra = message["extraInfo"];
-        if (extra.contains("py_callstack") && extra["py_callstack"].is_string())
-          out += "\n" + extra["py_callstack"].get<std::string>();
-      }
-      if (!out.empty()) return out;
+namespace {
+
+// Bytes quoted from a file, safe on a terminal: control characters and non-ASCII as \xNN, cut.
+std::string printable(std::string_view text, size_t max) {
+  std::string out;
+  for (unsigned char c : text.substr(0, max)) {
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      char hex[5];
+      std::snprintf(hex, sizeof hex, "\\x%02x", c);
+      out += hex;
     }
   }
-  return text;
+  if (text.size() > max) out += "...";
+  return out;
+}
+
+std::string describeType(const json& value) {
+  switch (value.type()) {
+    case json::value_t::null: return "null";
+    case json::value_t::array: return "an array";
+    case json::value_t::object: return "an object";
+    default: return std::string("a ") + value.type_name();
+  }
+}
+
+// Deepest nesting of [ and { outside strings (the parser and json's destructor recurse less than
+// this bound allows).
+size_t nestingDepth(std::string_view text) {
+  size_t depth = 0, deepest = 0;
+  bool inString = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (inString) {
+      if (c == '\\') ++i;
+      else if (c == '"') inString = false;
+    } else if (c == '"') {
+      inString = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
+ErrorFile errorFile(ErrorFile::State state, std::string text) { return {state, std::move(text)}; }
+
+// Reads the whole file (bounded) into `content` and returns nullopt, or returns why not (Absent
+// when there is no file, Unreadable).
+std::optional<ErrorFile> readBounded(const std::filesystem::path& path, std::string& content) {
+  // O_NONBLOCK: a FIFO in its place must not hang the summary.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) {
+    if (errno == ENOENT || errno == ENOTDIR) return ErrorFile{};
+    return errorFile(ErrorFile::State::Unreadable, std::strerror(errno));
+  }
+  struct stat st;
+  std::string problem;
+  if (::fstat(fd, &st) != 0) {
+    problem = std::strerror(errno);
+  } else if (!S_ISREG(st.st_mode)) {
+    problem = S_ISDIR(st.st_mode) ? "a directory" : "not a regular file";
+  } else {
+    content.resize(kMaxErrorFileBytes + 1);  // one more byte says it is too large
+    size_t got = 0;
+    while (got < content.size()) {
+      ssize_t n = ::read(fd, content.data() + got, content.size() - got);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) problem = std::strerror(errno);
+      if (n <= 0) break;
+      got += static_cast<size_t>(n);
+    }
+    content.resize(got);
+    if (problem.empty() && got > kMaxErrorFileBytes)
+      problem = "larger than " + std::to_string(kMaxErrorFileBytes / 1024) + " KiB";
+  }
+  ::close(fd);
+  if (!problem.empty()) return errorFile(ErrorFile::State::Unreadable, problem);
+  return std::nullopt;
+}
+
+// torch's two shapes; anything else says what is wrong with it.
+ErrorFile parseErrorFile(const std::string& content) {
+  auto malformed = [](std::string why) {
+    return errorFile(ErrorFile::State::Malformed, std::move(why));
+  };
+  if (content.find_first_not_of(" \t\r\n") == std::string::npos) return malformed("empty");
+  if (nestingDepth(content) > kMaxJsonDepth)
+    return malformed("JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+  json doc;
+  try {
+    doc = json::parse(content);
+  } catch (const json::exception& e) {
+    std::string_view what = e.what();  // "[json.exception.parse_error.101] parse error at ..."
+    if (auto end = what.find("] "); what.rfind("[json.", 0) == 0 && end != std::string_view::npos)
+      what.remove_prefix(end + 2);
+    return malformed("not JSON (" + printable(what, kMaxShownReasonBytes) + ")");
+  }
+  if (!doc.is_object()) return malformed(describeType(doc) + ", not an object with a \"message\"");
+  auto message = doc.find("message");
+  if (message == doc.end()) return malformed("no \"message\" field");
+  std::string text;
+  if (message->is_string()) {
+    text = message->get<std::string>();
+    if (text.empty()) return malformed("\"message\" is empty");
+  } else if (message->is_object()) {
+    auto inner = message->find("message");
+    if (inner == message->end()) return malformed("\"message\" has no \"message\" field");
+    if (!inner->is_string())
+      return malformed("\"message.message\" is " + describeType(*inner) + ", not a string");
+    text = inner->get<std::string>();
+    if (text.empty()) return malformed("\"message.message\" is empty");
+    // The call stack is a bonus: a wrong type there costs only the call stack.
+    auto extra = message->find("extraInfo");
+    if (extra != message->end() && extra->is_object()) {
+      auto stack = extra->find("py_callstack");
+      if (stack != extra->end() && stack->is_string() && !stack->get<std::string>().empty())
+        text += "\n" + stack->get<std::string>();
+    }
+  } else {
+    return malformed("\"message\" is " + describeType(*message) + ", not a string or an object");
+  }
+  if (text.size() > kMaxShownMessageBytes) {
+    size_t more = text.size() - kMaxShownMessageBytes;
+    text.resize(kMaxShownMessageBytes);
+    text += "\n... (" + std::to_string(more) + " more bytes)";
+  }
+  return errorFile(ErrorFile::State::Message, std::move(text));
+}
+
+}  // namespace
+
+ErrorFile readErrorFile(const std::filesystem::path& path) noexcept {
+  try {
+    std::string content;
+    if (auto unusable = readBounded(path, content)) return *unusable;
+    return parseErrorFile(content);
+  } catch (...) {  // memory: say so rather than fail the summary
+    ErrorFile file{ErrorFile::State::Unreadable, {}};
+    try {
+      file.text = "cannot be processed (out of memory)";
+    } catch (...) {
+    }
+    return file;
+  }
+}
+
+FailureEvidence failureEvidence(const std::filesystem::path& errorFile,
+                                const std::deque<std::string>& stderrTail) {
+  FailureEvidence evidence;
+  ErrorFile file = readErrorFile(errorFile);
+  if (file.state == ErrorFile::State::Message) {
+    evidence.source = "error file " + errorFile.string();
+    evidence.detail = std::move(file.text);
+    return evidence;
+  }
+  for (const std::string& line : stderrTail) evidence.detail += line + "\n";
+  if (file.state == ErrorFile::State::Absent) {
+    if (!stderrTail.empty()) evidence.source = "stderr";
+    return evidence;
+  }
+  evidence.source = "error file " + errorFile.string() + " is " +
+                    (file.state == ErrorFile::State::Unreadable ? "unreadable" : "malformed") +
+                    ": " + file.text + "; last lines of stderr";
+  if (stderrTail.empty()) evidence.detail = "(no stderr output)";
+  return evidence;
 }
 
 rdzv::FailureRecord makeFailureRecord(const WorkerExit& rootCause, const std::string& node,
@@ -74,20 +233,9 @@ rdzv::FailureRecord makeFailureRecord(const WorkerExit& rootCause, const std::st
   r.timeMs = std::chrono::duration_cast<std::chrono::milliseconds>(
                  rootCause.when.time_since_epoch()).count();
   r.otherFailures = otherFailures;
-  std::optional<std::string> message;
-  try {
-    message = readErrorFile(errorFile);
-  } catch (const std::exception& e) {
-    // A file a worker wrote is untrusted: whatever it holds, the summary still comes.
-    message = "(unreadable error file: " + std::string(e.what()) + ")";
-  }
-  if (message) {
-    r.detailSource = "error file " + errorFile.string();
-    r.detail = *message;
-  } else if (!rootCause.stderrTail.empty()) {
-    r.detailSource = "stderr";
-    for (const std::string& line : rootCause.stderrTail) r.detail += line + "\n";
-  }
+  FailureEvidence evidence = failureEvidence(errorFile, rootCause.stderrTail);
+  r.detailSource = std::move(evidence.source);
+  r.detail = std::move(evidence.detail);
   return r;
 }
 

@@ -2,12 +2,12 @@
 
 #include <fcntl.h>
 #include <poll.h>
-#include <signal.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <boost/asio/buffer.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <cerrno>
 #include <cstring>
@@ -15,6 +15,8 @@
 #include <system_error>
 
 #include "drun/common/error.hpp"
+#include "fd_write.hpp"
+#include "handler_guard.hpp"
 
 namespace drun::agent {
 
@@ -23,29 +25,8 @@ namespace asio = boost::asio;
 namespace {
 
 constexpr size_t kReadChunkBytes = 64 * 1024;
-
-// Writes all of [data, data+size) to `fd`, continuing partial writes; EINTR retried, EAGAIN (a
-// non-blocking fd handed to us) waits for POLLOUT. Returns 0 or the errno that stopped it.
-int writeAll(int fd, const char* data, size_t size) {
-  while (size > 0) {
-    ssize_t n = ::write(fd, data, size);
-    if (n > 0) {
-      data += n;
-      size -= static_cast<size_t>(n);
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      // Back-pressure from the console reader: like any program writing to it, drun waits
-      // rather than dropping output.
-      pollfd p{fd, POLLOUT, 0};
-      if (::poll(&p, 1, -1) < 0 && errno != EINTR) return errno;
-      continue;
-    }
-    return n < 0 ? errno : EIO;
-  }
-  return 0;
-}
+// A sweep reads at most this much from one pipe (a descendant may still be writing to it).
+constexpr size_t kMaxSweepBytes = 1 << 20;
 
 void replaceAll(std::string& text, std::string_view macro, const std::string& value) {
   for (size_t at = text.find(macro); at != std::string::npos; at = text.find(macro, at)) {
@@ -75,11 +56,6 @@ std::string expandPrefix(const std::string& tmpl, const OutputOptions& options, 
 }
 
 struct OutputMux::Impl {
-  struct Console {
-    int fd;
-    bool alive = true;
-  };
-
   struct Source;
 
   // One pipe (a worker's stdout or stderr) and where its bytes go.
@@ -92,6 +68,8 @@ struct OutputMux::Impl {
     int fileFd = -1;      // raw bytes, as the worker wrote them
     bool toConsole = true;
     bool eof = false;
+    bool paused = false;  // waiting for the console to drain (back-pressure)
+    ConsoleStream target() const { return isStderr ? ConsoleStream::Err : ConsoleStream::Out; }
     ~Stream() {
       if (fileFd >= 0) ::close(fileFd);
     }
@@ -111,13 +89,32 @@ struct OutputMux::Impl {
   Impl(asio::io_context& io, OutputOptions options)
       : io(io),
         options(std::move(options)),
-        consoles{Console{this->options.consoleStdoutFd}, Console{this->options.consoleStderrFd}} {}
+        console(this->options.console ? this->options.console : ConsoleWriter::standard()) {}
+
+  ~Impl() {
+    // What the workers left in pipes paused by back-pressure still goes to the files and the
+    // console queue, which outlives the mux and drains at exit.
+    detail::guarded("worker output", [&] {
+      for (auto& [rank, src] : sources)
+        for (Stream* stream : {&src->out, &src->err}) {
+          sweep(*stream);
+          if (!stream->eof && !stream->partial.empty()) {
+            emitLine(*stream, stream->partial);
+            stream->partial.clear();
+            flushBatch(*stream);
+          }
+        }
+    });
+    console->cancel(this);  // no resume callback runs once this returns
+  }
 
   asio::io_context& io;
   OutputOptions options;
-  Console consoles[2];  // [0] stdout, [1] stderr
+  std::shared_ptr<ConsoleWriter> console;
+  bool consoleDropped[2] = {false, false};     // by ConsoleStream, as last seen (logged once)
+  bool waitingForConsole[2] = {false, false};  // a whenWritable() registration is pending
   std::map<int, std::unique_ptr<Source>> sources;
-  std::string batch;  // whole lines of one read, written to the console at once
+  std::string batch;  // whole lines of one read, handed to the console at once
   std::shared_ptr<int> life = std::make_shared<int>(0);
 
   bool consoleAllowed(int localRank) const {
@@ -166,10 +163,71 @@ struct OutputMux::Impl {
         asio::buffer(stream.buffer), [this, &stream, life = std::weak_ptr<int>(life)](
                                          const boost::system::error_code& ec, size_t n) {
           if (life.expired()) return;
-          if (n > 0) consume(stream, stream.buffer.data(), n);
-          if (!ec) return read(stream);
-          finish(stream);  // EOF, or a read error: either way this pipe is done
+          detail::guarded("worker output", [&] {
+            if (n > 0) consume(stream, stream.buffer.data(), n);  // lost if it throws (memory)
+          });
+          detail::guarded("worker output", [&] {
+            if (ec) return finish(stream);  // EOF or a read error: this pipe is done
+            continueReading(stream);
+          });
         });
+  }
+
+  // The next read, unless the console this stream feeds is congested: then the pipe waits (its
+  // worker blocks once the pipe is full) until the console is down to its low-water mark.
+  void continueReading(Stream& stream) {
+    ConsoleStream target = stream.target();
+    if (!stream.toConsole || !console->congested(target)) return read(stream);
+    stream.paused = true;
+    if (waitingForConsole[static_cast<int>(target)]) return;
+    auto resume = [this, target, executor = io.get_executor(), life = std::weak_ptr<int>(life)] {
+      // On the console's thread, its lock held: only post.
+      asio::post(executor, [this, target, life] {
+        if (!life.expired()) detail::guarded("worker output", [&] { resumeReading(target); });
+      });
+    };
+    waitingForConsole[static_cast<int>(target)] = true;
+    if (!console->whenWritable(target, this, std::move(resume))) resumeReading(target);
+  }
+
+  // Reads what a pipe paused by back-pressure holds now, without waiting (bounded by
+  // kMaxSweepBytes). Returns true when it reached EOF; the stream is not finished (that is the
+  // asynchronous read's job, so that onClosed never runs from in here). A stream that is not
+  // paused is left alone: its read is in flight, or done and queued on the loop with bytes in
+  // `buffer`, and reading past it would reorder its lines.
+  bool sweep(Stream& stream) {
+    if (!stream.paused || stream.eof || !stream.pipe || !stream.pipe->is_open()) return false;
+    int fd = stream.pipe->native_handle();
+    for (size_t swept = 0; swept < kMaxSweepBytes;) {
+      pollfd ready{fd, POLLIN, 0};
+      if (::poll(&ready, 1, 0) <= 0) return false;  // nothing now (an error: the read will say)
+      ssize_t n = ::read(fd, stream.buffer.data(), stream.buffer.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return n == 0;
+      consume(stream, stream.buffer.data(), static_cast<size_t>(n));
+      swept += static_cast<size_t>(n);
+    }
+    return false;
+  }
+
+  void sweepRank(int localRank) {
+    auto it = sources.find(localRank);
+    if (it == sources.end()) return;
+    for (Stream* stream : {&it->second->out, &it->second->err})
+      if (sweep(*stream)) {
+        stream->paused = false;
+        read(*stream);  // completes at once with EOF and finishes the stream
+      }
+  }
+
+  void resumeReading(ConsoleStream target) {
+    waitingForConsole[static_cast<int>(target)] = false;
+    for (auto& [rank, src] : sources)
+      for (Stream* stream : {&src->out, &src->err})
+        if (stream->paused && stream->target() == target) {
+          stream->paused = false;
+          read(*stream);
+        }
   }
 
   void emitLine(Stream& stream, std::string_view line) {
@@ -187,19 +245,19 @@ struct OutputMux::Impl {
 
   void flushBatch(Stream& stream) {
     if (batch.empty()) return;
-    Console& console = consoles[stream.isStderr ? 1 : 0];
-    if (console.alive) {
-      if (int err = writeAll(console.fd, batch.data(), batch.size())) {
-        console.alive = false;  // EPIPE (nobody reads drun's output) or worse: keep draining
-        spdlog::debug("worker output: console fd {} dropped: {}", console.fd, std::strerror(err));
-      }
+    ConsoleStream target = stream.target();
+    if (!console->write(target, std::move(batch)) && !consoleDropped[static_cast<int>(target)]) {
+      // EPIPE (nobody reads drun's output) or abandoned at exit: the workers are still drained.
+      consoleDropped[static_cast<int>(target)] = true;
+      spdlog::debug("worker output: console {} dropped",
+                    target == ConsoleStream::Err ? "stderr" : "stdout");
     }
     batch.clear();
   }
 
   void writeFile(Stream& stream, const char* data, size_t size) {
     if (stream.fileFd < 0) return;
-    if (int err = writeAll(stream.fileFd, data, size)) {
+    if (int err = detail::writeAll(stream.fileFd, data, size)) {
       spdlog::warn("worker output: writing the log of local rank {} failed: {}",
                    stream.source->localRank, std::strerror(err));
       ::close(stream.fileFd);
@@ -250,10 +308,7 @@ struct OutputMux::Impl {
 };
 
 OutputMux::OutputMux(asio::io_context& io, OutputOptions options)
-    : impl_(std::make_unique<Impl>(io, std::move(options))) {
-  // A closed console pipe must cost drun its console, not its life (workers get SIG_DFL back).
-  ::signal(SIGPIPE, SIG_IGN);
-}
+    : impl_(std::make_unique<Impl>(io, std::move(options))) {}
 
 OutputMux::~OutputMux() = default;
 
@@ -268,6 +323,8 @@ void OutputMux::attach(int localRank, int globalRank, int stdoutFd, int stderrFd
   impl_->startReading(src.out, stdoutFd);
   impl_->startReading(src.err, stderrFd);
 }
+
+void OutputMux::sweep(int localRank) { impl_->sweepRank(localRank); }
 
 bool OutputMux::closed(int localRank) const {
   auto it = impl_->sources.find(localRank);

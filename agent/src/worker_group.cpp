@@ -14,6 +14,7 @@
 #include <unordered_map>
 
 #include "child_reaper.hpp"
+#include "handler_guard.hpp"
 #include "drun/agent/job_guard.hpp"
 #include "drun/common/deadline.hpp"
 #include "drun/common/error.hpp"
@@ -150,9 +151,11 @@ struct WorkerGroup::Impl {
   void waitForSigchld() {
     sigchld.async_wait([this, alive = guard()](const boost::system::error_code& ec, int) {
       if (alive.expired() || ec) return;
-      waitForSigchld();
-      // Routes every exited child: ours come back through their sinks (posted), others dropped.
-      detail::ChildReaper::instance().reapAll();
+      detail::guarded("the SIGCHLD handler", [&] {
+        waitForSigchld();
+        // Routes every exited child: ours come back through their sinks (posted), others dropped.
+        detail::ChildReaper::instance().reapAll();
+      });
     });
   }
 
@@ -205,7 +208,7 @@ struct WorkerGroup::Impl {
         },
         [this, executor, alive = guard()](pid_t pid, int status) {
           asio::post(executor, [this, alive, pid, status] {
-            if (!alive.expired()) reaped(pid, status);
+            if (!alive.expired()) detail::guarded("a worker exit", [&] { reaped(pid, status); });
           });
         });
     if (result.pid < 0)
@@ -247,12 +250,13 @@ struct WorkerGroup::Impl {
       w.exitCode = WEXITSTATUS(status);
     spdlog::debug("worker local rank {} pid {} exited: code {} signal {}", w.localRank, pid,
                   w.exitCode, w.signal);
+    mux.sweep(w.localRank);  // its last lines, even from pipes paused by back-pressure
     if (mux.closed(w.localRank)) return report(w);
     // A descendant may hold the pipes open: report after a short bound anyway (reading goes on).
     w.drainTimer.emplace(io, options.pipeDrainBound);
     w.drainTimer->async_wait([this, &w, alive = guard()](const boost::system::error_code& ec) {
       if (alive.expired() || ec) return;
-      report(w);
+      detail::guarded("a worker exit", [&] { report(w); });
     });
   }
 
@@ -305,7 +309,7 @@ struct WorkerGroup::Impl {
     if (running() == 0) {
       // Nothing to wait for: still complete asynchronously, like every other path.
       asio::post(io, [this, alive = guard()] {
-        if (!alive.expired()) maybeStopDone();
+        if (!alive.expired()) detail::guarded("stopping the workers", [&] { maybeStopDone(); });
       });
     }
   }

@@ -4,6 +4,8 @@
 
 #include <signal.h>
 
+#include <algorithm>
+#include <boost/asio/steady_timer.hpp>
 #include <map>
 #include <set>
 
@@ -81,7 +83,7 @@ TEST_CASE("8 workers writing long lines at once: every line whole, prefixed, in 
   CAPTURE(nonBlocking);
   boost::asio::io_context io;
   ConsoleCapture out(io, nonBlocking), err(io, nonBlocking);
-  GroupOptions options = consoleOptions(out.fd(), err.fd());
+  GroupOptions options = consoleOptions(out, err);
   options.output.prefixTemplate = "[${rank}]:";
   WorkerGroup group(io, options);
   std::vector<WorkerSpec> specs;
@@ -189,6 +191,7 @@ TEST_CASE("a closed console does not kill drun and files and reports go on", "[a
   boost::asio::io_context io;
   ConsoleCapture err(io);
   GroupOptions options = consoleOptions(fds[1], err.fd());
+  err.feedBy(options.output.console);
   options.output.attemptDir = dir.path();
   auto group = std::make_unique<WorkerGroup>(io, options);
   int exits = 0;
@@ -198,7 +201,150 @@ TEST_CASE("a closed console does not kill drun and files and reports go on", "[a
   CHECK(exits == 2);
   CHECK(err.waitAll() == "still-here\n");  // stderr, a different console, still works
   group.reset();
+  options.output.console.reset();  // the writer goes before its fd
   ::close(fds[1]);
   auto file = readFile(dir.path() / "0" / "stdout.log");
   CHECK(std::count(file.begin(), file.end(), '\n') == 200);
+}
+
+namespace {
+
+// A console whose stdout nobody reads (until the test says so) and whose stderr is captured.
+struct StuckConsole {
+  boost::asio::io_context io;
+  int outFds[2] = {-1, -1};
+  ConsoleCapture err{io};
+  GroupOptions options;
+  StuckConsole() {
+    REQUIRE(::pipe2(outFds, O_CLOEXEC) == 0);
+    ConsoleWriterOptions writer{outFds[1], err.fd()};
+    writer.highWaterBytes = 64 * 1024;
+    writer.lowWaterBytes = 16 * 1024;
+    writer.drainOnDestroy = 200ms;
+    options.output.console = std::make_shared<ConsoleWriter>(writer);
+    err.feedBy(options.output.console);
+  }
+  ~StuckConsole() {
+    options.output.console.reset();  // drains for at most 200 ms, then abandons: before the fds go
+    ::close(outFds[0]);              // an abandoned console thread gets EPIPE and ends
+    if (outFds[1] >= 0) ::close(outFds[1]);
+  }
+  // Runs the loop for `span` with a 10 ms ticker; returns the longest gap between ticks.
+  std::chrono::milliseconds tickFor(std::chrono::milliseconds span) {
+    boost::asio::steady_timer ticker(io);
+    auto last = std::chrono::steady_clock::now(), end = last + span;
+    std::chrono::steady_clock::duration longest{0};
+    std::function<void()> arm = [&] {
+      ticker.expires_after(10ms);
+      ticker.async_wait([&](const boost::system::error_code& ec) {
+        if (ec) return;
+        auto now = std::chrono::steady_clock::now();
+        longest = std::max(longest, now - last);
+        last = now;
+        if (now < end) arm();
+      });
+    };
+    arm();
+    runUntil(io, [&] { return std::chrono::steady_clock::now() >= end; }, span + 5s);
+    ticker.cancel();
+    return std::chrono::duration_cast<std::chrono::milliseconds>(longest);
+  }
+};
+
+}  // namespace
+
+TEST_CASE_METHOD(StuckConsole, "a console nobody reads slows the workers, never the loop",
+                 "[agent]") {
+  constexpr int kLines = 200000;  // 2.2 MB: far more than the pipes and the console queue hold
+  WorkerGroup group(io, options);
+  group.start({shellWorker(0, "yes 0123456789 | head -n " + std::to_string(kLines))});
+  CHECK(tickFor(500ms) < 200ms);  // timers run on time while the console is stuck
+  CHECK(group.running() == 1);    // the worker is blocked in its own writes
+  CHECK(options.output.console->congested(ConsoleStream::Out));
+
+  // The reader comes back: the mux resumes and every line arrives, whole.
+  std::string text;
+  std::thread reader([&] {
+    char buf[64 * 1024];
+    for (ssize_t n; (n = ::read(outFds[0], buf, sizeof buf)) > 0;)
+      text.append(buf, static_cast<size_t>(n));
+  });
+  CHECK(runUntil(io, [&] { return group.running() == 0; }, 60s));  // no REQUIRE: join first
+  CHECK(options.output.console->drain(10s));
+  ::close(std::exchange(outFds[1], -1));  // EOF for the reader (the writer is idle now)
+  reader.join();
+  auto lines = splitLines(text);
+  CHECK(lines.size() == static_cast<size_t>(kLines));
+  CHECK(std::count(lines.begin(), lines.end(), "0123456789") == kLines);
+}
+
+TEST_CASE_METHOD(StuckConsole,
+                 "stopping workers whose console is stuck ends within the grace period",
+                 "[agent]") {
+  auto group = std::make_unique<WorkerGroup>(io, options);
+  group->start({shellWorker(0, "exec yes 0123456789"), shellWorker(1, "exec yes abcdefghij")});
+  CHECK(tickFor(300ms) < 200ms);
+  REQUIRE(options.output.console->congested(ConsoleStream::Out));
+  auto start = std::chrono::steady_clock::now();
+  bool stopped = false;
+  group->stop(SIGTERM, 1s, [&] { stopped = true; });
+  REQUIRE(runUntil(io, [&] { return stopped; }, 10s));
+  group.reset();
+  // The writer gives up on the stuck console at its drain deadline rather than hanging.
+  options.output.console.reset();
+  CHECK(std::chrono::steady_clock::now() - start < 3s);
+}
+
+TEST_CASE_METHOD(StuckConsole,
+                 "an exited worker's unread lines are queued before its exit is reported",
+                 "[agent]") {
+  // stdout and stderr on the stuck pipe (one lane), congested as soon as anything is queued.
+  ConsoleWriterOptions writerOptions{outFds[1], outFds[1]};
+  writerOptions.highWaterBytes = 0;
+  writerOptions.lowWaterBytes = 0;
+  writerOptions.drainOnDestroy = 200ms;
+  options.output.console = std::make_shared<ConsoleWriter>(writerOptions);
+  auto console = options.output.console;
+  ::fcntl(outFds[1], F_SETFL, ::fcntl(outFds[1], F_GETFL) | O_NONBLOCK);
+  std::string fill(4096, '#');
+  while (::write(outFds[1], fill.data(), fill.size()) > 0) {
+  }  // the pipe is full before the worker starts: the console is stuck from its first line on
+
+  TempDir dir;
+  auto gate = dir.path() / "gate";
+  REQUIRE(::mkfifo(gate.c_str(), 0600) == 0);
+  auto group = std::make_unique<WorkerGroup>(io, options);
+  std::optional<WorkerExit> exit;
+  group->onExit([&](const WorkerExit& e) {
+    exit = e;
+    console->write(ConsoleStream::Err, "summary\n");  // what the agent prints next
+  });
+  group->start({shellWorker(0, "echo first; read go < " + gate.string() +
+                                   "; yes 0123456789 | head -n 1000; echo the-end; exit 3")});
+  // "first" is queued and stuck: the mux has paused the worker's stdout.
+  REQUIRE(runUntil(io, [&] { return console->congested(ConsoleStream::Out); }));
+  {
+    std::ofstream(gate) << "go\n";  // the worker writes the rest into its (unread) pipe and exits
+  }
+  REQUIRE(runUntil(io, [&] { return exit.has_value(); }, 20s));
+  CHECK(exit->exitCode == 3);
+
+  // The reader comes back: the worker's lines, then the summary.
+  ::fcntl(outFds[0], F_SETFL, ::fcntl(outFds[0], F_GETFL) | O_NONBLOCK);
+  std::string text;
+  auto readSome = [&] {
+    char buf[64 * 1024];
+    for (ssize_t n; (n = ::read(outFds[0], buf, sizeof buf)) > 0;)
+      text.append(buf, static_cast<size_t>(n));
+  };
+  REQUIRE(eventually([&] {
+    readSome();
+    return text.find("summary\n") != std::string::npos;
+  }));
+  auto lines = splitLines(text.substr(text.find_first_not_of('#')));
+  REQUIRE(lines.size() == 1003);
+  CHECK(lines.front() == "first");
+  CHECK(lines[1001] == "the-end");
+  CHECK(lines.back() == "summary");
+  group.reset();
 }

@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "drun/agent/console_writer.hpp"
 #include "drun/agent/job_guard.hpp"
 #include "drun/agent/worker_group.hpp"
 
@@ -69,8 +70,8 @@ inline std::filesystem::path helperDir() {
   return std::filesystem::read_symlink("/proc/self/exe").parent_path();
 }
 
-// A pipe standing in for drun's stdout or stderr, drained by its own thread (so a blocking
-// console write never deadlocks against the test's io thread). Lines are posted to `io`.
+// A pipe standing in for drun's stdout or stderr, drained by its own thread. Lines are posted to
+// `io`. When a ConsoleWriter feeds it (feedBy()), the writer is drained before the pipe closes.
 class ConsoleCapture {
  public:
   explicit ConsoleCapture(boost::asio::io_context& io, bool nonBlockingWriteEnd = false) : io_(io) {
@@ -93,7 +94,9 @@ class ConsoleCapture {
     onLine_ = std::move(handler);
     for (const auto& line : lines_) boost::asio::post(io_, [h = onLine_, line] { h(line); });
   }
+  void feedBy(const std::shared_ptr<ConsoleWriter>& writer) { writer_ = writer; }
   void closeWriteEnd() {
+    if (auto writer = writer_.lock()) writer->drain(10s);  // what it queued, before the fd goes
     if (writeFd_ >= 0) ::close(std::exchange(writeFd_, -1));
   }
   // Everything captured so far (call closeWriteEnd() first to be sure all of it arrived).
@@ -136,13 +139,22 @@ class ConsoleCapture {
   std::string text_;
   std::vector<std::string> lines_;  // the first complete lines (capped), replayed to onLine()
   std::function<void(const std::string&)> onLine_;
+  std::weak_ptr<ConsoleWriter> writer_;
   std::thread reader_;
 };
 
+// GroupOptions whose console is a ConsoleWriter of its own over these fds (they must outlive it).
 inline GroupOptions consoleOptions(int stdoutFd, int stderrFd) {
   GroupOptions options;
-  options.output.consoleStdoutFd = stdoutFd;
-  options.output.consoleStderrFd = stderrFd;
+  options.output.console = std::make_shared<ConsoleWriter>(ConsoleWriterOptions{stdoutFd, stderrFd});
+  return options;
+}
+
+// The same over two captures, which drain the writer before they close.
+inline GroupOptions consoleOptions(ConsoleCapture& out, ConsoleCapture& err) {
+  GroupOptions options = consoleOptions(out.fd(), err.fd());
+  out.feedBy(options.output.console);
+  err.feedBy(options.output.console);
   return options;
 }
 
@@ -151,7 +163,7 @@ struct CapturedConsole {
   boost::asio::io_context io;
   ConsoleCapture out{io};
   ConsoleCapture err{io};
-  GroupOptions options = consoleOptions(out.fd(), err.fd());
+  GroupOptions options = consoleOptions(out, err);
 };
 
 inline std::vector<std::string> splitLines(const std::string& text) {

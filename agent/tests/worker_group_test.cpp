@@ -325,3 +325,18 @@ TEST_CASE_METHOD(CapturedConsole, "SIGCHLD restarts blocking calls elsewhere in 
   CHECK((sa.sa_flags & SA_RESTART) != 0);
   CHECK((sa.sa_flags & SA_NOCLDSTOP) != 0);
 }
+
+TEST_CASE_METHOD(CapturedConsole, "an exception thrown by a callback never leaves the event loop",
+                 "[agent]") {
+  WorkerGroup group(io, options);
+  int exits = 0;
+  group.onExit([&](const WorkerExit&) {
+    ++exits;
+    throw std::runtime_error("a callback that throws");
+  });
+  group.start({shellWorker(0, "echo out; exit 0"), shellWorker(1, "echo err >&2; exit 3")});
+  bool done = false;
+  CHECK_NOTHROW(done = runUntil(io, [&] { return exits == 2; }));
+  CHECK(done);
+  CHECK(group.running() == 0);
+}

@@ -25,6 +25,8 @@ int main(int argc, char** argv) {
   const char* program = argc > 3 ? argv[3] : "/bin/hostname";
   bool withGuard = argc > 4 && std::string(argv[4]) == "guard";
   int devNull = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+  auto console = std::make_shared<drun::agent::ConsoleWriter>(
+      drun::agent::ConsoleWriterOptions{devNull, devNull});
   std::vector<double> ms;
   for (int run = 0; run < runs; ++run) {
     auto t0 = std::chrono::steady_clock::now();
@@ -33,8 +35,7 @@ int main(int argc, char** argv) {
     boost::asio::io_context io;
     drun::agent::GroupOptions options;
     options.output.prefixTemplate = "[${rank}]:";
-    options.output.consoleStdoutFd = devNull;
-    options.output.consoleStderrFd = devNull;
+    options.output.console = console;
     options.jobGuard = guard ? &*guard : nullptr;
     auto group = std::make_unique<drun::agent::WorkerGroup>(io, options);
     int reported = 0;

@@ -3,8 +3,9 @@
 // the last lines of its stderr. Pure formatting plus one bounded file read.
 #pragma once
 
+#include <cstddef>
+#include <deque>
 #include <filesystem>
-#include <optional>
 #include <string>
 
 #include "drun/agent/worker_group.hpp"
@@ -15,10 +16,34 @@ namespace drun::agent {
 // "SIGSEGV" for 11; "signal 77" when unknown.
 std::string signalName(int signal);
 
-// The message of a TORCHELASTIC_ERROR_FILE: torch writes {"message": {"message": "...",
-// "extraInfo": {"py_callstack": "...", "timestamp": "..."}}} or {"message": "..."}. Returns
-// nullopt when the file is absent; the raw text (bounded) when it is not JSON of that shape.
-std::optional<std::string> readErrorFile(const std::filesystem::path& path);
+// What a worker's TORCHELASTIC_ERROR_FILE says. torch writes {"message": {"message": "...",
+// "extraInfo": {"py_callstack": "...", "timestamp": "..."}}} or {"message": "..."}; a worker may
+// write anything, so every other content is a Malformed file with the reason, never an exception.
+struct ErrorFile {
+  enum class State {
+    Absent,      // no file: the worker did not write one
+    Message,     // `text` is its message (plus the Python call stack when there is one)
+    Unreadable,  // `text` says why it could not be read (permissions, a directory, too large)
+    Malformed,   // `text` says what is wrong with its content (not JSON, wrong types, binary)
+  };
+  State state = State::Absent;
+  std::string text;
+};
+
+// Reads and parses an error file (at most kMaxErrorFileBytes). Never throws.
+ErrorFile readErrorFile(const std::filesystem::path& path) noexcept;
+inline constexpr size_t kMaxErrorFileBytes = 1 << 20;
+
+// The evidence a summary shows for a failed worker: `source` is "error file <path>" (its message
+// in `detail`), "stderr" (the tail's lines in `detail`), "" (neither), or, when the error file is
+// unreadable or malformed, "error file <path> is malformed: <what is wrong>; last lines of stderr"
+// with the tail (or "(no stderr output)") in `detail`. Never throws but std::bad_alloc.
+struct FailureEvidence {
+  std::string source;
+  std::string detail;  // lines
+};
+FailureEvidence failureEvidence(const std::filesystem::path& errorFile,
+                                const std::deque<std::string>& stderrTail);
 
 // The root-cause record of a failure on this node: rank, node, code or signal, time, and the
 // error file's message (else the last lines of stderr) as its detail. Every node of the job

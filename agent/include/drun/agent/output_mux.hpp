@@ -1,11 +1,19 @@
 // OutputMux: carries the workers' stdout/stderr to drun's console and to per-rank log files.
 //
-// drun is the only writer of its own stdout/stderr, so every worker line reaches the console
-// whole: lines are cut at '\n', prefixed (OutputOptions::prefixTemplate) and written with one
-// write(2) per batch of whole lines (partial writes, EINTR and EAGAIN are continued, never
-// interleaved with another worker). Worker stdout goes to drun's stdout, stderr to drun's stderr.
-// A line is written as soon as it arrives (no timers). A partial line is flushed at EOF with a
-// newline appended; a line longer than kMaxLineBytes is cut into kMaxLineBytes pieces.
+// Every worker line reaches the console whole: lines are cut at '\n', prefixed
+// (OutputOptions::prefixTemplate) and handed, a batch of whole lines per read, to the
+// ConsoleWriter, which writes them off the event loop in order (worker stdout to drun's stdout,
+// stderr to drun's stderr). A line is queued as soon as it arrives (no timers). A partial line is
+// flushed at EOF with a newline appended; a line longer than kMaxLineBytes is cut into
+// kMaxLineBytes pieces.
+//
+// Back-pressure: when the console is congested (its reader is slow or stopped), the mux stops
+// reading the pipes that feed it, so the workers block on their own writes; it resumes when the
+// console drains. The event loop itself never waits for the console. Pipes whose output goes to
+// files only are always read. Log files are written synchronously (they are regular files).
+// What an exited worker left in pipes paused this way is swept into the console queue (sweep(),
+// and when the mux is destroyed): the queue may then exceed its bound by that much (at most a
+// pipe's content per stream, or 1 MiB), and back-pressure loses nothing.
 //
 // Routing, per local rank and stream (torchrun's --redirects/--tee bits, 1 = stdout, 2 = stderr):
 //   - attemptDir set: <attemptDir>/<local_rank>/{stdout,stderr}.log always get the raw bytes
@@ -13,12 +21,13 @@
 //     `redirect` bit is set (`tee` is then what happens anyway, kept for torchrun compatibility).
 //   - attemptDir unset: console only; redirect/tee are ignored (nowhere to write).
 //   - consoleLocalRanks filters the console only; files and the stderr tail get everything.
-// If the console is a closed pipe (EPIPE), the console is dropped and the workers keep being
-// drained (files and tail still fill). Constructing an OutputMux sets SIGPIPE to SIG_IGN in the
-// process (workers get the default disposition back).
+// If the console is a closed pipe (EPIPE), the ConsoleWriter drops it and the workers keep being
+// drained (files and tail still fill).
 //
-// Threading: all on the io_context passed in (single-threaded). Ownership: owns the pipe read
-// ends handed to attach() and the log files; destroying it closes them.
+// Threading: all on the io_context passed in (single-threaded); no exception leaves its handlers
+// (one is logged as an internal error). Ownership: owns the pipe read ends handed to attach() and
+// the log files; destroying it closes them. Shares the ConsoleWriter (it outlives the mux: what
+// was queued is still written after the mux is gone).
 #pragma once
 
 #include <boost/asio/io_context.hpp>
@@ -31,6 +40,8 @@
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "drun/agent/console_writer.hpp"
 
 namespace drun::agent {
 
@@ -57,9 +68,9 @@ struct OutputOptions {
   std::map<int, StdRouting> routing;
   // How many trailing stderr lines to keep per worker for the failure summary.
   size_t stderrTailLines = 20;
-  // The console: where worker stdout / stderr lines go. Not owned. Tests point these elsewhere.
-  int consoleStdoutFd = 1;
-  int consoleStderrFd = 2;
+  // The console: where worker stdout / stderr lines go. nullptr = ConsoleWriter::standard()
+  // (drun's fds 1 and 2). Shared by every attempt's mux; tests point it at their own pipes.
+  std::shared_ptr<ConsoleWriter> console;
 };
 
 // Expands ${rank}, ${local_rank}, ${role_name}, ${hostname} in `tmpl`; other text is kept as is.
@@ -84,6 +95,12 @@ class OutputMux {
   // `onClosed` runs on the io_context once both reached EOF. Calls prepare() if not done yet.
   void attach(int localRank, int globalRank, int stdoutFd, int stderrFd,
               std::function<void()> onClosed);
+
+  // Reads at once what the rank's pipes paused by back-pressure hold (bounded): call it when the
+  // worker exited, so that its stderr tail is complete and its last lines are queued before
+  // anything reports its exit. EOF is still found by the asynchronous read (onClosed never runs
+  // from in here).
+  void sweep(int localRank);
 
   // True once both pipes of the rank reached EOF.
   bool closed(int localRank) const;

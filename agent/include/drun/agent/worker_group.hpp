@@ -18,8 +18,10 @@
 // outlives the workers (the agent's main thread).
 //
 // Threading: everything runs on the io_context passed in (single-threaded); callbacks are invoked
-// on it and may destroy the group. Ownership: the group owns its pipes and child pids; destroying
-// it SIGKILLs every worker's process group and reaps the workers (bounded wait).
+// on it and may destroy the group. No exception leaves the group's handlers: one thrown by a
+// callback is logged as an internal error and swallowed (callbacks should not throw).
+// Ownership: the group owns its pipes and child pids; destroying it SIGKILLs every worker's
+// process group and reaps the workers (bounded wait).
 #pragma once
 
 #include <sys/types.h>
