@@ -79,7 +79,7 @@ trap cleanup EXIT
 
 # The harness kills what it started and removes its namespaces itself (also on SIGINT/SIGTERM).
 "$PYTHON" scripts/bench/recovery_bench.py \
-  --drun-bin "$(realpath "$DRUN_BIN_DIR")" \
+  --drun-bin "$(realpath -m "$DRUN_BIN_DIR")" \
   --netns "$repo/scripts/netns.sh" \
   --torchrun-compat "$repo/scripts/bench/torchrun_compat.py" \
   --python "$PYTHON" \
