@@ -15,9 +15,11 @@
 # Every worker is a bash script whose first action appends
 # `START <host> <restart count> <rank> <world size> <pid> <$EPOCHREALTIME>` to the trial's log (a
 # /tmp file: the namespaces share the file system and the wall clock); then it sleeps (300 s), or
-# in the exit scenario sleeps 1 s, appends `END ...` and exits 0. The harness waits until the first
-# round is complete (every worker started with the expected WORLD_SIZE, nothing new for 0.5 s),
-# takes the wall time, injects the fault at once, and waits for the new round: one START after the
+# in the exit scenario sleeps 1-2 s (random per trial, the same for all), appends `END ...` and
+# exits 0. The harness waits until the first round is complete (every worker started with the
+# expected WORLD_SIZE, nothing new for 0.5 s), pauses a random 0-1 s (so that the fault falls at
+# no fixed phase of a periodic timer: heartbeats, torchrun's monitor loop), takes the wall time,
+# injects the fault at once, and waits for the new round: one START after the
 # fault from every worker of the expected hosts with the expected WORLD_SIZE. It reports the first
 # of those starts minus the fault time ("drun": the number the target is about; "drun all": the
 # last of them, the whole new round running). A new round must span all the expected hosts: a node

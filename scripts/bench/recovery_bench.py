@@ -16,6 +16,7 @@ of its trial; the namespaces are removed even on an error or a signal.
 """
 import argparse
 import os
+import random
 import select
 import signal
 import statistics
@@ -27,6 +28,7 @@ PORT = 29400
 SETTLE_S = 0.5        # the first round must stay unchanged this long before the fault
 POLL_S = 0.005        # log polling while waiting (the workers' timestamps are what counts)
 STOP_GRACE_S = 3.0    # SIGTERM -> SIGKILL for agents at the end of a trial
+JITTER_S = 1.0       # random pause before the fault: no fixed phase of any periodic timer
 FORM_CAP_S = 60.0     # the first round must form within this (torchrun: python start, 1 s polls)
 
 WORKER = r"""#!/bin/bash
@@ -59,20 +61,20 @@ def scenarios(args):
     loss_conf = args.loss_last_call
     return {
         "failure": Scenario(
-            "failure", "worker SIGKILLed on host 1 (not the store host)", 200, 2, [0, 1], "2",
+            "failure", "worker SIGKILLed on host 1 (not the store's)", 200, 2, [0, 1], "2",
             "", "", survivors=[0, 1]),
         "sigkill": Scenario(
-            "sigkill", "agent SIGKILLed on host 2 of 3", 1000, 3, [0, 1, 2], "2:3",
+            "sigkill", "agent of host 2 of 3 SIGKILLed", 1000, 3, [0, 1, 2], "2:3",
             f"last_call_timeout={loss_conf}", "last_call_timeout=1", survivors=[0, 1]),
         "linkcut": Scenario(
-            "linkcut", "link of host 2 of 3 cut, heartbeat_timeout=2", 2500, 3, [0, 1, 2], "2:3",
+            "linkcut", "host 2 of 3 cut off, heartbeat_timeout 2 s", 2500, 3, [0, 1, 2], "2:3",
             f"heartbeat_timeout=2,last_call_timeout={loss_conf}",
             "heartbeat_timeout=2,last_call_timeout=1", survivors=[0, 1]),
         "scaleup": Scenario(
-            "scaleup", "host 2 joins a 2:4 job of 2, last_call_timeout=1", 1500, 3, [0, 1], "2:4",
+            "scaleup", "host 2 joins 2 of 2:4, last_call 1 s", 1500, 3, [0, 1], "2:4",
             "last_call_timeout=1", "last_call_timeout=1", survivors=[0, 1, 2]),
         "exit": Scenario(
-            "exit", "exit barrier: last worker's exit 0 -> last agent exit", 100, 2, [0, 1], "2",
+            "exit", "last worker exits 0 -> last agent exits", 100, 2, [0, 1], "2",
             "", ""),
     }
 
@@ -89,7 +91,7 @@ class Launcher:
 
     def argv(self, sc, host, run_id, worker_argv, log_dir):
         a = self.args
-        endpoint = f"{host_addr(0)}:{PORT}"
+        endpoint = f"{a.endpoint_host}:{PORT}"
         if self.is_drun:
             cmd = [os.path.join(a.drun_bin, "drun"), "--nnodes", sc.nnodes, "--nproc-per-node",
                    str(a.nproc), "--rdzv-endpoint", endpoint, "--rdzv-id", run_id,
@@ -104,10 +106,6 @@ class Launcher:
                 str(a.nproc), "--rdzv_backend", "c10d", "--rdzv_endpoint", endpoint,
                 "--rdzv_id", run_id, "--max_restarts", str(a.max_restarts), "--rdzv_conf", conf,
                 *self.torch_extra, "--log_dir", log_dir, "--no_python"] + worker_argv
-
-
-def host_addr(i):
-    return f"10.231.0.{i + 1}"
 
 
 class Interrupted(Exception):
@@ -138,6 +136,9 @@ class Trial:
         self.lines = []
         self.offset = 0
         self.partial = ""
+        # exit scenario: the workers' run time, the same for all, at a random phase
+        self.exit_hold = round(args.exit_after + random.uniform(0.0, JITTER_S), 3)
+        self.restart_counts = ""  # TORCHELASTIC_RESTART_COUNT by host in the new round
 
     # --- namespaces and processes -------------------------------------------------------------
     def netns(self, *words, check=True):
@@ -150,7 +151,7 @@ class Trial:
         self.netns("up", str(self.sc.hosts))
 
     def start_agent(self, host, mode="run"):
-        hold = self.args.exit_after if mode == "exit" else self.args.hold
+        hold = self.exit_hold if mode == "exit" else self.args.hold
         worker_argv = [self.args.worker, mode, str(hold)]
         argv = self.launcher.argv(self.sc, host, self.run_id, worker_argv, self.dir)
         env = dict(os.environ, RECOV_HOST=str(host), RECOV_LOG=self.log)
@@ -195,6 +196,15 @@ class Trial:
             return False
 
     def cleanup(self):
+        # Not interruptible: a second Ctrl-C must not leave agents, workers or namespaces.
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK,
+                                         {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
+        try:
+            self.stop_everything()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+    def stop_everything(self):
         for host, proc in self.agents.items():
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
@@ -232,11 +242,13 @@ class Trial:
         return self.lines
 
     def starts(self, after, hosts, world):
-        """(host, rank) -> latest start time of START lines after `after` with this world."""
+        """(host, rank) -> (start time, restart count) of the latest START line after `after`
+        with this world size on one of `hosts`."""
         seen = {}
-        for kind, host, _restart, rank, w, _pid, t in self.lines:
+        for kind, host, restart, rank, w, _pid, t in self.lines:
             if kind == "START" and t > after and host in hosts and w == world:
-                seen[(host, rank)] = max(t, seen.get((host, rank), 0.0))
+                if t > seen.get((host, rank), (0.0, 0))[0]:
+                    seen[(host, rank)] = (t, restart)
         return seen
 
     def wait_round(self, after, hosts, world, deadline):
@@ -270,6 +282,7 @@ class Trial:
         if first is None:
             return None, None, f"first round never formed (within {FORM_CAP_S:.0f} s)"
         world1 = len(sc.survivors) * a.nproc
+        time.sleep(random.uniform(0.0, JITTER_S))
         fault_at = self.inject()
         cap = a.drun_cap if self.launcher.is_drun else a.torch_cap
         deadline = fault_at + cap
@@ -277,7 +290,9 @@ class Trial:
             self.read_log()
             seen = self.starts(fault_at, sc.survivors, world1)
             if len(seen) >= world1:
-                times = seen.values()
+                times = [t for t, _ in seen.values()]
+                self.restart_counts = " ".join(
+                    f"h{h}:{r}" for h, r in sorted({(h, r) for (h, _), (_, r) in seen.items()}))
                 return (min(times) - fault_at) * 1e3, (max(times) - fault_at) * 1e3, None
             time.sleep(POLL_S)
         self.read_log()
@@ -319,7 +334,7 @@ class Trial:
     def measure_exit(self, world):
         a = self.args
         cap = a.drun_cap if self.launcher.is_drun else a.torch_cap
-        deadline = time.time() + FORM_CAP_S + a.exit_after
+        deadline = time.time() + FORM_CAP_S + self.exit_hold
         ends = []
         while len(ends) < world and self.pidfds and time.time() < deadline:
             self.wait_exits(time.time() + POLL_S * 4)  # times an early exit at once
@@ -341,7 +356,7 @@ class Trial:
 
 def run_cell(args, sc, launcher, trials, counter):
     """Trials of one (scenario, launcher); gives up after a first trial without recovery."""
-    values, details, reasons = [], [], []
+    values, details, reasons, counts = [], [], [], set()
     for i in range(trials):
         counter[0] += 1
         trial = Trial(args, sc, launcher, counter[0])
@@ -358,9 +373,12 @@ def run_cell(args, sc, launcher, trials, counter):
         else:
             values.append(value)
             details.append(detail)
+            if trial.restart_counts:
+                counts.add(trial.restart_counts)
             print(f"  {sc.name:8} {launcher.name:15} trial {i + 1}: {value:.1f} ms "
                   f"(all: {detail:.1f} ms)", file=sys.stderr, flush=True)
-    return {"values": values, "details": details, "reasons": reasons, "trials": trials}
+    return {"values": values, "details": details, "reasons": reasons, "trials": trials,
+            "restart_counts": sorted(counts)}
 
 
 def fmt_cell(cell, unit_digits=0):
@@ -368,7 +386,10 @@ def fmt_cell(cell, unit_digits=0):
         return "skipped"
     v = cell["values"]
     if not v:
-        return cell["reasons"][0] if cell["reasons"] else "n/a"
+        if not cell["reasons"]:
+            return "n/a"
+        n = len(cell["reasons"])
+        return f"{cell['reasons'][0]} ({n} trial{'s' if n > 1 else ''})"
     text = f"{statistics.median(v):.{unit_digits}f}"
     if len(v) < cell["trials"] or cell["reasons"]:
         text += f" ({len(v)}/{len(v) + len(cell['reasons'])} recovered)"
@@ -404,6 +425,8 @@ def main():
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGHUP, on_signal)
 
+    args.endpoint_host = subprocess.run([args.netns, "addr", "0"], check=True, text=True,
+                                        capture_output=True, timeout=10).stdout.strip()
     args.worker = os.path.join(args.work_dir, "worker.sh")
     with open(args.worker, "w") as f:
         f.write(WORKER)
@@ -461,6 +484,13 @@ def main():
           f"the first agent's exit). drun's lost-node scenarios use last_call_timeout="
           f"{args.loss_last_call} s (torchrun: 1, its minimum); torch 1.13 ignores heartbeat_timeout "
           "(keep-alive fixed at 5 s x 3).")
+    notes = [(name, launcher, cell["restart_counts"]) for (name, launcher), cell in results.items()
+             if cell["restart_counts"]]
+    if notes:
+        print("TORCHELASTIC_RESTART_COUNT in the new round, by host (hN:count; one entry per "
+              "distinct outcome over the trials):")
+        for name, launcher, counts in notes:
+            print(f"  {name:8} {launcher:15} {' / '.join(counts)}")
     print(f"total run time {elapsed:.0f} s" +
           (f"; logs in {args.work_dir}" if args.keep_logs else " (KEEP_LOGS=1 keeps the logs)"))
 
