@@ -301,8 +301,11 @@ class Trial:
     def inject(self):
         sc = self.sc
         if sc.name == "failure":
-            victim = min(pid for kind, host, _r, _k, _w, pid, _t in self.lines
-                         if kind == "START" and host == 1 and self.is_our_worker(pid))
+            alive = [pid for kind, host, _r, _k, _w, pid, _t in self.lines
+                     if kind == "START" and host == 1 and self.is_our_worker(pid)]
+            if not alive:
+                raise RuntimeError("no live worker on host 1 to kill")
+            victim = min(alive)
             fault_at = time.time()
             os.kill(victim, signal.SIGKILL)
         elif sc.name == "sigkill":
@@ -362,6 +365,10 @@ def run_cell(args, sc, launcher, trials, counter):
         trial = Trial(args, sc, launcher, counter[0])
         try:
             value, detail, reason = trial.run()
+        except Interrupted:
+            raise
+        except Exception as e:  # one broken trial (a netns or spawn error) is reported, not fatal
+            value, detail, reason = None, None, f"harness error: {e!r}"
         finally:
             trial.cleanup()
         if value is None:
