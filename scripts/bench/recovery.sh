@@ -35,8 +35,9 @@
 #   scaleup  3 hosts, --nnodes 2:4, last_call_timeout=1; hosts 0 and 1 run the job, then host 2's
 #            agent is started (fault time = just before its start, so its start-up counts).
 #            New round: 3 hosts, world 3*NPROC (below MAX, so the last call applies). target <= 1.5 s
-#   exit     2 hosts, --nnodes 2; every worker exits 0 after 1 s. From the last worker's END to the
-#            last agent process's exit (the harness waits on each agent's pidfd).  target <= 100 ms
+#   exit     2 hosts, --nnodes 2; every worker exits 0 after 1-2 s. From the last worker's END to
+#            the last agent process's exit (the harness waits on each agent's pidfd; "drun all" is
+#            the first agent's exit there).                                  target <= 100 ms
 #
 # sigkill and linkcut leave 2 of MIN:MAX=2:3 nodes, so the re-formed round closes only after the
 # last call: drun gets last_call_timeout=LOSS_LAST_CALL (0.1 s) there, torchrun 1 s (1.13 takes
@@ -49,13 +50,14 @@
 # failed trials show as "(k/n recovered)". The verdict is MET when drun's median is within the
 # target and every trial recovered. torchrun 1.13 never notices a lost node by itself (only a
 # failing worker or a node in its wait list restarts it), so expect no recovery there for sigkill
-# and linkcut: those cells cost one cap each. Run time with the defaults: about 8-12 minutes,
-# most of it torchrun.
+# and linkcut: those cells cost one cap each. Below the table: TORCHELASTIC_RESTART_COUNT of the
+# new round by host (drun's budget is the job's: every host should show the same count).
+# Run time with the defaults: about 12 minutes on a loaded 2-core machine, 10 of them torchrun;
+# TORCH=0: under a minute.
 #
-# Environment: DRUN_BIN_DIR, TRIALS (5), TORCH_TRIALS (=TRIALS), TORCH (1; 0 = drun only), DRUN
-# (1; 0 = torchrun only), NPROC
-# (2), DRUN_CAP (10), TORCH_CAP (30), LOSS_LAST_CALL (0.1), KEEP_LOGS (0; 1 keeps the per-trial
-# agent and worker logs, printed at the end).
+# Environment: DRUN_BIN_DIR, TRIALS (5), TORCH_TRIALS (=TRIALS), TORCH (1; 0 = drun only),
+# DRUN (1; 0 = torchrun only), NPROC (2), DRUN_CAP (10), TORCH_CAP (30), LOSS_LAST_CALL (0.1),
+# KEEP_LOGS (0; 1 keeps the per-trial agent and worker logs, and prints where).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 repo=$(pwd)

@@ -488,7 +488,8 @@ def main():
     for r in rows:
         print(line(r))
     print(f"drun all: median time until every worker of the new round had started (exit: until "
-          f"the first agent's exit). drun's lost-node scenarios use last_call_timeout="
+          f"the first agent's exit; negative: an agent left before the job's last worker ended, "
+          f"i.e. it did not wait in an exit barrier). drun's lost-node scenarios use last_call_timeout="
           f"{args.loss_last_call} s (torchrun: 1, its minimum); torch 1.13 ignores heartbeat_timeout "
           "(keep-alive fixed at 5 s x 3).")
     notes = [(name, launcher, cell["restart_counts"]) for (name, launcher), cell in results.items()
