@@ -57,7 +57,8 @@
 #
 # Environment: DRUN_BIN_DIR, TRIALS (5), TORCH_TRIALS (=TRIALS), TORCH (1; 0 = drun only),
 # DRUN (1; 0 = torchrun only), NPROC (2), DRUN_CAP (10), TORCH_CAP (30), LOSS_LAST_CALL (0.1),
-# KEEP_LOGS (0; 1 keeps the per-trial agent and worker logs, and prints where).
+# KEEP_LOGS (0; 1 keeps, per trial, each agent's output and timeline.txt: the workers' lines, the
+# fault and each agent's start and exit, by time; it prints where).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 repo=$(pwd)

@@ -139,6 +139,7 @@ class Trial:
         # exit scenario: the workers' run time, the same for all, at a random phase
         self.exit_hold = round(args.exit_after + random.uniform(0.0, JITTER_S), 3)
         self.restart_counts = ""  # TORCHELASTIC_RESTART_COUNT by host in the new round
+        self.events = []          # (wall time, text): the harness's side of timeline.txt
 
     # --- namespaces and processes -------------------------------------------------------------
     def netns(self, *words, check=True):
@@ -163,6 +164,7 @@ class Trial:
         out.close()
         self.agents[host] = proc
         self.pidfds[host] = os.pidfd_open(proc.pid)
+        self.events.append((time.time(), f"agent {host} started (pid {proc.pid})"))
         return proc
 
     def reap(self):
@@ -170,10 +172,13 @@ class Trial:
         for host, fd in list(self.pidfds.items()):
             if select.select([fd], [], [], 0)[0]:
                 now = time.time()
-                self.agents[host].wait()
-                self.exit_at[host] = now
-                os.close(fd)
-                del self.pidfds[host]
+                self.exited(host, now)
+
+    def exited(self, host, now):
+        code = self.agents[host].wait()
+        self.exit_at[host] = now
+        self.events.append((now, f"agent {host} exited {code}"))
+        os.close(self.pidfds.pop(host))
 
     def wait_exits(self, deadline):
         """Waits for every agent to exit (until deadline), timing each exit as it happens."""
@@ -183,10 +188,7 @@ class Trial:
             now = time.time()
             for host, fd in list(self.pidfds.items()):
                 if fd in ready:
-                    self.agents[host].wait()
-                    self.exit_at[host] = now
-                    os.close(fd)
-                    del self.pidfds[host]
+                    self.exited(host, now)
 
     def is_our_worker(self, pid):
         try:
@@ -205,6 +207,8 @@ class Trial:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
     def stop_everything(self):
+        self.reap()
+        self.events.append((time.time(), "end of trial: SIGTERM to the agents left"))
         for host, proc in self.agents.items():
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
@@ -224,6 +228,17 @@ class Trial:
                 except ProcessLookupError:
                     pass
         self.netns("down", check=False)
+        self.write_timeline()
+
+    def write_timeline(self):
+        """timeline.txt: the workers' lines and the harness's events, by time, for KEEP_LOGS."""
+        rows = self.events + [(t, f"{kind} host {host} restart {restart} rank {rank} world {w} "
+                                  f"pid {pid}")
+                              for kind, host, restart, rank, w, pid, t in self.lines]
+        rows.sort()
+        with open(os.path.join(self.dir, "timeline.txt"), "w") as f:
+            for t, text in rows:
+                f.write(f"{t:.6f} {(t - rows[0][0]) * 1e3:10.1f} ms  {text}\n")
 
     # --- the workers' log ---------------------------------------------------------------------
     def read_log(self):
@@ -284,6 +299,7 @@ class Trial:
         world1 = len(sc.survivors) * a.nproc
         time.sleep(random.uniform(0.0, JITTER_S))
         fault_at = self.inject()
+        self.events.append((fault_at, f"FAULT {sc.name}"))
         cap = a.drun_cap if self.launcher.is_drun else a.torch_cap
         deadline = fault_at + cap
         while time.time() < deadline:
@@ -294,6 +310,7 @@ class Trial:
                 self.restart_counts = " ".join(
                     f"h{h}:{r}" for h, r in sorted({(h, r) for (h, _), (_, r) in seen.items()}))
                 return (min(times) - fault_at) * 1e3, (max(times) - fault_at) * 1e3, None
+            self.reap()
             time.sleep(POLL_S)
         self.read_log()
         return None, None, self.no_recovery_reason(fault_at, cap)
