@@ -311,6 +311,11 @@ class Trial:
                     f"h{h}:{r}" for h, r in sorted({(h, r) for (h, _), (_, r) in seen.items()}))
                 return (min(times) - fault_at) * 1e3, (max(times) - fault_at) * 1e3, None
             self.reap()
+            gone = {h: self.agents[h].returncode for h in sc.survivors if h not in self.pidfds}
+            if gone:  # a host of the new round has no agent any more: no new round will come
+                self.read_log()
+                if len(self.starts(fault_at, sc.survivors, world1)) < world1:
+                    return None, None, f"no recovery: agent exit codes by host {gone}"
             time.sleep(POLL_S)
         self.read_log()
         return None, None, self.no_recovery_reason(fault_at, cap)
