@@ -1,0 +1,529 @@
+#!/usr/bin/python3
+"""Elastic recovery timings on network-namespace hosts: drun beside torchrun 1.13, same run.
+Called by scripts/bench/recovery.sh (which checks the prerequisites); the scenarios, what is
+timed and how are described there.
+
+Every trial gets fresh namespace hosts (scripts/netns.sh up/down) and its own log file, to which
+each worker appends, as its first action, one line
+
+    START <host> <restart count> <rank> <world size> <pid> <wall time>
+
+(and, in the exit scenario, `END ...` right before it exits 0). Hosts share the file system and
+the wall clock, so the harness reads the workers' own timestamps and its polling interval does
+not enter the result. Every wait has a deadline; every process the harness started (agents, and
+workers by the PID they logged, checked through their environment) is killed by PID at the end
+of its trial; the namespaces are removed even on an error or a signal.
+"""
+import argparse
+import os
+import random
+import select
+import signal
+import statistics
+import subprocess
+import sys
+import time
+
+PORT = 29400
+SETTLE_S = 0.5        # the first round must stay unchanged this long before the fault
+POLL_S = 0.005        # log polling while waiting (the workers' timestamps are what counts)
+STOP_GRACE_S = 3.0    # SIGTERM -> SIGKILL for agents at the end of a trial
+JITTER_S = 1.0       # random pause before the fault: no fixed phase of any periodic timer
+FORM_CAP_S = 60.0     # the first round must form within this (torchrun: python start, 1 s polls)
+
+WORKER = r"""#!/bin/bash
+# recovery benchmark worker: logs its start first thing (bash's $EPOCHREALTIME: no fork).
+echo "START ${RECOV_HOST} ${TORCHELASTIC_RESTART_COUNT:-0} ${RANK} ${WORLD_SIZE} $$ $EPOCHREALTIME" >>"$RECOV_LOG"
+if [[ "$1" == exit ]]; then
+  sleep "$2"
+  echo "END ${RECOV_HOST} ${TORCHELASTIC_RESTART_COUNT:-0} ${RANK} ${WORLD_SIZE} $$ $EPOCHREALTIME" >>"$RECOV_LOG"
+  exit 0
+fi
+exec sleep "$2"
+"""
+
+
+class Scenario:
+    def __init__(self, name, title, target_ms, hosts, first, nnodes, drun_conf, torch_conf,
+                 survivors=None):
+        self.name = name
+        self.title = title
+        self.target_ms = target_ms
+        self.hosts = hosts          # namespace hosts to create
+        self.first = first          # hosts whose agents start before the fault
+        self.nnodes = nnodes
+        self.drun_conf = drun_conf
+        self.torch_conf = torch_conf
+        self.survivors = survivors  # hosts of the new round (None: not a recovery scenario)
+
+
+def scenarios(args):
+    loss_conf = args.loss_last_call
+    return {
+        "failure": Scenario(
+            "failure", "worker SIGKILLed on host 1 (not the store's)", 200, 2, [0, 1], "2",
+            "", "", survivors=[0, 1]),
+        "sigkill": Scenario(
+            "sigkill", "agent of host 2 of 3 SIGKILLed", 1000, 3, [0, 1, 2], "2:3",
+            f"last_call_timeout={loss_conf}", "last_call_timeout=1", survivors=[0, 1]),
+        "linkcut": Scenario(
+            "linkcut", "host 2 of 3 cut off, heartbeat_timeout 2 s", 2500, 3, [0, 1, 2], "2:3",
+            f"heartbeat_timeout=2,last_call_timeout={loss_conf}",
+            "heartbeat_timeout=2,last_call_timeout=1", survivors=[0, 1]),
+        "scaleup": Scenario(
+            "scaleup", "host 2 joins 2 of 2:4, last_call 1 s", 1500, 3, [0, 1], "2:4",
+            "last_call_timeout=1", "last_call_timeout=1", survivors=[0, 1, 2]),
+        "exit": Scenario(
+            "exit", "last worker exits 0 -> last agent exits", 100, 2, [0, 1], "2",
+            "", ""),
+    }
+
+
+class Launcher:
+    def __init__(self, name, args, torch_extra=None):
+        self.name = name
+        self.args = args
+        self.torch_extra = torch_extra  # None: drun
+
+    @property
+    def is_drun(self):
+        return self.torch_extra is None
+
+    def argv(self, sc, host, run_id, worker_argv, log_dir):
+        a = self.args
+        endpoint = f"{a.endpoint_host}:{PORT}"
+        if self.is_drun:
+            cmd = [os.path.join(a.drun_bin, "drun"), "--nnodes", sc.nnodes, "--nproc-per-node",
+                   str(a.nproc), "--rdzv-endpoint", endpoint, "--rdzv-id", run_id,
+                   "--max-restarts", str(a.max_restarts)]
+            if sc.drun_conf:
+                cmd += ["--rdzv-conf", sc.drun_conf]
+            return cmd + ["--no-python"] + worker_argv
+        # torch 1.13 decides "am I the store host" from the machine's hostname, which every
+        # namespace shares: say it explicitly.
+        conf = ",".join(c for c in (sc.torch_conf, f"is_host={1 if host == 0 else 0}") if c)
+        return [a.python, a.torchrun_compat, "--nnodes", sc.nnodes, "--nproc_per_node",
+                str(a.nproc), "--rdzv_backend", "c10d", "--rdzv_endpoint", endpoint,
+                "--rdzv_id", run_id, "--max_restarts", str(a.max_restarts), "--rdzv_conf", conf,
+                *self.torch_extra, "--log_dir", log_dir, "--no_python"] + worker_argv
+
+
+class Interrupted(Exception):
+    pass
+
+
+def on_signal(signum, _frame):
+    raise Interrupted(f"signal {signum}")
+
+
+class Trial:
+    """One job on fresh namespace hosts; owns every process it starts."""
+
+    def __init__(self, args, sc, launcher, index):
+        self.args = args
+        self.sc = sc
+        self.launcher = launcher
+        self.prefix = f"drecov-{os.getpid()}"
+        tag = f"{sc.name}-{launcher.name.replace(' ', '_')}-{index}"
+        self.dir = os.path.join(args.work_dir, tag)
+        os.makedirs(self.dir)
+        self.log = os.path.join(self.dir, "workers.log")
+        open(self.log, "w").close()
+        self.run_id = f"recov-{os.getpid()}-{index}"
+        self.agents = {}     # host -> Popen
+        self.exit_at = {}    # host -> wall time the agent's exit was seen
+        self.pidfds = {}
+        self.lines = []
+        self.offset = 0
+        self.partial = ""
+        # exit scenario: the workers' run time, the same for all, at a random phase
+        self.exit_hold = round(args.exit_after + random.uniform(0.0, JITTER_S), 3)
+        self.restart_counts = ""  # TORCHELASTIC_RESTART_COUNT by host in the new round
+        self.events = []          # (wall time, text): the harness's side of timeline.txt
+
+    # --- namespaces and processes -------------------------------------------------------------
+    def netns(self, *words, check=True):
+        return subprocess.run([self.args.netns, "-p", self.prefix, *words], check=check,
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              timeout=30)
+
+    def up(self):
+        self.netns("down")
+        self.netns("up", str(self.sc.hosts))
+
+    def start_agent(self, host, mode="run"):
+        hold = self.exit_hold if mode == "exit" else self.args.hold
+        worker_argv = [self.args.worker, mode, str(hold)]
+        argv = self.launcher.argv(self.sc, host, self.run_id, worker_argv, self.dir)
+        env = dict(os.environ, RECOV_HOST=str(host), RECOV_LOG=self.log)
+        out = open(os.path.join(self.dir, f"agent{host}.log"), "w")
+        # netns.sh execs `ip netns exec`, which execs the agent: the PID is the agent's.
+        proc = subprocess.Popen([self.args.netns, "-p", self.prefix, "exec", str(host), *argv],
+                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                env=env)
+        out.close()
+        self.agents[host] = proc
+        self.pidfds[host] = os.pidfd_open(proc.pid)
+        self.events.append((time.time(), f"agent {host} started (pid {proc.pid})"))
+        return proc
+
+    def reap(self):
+        """Records the wall time of every agent exit that is ready now."""
+        for host, fd in list(self.pidfds.items()):
+            if select.select([fd], [], [], 0)[0]:
+                now = time.time()
+                self.exited(host, now)
+
+    def exited(self, host, now):
+        code = self.agents[host].wait()
+        self.exit_at[host] = now
+        self.events.append((now, f"agent {host} exited {code}"))
+        os.close(self.pidfds.pop(host))
+
+    def wait_exits(self, deadline):
+        """Waits for every agent to exit (until deadline), timing each exit as it happens."""
+        while self.pidfds and time.time() < deadline:
+            ready = select.select(list(self.pidfds.values()), [], [],
+                                  max(0.0, deadline - time.time()))[0]
+            now = time.time()
+            for host, fd in list(self.pidfds.items()):
+                if fd in ready:
+                    self.exited(host, now)
+
+    def is_our_worker(self, pid):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                return f"RECOV_LOG={self.log}".encode() in f.read().split(b"\0")
+        except OSError:
+            return False
+
+    def cleanup(self):
+        # Not interruptible: a second Ctrl-C must not leave agents, workers or namespaces.
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK,
+                                         {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
+        try:
+            self.stop_everything()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+    def stop_everything(self):
+        self.reap()
+        self.events.append((time.time(), "end of trial: SIGTERM to the agents left"))
+        for host, proc in self.agents.items():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        self.wait_exits(time.time() + STOP_GRACE_S)
+        for host, proc in self.agents.items():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        for fd in self.pidfds.values():
+            os.close(fd)
+        self.pidfds.clear()
+        self.read_log()
+        for pid in {line[5] for line in self.lines}:
+            if self.is_our_worker(pid):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        self.netns("down", check=False)
+        self.write_timeline()
+
+    def write_timeline(self):
+        """timeline.txt: the workers' lines and the harness's events, by time, for KEEP_LOGS."""
+        rows = self.events + [(t, f"{kind} host {host} restart {restart} rank {rank} world {w} "
+                                  f"pid {pid}")
+                              for kind, host, restart, rank, w, pid, t in self.lines]
+        rows.sort()
+        with open(os.path.join(self.dir, "timeline.txt"), "w") as f:
+            for t, text in rows:
+                f.write(f"{t:.6f} {(t - rows[0][0]) * 1e3:10.1f} ms  {text}\n")
+
+    # --- the workers' log ---------------------------------------------------------------------
+    def read_log(self):
+        with open(self.log) as f:
+            f.seek(self.offset)
+            data = f.read()
+            self.offset = f.tell()
+        data = self.partial + data
+        *complete, self.partial = data.split("\n")
+        for text in complete:
+            w = text.split()
+            if len(w) == 7 and w[0] in ("START", "END"):
+                # kind, host, restart count, rank, world size, pid, wall time
+                self.lines.append((w[0], int(w[1]), int(w[2]), int(w[3]), int(w[4]), int(w[5]),
+                                   float(w[6])))
+        return self.lines
+
+    def starts(self, after, hosts, world):
+        """(host, rank) -> (start time, restart count) of the latest START line after `after`
+        with this world size on one of `hosts`."""
+        seen = {}
+        for kind, host, restart, rank, w, _pid, t in self.lines:
+            if kind == "START" and t > after and host in hosts and w == world:
+                if t > seen.get((host, rank), (0.0, 0))[0]:
+                    seen[(host, rank)] = (t, restart)
+        return seen
+
+    def wait_round(self, after, hosts, world, deadline):
+        """Waits until world workers of `hosts` have started after `after` with this world size
+        and none started during the last SETTLE_S (the round is stable); returns their starts."""
+        while time.time() < deadline:
+            self.read_log()
+            seen = self.starts(after, hosts, world)
+            if len(seen) >= world:
+                newest = max(t for kind, *_, t in self.lines if kind == "START")
+                if time.time() - newest >= SETTLE_S:
+                    return seen
+            self.reap()
+            if not self.pidfds:
+                return None
+            time.sleep(POLL_S * 4)
+        return None
+
+    # --- one measurement ----------------------------------------------------------------------
+    def run(self):
+        """Returns (value ms, detail ms or None, None) or (None, None, reason)."""
+        sc, a = self.sc, self.args
+        self.up()
+        mode = "exit" if sc.name == "exit" else "run"
+        for host in sc.first:
+            self.start_agent(host, mode)
+        world0 = len(sc.first) * a.nproc
+        if sc.name == "exit":
+            return self.measure_exit(world0)
+        first = self.wait_round(0.0, sc.first, world0, time.time() + FORM_CAP_S)
+        if first is None:
+            return None, None, f"first round never formed (within {FORM_CAP_S:.0f} s)"
+        world1 = len(sc.survivors) * a.nproc
+        time.sleep(random.uniform(0.0, JITTER_S))
+        fault_at = self.inject()
+        self.events.append((fault_at, f"FAULT {sc.name}"))
+        cap = a.drun_cap if self.launcher.is_drun else a.torch_cap
+        deadline = fault_at + cap
+        while time.time() < deadline:
+            self.read_log()
+            seen = self.starts(fault_at, sc.survivors, world1)
+            if len(seen) >= world1:
+                times = [t for t, _ in seen.values()]
+                self.restart_counts = " ".join(
+                    f"h{h}:{r}" for h, r in sorted({(h, r) for (h, _), (_, r) in seen.items()}))
+                return (min(times) - fault_at) * 1e3, (max(times) - fault_at) * 1e3, None
+            self.reap()
+            gone = {h: self.agents[h].returncode for h in sc.survivors if h not in self.pidfds}
+            if gone:  # a host of the new round has no agent any more: no new round will come
+                self.read_log()
+                if len(self.starts(fault_at, sc.survivors, world1)) < world1:
+                    return None, None, f"no recovery: agent exit codes by host {gone}"
+            time.sleep(POLL_S)
+        self.read_log()
+        return None, None, self.no_recovery_reason(fault_at, cap)
+
+    def inject(self):
+        sc = self.sc
+        if sc.name == "failure":
+            alive = [pid for kind, host, _r, _k, _w, pid, _t in self.lines
+                     if kind == "START" and host == 1 and self.is_our_worker(pid)]
+            if not alive:
+                raise RuntimeError("no live worker on host 1 to kill")
+            victim = min(alive)
+            fault_at = time.time()
+            os.kill(victim, signal.SIGKILL)
+        elif sc.name == "sigkill":
+            fault_at = time.time()
+            self.agents[2].kill()
+        elif sc.name == "linkcut":
+            # The switch port of host 2 goes down (hub side): host 2's eth0 stays configured,
+            # its packets go nowhere, nobody gets a reset.
+            fault_at = time.time()
+            subprocess.run(["ip", "-n", f"{self.prefix}-hub", "link", "set", "v2", "down"],
+                           check=True, timeout=10)
+        elif sc.name == "scaleup":
+            fault_at = time.time()
+            self.start_agent(2)
+        else:
+            raise ValueError(sc.name)
+        return fault_at
+
+    def no_recovery_reason(self, fault_at, cap):
+        later = [(host, w) for kind, host, _r, _k, w, _p, t in self.lines
+                 if kind == "START" and t > fault_at]
+        text = f"no recovery within {cap:.0f} s"
+        if later:
+            hosts = sorted({h for h, _ in later})
+            worlds = sorted({w for _, w in later})
+            text += f" (only {len(later)} start(s) on host(s) {hosts}, world {worlds})"
+        return text
+
+    def measure_exit(self, world):
+        a = self.args
+        cap = a.drun_cap if self.launcher.is_drun else a.torch_cap
+        deadline = time.time() + FORM_CAP_S + self.exit_hold
+        ends = []
+        while len(ends) < world and self.pidfds and time.time() < deadline:
+            self.wait_exits(time.time() + POLL_S * 4)  # times an early exit at once
+            self.read_log()
+            ends = [t for kind, *_, t in self.lines if kind == "END"]
+        if len(ends) < world:
+            codes = {h: p.poll() for h, p in self.agents.items()}
+            return None, None, f"only {len(ends)}/{world} workers ended, agent exit codes {codes}"
+        self.wait_exits(max(ends) + cap)
+        if self.pidfds:
+            return None, None, f"agents still running {cap:.0f} s after the last worker's exit"
+        codes = {h: p.returncode for h, p in self.agents.items()}
+        if any(codes.values()):
+            return None, None, f"agent exit codes {codes}"
+        last_end = max(ends)
+        return ((max(self.exit_at.values()) - last_end) * 1e3,
+                (min(self.exit_at.values()) - last_end) * 1e3, None)
+
+
+def run_cell(args, sc, launcher, trials, counter):
+    """Trials of one (scenario, launcher); gives up after a first trial without recovery."""
+    values, details, reasons, counts = [], [], [], set()
+    for i in range(trials):
+        counter[0] += 1
+        trial = Trial(args, sc, launcher, counter[0])
+        try:
+            value, detail, reason = trial.run()
+        except Interrupted:
+            raise
+        except Exception as e:  # one broken trial (a netns or spawn error) is reported, not fatal
+            value, detail, reason = None, None, f"harness error: {e!r}"
+        finally:
+            trial.cleanup()
+        if value is None:
+            reasons.append(reason)
+            print(f"  {sc.name:8} {launcher.name:15} trial {i + 1}: {reason}", file=sys.stderr,
+                  flush=True)
+            if not values:
+                break
+        else:
+            values.append(value)
+            details.append(detail)
+            if trial.restart_counts:
+                counts.add(trial.restart_counts)
+            print(f"  {sc.name:8} {launcher.name:15} trial {i + 1}: {value:.1f} ms "
+                  f"(all: {detail:.1f} ms)", file=sys.stderr, flush=True)
+    return {"values": values, "details": details, "reasons": reasons, "trials": trials,
+            "restart_counts": sorted(counts)}
+
+
+def fmt_cell(cell, unit_digits=0):
+    if cell is None:
+        return "skipped"
+    v = cell["values"]
+    if not v:
+        if not cell["reasons"]:
+            return "n/a"
+        n = len(cell["reasons"])
+        return f"{cell['reasons'][0]} ({n} trial{'s' if n > 1 else ''})"
+    text = f"{statistics.median(v):.{unit_digits}f}"
+    if len(v) < cell["trials"] or cell["reasons"]:
+        text += f" ({len(v)}/{len(v) + len(cell['reasons'])} recovered)"
+    return text
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--drun-bin", required=True)
+    p.add_argument("--netns", required=True)
+    p.add_argument("--torchrun-compat", required=True)
+    p.add_argument("--python", default="/usr/bin/python3")
+    p.add_argument("--work-dir", required=True)
+    p.add_argument("--trials", type=int, default=5)
+    p.add_argument("--torch-trials", type=int, default=5)
+    p.add_argument("--torch", type=int, default=1, help="0: drun only")
+    p.add_argument("--drun", type=int, default=1, help="0: torchrun only")
+    p.add_argument("--keep-logs", type=int, default=0)
+    p.add_argument("--nproc", type=int, default=2)
+    p.add_argument("--max-restarts", type=int, default=3)
+    p.add_argument("--drun-cap", type=float, default=10.0)
+    p.add_argument("--torch-cap", type=float, default=30.0)
+    p.add_argument("--loss-last-call", default="0.1")
+    p.add_argument("--hold", type=float, default=300.0, help="worker lifetime (s) when not failed")
+    p.add_argument("--exit-after", type=float, default=1.0, help="exit scenario: worker run time")
+    p.add_argument("scenarios", nargs="*", default=["failure", "sigkill", "linkcut", "scaleup",
+                                                     "exit"])
+    args = p.parse_args()
+    all_scenarios = scenarios(args)
+    for name in args.scenarios:
+        if name not in all_scenarios:
+            p.error(f"unknown scenario '{name}' (known: {', '.join(all_scenarios)})")
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGHUP, on_signal)
+
+    args.endpoint_host = subprocess.run([args.netns, "addr", "0"], check=True, text=True,
+                                        capture_output=True, timeout=10).stdout.strip()
+    args.worker = os.path.join(args.work_dir, "worker.sh")
+    with open(args.worker, "w") as f:
+        f.write(WORKER)
+    os.chmod(args.worker, 0o755)
+
+    launchers = [Launcher("drun", args)] if args.drun else []
+    if args.torch:
+        launchers += [Launcher("torchrun", args, []),
+                      Launcher("torchrun mi0.1", args, ["--monitor_interval", "0.1"])]
+    started = time.time()
+    results = {}
+    counter = [0]
+    try:
+        for name in args.scenarios:
+            sc = all_scenarios[name]
+            for launcher in launchers:
+                trials = args.trials if launcher.is_drun else args.torch_trials
+                results[(name, launcher.name)] = run_cell(args, sc, launcher, trials, counter)
+    except (Interrupted, KeyboardInterrupt) as e:
+        print(f"recovery_bench: interrupted ({e}); partial results", file=sys.stderr)
+    elapsed = time.time() - started
+
+    print()
+    print(f"Recovery on network-namespace hosts, {args.nproc} workers per host, median ms over "
+          f"{args.trials} trials (torchrun {args.torch_trials}); fault -> first worker of the new "
+          "round started")
+    print(f"(exit: last worker's exit 0 -> last agent's exit). drun from {args.drun_bin}; "
+          "torchrun 1.13 c10d, monitor_interval 5 s (default) and 0.1 s")
+    head = ["scenario", "target", "drun", "drun min..max", "drun all", "verdict",
+            "torchrun (mi 5)", "torchrun mi0.1"]
+    rows = []
+    for name in args.scenarios:
+        sc = all_scenarios[name]
+        if not any(key[0] == name for key in results):
+            continue
+        d = results.get((name, "drun"))
+        v = d["values"] if d else []
+        if v:
+            met = statistics.median(v) <= sc.target_ms and not d["reasons"]
+            verdict = "MET" if met else "MISSED"
+            span = f"{min(v):.1f}..{max(v):.1f}"
+            all_col = f"{statistics.median(d['details']):.1f}"
+        else:
+            verdict, span, all_col = ("MISSED" if d else "-"), "-", "-"
+        rows.append([f"{name}: {sc.title}", f"<= {sc.target_ms}", fmt_cell(d, 1), span, all_col,
+                     verdict, fmt_cell(results.get((name, "torchrun"))),
+                     fmt_cell(results.get((name, "torchrun mi0.1")))])
+    widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
+    line = lambda r: " | ".join(str(c).ljust(widths[i]) for i, c in enumerate(r))
+    print(line(head))
+    print("-+-".join("-" * w for w in widths))
+    for r in rows:
+        print(line(r))
+    print(f"drun all: median time until every worker of the new round had started (exit: until "
+          f"the first agent's exit; negative: an agent left before the job's last worker ended, "
+          f"i.e. it did not wait in an exit barrier). drun's lost-node scenarios use last_call_timeout="
+          f"{args.loss_last_call} s (torchrun: 1, its minimum); torch 1.13 ignores heartbeat_timeout "
+          "(keep-alive fixed at 5 s x 3).")
+    notes = [(name, launcher, cell["restart_counts"]) for (name, launcher), cell in results.items()
+             if cell["restart_counts"]]
+    if notes:
+        print("TORCHELASTIC_RESTART_COUNT in the new round, by host (hN:count; one entry per "
+              "distinct outcome over the trials):")
+        for name, launcher, counts in notes:
+            print(f"  {name:8} {launcher:15} {' / '.join(counts)}")
+    print(f"total run time {elapsed:.0f} s" +
+          (f"; logs in {args.work_dir}" if args.keep_logs else " (KEEP_LOGS=1 keeps the logs)"))
+
+
+if __name__ == "__main__":
+    main()
