@@ -39,9 +39,10 @@
 #            the last agent process's exit (the harness waits on each agent's pidfd; "drun all" is
 #            the first agent's exit there).                                  target <= 100 ms
 #
-# sigkill and linkcut leave 2 of MIN:MAX=2:3 nodes, so the re-formed round closes only after the
-# last call: drun gets last_call_timeout=LOSS_LAST_CALL (0.1 s) there, torchrun 1 s (1.13 takes
-# whole seconds only). torch 1.13 ignores heartbeat_timeout (keep-alive fixed at 5 s x 3 = 15 s);
+# sigkill and linkcut leave 2 of MIN:MAX=2:3 nodes. drun re-forms as soon as every survivor is
+# back (no last-call wait); torchrun 1.13 would wait for the last call. Both get
+# last_call_timeout=LOSS_LAST_CALL (1 s, the smallest torchrun 1.13 takes) there.
+# torch 1.13 ignores heartbeat_timeout (keep-alive fixed at 5 s x 3 = 15 s);
 # it is passed anyway so that both get the same command line. torch 1.13 cannot tell which
 # namespace hosts the store (they share one hostname): it gets is_host=1 on host 0, 0 elsewhere.
 #
@@ -56,7 +57,7 @@
 # TORCH=0: under a minute.
 #
 # Environment: DRUN_BIN_DIR, TRIALS (5), TORCH_TRIALS (=TRIALS), TORCH (1; 0 = drun only),
-# DRUN (1; 0 = torchrun only), NPROC (2), DRUN_CAP (10), TORCH_CAP (30), LOSS_LAST_CALL (0.1),
+# DRUN (1; 0 = torchrun only), NPROC (2), DRUN_CAP (10), TORCH_CAP (30), LOSS_LAST_CALL (1),
 # KEEP_LOGS (0; 1 keeps, per trial, each agent's output and timeline.txt: the workers' lines, the
 # fault and each agent's start and exit, by time; it prints where).
 set -euo pipefail
@@ -97,5 +98,5 @@ trap cleanup EXIT
   --nproc "${NPROC:-2}" \
   --drun-cap "${DRUN_CAP:-10}" \
   --torch-cap "${TORCH_CAP:-30}" \
-  --loss-last-call "${LOSS_LAST_CALL:-0.1}" \
+  --loss-last-call "${LOSS_LAST_CALL:-1}" \
   "$@"

@@ -441,7 +441,7 @@ def main():
     p.add_argument("--max-restarts", type=int, default=3)
     p.add_argument("--drun-cap", type=float, default=10.0)
     p.add_argument("--torch-cap", type=float, default=30.0)
-    p.add_argument("--loss-last-call", default="0.1")
+    p.add_argument("--loss-last-call", default="1")
     p.add_argument("--hold", type=float, default=300.0, help="worker lifetime (s) when not failed")
     p.add_argument("--exit-after", type=float, default=1.0, help="exit scenario: worker run time")
     p.add_argument("scenarios", nargs="*", default=["failure", "sigkill", "linkcut", "scaleup",
@@ -511,8 +511,8 @@ def main():
         print(line(r))
     print(f"drun all: median time until every worker of the new round had started (exit: until "
           f"the first agent's exit; negative: an agent left before the job's last worker ended, "
-          f"i.e. it did not wait in an exit barrier). drun's lost-node scenarios use last_call_timeout="
-          f"{args.loss_last_call} s (torchrun: 1, its minimum); torch 1.13 ignores heartbeat_timeout "
+          f"i.e. it did not wait in an exit barrier). The lost-node scenarios use last_call_timeout="
+          f"{args.loss_last_call} s for drun (torchrun: 1, its minimum); torch 1.13 ignores heartbeat_timeout "
           "(keep-alive fixed at 5 s x 3).")
     notes = [(name, launcher, cell["restart_counts"]) for (name, launcher), cell in results.items()
              if cell["restart_counts"]]
