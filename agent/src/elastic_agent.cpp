@@ -548,8 +548,7 @@ struct ElasticAgent::Impl {
 
   void onJobEvent(const JobEvent& e) {
     if (!roundStarted || e.round > round.round) {
-      if (e.kind != JobEvent::Kind::StoreLost || state != AgentState::Rendezvous)
-        latched.push_back(e);  // a round this node has not started yet
+      latched.push_back(e);  // maybe of the round being formed: replayed once it has started
       return;
     }
     if (e.round < round.round) return;  // an earlier round's news

@@ -62,9 +62,9 @@ std::unique_ptr<Rendezvous> makeC10dRendezvous(const RendezvousOptions& options)
                                                                      client.port);
   access.store = std::make_unique<TcpStore>(client);
   TcpStoreOptions watcher = client;
-  // Also how the rendezvous reconnects after losing the store: a host that refuses for a whole
-  // heartbeat timeout is taken for gone.
-  watcher.connectTimeout = std::min(options.heartbeatTimeout, options.joinTimeout);
+  // Also how the rendezvous reconnects after losing the store: a host that refuses for half a
+  // heartbeat timeout is taken for gone (so a fenced node gives up within heartbeat_timeout).
+  watcher.connectTimeout = std::min(options.heartbeatTimeout / 2, options.joinTimeout);
   access.connectWatcher = [watcher] { return std::make_unique<TcpStore>(watcher); };
   return makeC10dRendezvous(options, std::move(access));
 }

@@ -84,6 +84,15 @@ void classify(Store& store, const WatchedRound& w, Reported& seen, EventSlot& sl
   }
 }
 
+void storeLost(const WatchedRound& w, EventSlot& slot, const std::atomic<bool>& stopped,
+               const std::string& why) {
+  JobEvent lost;
+  lost.kind = Kind::StoreLost;
+  lost.round = w.round;
+  lost.reason = "lost the rendezvous store at " + w.endpoint + ": " + why;
+  fire(slot, stopped, lost);
+}
+
 void run(Store& store, const WatchedRound& w, EventSlot& slot, std::atomic<bool>& stopped) {
   const std::string changesKey = keys::changes(w.runId, w.round);
   std::optional<Bytes> known;
@@ -104,11 +113,9 @@ void run(Store& store, const WatchedRound& w, EventSlot& slot, std::atomic<bool>
   } catch (const std::exception& e) {
     // No logging here: this thread may outlive the process' loggers (it is detached); the
     // reason goes to the callback, whose owner reports it.
-    JobEvent lost;
-    lost.kind = Kind::StoreLost;
-    lost.round = w.round;
-    lost.reason = "lost the rendezvous store at " + w.endpoint + ": " + e.what();
-    fire(slot, stopped, lost);
+    storeLost(w, slot, stopped, e.what());
+  } catch (...) {
+    storeLost(w, slot, stopped, "unknown error");
   }
 }
 

@@ -227,6 +227,74 @@ void formsOneRound(Cluster& cluster, const std::vector<int>& localSizes) {
 
 }  // namespace
 
+TEST_CASE("pickMembers: members of the previous round first, then newcomers, up to MAX",
+          "[rendezvous]") {
+  auto joiner = [](std::string id, uint64_t arrival, bool rejoining) {
+    keys::NodeDescriptor d;
+    d.id = std::move(id);
+    d.host = d.addr = "h-" + d.id;
+    d.arrival = arrival;
+    d.rejoining = rejoining;
+    return d;
+  };
+  // A spare (arrived first) and a newcomer wait; three members re-join; MAX 3.
+  auto picked = pickMembers({joiner("spare", 0, false), joiner("m1", 1, true),
+                             joiner("new", 2, false), joiner("m2", 3, true), joiner("m3", 4, true)},
+                            3);
+  std::vector<std::string> ids;
+  for (const auto& n : picked) ids.push_back(n.id);
+  CHECK(ids == std::vector<std::string>{"m1", "m2", "m3"});
+  // A member lost: the spare fills its place, ahead of the later newcomer; arrival order kept.
+  picked = pickMembers({joiner("spare", 0, false), joiner("m1", 1, true), joiner("new", 2, false),
+                        joiner("m3", 4, true)},
+                       3);
+  ids.clear();
+  for (const auto& n : picked) ids.push_back(n.id);
+  CHECK(ids == std::vector<std::string>{"spare", "m1", "m3"});
+  // The descriptor carries the flag through the store's text form.
+  auto line = keys::encodeDescriptor(joiner("m9", 0, true));
+  auto parsed = keys::parseJoined(line);
+  REQUIRE(parsed.size() == 1);
+  CHECK(parsed[0].rejoining);
+}
+
+TEST_CASE("failure records and outcomes: encoded, parsed, and corrupt ones refused",
+          "[rendezvous]") {
+  FailureRecord f;
+  f.rank = 7;
+  f.localRank = 3;
+  f.node = "gpu-01(10.0.0.2)";
+  f.signal = 9;
+  f.pid = 4242;
+  f.timeMs = 1700000000123;
+  f.detailSource = "stderr";
+  f.detail = "line\twith tab\nsecond line\n";
+  f.otherFailures = 2;
+  f.final = true;
+  auto back = keys::parseFailure(keys::encodeFailure(f));
+  CHECK(back.rank == 7);
+  CHECK(back.localRank == 3);
+  CHECK(back.node == f.node);
+  CHECK(back.statusCode() == 137);
+  CHECK(back.pid == 4242);
+  CHECK(back.timeMs == f.timeMs);
+  CHECK(back.detail == f.detail);
+  CHECK(back.otherFailures == 2);
+  CHECK(back.final);
+  CHECK_FALSE(keys::parseOutcome(keys::encodeOutcome(std::nullopt)));
+  CHECK(keys::parseOutcome(keys::encodeOutcome(f))->rank == 7);
+  // Control characters in a node name cannot break the record's fields.
+  f.node = "evil\tname\nx";
+  CHECK(keys::parseFailure(keys::encodeFailure(f)).node == "evil name x");
+  for (std::string bad : {"", "1\t2\n", "x\t0\t0\t0\t0\t0\t0\t0\tn\t-\n",
+                          "0\t0\t0\t999\t0\t0\t0\t0\tn\t-\n", "0\t0\t0\t0\t0\t0\t2\t0\tn\t-\n"})
+    CHECK_THROWS_AS(keys::parseFailure(bad), ProtocolError);
+  CHECK_THROWS_AS(keys::parseOutcome("maybe"), ProtocolError);
+  CHECK_THROWS_AS(keys::parseFailure("0\t0\t0\t0\t0\t0\t0\t0\tn\t-\n" +
+                                     std::string(keys::kMaxFailureDetail + 1, 'x')),
+                  ProtocolError);
+}
+
 TEST_CASE("planRound: node order by host then arrival, prefix sums, requested ranks",
           "[rendezvous]") {
   auto node = [](std::string id, std::string host, int lws, uint64_t arrival,
