@@ -532,8 +532,8 @@ TEST_CASE("c10d: a joiner whose handle dies is not counted (MemoryStore)", "[ren
   std::vector<RoundResult> results = {getWithin(fa), getWithin(fb), getWithin(fd)};
   checkRound(results, {1, 1, 1});
   for (const auto& h : results[0].hosts) CHECK(h != "victim");
-  // It waits on as a spare while the job runs, and gives up once the job's members are gone.
-  CHECK(fv.wait_for(700ms) == std::future_status::timeout);
+  // It times out in round 0 (a slow machine), or waits on as a spare while the job runs: either
+  // way it is done once the job's members are gone.
   for (auto* r : {a.get(), b.get(), d.get()}) r->leave();
   REQUIRE(fv.wait_for(kHang) == std::future_status::ready);
 }
