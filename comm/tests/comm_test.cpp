@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <csignal>
+#include <cstdio>
 #include <memory>
 #include <string>
 
@@ -74,4 +75,99 @@ TEST_CASE("a peer SIGKILLed mid-collective fails every survivor with its name, i
       }
     }
   }
+}
+
+// ---- the examples (build/bin), as a user runs them ----
+
+namespace {
+RunResult runExample(int nproc, const std::string& name, std::vector<std::string> args = {}) {
+  MarkerScope marker;
+  auto r = drunRun(nproc, (buildDir() / "bin" / name).string(), std::move(args), 60s, marker);
+  INFO(r.describe());
+  REQUIRE_FALSE(r.timedOut);
+  REQUIRE(r.exitCode == 0);
+  return r;
+}
+std::vector<std::string> linesOf(const RunResult& r) {
+  std::vector<std::string> out;
+  for (const auto& l : parseConsole(r.out)) out.push_back(l.text);
+  return out;
+}
+bool hasLine(const RunResult& r, const std::string& text) {
+  for (const auto& l : linesOf(r))
+    if (l == text) return true;
+  return false;
+}
+}  // namespace
+
+TEST_CASE("example hello: rank and world size from the environment", "[comm][example]") {
+  auto r = runExample(3, "hello");
+  for (int k = 0; k < 3; ++k) CHECK(hasLine(r, "Hello from rank " + std::to_string(k) + " of 3"));
+}
+
+TEST_CASE("example send_recv and isend_irecv: rank 1 gets rank 0's tensor", "[comm][example]") {
+  for (const char* name : {"send_recv", "isend_irecv"}) {
+    auto r = runExample(2, name);
+    INFO(r.out);
+    CHECK(hasLine(r, "Rank 0 has data 1.0"));
+    CHECK(hasLine(r, "Rank 1 has data 1.0"));
+  }
+}
+
+TEST_CASE("example group_all_reduce: only the group's members sum", "[comm][example]") {
+  auto r = runExample(4, "group_all_reduce");
+  INFO(r.out);
+  CHECK(hasLine(r, "Rank 0 has data 2.0"));
+  CHECK(hasLine(r, "Rank 1 has data 2.0"));
+  CHECK(hasLine(r, "Rank 2 has data 1.0"));
+  CHECK(hasLine(r, "Rank 3 has data 1.0"));
+}
+
+TEST_CASE("example all_gather: every rank gets every rank's value in order", "[comm][example]") {
+  auto r = runExample(4, "all_gather");
+  for (int k = 0; k < 4; ++k) CHECK(hasLine(r, "Rank " + std::to_string(k) + " gathered: 0 1 2 3"));
+}
+
+TEST_CASE("example synchronizing: with --barrier no rank ends a task before the slowest did it", "[comm][example]") {
+  // Rank k's task takes 50*(k+1) ms; the barrier holds everyone until rank 2 (150 ms) arrives.
+  auto r = runExample(3, "synchronizing", {"--barrier"});
+  double slowestStart[2] = {0, 0}, firstEnd[2] = {1e300, 1e300};
+  int lines = 0;
+  for (const auto& l : linesOf(r)) {
+    int task = 0, rank = 0, size = 0;
+    double at = 0;
+    char what[8] = {};
+    if (std::sscanf(l.c_str(), "Task %d %7s on rank %d/%d at %lf", &task, what, &rank, &size, &at) != 5 ||
+        task < 0 || task > 1)
+      continue;
+    ++lines;
+    if (std::string(what) == "starts" && rank == 2) slowestStart[task] = at;
+    if (std::string(what) == "ends") firstEnd[task] = std::min(firstEnd[task], at);
+  }
+  INFO(r.out);
+  CHECK(lines == 12);
+  for (int task = 0; task < 2; ++task) CHECK(firstEnd[task] >= slowestStart[task] + 145);
+}
+
+TEST_CASE("example sgd: the loss falls and every rank ends with the same weights", "[comm][example]") {
+  auto r = runExample(3, "sgd");
+  std::vector<std::string> weights;
+  for (const auto& l : linesOf(r)) {
+    double first = 0, last = 0;
+    int rank = 0, used = 0;
+    if (std::sscanf(l.c_str(), "rank %d: loss %lf -> %lf, weights%n", &rank, &first, &last, &used) == 3) {
+      CHECK(last < first / 10);
+      weights.push_back(l.substr(static_cast<size_t>(used)));
+    }
+  }
+  INFO(r.out);
+  REQUIRE(weights.size() == 3);
+  CHECK(weights[0] == weights[1]);
+  CHECK(weights[1] == weights[2]);
+}
+
+TEST_CASE("example hello_c: the C API reduces and reports misuse as a status", "[comm][example]") {
+  auto r = runExample(3, "hello_c");
+  for (int k = 0; k < 3; ++k) CHECK(hasLine(r, "rank " + std::to_string(k) + " of 3: sum 6 (correct)"));
+  CHECK(r.out.find("status 1: send: rank 8 is not a rank of world") != std::string::npos);
 }
