@@ -171,3 +171,29 @@ TEST_CASE("example hello_c: the C API reduces and reports misuse as a status", "
   for (int k = 0; k < 3; ++k) CHECK(hasLine(r, "rank " + std::to_string(k) + " of 3: sum 6 (correct)"));
   CHECK(r.out.find("status 1: send: rank 8 is not a rank of world") != std::string::npos);
 }
+
+TEST_CASE("an installed drun serves find_package(drun) and drun::comm to a user's project", "[comm][slow][install]") {
+  TempDir dir;
+  const std::string prefix = (dir / "prefix").string(), userBuild = (dir / "build").string();
+  const std::string source = std::string(std::getenv("DRUN_SOURCE_DIR")) + "/comm/tests/user_project";
+  auto step = [](std::vector<std::string> argv) {
+    RunOptions o;
+    o.argv = std::move(argv);
+    o.timeout = 120s;
+    auto r = run(o);
+    INFO(r.describe());
+    REQUIRE(r.exitCode == 0);
+  };
+  step({"/usr/bin/cmake", "--install", buildDir().string(), "--prefix", prefix});
+  step({"/usr/bin/cmake", "-S", source, "-B", userBuild, "-G", "Ninja", "-DCMAKE_PREFIX_PATH=" + prefix});
+  step({"/usr/bin/cmake", "--build", userBuild});
+  MarkerScope marker;
+  auto cpp = drunRun(2, userBuild + "/user_cpp", {}, 60s, marker);
+  INFO(cpp.describe());
+  CHECK(cpp.exitCode == 0);
+  CHECK(cpp.out.find("user_cpp rank 1: 2") != std::string::npos);
+  CHECK(cpp.out.find("rank 0: caught InvalidArgument") != std::string::npos);
+  auto c = drunRun(2, userBuild + "/user_c", {}, 60s, marker);
+  INFO(c.describe());
+  CHECK(c.out.find("user_c rank 0: 2") != std::string::npos);
+}
