@@ -34,7 +34,7 @@ void requireAllRanks(const RunResult& r, int n, const std::string& needle) {
 
 // World sizes 1..3 run the whole matrix (1 MiB+ for every reduce op); 4 and 7 (oversubscribed on
 // two cores) run it with 64 KiB+ for the non-sum ops.
-TEST_CASE("every op, dtype, reduce op and size matches the local reference", "[comm][slow]") {
+TEST_CASE("comm: every op, dtype, reduce op and size matches the local reference", "[comm][slow]") {
   for (int n : {1, 2, 3, 4, 7}) {
     DYNAMIC_SECTION("world " << n) {
       MarkerScope marker;
@@ -46,7 +46,7 @@ TEST_CASE("every op, dtype, reduce op and size matches the local reference", "[c
   }
 }
 
-TEST_CASE("a peer SIGKILLed mid-collective fails every survivor with its name, in time", "[comm][slow]") {
+TEST_CASE("comm: a peer SIGKILLed mid-collective fails every survivor with its name, in time", "[comm][slow]") {
   for (int n : {2, 4}) {
     for (int victim : {0, n - 1}) {  // rank 0 also hosts the store
       DYNAMIC_SECTION("world " << n << " victim " << victim) {
@@ -100,12 +100,12 @@ bool hasLine(const RunResult& r, const std::string& text) {
 }
 }  // namespace
 
-TEST_CASE("example hello: rank and world size from the environment", "[comm][example]") {
+TEST_CASE("comm: example hello: rank and world size from the environment", "[comm][example]") {
   auto r = runExample(3, "hello");
   for (int k = 0; k < 3; ++k) CHECK(hasLine(r, "Hello from rank " + std::to_string(k) + " of 3"));
 }
 
-TEST_CASE("example send_recv and isend_irecv: rank 1 gets rank 0's tensor", "[comm][example]") {
+TEST_CASE("comm: example send_recv and isend_irecv: rank 1 gets rank 0's tensor", "[comm][example]") {
   for (const char* name : {"send_recv", "isend_irecv"}) {
     auto r = runExample(2, name);
     INFO(r.out);
@@ -114,7 +114,7 @@ TEST_CASE("example send_recv and isend_irecv: rank 1 gets rank 0's tensor", "[co
   }
 }
 
-TEST_CASE("example group_all_reduce: only the group's members sum", "[comm][example]") {
+TEST_CASE("comm: example group_all_reduce: only the group's members sum", "[comm][example]") {
   auto r = runExample(4, "group_all_reduce");
   INFO(r.out);
   CHECK(hasLine(r, "Rank 0 has data 2.0"));
@@ -123,12 +123,12 @@ TEST_CASE("example group_all_reduce: only the group's members sum", "[comm][exam
   CHECK(hasLine(r, "Rank 3 has data 1.0"));
 }
 
-TEST_CASE("example all_gather: every rank gets every rank's value in order", "[comm][example]") {
+TEST_CASE("comm: example all_gather: every rank gets every rank's value in order", "[comm][example]") {
   auto r = runExample(4, "all_gather");
   for (int k = 0; k < 4; ++k) CHECK(hasLine(r, "Rank " + std::to_string(k) + " gathered: 0 1 2 3"));
 }
 
-TEST_CASE("example synchronizing: with --barrier no rank ends a task before the slowest did it", "[comm][example]") {
+TEST_CASE("comm: example synchronizing: with --barrier no rank ends a task before the slowest did it", "[comm][example]") {
   // Rank k's task takes 50*(k+1) ms; the barrier holds everyone until rank 2 (150 ms) arrives.
   auto r = runExample(3, "synchronizing", {"--barrier"});
   double slowestStart[2] = {0, 0}, firstEnd[2] = {1e300, 1e300};
@@ -149,7 +149,7 @@ TEST_CASE("example synchronizing: with --barrier no rank ends a task before the 
   for (int task = 0; task < 2; ++task) CHECK(firstEnd[task] >= slowestStart[task] + 145);
 }
 
-TEST_CASE("example sgd: the loss falls and every rank ends with the same weights", "[comm][example]") {
+TEST_CASE("comm: example sgd: the loss falls and every rank ends with the same weights", "[comm][example]") {
   auto r = runExample(3, "sgd");
   std::vector<std::string> weights;
   for (const auto& l : linesOf(r)) {
@@ -166,16 +166,16 @@ TEST_CASE("example sgd: the loss falls and every rank ends with the same weights
   CHECK(weights[1] == weights[2]);
 }
 
-TEST_CASE("example hello_c: the C API reduces and reports misuse as a status", "[comm][example]") {
+TEST_CASE("comm: example hello_c: the C API reduces and reports misuse as a status", "[comm][example]") {
   auto r = runExample(3, "hello_c");
   for (int k = 0; k < 3; ++k) CHECK(hasLine(r, "rank " + std::to_string(k) + " of 3: sum 6 (correct)"));
   CHECK(r.out.find("status 1: send: rank 8 is not a rank of world") != std::string::npos);
 }
 
-TEST_CASE("an installed drun serves find_package(drun) and drun::comm to a user's project", "[comm][slow][install]") {
+TEST_CASE("comm: an installed drun serves find_package(drun) and drun::comm to a user's project", "[comm][slow][install]") {
   TempDir dir;
   const std::string prefix = (dir / "prefix").string(), userBuild = (dir / "build").string();
-  const std::string source = std::string(std::getenv("DRUN_SOURCE_DIR")) + "/comm/tests/user_project";
+  const std::string source = DRUN_COMM_SOURCE_DIR "/tests/user_project";
   auto step = [](std::vector<std::string> argv) {
     RunOptions o;
     o.argv = std::move(argv);

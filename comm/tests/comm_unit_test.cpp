@@ -48,7 +48,7 @@ std::string tempPath(const char* name) {
 
 }  // namespace
 
-TEST_CASE("float16 and bfloat16 conversions round to nearest even", "[comm]") {
+TEST_CASE("comm: float16 and bfloat16 conversions round to nearest even", "[comm]") {
   CHECK(floatToHalf(1.0f) == 0x3C00);
   CHECK(floatToHalf(-2.0f) == 0xC000);
   CHECK(floatToHalf(65504.0f) == 0x7BFF);
@@ -67,7 +67,7 @@ TEST_CASE("float16 and bfloat16 conversions round to nearest even", "[comm]") {
   }
 }
 
-TEST_CASE("reduce ops that do not fit a dtype are refused by name", "[comm]") {
+TEST_CASE("comm: reduce ops that do not fit a dtype are refused by name", "[comm]") {
   CHECK_THROWS_WITH(checkOpFits(ReduceOp::BXor, DType::Float32),
                     Catch::Contains("bxor") && Catch::Contains("float32"));
   CHECK_THROWS_WITH(checkOpFits(ReduceOp::Avg, DType::Int32), Catch::Contains("avg"));
@@ -77,7 +77,7 @@ TEST_CASE("reduce ops that do not fit a dtype are refused by name", "[comm]") {
   CHECK_THROWS_WITH(parseBackend("mpi"), Catch::Contains("mpi"));
 }
 
-TEST_CASE("local reductions compute in the element type", "[comm]") {
+TEST_CASE("comm: local reductions compute in the element type", "[comm]") {
   int8_t a[] = {100, -3, 7}, b[] = {27, 5, 7}, out[3];
   detail::reduceFunction(DType::Int8, ReduceOp::Max)(out, a, b, 3);
   CHECK(out[0] == 100);
@@ -91,7 +91,7 @@ TEST_CASE("local reductions compute in the element type", "[comm]") {
   CHECK(d[1] == 3.0);
 }
 
-TEST_CASE("the file store keeps the store contract across handles", "[comm]") {
+TEST_CASE("comm: the file store keeps the store contract across handles", "[comm]") {
   std::string path = tempPath("filestore");
   std::filesystem::remove(path);
   FileStore a(path), b(path);
@@ -110,7 +110,7 @@ TEST_CASE("the file store keeps the store contract across handles", "[comm]") {
   std::filesystem::remove(path);
 }
 
-TEST_CASE("file:// init connects ranks through a shared file", "[comm]") {
+TEST_CASE("comm: file:// init connects ranks through a shared file", "[comm]") {
   std::string path = tempPath("init");
   std::filesystem::remove(path);
   std::vector<std::future<int>> ranks;
@@ -131,7 +131,7 @@ TEST_CASE("file:// init connects ranks through a shared file", "[comm]") {
   std::filesystem::remove(path);
 }
 
-TEST_CASE("bad init input names what is wrong", "[comm]") {
+TEST_CASE("comm: bad init input names what is wrong", "[comm]") {
   InitOptions o;
   o.rank = 0;
   o.worldSize = 1;
@@ -149,7 +149,7 @@ TEST_CASE("bad init input names what is wrong", "[comm]") {
   if (!ncclBuiltIn()) CHECK_THROWS_WITH(init(o), Catch::Contains("NCCL was not built"));
 }
 
-TEST_CASE("groups: members reduce among themselves, non-members get a clear error", "[comm]") {
+TEST_CASE("comm: groups: members reduce among themselves, non-members get a clear error", "[comm]") {
   runRanks(4, [](int r, Communicator& world) {
     auto evens = world.newGroup({0, 2});
     auto odds = world.newGroup({3, 1});
@@ -175,7 +175,7 @@ TEST_CASE("groups: members reduce among themselves, non-members get a clear erro
   });
 }
 
-TEST_CASE("misuse fails with InvalidArgument and leaves the communicator usable", "[comm]") {
+TEST_CASE("comm: misuse fails with InvalidArgument and leaves the communicator usable", "[comm]") {
   runRanks(2, [](int r, Communicator& world) {
     float v = 1;
     CHECK_THROWS_WITH(world.send(&v, 1, DType::Float32, 5), Catch::Contains("rank 5"));
@@ -193,7 +193,7 @@ TEST_CASE("misuse fails with InvalidArgument and leaves the communicator usable"
   });
 }
 
-TEST_CASE("a rank that does not come fails the others within the timeout, then for good", "[comm]") {
+TEST_CASE("comm: a rank that does not come fails the others within the timeout, then for good", "[comm]") {
   std::latch released(1);
   runRanks(2, [&](int r, Communicator& world) {
     if (r == 1) {
@@ -213,7 +213,7 @@ TEST_CASE("a rank that does not come fails the others within the timeout, then f
   });
 }
 
-TEST_CASE("requests: async collectives keep call order, test() polls without blocking", "[comm]") {
+TEST_CASE("comm: requests: async collectives keep call order, test() polls without blocking", "[comm]") {
   runRanks(3, [](int r, Communicator& world) {
     std::vector<int> a(1000, r), b(1000, 2 * r);
     Request ra = world.allReduceAsync(a.data(), a.size(), DType::Int32, ReduceOp::Sum);
