@@ -197,9 +197,39 @@ void Communicator::Impl::fail(const char* what, std::exception_ptr error) {
   throw CommError(msg);
 }
 
+// Every rank contributes (op, dtype, count, root, reduce op) to a small all_gather and compares:
+// a rank that differs is named, and nobody runs a collective Gloo would abort on.
+void Communicator::Impl::compareFingerprints(const Collective& c) {
+  const bool rooted = c.kind == OpKind::Broadcast || c.kind == OpKind::Reduce ||
+                      c.kind == OpKind::Scatter || c.kind == OpKind::Gather;
+  const bool reduces = c.kind == OpKind::Reduce || c.kind == OpKind::AllReduce ||
+                       c.kind == OpKind::ReduceScatter;
+  const bool typed = c.kind != OpKind::Barrier;
+  const int64_t mine[5] = {static_cast<int64_t>(c.kind), typed ? static_cast<int64_t>(c.dtype) : -1,
+                           static_cast<int64_t>(c.count), rooted ? c.root : -1,
+                           reduces ? static_cast<int64_t>(c.op) : -1};
+  std::vector<int64_t> all(5 * static_cast<size_t>(size()));
+  s_.backend->run({OpKind::AllGather, mine, all.data(), 5, DType::Int64, ReduceOp::Sum, 0, c.timeout});
+  auto describe = [&](const int64_t* f) {
+    std::string d = toString(static_cast<OpKind>(f[0]));
+    if (f[1] >= 0) d += std::string(" of ") + std::to_string(f[2]) + " " + toString(static_cast<DType>(f[1]));
+    if (f[3] >= 0) d += " root " + std::to_string(f[3]);
+    if (f[4] >= 0) d += std::string(" ") + toString(static_cast<ReduceOp>(f[4]));
+    return d;
+  };
+  std::string differ;
+  for (int r = 0; r < size(); ++r)
+    if (!std::equal(mine, mine + 5, all.data() + 5 * r))
+      differ += "; rank " + std::to_string(r) + " called " + describe(all.data() + 5 * r);
+  if (!differ.empty())
+    throw InvalidArgument(std::string(toString(c.kind)) + ": the ranks disagree: rank " +
+                          std::to_string(rank()) + " called " + describe(mine) + differ);
+}
+
 void Communicator::Impl::execute(const Collective& c) {
   try {
-    s_.backend->run(c);
+    if (s_.checkCollectives) compareFingerprints(c);
+    if (c.kind == OpKind::Barrier || c.count > 0) s_.backend->run(c);
   } catch (...) {
     fail(toString(c.kind), std::current_exception());
   }
@@ -225,7 +255,7 @@ Request Communicator::Impl::collective(Collective c, bool async) {
   const bool reduces = c.kind == OpKind::Reduce || c.kind == OpKind::AllReduce ||
                        c.kind == OpKind::ReduceScatter;
   if (reduces) checkOpFits(c.op, c.dtype);
-  if (c.kind != OpKind::Barrier && c.count == 0)  // nothing to move: done at once on every rank
+  if (c.kind != OpKind::Barrier && c.count == 0 && !s_.checkCollectives)  // nothing to move
     return Request(std::make_shared<detail::CompletedRequest>());
 
   std::unique_lock lock(mutex_);
@@ -323,6 +353,7 @@ std::shared_ptr<Communicator> Communicator::Impl::newGroup(const std::vector<int
   g.liveness = s_.liveness;
   g.world = s_.world ? s_.world : shared_from_this();
   g.name = "group " + std::to_string(seq);
+  g.checkCollectives = s_.checkCollectives;
   g.size = static_cast<int>(ranks.size());
   auto me = std::find(ranks.begin(), ranks.end(), rank());
   g.rank = me == ranks.end() ? -1 : static_cast<int>(me - ranks.begin());

@@ -37,6 +37,7 @@ class Communicator::Impl : public std::enable_shared_from_this<Communicator::Imp
     std::shared_ptr<StoreHost> storeHost;      // world on the store's host only
     std::shared_ptr<Impl> world;               // groups: the world communicator
     std::string name = "world";                // "world" or "group 3", for messages
+    bool checkCollectives = false;             // compare fingerprints first (InitOptions)
   };
   explicit Impl(Setup setup);
   ~Impl();
@@ -64,6 +65,7 @@ class Communicator::Impl : public std::enable_shared_from_this<Communicator::Imp
  private:
   friend class detail::AsyncWork;
   void execute(const detail::Collective& c);  // runs c via the backend; errors through fail()
+  void compareFingerprints(const detail::Collective& c);
   void workerLoop();
   void leaveWorld();
 

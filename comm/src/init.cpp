@@ -106,6 +106,9 @@ std::shared_ptr<Communicator> makeWorld(std::shared_ptr<rdzv::Store> store,
   setup.timeout = r.timeout;
   setup.liveness = liveness;
   setup.storeHost = std::move(host);
+  // Fingerprints travel in host memory: the check is Gloo's (NCCL reports its own misuse).
+  setup.checkCollectives = o.backend == Backend::Gloo &&
+                           o.checkCollectives.value_or(env::getBool("DRUN_COMM_CHECK"));
   spdlog::debug("drun_comm: rank {} of {} connected ({})", r.rank, r.size, toString(o.backend));
   return std::make_shared<Communicator>(std::make_shared<Communicator::Impl>(std::move(setup)));
 }

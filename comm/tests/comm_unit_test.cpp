@@ -25,7 +25,8 @@ namespace {
 
 // Runs fn(rank, world) on `n` threads, each rank initialised over one shared MemoryStore.
 // Rethrows the first failure of any rank.
-void runRanks(int n, const std::function<void(int, Communicator&)>& fn, milliseconds timeout = 20s) {
+void runRanks(int n, const std::function<void(int, Communicator&)>& fn, milliseconds timeout = 20s,
+              bool check = false) {
   auto shared = drun::rdzv::MemoryStore::makeShared();
   std::vector<std::future<void>> ranks;
   for (int r = 0; r < n; ++r)
@@ -35,6 +36,7 @@ void runRanks(int n, const std::function<void(int, Communicator&)>& fn, millisec
       o.worldSize = n;
       o.timeout = timeout;
       o.socketIfname = "lo";
+      o.checkCollectives = check;
       auto world = init(std::make_shared<drun::rdzv::MemoryStore>(shared), o);
       fn(r, *world);
     }));
@@ -243,4 +245,17 @@ TEST_CASE("comm: requests: async collectives keep call order, test() polls witho
       }
     }
   });
+}
+
+TEST_CASE("comm: with DRUN_COMM_CHECK, mismatched collectives fail on every rank by name", "[comm]") {
+  runRanks(2, [](int r, Communicator& world) {
+    std::vector<float> v(r == 0 ? 10 : 20, 1.0f);
+    CHECK_THROWS_WITH(world.allReduce(v.data(), v.size(), DType::Float32, ReduceOp::Sum),
+                      Catch::Contains("rank 0 called all_reduce of 10 float32") &&
+                          Catch::Contains("rank 1 called all_reduce of 20 float32"));
+    int root = r;  // disagreeing roots
+    CHECK_THROWS_WITH(world.broadcast(v.data(), 1, DType::Float32, root), Catch::Contains("root 1"));
+    world.allReduce(v.data(), 10, DType::Float32, ReduceOp::Sum);  // still usable
+    CHECK(v[0] == 2.0f);
+  }, 20s, /*check=*/true);
 }

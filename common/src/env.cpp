@@ -13,6 +13,8 @@ namespace {
 
 // The one list of DRUN_* variables. Keep sorted by name.
 constexpr VarDoc kDrunEnvVars[] = {
+    {"DRUN_COMM_CHECK", VarType::Bool, "false",
+     "libdrun_comm: ranks compare every collective's arguments first (clear error on mismatch)"},
     {"DRUN_COMM_TIMEOUT", VarType::DurationMs, "300s",
      "libdrun_comm: default timeout of init and of every operation (InitOptions.timeout wins)"},
     {"DRUN_LOG_LEVEL", VarType::String, "warn",

@@ -21,6 +21,8 @@
 #include <gloo/transport/tcp/device.h>
 
 #include <atomic>
+#include <cstdio>
+#include <exception>
 #include <cstring>
 #include <future>
 #include <mutex>
@@ -69,7 +71,33 @@ std::string addressRouting(const std::string& host) {
   return result;
 }
 
+// Gloo aborts the process (an exception on its own event-loop thread) when a message is larger
+// than the buffer posted for it: ranks that passed different counts. Say so before dying; with
+// DRUN_COMM_CHECK=1 the front end catches the mismatch as an InvalidArgument instead.
+void explainGlooAborts() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    static std::terminate_handler previous = std::set_terminate([] {
+      if (auto error = std::current_exception()) {
+        try {
+          std::rethrow_exception(error);
+        } catch (const gloo::EnforceNotMet& e) {
+          std::fprintf(stderr,
+                       "drun_comm: fatal: Gloo received a message larger than the buffer posted for "
+                       "it: the ranks passed different sizes to a collective or to send/recv. Set "
+                       "DRUN_COMM_CHECK=1 to get an error naming the call and the ranks instead. (%s)\n",
+                       e.what());
+        } catch (...) {
+        }
+      }
+      if (previous) previous();
+      std::abort();
+    });
+  });
+}
+
 std::shared_ptr<gloo::transport::Device> makeDevice(const BackendConfig& config) {
+  explainGlooAborts();
   gloo::transport::tcp::attr attr;
   std::string ifname = config.socketIfname;
   if (ifname.empty()) ifname = env::getString("DRUN_SOCKET_IFNAME");

@@ -26,6 +26,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,11 @@ struct InitOptions {
   std::string socketIfname;
   // NCCL: the CUDA device; -1 = LOCAL_RANK (0 when unset).
   int device = -1;
+  // Gloo: before every collective, the ranks compare what they were asked to do (op, dtype,
+  // count, root, reduce op) and fail with InvalidArgument naming the ranks that differ, instead
+  // of Gloo aborting the process on mismatched sizes. Costs one small all_gather per collective
+  // (torch's TORCH_DISTRIBUTED_DEBUG=DETAIL does the same). Unset = DRUN_COMM_CHECK (default off).
+  std::optional<bool> checkCollectives;
 };
 
 // The result of an asynchronous operation (torch's Work). Copyable handle; thread-safe.
