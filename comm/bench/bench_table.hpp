@@ -7,11 +7,14 @@
 // the sent n*count); algbw = size / time (GB = 1e9 bytes); busbw = algbw * nccl-tests' factor.
 #pragma once
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace drun::bench {
 
@@ -86,8 +89,35 @@ inline void printRow(const Args& a, int n, size_t bytes, double us, long wrong) 
   std::fflush(stdout);
 }
 
-inline void printFooter(double busbwSum, int rows) {
-  std::printf("# Avg bus bandwidth : %.3f\n", rows ? busbwSum / rows : 0.0);
+// The sweep every benchmark runs: for each size, measure(count, total) gets the elements per
+// rank's block (the whole buffer for all_reduce) and in the whole buffer, and returns the slowest
+// rank's time in us and the #wrong; the rows and the footer are printed where `print` holds.
+template <class Measure>
+void sweep(const Args& a, int n, bool print, Measure measure) {
+  const bool allReduce = a.op == "all_reduce";
+  double busbwSum = 0;
+  int rows = 0;
+  for (size_t bytes = a.minBytes; bytes <= a.maxBytes;
+       bytes = std::max(bytes + 1, static_cast<size_t>(bytes * a.factor))) {
+    const size_t count = allReduce ? std::max<size_t>(1, bytes / 4) : std::max<size_t>(1, bytes / 4 / n);
+    const size_t total = allReduce ? count : count * n;
+    auto [us, wrong] = measure(count, total);
+    const size_t reported = total * sizeof(float);
+    if (print) printRow(a, n, reported, us, wrong);
+    busbwSum += reported / (us * 1e3) * busFactor(a.op, n);
+    ++rows;
+  }
+  if (print) std::printf("# Avg bus bandwidth : %.3f\n", rows ? busbwSum / rows : 0.0);
+}
+
+// --warmup runs, sync(), then the average time in us of --iters runs.
+template <class Op, class Sync>
+double timeIt(const Args& a, Op op, Sync sync) {
+  for (int i = 0; i < a.warmup; ++i) op();
+  sync();
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < a.iters; ++i) op();
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / a.iters;
 }
 
 }  // namespace drun::bench

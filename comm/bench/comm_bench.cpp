@@ -2,7 +2,6 @@
 //   drun --standalone --nproc-per-node 4 build/bin/drun-comm-bench --op all_reduce
 //        --min-bytes 8 --max-bytes 64M --factor 2 --iters 20 --warmup 5 [--backend gloo|nccl] [--check]
 // Time per size: the slowest rank's average over --iters after --warmup, float32 (sum).
-#include <chrono>
 #include <cstdio>
 #include <vector>
 
@@ -73,27 +72,16 @@ int main(int argc, char** argv) {
     const int n = world->size(), r = world->rank();
     const bool allReduce = a.op == "all_reduce";
     if (r == 0) drun::bench::printHeader(a, n, "drun::comm");
-    double busbwSum = 0;
-    int rows = 0;
-    for (size_t bytes = a.minBytes; bytes <= a.maxBytes;
-         bytes = std::max(bytes + 1, static_cast<size_t>(bytes * a.factor))) {
-      // count: elements per rank's block (the whole buffer for all_reduce).
-      const size_t count = allReduce ? std::max<size_t>(1, bytes / 4) : std::max<size_t>(1, bytes / 4 / n);
-      const size_t total = allReduce ? count : count * n;
-      const size_t sendFloats = a.op == "all_gather" ? count : total;
-      const size_t recvFloats = a.op == "reduce_scatter" ? count : total;
-      Buffers buf(o.backend == Backend::Nccl, sendFloats, recvFloats);
+    drun::bench::sweep(a, n, r == 0, [&](size_t count, size_t total) {
+      Buffers buf(o.backend == Backend::Nccl, a.op == "all_gather" ? count : total,
+                  a.op == "reduce_scatter" ? count : total);
       auto runOnce = [&] {
         if (a.op == "all_reduce") world->allReduce(buf.send(), count, DType::Float32, ReduceOp::Sum);
         else if (a.op == "all_gather") world->allGather(buf.send(), buf.recv(), count, DType::Float32);
         else if (a.op == "reduce_scatter") world->reduceScatter(buf.send(), buf.recv(), count, DType::Float32, ReduceOp::Sum);
         else world->allToAll(buf.send(), buf.recv(), count, DType::Float32);
       };
-      for (int i = 0; i < a.warmup; ++i) runOnce();
-      world->barrier();
-      auto t0 = std::chrono::steady_clock::now();
-      for (int i = 0; i < a.iters; ++i) runOnce();
-      double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / a.iters;
+      double us = drun::bench::timeIt(a, runOnce, [&] { world->barrier(); });
       world->allReduce(&us, 1, DType::Float64, ReduceOp::Max);
 
       long wrong = 0;
@@ -111,12 +99,8 @@ int main(int argc, char** argv) {
         }
         world->allReduce(&wrong, 1, DType::Int64, ReduceOp::Sum);
       }
-      const size_t reported = total * sizeof(float);
-      if (r == 0) drun::bench::printRow(a, n, reported, us, wrong);
-      busbwSum += reported / (us * 1e3) * drun::bench::busFactor(a.op, n);
-      ++rows;
-    }
-    if (r == 0) drun::bench::printFooter(busbwSum, rows);
+      return std::pair{us, wrong};
+    });
     world->destroy();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "drun-comm-bench: %s\n", e.what());

@@ -12,7 +12,6 @@
 #include <gloo/transport/tcp/device.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <vector>
@@ -56,15 +55,9 @@ int main(int argc, char** argv) {
       gloo::allreduce(o);
       return v;
     };
-    const bool allReduce = a.op == "all_reduce";
     if (r == 0) drun::bench::printHeader(a, n, "raw gloo");
-    double busbwSum = 0;
-    int rows = 0;
     uint32_t tag = 0;
-    for (size_t bytes = a.minBytes; bytes <= a.maxBytes;
-         bytes = std::max(bytes + 1, static_cast<size_t>(bytes * a.factor))) {
-      const size_t count = allReduce ? std::max<size_t>(1, bytes / 4) : std::max<size_t>(1, bytes / 4 / n);
-      const size_t total = allReduce ? count : count * n;
+    drun::bench::sweep(a, n, r == 0, [&](size_t count, size_t total) {
       std::vector<float> send(a.op == "all_gather" ? count : total), recv(total), out(count);
       auto runOnce = [&] {
         if (a.op == "all_reduce") {
@@ -91,17 +84,8 @@ int main(int argc, char** argv) {
           }
         }
       };
-      for (int i = 0; i < a.warmup; ++i) runOnce();
-      barrier();
-      auto t0 = std::chrono::steady_clock::now();
-      for (int i = 0; i < a.iters; ++i) runOnce();
-      double us = maxOf(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / a.iters);
-      const size_t reported = total * sizeof(float);
-      if (r == 0) drun::bench::printRow(a, n, reported, us, 0);
-      busbwSum += reported / (us * 1e3) * drun::bench::busFactor(a.op, n);
-      ++rows;
-    }
-    if (r == 0) drun::bench::printFooter(busbwSum, rows);
+      return std::pair{maxOf(drun::bench::timeIt(a, runOnce, barrier)), 0L};
+    });
     barrier();
     if (r == 0) std::filesystem::remove_all(dir);
   } catch (const std::exception& e) {

@@ -293,13 +293,19 @@ class GlooBackend final : public Backend {
   }
 
  private:
+  // Every functional op: its tag (distinct per call) and its deadline.
+  template <class Options>
+  static void limit(Options& opts, uint32_t tag, milliseconds timeout) {
+    opts.setTag(tag);
+    opts.setTimeout(timeout);
+  }
+
   template <class T>
   void broadcast(const Collective& c, uint32_t tag) {
     gloo::BroadcastOptions opts(context_);
     opts.setOutput<T>(static_cast<T*>(c.recv), c.count);
     opts.setRoot(c.root);
-    opts.setTag(tag);
-    opts.setTimeout(c.timeout);
+    limit(opts, tag, c.timeout);
     gloo::broadcast(opts);
   }
 
@@ -309,8 +315,7 @@ class GlooBackend final : public Backend {
     opts.setOutput<T>(static_cast<T*>(c.recv), c.count);
     opts.setRoot(c.root);
     opts.setReduceFunction(reduceFunction(c.dtype, c.op));
-    opts.setTag(tag);
-    opts.setTimeout(c.timeout);
+    limit(opts, tag, c.timeout);
     gloo::reduce(opts);
     if (c.op == ReduceOp::Avg && context_->rank == c.root)
       divideInPlace(c.recv, c.count, c.dtype, context_->size);
@@ -321,8 +326,7 @@ class GlooBackend final : public Backend {
     gloo::AllreduceOptions opts(context_);
     opts.setOutput<T>(static_cast<T*>(c.recv), c.count);
     opts.setReduceFunction(reduceFunction(c.dtype, c.op));
-    opts.setTag(tag);
-    opts.setTimeout(c.timeout);
+    limit(opts, tag, c.timeout);
     gloo::allreduce(opts);
     if (c.op == ReduceOp::Avg) divideInPlace(c.recv, c.count, c.dtype, context_->size);
   }
@@ -338,8 +342,7 @@ class GlooBackend final : public Backend {
     }
     opts.setOutput<T>(static_cast<T*>(c.recv), c.count);
     opts.setRoot(c.root);
-    opts.setTag(tag);
-    opts.setTimeout(c.timeout);
+    limit(opts, tag, c.timeout);
     gloo::scatter(opts);
   }
 
@@ -349,8 +352,7 @@ class GlooBackend final : public Backend {
     opts.setInput<T>(const_cast<T*>(static_cast<const T*>(c.send)), c.count);
     if (context_->rank == c.root) opts.setOutput<T>(static_cast<T*>(c.recv), c.count * context_->size);
     opts.setRoot(c.root);
-    opts.setTag(tag);
-    opts.setTimeout(c.timeout);
+    limit(opts, tag, c.timeout);
     gloo::gather(opts);
   }
 
@@ -359,8 +361,7 @@ class GlooBackend final : public Backend {
     gloo::AllgatherOptions opts(context_);
     opts.setInput<T>(const_cast<T*>(static_cast<const T*>(c.send)), c.count);
     opts.setOutput<T>(static_cast<T*>(c.recv), c.count * context_->size);
-    opts.setTag(tag);
-    opts.setTimeout(c.timeout);
+    limit(opts, tag, c.timeout);
     gloo::allgather(opts);
   }
 
@@ -369,8 +370,7 @@ class GlooBackend final : public Backend {
     gloo::AlltoallOptions opts(context_);
     opts.setInput<T>(const_cast<T*>(send), c.count * context_->size);
     opts.setOutput<T>(recv, c.count * context_->size);
-    opts.setTag(tag);
-    opts.setTimeout(timeout);
+    limit(opts, tag, timeout);
     gloo::alltoall(opts);
   }
 
@@ -389,8 +389,7 @@ class GlooBackend final : public Backend {
 
   void barrier(const Collective& c, uint32_t tag) {
     gloo::BarrierOptions opts(context_);
-    opts.setTag(tag);
-    opts.setTimeout(c.timeout);
+    limit(opts, tag, c.timeout);
     gloo::barrier(opts);
   }
 
