@@ -72,7 +72,7 @@ struct BackendConfig {
   milliseconds timeout{0};
   std::string socketIfname;  // gloo: "" = route to masterAddr
   std::string masterAddr;    // gloo: where the interface is looked for
-  int device = 0;            // nccl
+  int device = 0;            // nccl: the CUDA device
 };
 
 std::unique_ptr<Backend> makeGlooBackend(const BackendConfig& config);

@@ -92,7 +92,7 @@ std::shared_ptr<Communicator> makeWorld(std::shared_ptr<rdzv::Store> store,
   config.timeout = r.timeout;
   config.socketIfname = o.socketIfname;
   config.masterAddr = masterAddr;
-  config.device = resolveDevice(o);
+  config.device = o.backend == Backend::Nccl ? resolveDevice(o) : 0;
   Communicator::Impl::Setup setup;
   setup.backend = o.backend == Backend::Nccl ? detail::makeNcclBackend(config)
                                              : detail::makeGlooBackend(config);

@@ -13,7 +13,9 @@
 #include <latch>
 #include <thread>
 
+#include "drun/comm.h"
 #include "drun/comm/communicator.hpp"
+#include "drun/rendezvous/port_reservation.hpp"
 #include "drun/rendezvous/memory_store.hpp"
 #include "file_store.hpp"
 #include "reduce.hpp"
@@ -258,4 +260,45 @@ TEST_CASE("comm: with DRUN_COMM_CHECK, mismatched collectives fail on every rank
     world.allReduce(v.data(), 10, DType::Float32, ReduceOp::Sum);  // still usable
     CHECK(v[0] == 2.0f);
   }, 20s, /*check=*/true);
+}
+
+TEST_CASE("comm: the C API over tcp:// init: statuses, requests, groups, per-thread errors", "[comm]") {
+  auto port = drun::rdzv::PortReservation::reserve("127.0.0.1");
+  const std::string method = "tcp://127.0.0.1:" + std::to_string(port.port());
+  std::vector<std::future<void>> ranks;
+  for (int r = 0; r < 2; ++r)
+    ranks.push_back(std::async(std::launch::async, [&, r] {
+      drun_comm_t* comm = nullptr;
+      REQUIRE(drun_comm_init("gloo", method.c_str(), r, 2, 20000, &comm) == DRUN_OK);
+      CHECK(drun_comm_rank(comm) == r);
+      CHECK(drun_comm_size(comm) == 2);
+      int32_t v = 5 * (r + 1), got = 0;
+      drun_request_t* req = nullptr;
+      if (r == 0) {
+        REQUIRE(drun_isend(comm, &v, 1, DRUN_INT32, 1, 3, 0, &req) == DRUN_OK);
+      } else {
+        REQUIRE(drun_irecv(comm, &got, 1, DRUN_INT32, DRUN_ANY_SOURCE, 3, 0, &req) == DRUN_OK);
+      }
+      CHECK(drun_wait(req, 0) == DRUN_OK);
+      int done = 0;
+      CHECK(drun_test(req, &done) == DRUN_OK);
+      CHECK(done == 1);
+      if (r == 1) CHECK(got == 5);
+      if (r == 1) CHECK(drun_request_source(req) == 0);
+      drun_request_free(req);
+      CHECK(drun_all_reduce(comm, &v, 1, DRUN_INT32, DRUN_MAX, 0) == DRUN_OK);
+      CHECK(v == 10);
+      CHECK(drun_all_reduce(comm, &v, 1, DRUN_FLOAT32, DRUN_BXOR, 0) == DRUN_EINVAL);
+      CHECK(std::string(drun_last_error()).find("bxor") != std::string::npos);
+      CHECK(drun_all_reduce(comm, &v, 1, static_cast<drun_dtype_t>(99), DRUN_SUM, 0) == DRUN_EINVAL);
+      CHECK(drun_barrier(nullptr, 0) == DRUN_EINVAL);
+      int only[] = {1};
+      drun_comm_t* group = nullptr;
+      REQUIRE(drun_comm_new_group(comm, only, 1, &group) == DRUN_OK);
+      CHECK(drun_comm_rank(group) == (r == 1 ? 0 : -1));
+      CHECK(drun_barrier(group, 0) == (r == 1 ? DRUN_OK : DRUN_EINVAL));
+      drun_comm_destroy(group);
+      drun_comm_destroy(comm);
+    }));
+  for (auto& f : ranks) f.get();
 }

@@ -18,6 +18,7 @@ namespace drun::comm::detail {
 namespace {
 
 const std::string kUniqueIdKey = "nccl_unique_id";
+constexpr milliseconds kFinalizeTimeout{10000};
 
 void cudaCheck(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw CommError(std::string("nccl backend: ") + what + ": " + cudaGetErrorString(e));
@@ -156,13 +157,12 @@ class NcclBackend final : public Backend {
 
   ~NcclBackend() override {
     if (comm_->comm) {
-      // Finalize flushes outstanding work; bounded, then abort frees whatever is left.
-      {
-        ncclCommFinalize(comm_->comm);
-        try {
-          comm_->await("finalize", Deadline(milliseconds(10000)), milliseconds(10000));
-        } catch (const Error&) {
-        }
+      // Flush what is outstanding (bounded); a failure or the deadline aborts instead.
+      try {
+        ncclCheck(ncclCommFinalize(comm_->comm), *comm_, "finalize");
+        comm_->await("finalize", Deadline(kFinalizeTimeout), kFinalizeTimeout);
+      } catch (const Error&) {
+        // await() aborted the communicator already
       }
       if (comm_->comm) ncclCommDestroy(comm_->comm);
       comm_->comm = nullptr;
@@ -172,6 +172,7 @@ class NcclBackend final : public Backend {
   }
 
   void run(const Collective& c) override {
+    std::unique_lock enqueue(enqueueMutex_);  // released before the wait
     if (!comm_->comm) throw CommError("nccl: the communicator was aborted");
     cudaCheck(cudaSetDevice(device_), "cudaSetDevice");
     Deadline deadline(c.timeout);
@@ -223,6 +224,7 @@ class NcclBackend final : public Backend {
     cudaEvent_t event;
     cudaCheck(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreate");
     cudaEventRecord(event, stream_);
+    enqueue.unlock();
     try {
       comm_->await(what, deadline, c.timeout, event);
     } catch (...) {
@@ -255,6 +257,7 @@ class NcclBackend final : public Backend {
 
  private:
   std::shared_ptr<Request::State> p2p(bool isSend, void* buf, size_t bytes, int peer, milliseconds timeout) {
+    std::lock_guard enqueue(enqueueMutex_);
     if (!comm_->comm) throw CommError("nccl: the communicator was aborted");
     cudaCheck(cudaSetDevice(device_), "cudaSetDevice");
     // Bytes as int8: tags do not exist in NCCL, messages between two ranks arrive in order.
@@ -267,6 +270,7 @@ class NcclBackend final : public Backend {
   }
 
   int rank_, size_, device_;
+  std::mutex enqueueMutex_;  // NCCL communicators are not thread-safe: one enqueue at a time
   cudaStream_t stream_ = nullptr;
   void* scratch_ = nullptr;
   std::shared_ptr<NcclComm> comm_ = std::make_shared<NcclComm>();
