@@ -217,6 +217,21 @@ TEST_CASE("comm: a rank that does not come fails the others within the timeout, 
   });
 }
 
+TEST_CASE("comm: a receive nobody answers times out within its timeout", "[comm]") {
+  std::latch released(1);
+  runRanks(2, [&](int r, Communicator& world) {
+    if (r == 1) {
+      released.wait();
+      return;
+    }
+    char byte = 0;
+    auto t0 = std::chrono::steady_clock::now();
+    CHECK_THROWS_AS(world.recv(&byte, 1, DType::Int8, 1, 0, 200ms), drun::TimeoutError);
+    CHECK(std::chrono::steady_clock::now() - t0 < 3s);
+    released.count_down();
+  });
+}
+
 TEST_CASE("comm: requests: async collectives keep call order, test() polls without blocking", "[comm]") {
   runRanks(3, [](int r, Communicator& world) {
     std::vector<int> a(1000, r), b(1000, 2 * r);

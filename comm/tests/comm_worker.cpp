@@ -3,7 +3,8 @@
 //   matrix [--quick]   every collective and point-to-point op x dtype x reduce op x sizes
 //                      0, 1, odd, 1 MiB+, checked against a reference computed locally
 //   victim N           all_reduce in a loop; rank N SIGKILLs itself in the 3rd iteration; the
-//                      survivors must fail within the timeout with an error naming rank N
+//                      survivors' all_reduce and their pending receive from rank N must fail
+//                      within the timeout with an error naming rank N
 // Prints "rank R: ok (N checks)" and exits 0, or prints what went wrong and exits 1.
 #include <signal.h>
 #include <unistd.h>
@@ -230,6 +231,10 @@ int main(int argc, char** argv) {
       std::vector<float> v(1 << 16, 1.0f);
       auto start = std::chrono::steady_clock::now();
       const auto timeout = 10s;
+      // A receive from the victim that it never sends: pending when it dies.
+      float never = 0;
+      Request pending;
+      if (me != victim) pending = world->irecv(&never, 1, DType::Float32, victim, 77, timeout);
       try {
         for (int it = 0; it < 1000; ++it) {
           if (it == 3 && me == victim) kill(getpid(), SIGKILL);
@@ -242,6 +247,17 @@ int main(int argc, char** argv) {
         auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
         bool named = std::string(e.what()).find("rank " + std::to_string(victim)) != std::string::npos;
         std::printf("rank %d: %s after %lld ms: %s\n", me, named ? "NAMED" : "UNNAMED", static_cast<long long>(ms), e.what());
+        try {
+          pending.wait();
+          std::printf("rank %d: FAIL: the pending receive from the victim completed\n", me);
+          return 1;
+        } catch (const drun::Error& p) {
+          auto pms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+          bool pnamed = std::string(p.what()).find("rank " + std::to_string(victim)) != std::string::npos;
+          std::printf("rank %d: pending receive %s after %lld ms: %s\n", me, pnamed ? "NAMED" : "UNNAMED",
+                      static_cast<long long>(pms), p.what());
+          named = named && pnamed && pms < 10000 + 3000;
+        }
         return named && ms < 10000 + 3000 ? 0 : 1;
       }
     } else {
