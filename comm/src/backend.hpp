@@ -34,6 +34,8 @@ namespace detail {
 enum class OpKind { Broadcast, Reduce, AllReduce, Scatter, Gather, AllGather, ReduceScatter,
                     AllToAll, Barrier };
 const char* toString(OpKind kind);  // "all_reduce", ... (torch's names)
+bool isRooted(OpKind kind);         // broadcast, reduce, scatter, gather
+bool isReduction(OpKind kind);      // reduce, all_reduce, reduce_scatter
 
 // One collective call, already validated by the front end. Sizes are in elements; send/recv as
 // documented in communicator.hpp (in-place ops use recv only).

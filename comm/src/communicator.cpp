@@ -1,5 +1,4 @@
 #include <algorithm>
-#include <cstring>
 #include <set>
 
 #include "communicator_impl.hpp"
@@ -10,6 +9,8 @@ namespace drun::comm {
 
 using detail::Collective;
 using detail::OpKind;
+using detail::isReduction;
+using detail::isRooted;
 
 const char* detail::toString(OpKind kind) {
   switch (kind) {
@@ -28,6 +29,13 @@ const char* detail::toString(OpKind kind) {
 
 namespace detail {
 
+bool isRooted(OpKind k) {
+  return k == OpKind::Broadcast || k == OpKind::Reduce || k == OpKind::Scatter || k == OpKind::Gather;
+}
+bool isReduction(OpKind k) {
+  return k == OpKind::Reduce || k == OpKind::AllReduce || k == OpKind::ReduceScatter;
+}
+
 // A collective queued behind others, or run on the worker thread for an ...Async call.
 class AsyncWork final : public Request::State {
  public:
@@ -37,8 +45,9 @@ class AsyncWork final : public Request::State {
   void run() {
     std::exception_ptr error;
     try {
-      c_.timeout = std::max(deadline_.remaining(), milliseconds(1));
-      owner_->execute(c_);
+      Collective c = c_;  // the time left of the deadline set when it was called
+      c.timeout = std::max(deadline_.remaining(), milliseconds(1));
+      owner_->execute(c);
     } catch (...) {
       error = std::current_exception();
     }
@@ -200,14 +209,10 @@ void Communicator::Impl::fail(const char* what, std::exception_ptr error) {
 // Every rank contributes (op, dtype, count, root, reduce op) to a small all_gather and compares:
 // a rank that differs is named, and nobody runs a collective Gloo would abort on.
 void Communicator::Impl::compareFingerprints(const Collective& c) {
-  const bool rooted = c.kind == OpKind::Broadcast || c.kind == OpKind::Reduce ||
-                      c.kind == OpKind::Scatter || c.kind == OpKind::Gather;
-  const bool reduces = c.kind == OpKind::Reduce || c.kind == OpKind::AllReduce ||
-                       c.kind == OpKind::ReduceScatter;
   const bool typed = c.kind != OpKind::Barrier;
   const int64_t mine[5] = {static_cast<int64_t>(c.kind), typed ? static_cast<int64_t>(c.dtype) : -1,
-                           static_cast<int64_t>(c.count), rooted ? c.root : -1,
-                           reduces ? static_cast<int64_t>(c.op) : -1};
+                           static_cast<int64_t>(c.count), isRooted(c.kind) ? c.root : -1,
+                           isReduction(c.kind) ? static_cast<int64_t>(c.op) : -1};
   std::vector<int64_t> all(5 * static_cast<size_t>(size()));
   s_.backend->run({OpKind::AllGather, mine, all.data(), 5, DType::Int64, ReduceOp::Sum, 0, c.timeout});
   auto describe = [&](const int64_t* f) {
@@ -240,21 +245,20 @@ Request Communicator::Impl::collective(Collective c, bool async) {
   checkUsable(what);
   c.timeout = resolve(c.timeout);
   if (c.kind != OpKind::Barrier) {
-    if (c.count > 0 && !c.recv && c.kind != OpKind::Gather)
-      throw InvalidArgument(std::string(what) + ": null buffer for " + std::to_string(c.count) +
-                            " elements");
-    if (c.count > 0 && c.kind == OpKind::Gather && rank() == c.root && !c.recv)
-      throw InvalidArgument("gather: the root's receive buffer is null");
     dtypeSize(c.dtype);  // validates
+    const bool root = rank() == c.root;
+    const bool needsSend = c.kind == OpKind::Gather || c.kind == OpKind::AllGather ||
+                           c.kind == OpKind::ReduceScatter || c.kind == OpKind::AllToAll ||
+                           (c.kind == OpKind::Scatter && root);
+    const bool needsRecv = c.kind != OpKind::Gather || root;
+    if (c.count > 0 && ((needsSend && !c.send) || (needsRecv && !c.recv)))
+      throw InvalidArgument(std::string(what) + ": a null " + (needsSend && !c.send ? "send" : "receive") +
+                            " buffer for " + std::to_string(c.count) + " elements");
   }
-  const bool rooted = c.kind == OpKind::Broadcast || c.kind == OpKind::Reduce ||
-                      c.kind == OpKind::Scatter || c.kind == OpKind::Gather;
-  if (rooted && (c.root < 0 || c.root >= size()))
+  if (isRooted(c.kind) && (c.root < 0 || c.root >= size()))
     throw InvalidArgument(std::string(what) + ": root " + std::to_string(c.root) +
                           " is not a rank of " + s_.name + " (size " + std::to_string(size()) + ")");
-  const bool reduces = c.kind == OpKind::Reduce || c.kind == OpKind::AllReduce ||
-                       c.kind == OpKind::ReduceScatter;
-  if (reduces) checkOpFits(c.op, c.dtype);
+  if (isReduction(c.kind)) checkOpFits(c.op, c.dtype);
   if (c.kind != OpKind::Barrier && c.count == 0 && !s_.checkCollectives)  // nothing to move
     return Request(std::make_shared<detail::CompletedRequest>());
 
@@ -273,6 +277,7 @@ Request Communicator::Impl::collective(Collective c, bool async) {
     execute(c);
     return Request();
   }
+  if (stopping_) throw InvalidArgument(std::string(what) + ": the communicator was destroyed");
   auto work = std::make_shared<detail::AsyncWork>(shared_from_this(), c);
   queue_.push_back(work);
   if (!worker_.joinable()) worker_ = std::thread([this] { workerLoop(); });
