@@ -317,3 +317,20 @@ TEST_CASE("comm: the C API over tcp:// init: statuses, requests, groups, per-thr
     }));
   for (auto& f : ranks) f.get();
 }
+
+TEST_CASE("comm: init fails within its timeout when a rank never comes", "[comm]") {
+  InitOptions o;
+  o.rank = 0;
+  o.worldSize = 2;
+  o.timeout = 300ms;
+  o.socketIfname = "lo";
+  auto t0 = std::chrono::steady_clock::now();
+  try {
+    init(std::make_shared<drun::rdzv::MemoryStore>(), o);
+    FAIL("init returned without rank 1");
+  } catch (const drun::TimeoutError& e) {
+    INFO(e.what());
+    CHECK(std::string(e.what()).find("300ms") != std::string::npos);
+  }
+  CHECK(std::chrono::steady_clock::now() - t0 < 3s);
+}
