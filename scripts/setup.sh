@@ -10,7 +10,7 @@ packages=(
   build-essential cmake ninja-build pkg-config
   libboost-dev libcli11-dev libspdlog-dev nlohmann-json3-dev libgloo-dev catch2
   iproute2 procps util-linux
-  openmpi-bin python3 python3-torch
+  openmpi-bin libopenmpi-dev python3 python3-torch
 )
 
 missing=()

@@ -13,10 +13,16 @@ namespace {
 
 // The one list of DRUN_* variables. Keep sorted by name.
 constexpr VarDoc kDrunEnvVars[] = {
+    {"DRUN_COMM_CHECK", VarType::Bool, "false",
+     "libdrun_comm: ranks compare every collective's arguments first (clear error on mismatch)"},
+    {"DRUN_COMM_TIMEOUT", VarType::DurationMs, "300s",
+     "libdrun_comm: default timeout of init and of every operation (InitOptions.timeout wins)"},
     {"DRUN_LOG_LEVEL", VarType::String, "warn",
      "log level of drun itself: trace, debug, info, warn, error, off (-v sets debug)"},
     {"DRUN_PYTHON", VarType::String, "python3",
      "interpreter for .py programs and -m modules (PYTHON_EXEC is honoured too, as torchrun)"},
+    {"DRUN_SOCKET_IFNAME", VarType::String, "",
+     "libdrun_comm (gloo): network interface for worker traffic (GLOO_SOCKET_IFNAME is honoured too)"},
 };
 
 const VarDoc& lookup(std::string_view name) {

@@ -1,0 +1,95 @@
+// drun-comm-bench-gloo: the reference for drun-comm-bench: a plain Gloo program (no drun code)
+// running the same Gloo algorithms on the same transport, printing the same table. Run under
+// drun (it reads RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT); ranks meet through Gloo's own
+// FileStore in $TMPDIR/drun-gloo-bench-<MASTER_PORT>.
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/alltoall.h>
+#include <gloo/barrier.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/file_store.h>
+#include <gloo/transport/tcp/device.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <vector>
+
+#include "bench_table.hpp"
+
+namespace {
+
+int envInt(const char* name) {
+  const char* v = std::getenv(name);
+  if (!v) throw std::invalid_argument(std::string(name) + " is not set (run under drun)");
+  return std::atoi(v);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    drun::bench::Args a = drun::bench::parseArgs(argc, argv);
+    const int r = envInt("RANK"), n = envInt("WORLD_SIZE");
+    const char* tmp = std::getenv("TMPDIR");
+    std::filesystem::path dir = std::filesystem::path(tmp ? tmp : "/tmp") /
+                                ("drun-gloo-bench-" + std::to_string(envInt("MASTER_PORT")));
+    std::filesystem::create_directories(dir);
+    gloo::rendezvous::FileStore store(dir.string());
+    gloo::transport::tcp::attr attr;
+    attr.hostname = std::getenv("MASTER_ADDR");
+    if (attr.hostname == "localhost") attr.hostname = "127.0.0.1";
+    auto device = gloo::transport::tcp::CreateDevice(attr);
+    auto context = std::make_shared<gloo::rendezvous::Context>(r, n);
+    context->connectFullMesh(store, device);
+
+    auto barrier = [&] {
+      gloo::BarrierOptions o(context);
+      gloo::barrier(o);
+    };
+    auto maxOf = [&](double v) {
+      gloo::AllreduceOptions o(context);
+      o.setOutput(&v, 1);
+      o.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::max<double>));
+      gloo::allreduce(o);
+      return v;
+    };
+    if (r == 0) drun::bench::printHeader(a, n, "raw gloo");
+    uint32_t tag = 0;
+    drun::bench::sweep(a, n, r == 0, [&](size_t count, size_t total) {
+      std::vector<float> send(a.op == "all_gather" ? count : total), recv(total), out(count);
+      auto runOnce = [&] {
+        if (a.op == "all_reduce") {
+          gloo::AllreduceOptions o(context);
+          o.setOutput(send.data(), count);
+          o.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
+          o.setTag(tag++);
+          gloo::allreduce(o);
+        } else if (a.op == "all_gather") {
+          gloo::AllgatherOptions o(context);
+          o.setInput(send.data(), count);
+          o.setOutput(recv.data(), total);
+          o.setTag(tag++);
+          gloo::allgather(o);
+        } else {  // all_to_all; reduce_scatter = all_to_all + the local sum of the n blocks
+          gloo::AlltoallOptions o(context);
+          o.setInput(send.data(), total);
+          o.setOutput(recv.data(), total);
+          o.setTag(tag++);
+          gloo::alltoall(o);
+          if (a.op == "reduce_scatter") {
+            std::copy(recv.begin(), recv.begin() + count, out.begin());
+            for (int k = 1; k < n; ++k) gloo::sum<float>(out.data(), out.data(), recv.data() + k * count, count);
+          }
+        }
+      };
+      return std::pair{maxOf(drun::bench::timeIt(a, runOnce, barrier)), 0L};
+    });
+    barrier();
+    if (r == 0) std::filesystem::remove_all(dir);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "drun-comm-bench-gloo: %s\n", e.what());
+    return 1;
+  }
+}

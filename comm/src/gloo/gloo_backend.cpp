@@ -1,0 +1,408 @@
+// The Gloo backend: Gloo's TCP transport, one full-mesh context per communicator, connected
+// through drun's store (GlooStoreAdapter). Only Gloo's functional API (gloo::allreduce(opts) ...)
+// and unbound buffers are used on a context: mixing in the classic algorithm classes shrinks the
+// pairs' socket buffers and slowed a context 60x (docs in shared/reference).
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/alltoall.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/common/error.h>
+#include <gloo/common/logging.h>
+#include <gloo/gather.h>
+#include <gloo/reduce.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/scatter.h>
+#include <gloo/transport/tcp/device.h>
+
+#include <atomic>
+#include <cstdio>
+#include <exception>
+#include <cstring>
+#include <future>
+#include <mutex>
+#include <numeric>
+#include <vector>
+
+#include "../backend.hpp"
+#include "../reduce.hpp"
+#include "drun/common/deadline.hpp"
+#include "drun/common/env.hpp"
+#include "gloo/store_adapter.hpp"
+
+namespace drun::comm::detail {
+namespace {
+
+// Point-to-point slots live above every collective prefix Gloo uses (0x01..0x08 << 56).
+constexpr uint64_t kP2PSlotBase = uint64_t{0xD0} << 56;
+uint64_t p2pSlot(int tag) { return kP2PSlotBase | static_cast<uint32_t>(tag); }
+
+// The local address whose route reaches `host` (a connected UDP socket sends nothing).
+std::string addressRouting(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* res = nullptr;
+  if (int rc = getaddrinfo(host.c_str(), "9", &hints, &res); rc != 0)
+    throw InvalidArgument("cannot resolve MASTER_ADDR '" + host + "': " + gai_strerror(rc));
+  std::string result;
+  for (addrinfo* ai = res; ai && result.empty(); ai = ai->ai_next) {
+    int fd = socket(ai->ai_family, SOCK_DGRAM, 0);
+    if (fd < 0) continue;
+    sockaddr_storage local{};
+    socklen_t len = sizeof(local);
+    if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
+        getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
+      char text[INET6_ADDRSTRLEN] = {};
+      const void* addr = local.ss_family == AF_INET6
+                             ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr)
+                             : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr);
+      if (inet_ntop(local.ss_family, addr, text, sizeof(text))) result = text;
+    }
+    close(fd);
+  }
+  freeaddrinfo(res);
+  if (result.empty()) throw NetworkError("no local address routes to MASTER_ADDR '" + host + "'");
+  return result;
+}
+
+// Gloo aborts the process (an exception on its own event-loop thread) when a message is larger
+// than the buffer posted for it: ranks that passed different counts. Say so before dying; with
+// DRUN_COMM_CHECK=1 the front end catches the mismatch as an InvalidArgument instead.
+void explainGlooAborts() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    static std::terminate_handler previous = std::set_terminate([] {
+      if (auto error = std::current_exception()) {
+        try {
+          std::rethrow_exception(error);
+        } catch (const gloo::EnforceNotMet& e) {
+          std::fprintf(stderr,
+                       "drun_comm: fatal: Gloo received a message larger than the buffer posted for "
+                       "it: the ranks passed different sizes to a collective or to send/recv. Set "
+                       "DRUN_COMM_CHECK=1 to get an error naming the call and the ranks instead. (%s)\n",
+                       e.what());
+        } catch (...) {
+        }
+      }
+      if (previous) previous();
+      std::abort();
+    });
+  });
+}
+
+std::shared_ptr<gloo::transport::Device> makeDevice(const BackendConfig& config) {
+  explainGlooAborts();
+  gloo::transport::tcp::attr attr;
+  std::string ifname = config.socketIfname;
+  if (ifname.empty()) ifname = env::getString("DRUN_SOCKET_IFNAME");
+  if (ifname.empty()) ifname = env::get("GLOO_SOCKET_IFNAME").value_or("");
+  if (!ifname.empty()) {
+    attr.iface = ifname;
+  } else if (!config.masterAddr.empty()) {
+    attr.hostname = addressRouting(config.masterAddr);
+  } else {
+    char name[256] = {};
+    gethostname(name, sizeof(name) - 1);
+    attr.hostname = name;
+  }
+  try {
+    return gloo::transport::tcp::CreateDevice(attr);
+  } catch (const std::exception& e) {
+    throw InvalidArgument("gloo: cannot use interface '" + (ifname.empty() ? attr.hostname : ifname) +
+                          "': " + e.what());
+  }
+}
+
+// Gloo's errors as drun's: its timeouts (an IoException saying "Timed out") as TimeoutError,
+// every other transport failure as CommError. Call from a catch block.
+[[noreturn]] void rethrowAsDrun() {
+  try {
+    throw;
+  } catch (const gloo::IoException& e) {
+    std::string msg = std::string("gloo: ") + e.what();
+    if (msg.find("Timed out") != std::string::npos) throw TimeoutError(msg);
+    throw CommError(msg);
+  } catch (const gloo::EnforceNotMet& e) {
+    throw CommError(std::string("gloo: ") + e.what());
+  } catch (const gloo::Exception& e) {
+    throw CommError(std::string("gloo: ") + e.what());
+  }
+}
+
+// Calls f(T{}) with an unsigned carrier type as wide as one element: Gloo's typed setters only
+// use sizeof(T), the reduce callback knows the real type.
+template <class F>
+void withCarrier(DType dtype, F&& f) {
+  switch (dtypeSize(dtype)) {
+    case 1: return f(uint8_t{});
+    case 2: return f(uint16_t{});
+    case 4: return f(uint32_t{});
+    default: return f(uint64_t{});
+  }
+}
+
+// A pending send or receive. Gloo can only block on an unbound buffer, so test() hands the wait
+// to a helper task (started once, bounded by the operation's deadline) and polls its future.
+class GlooP2P final : public Request::State {
+ public:
+  // Gloo refuses empty buffers: a zero-byte message travels as one byte of `empty`.
+  GlooP2P(gloo::Context& context, void* ptr, size_t bytes, bool isSend, milliseconds timeout)
+      : buf_(context.createUnboundBuffer(bytes ? ptr : &empty_, bytes ? bytes : 1)),
+        isSend_(isSend), deadline_(timeout) {}
+  gloo::transport::UnboundBuffer& buffer() { return *buf_; }
+
+  void wait(milliseconds timeout) override {
+    std::unique_lock lock(mutex_);
+    if (done_) return;
+    if (helper_.valid()) {
+      lock.unlock();
+      if (timeout != kDefaultTimeout && helper_.wait_for(timeout) != std::future_status::ready)
+        throw TimeoutError("wait timed out after " + std::to_string(timeout.count()) + "ms");
+      helper_.get();  // rethrows the helper's error
+      return;
+    }
+    milliseconds left = deadline_.remaining();
+    if (timeout != kDefaultTimeout) left = std::min(left, timeout);
+    block(std::max(left, milliseconds(1)));  // Gloo reads 0 as "the context's timeout"
+  }
+
+  bool test() override {
+    std::unique_lock lock(mutex_);
+    if (done_) return true;
+    if (!helper_.valid())
+      helper_ = std::async(std::launch::async, [this] {
+                  std::lock_guard helperLock(mutex_);
+                  if (!done_) block(std::max(deadline_.remaining(), milliseconds(1)));
+                }).share();
+    lock.unlock();
+    if (helper_.wait_for(0ms) != std::future_status::ready) return false;
+    helper_.get();
+    return true;
+  }
+
+  int source() const override { return source_; }
+
+ private:
+  void block(milliseconds timeout) {  // mutex_ held
+    int peer = -1;
+    try {
+      if (isSend_) buf_->waitSend(&peer, timeout);
+      else buf_->waitRecv(&peer, timeout);
+    } catch (...) {
+      rethrowAsDrun();
+    }
+    source_ = isSend_ ? -1 : peer;
+    done_ = true;
+  }
+
+  std::mutex mutex_;
+  char empty_ = 0;
+  std::unique_ptr<gloo::transport::UnboundBuffer> buf_;
+  bool isSend_;
+  Deadline deadline_;
+  bool done_ = false;
+  std::atomic<int> source_{-1};
+  std::shared_future<void> helper_;
+};
+
+class GlooBackend final : public Backend {
+ public:
+  GlooBackend(std::shared_ptr<gloo::transport::Device> device, std::shared_ptr<rdzv::Store> store,
+              int rank, int size, milliseconds timeout)
+      : device_(std::move(device)) {
+    auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
+    context->setTimeout(timeout);
+    GlooStoreAdapter adapter(std::move(store), timeout);
+    try {
+      context->connectFullMesh(adapter, device_);
+    } catch (const Error&) {
+      throw;
+    } catch (...) {
+      rethrowAsDrun();
+    }
+    context_ = std::move(context);
+  }
+
+  void run(const Collective& c) override {
+    const uint32_t tag = nextTag_++;
+    try {
+      dispatch(c, tag);
+    } catch (const Error&) {
+      throw;
+    } catch (...) {
+      rethrowAsDrun();
+    }
+  }
+
+  void dispatch(const Collective& c, uint32_t tag) {
+    withCarrier(c.dtype, [&](auto carrier) {
+      using T = decltype(carrier);
+      switch (c.kind) {
+        case OpKind::Broadcast: return broadcast<T>(c, tag);
+        case OpKind::Reduce: return reduce<T>(c, tag);
+        case OpKind::AllReduce: return allReduce<T>(c, tag);
+        case OpKind::Scatter: return scatter<T>(c, tag);
+        case OpKind::Gather: return gather<T>(c, tag);
+        case OpKind::AllGather: return allGather<T>(c, tag);
+        case OpKind::ReduceScatter: return reduceScatter<T>(c, tag);
+        case OpKind::AllToAll: return allToAll<T>(c, static_cast<const T*>(c.send),
+                                                  static_cast<T*>(c.recv), c.timeout, tag);
+        case OpKind::Barrier: return barrier(c, tag);
+      }
+    });
+  }
+
+  std::shared_ptr<Request::State> isend(const void* buf, size_t bytes, int dst, int tag,
+                                        milliseconds timeout) override {
+    try {
+      auto request = std::make_shared<GlooP2P>(*context_, const_cast<void*>(buf), bytes, true, timeout);
+      request->buffer().send(dst, p2pSlot(tag));
+      return request;
+    } catch (...) {
+      rethrowAsDrun();
+    }
+  }
+
+  std::shared_ptr<Request::State> irecv(void* buf, size_t bytes, int src, int tag,
+                                        milliseconds timeout) override {
+    try {
+      auto request = std::make_shared<GlooP2P>(*context_, buf, bytes, false, timeout);
+      if (src == kAnySource) {
+        std::vector<int> others;
+        for (int r = 0; r < context_->size; ++r)
+          if (r != context_->rank) others.push_back(r);
+        request->buffer().recv(others, p2pSlot(tag));
+      } else {
+        request->buffer().recv(src, p2pSlot(tag));
+      }
+      return request;
+    } catch (...) {
+      rethrowAsDrun();
+    }
+  }
+
+  std::unique_ptr<Backend> makeGroup(std::shared_ptr<rdzv::Store> store, int rank, int size,
+                                     milliseconds timeout) override {
+    return std::make_unique<GlooBackend>(device_, std::move(store), rank, size, timeout);
+  }
+
+ private:
+  // Every functional op: its tag (distinct per call) and its deadline.
+  template <class Options>
+  static void limit(Options& opts, uint32_t tag, milliseconds timeout) {
+    opts.setTag(tag);
+    opts.setTimeout(timeout);
+  }
+
+  template <class T>
+  void broadcast(const Collective& c, uint32_t tag) {
+    gloo::BroadcastOptions opts(context_);
+    opts.setOutput<T>(static_cast<T*>(c.recv), c.count);
+    opts.setRoot(c.root);
+    limit(opts, tag, c.timeout);
+    gloo::broadcast(opts);
+  }
+
+  template <class T>
+  void reduce(const Collective& c, uint32_t tag) {
+    gloo::ReduceOptions opts(context_);
+    opts.setOutput<T>(static_cast<T*>(c.recv), c.count);
+    opts.setRoot(c.root);
+    opts.setReduceFunction(reduceFunction(c.dtype, c.op));
+    limit(opts, tag, c.timeout);
+    gloo::reduce(opts);
+    if (c.op == ReduceOp::Avg && context_->rank == c.root)
+      divideInPlace(c.recv, c.count, c.dtype, context_->size);
+  }
+
+  template <class T>
+  void allReduce(const Collective& c, uint32_t tag) {
+    gloo::AllreduceOptions opts(context_);
+    opts.setOutput<T>(static_cast<T*>(c.recv), c.count);
+    opts.setReduceFunction(reduceFunction(c.dtype, c.op));
+    limit(opts, tag, c.timeout);
+    gloo::allreduce(opts);
+    if (c.op == ReduceOp::Avg) divideInPlace(c.recv, c.count, c.dtype, context_->size);
+  }
+
+  template <class T>
+  void scatter(const Collective& c, uint32_t tag) {
+    gloo::ScatterOptions opts(context_);
+    std::vector<T*> blocks;
+    if (context_->rank == c.root) {
+      for (int r = 0; r < context_->size; ++r)
+        blocks.push_back(const_cast<T*>(static_cast<const T*>(c.send)) + r * c.count);
+      opts.setInputs<T>(blocks, c.count);
+    }
+    opts.setOutput<T>(static_cast<T*>(c.recv), c.count);
+    opts.setRoot(c.root);
+    limit(opts, tag, c.timeout);
+    gloo::scatter(opts);
+  }
+
+  template <class T>
+  void gather(const Collective& c, uint32_t tag) {
+    gloo::GatherOptions opts(context_);
+    opts.setInput<T>(const_cast<T*>(static_cast<const T*>(c.send)), c.count);
+    if (context_->rank == c.root) opts.setOutput<T>(static_cast<T*>(c.recv), c.count * context_->size);
+    opts.setRoot(c.root);
+    limit(opts, tag, c.timeout);
+    gloo::gather(opts);
+  }
+
+  template <class T>
+  void allGather(const Collective& c, uint32_t tag) {
+    gloo::AllgatherOptions opts(context_);
+    opts.setInput<T>(const_cast<T*>(static_cast<const T*>(c.send)), c.count);
+    opts.setOutput<T>(static_cast<T*>(c.recv), c.count * context_->size);
+    limit(opts, tag, c.timeout);
+    gloo::allgather(opts);
+  }
+
+  template <class T>
+  void allToAll(const Collective& c, const T* send, T* recv, milliseconds timeout, uint32_t tag) {
+    gloo::AlltoallOptions opts(context_);
+    opts.setInput<T>(const_cast<T*>(send), c.count * context_->size);
+    opts.setOutput<T>(recv, c.count * context_->size);
+    limit(opts, tag, timeout);
+    gloo::alltoall(opts);
+  }
+
+  // Every rank sends block i to rank i (all_to_all), then reduces the blocks it received: the
+  // same (n-1)/n of the data on the wire as a ring reduce-scatter, with one API family.
+  template <class T>
+  void reduceScatter(const Collective& c, uint32_t tag) {
+    const size_t n = static_cast<size_t>(context_->size);
+    std::vector<T> blocks(c.count * n);
+    allToAll<T>(c, static_cast<const T*>(c.send), blocks.data(), c.timeout, tag);
+    ReduceFn fn = reduceFunction(c.dtype, c.op);
+    std::memcpy(c.recv, blocks.data(), c.count * sizeof(T));
+    for (size_t r = 1; r < n; ++r) fn(c.recv, c.recv, blocks.data() + r * c.count, c.count);
+    if (c.op == ReduceOp::Avg) divideInPlace(c.recv, c.count, c.dtype, context_->size);
+  }
+
+  void barrier(const Collective& c, uint32_t tag) {
+    gloo::BarrierOptions opts(context_);
+    limit(opts, tag, c.timeout);
+    gloo::barrier(opts);
+  }
+
+  std::shared_ptr<gloo::transport::Device> device_;
+  std::shared_ptr<gloo::Context> context_;
+  uint32_t nextTag_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> makeGlooBackend(const BackendConfig& config) {
+  return std::make_unique<GlooBackend>(makeDevice(config), config.store, config.rank, config.size,
+                                       config.timeout);
+}
+
+}  // namespace drun::comm::detail

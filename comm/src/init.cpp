@@ -1,0 +1,164 @@
+// init(): the init methods (env://, tcp://, file://, a caller's store), store hosting on rank 0,
+// and the assembly of the world communicator.
+#include <spdlog/spdlog.h>
+
+#include "communicator_impl.hpp"
+#include "drun/common/env.hpp"
+#include "drun/rendezvous/prefix_store.hpp"
+#include "drun/rendezvous/tcp_store.hpp"
+#include "file_store.hpp"
+#include "store_host.hpp"
+
+namespace drun::comm {
+
+namespace {
+
+// Keys of the world in the store, all under kRoot (comm/README.md lists them).
+const std::string kRoot = "drun_comm/";
+const std::string kWorldMesh = "world/";        // Gloo's full-mesh addresses / NCCL's unique id
+const std::string kHostedByRank0 = "hosted_by_rank0";
+
+std::string requiredEnv(const char* name) {
+  auto v = env::get(name);
+  if (!v || v->empty())
+    throw InvalidArgument(std::string("init: ") + name +
+                          " is not set (env:// needs MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE; "
+                          "start the program with drun)");
+  return *v;
+}
+
+struct Endpoint {
+  std::string host;
+  uint16_t port = 0;
+};
+
+uint16_t parsePort(const std::string& text, const std::string& what) {
+  return static_cast<uint16_t>(env::parseInt(text, what, 1, 65535));
+}
+
+// "tcp://host:port" or "tcp://[v6]:port".
+Endpoint parseTcp(const std::string& rest, const std::string& method) {
+  size_t colon = rest.rfind(':');
+  if (colon == std::string::npos || colon == 0)
+    throw InvalidArgument("init: '" + method + "' is not tcp://host:port");
+  Endpoint e;
+  e.host = rest.substr(0, colon);
+  if (e.host.size() > 2 && e.host.front() == '[' && e.host.back() == ']') e.host = e.host.substr(1, e.host.size() - 2);
+  e.port = parsePort(rest.substr(colon + 1), "the port of '" + method + "'");
+  return e;
+}
+
+struct Resolved {
+  int rank;
+  int size;
+  milliseconds timeout;
+};
+
+Resolved resolve(const InitOptions& o) {
+  Resolved r;
+  r.size = o.worldSize >= 0 ? o.worldSize
+                            : static_cast<int>(env::parseInt(requiredEnv("WORLD_SIZE"), "WORLD_SIZE", 1, 1 << 20));
+  r.rank = o.rank >= 0 ? o.rank
+                       : static_cast<int>(env::parseInt(requiredEnv("RANK"), "RANK", 0, (1 << 20) - 1));
+  if (r.size < 1) throw InvalidArgument("init: world size must be >= 1, got " + std::to_string(r.size));
+  if (r.rank >= r.size)
+    throw InvalidArgument("init: rank " + std::to_string(r.rank) + " is not below the world size " +
+                          std::to_string(r.size));
+  if (o.timeout < milliseconds(0))
+    throw InvalidArgument("init: timeout must be positive, got " + std::to_string(o.timeout.count()) + "ms");
+  r.timeout = o.timeout > milliseconds(0) ? o.timeout : env::getDuration("DRUN_COMM_TIMEOUT");
+  return r;
+}
+
+int resolveDevice(const InitOptions& o) {
+  if (o.device >= 0) return o.device;
+  auto local = env::get("LOCAL_RANK");
+  return local ? static_cast<int>(env::parseInt(*local, "LOCAL_RANK", 0, 1 << 16)) : 0;
+}
+
+std::shared_ptr<Communicator> makeWorld(std::shared_ptr<rdzv::Store> store,
+                                        std::shared_ptr<StoreHost> host, const InitOptions& o,
+                                        const Resolved& r, const std::string& masterAddr) {
+  auto worldStore = std::make_shared<rdzv::PrefixStore>(kRoot, std::move(store));
+  if (host) worldStore->set(kHostedByRank0, "1");
+  // Armed before connecting, so that a peer lost during init is named too.
+  auto liveness = std::make_shared<detail::Liveness>(worldStore, r.rank, r.size);
+  liveness->arm();
+
+  detail::BackendConfig config;
+  config.store = std::make_shared<rdzv::PrefixStore>(kWorldMesh, worldStore);
+  config.rank = r.rank;
+  config.size = r.size;
+  config.timeout = r.timeout;
+  config.socketIfname = o.socketIfname;
+  config.masterAddr = masterAddr;
+  config.device = o.backend == Backend::Nccl ? resolveDevice(o) : 0;
+  Communicator::Impl::Setup setup;
+  setup.backend = o.backend == Backend::Nccl ? detail::makeNcclBackend(config)
+                                             : detail::makeGlooBackend(config);
+  // Every rank has connected: if rank 0 hosts the store, its key is there by now.
+  liveness->setRank0HostsStore(worldStore->tryGet(kHostedByRank0).has_value());
+  setup.kind = o.backend;
+  setup.worldStore = worldStore;
+  setup.rank = r.rank;
+  setup.size = r.size;
+  for (int i = 0; i < r.size; ++i) setup.worldRanks.push_back(i);
+  setup.timeout = r.timeout;
+  setup.liveness = liveness;
+  setup.storeHost = std::move(host);
+  // Fingerprints travel in host memory: the check is Gloo's (NCCL reports its own misuse).
+  setup.checkCollectives = o.backend == Backend::Gloo &&
+                           o.checkCollectives.value_or(env::getBool("DRUN_COMM_CHECK"));
+  spdlog::debug("drun_comm: rank {} of {} connected ({})", r.rank, r.size, toString(o.backend));
+  return std::make_shared<Communicator>(std::make_shared<Communicator::Impl>(std::move(setup)));
+}
+
+}  // namespace
+
+std::shared_ptr<Communicator> init(const InitOptions& options) {
+  Resolved r = resolve(options);
+  if (options.backend == Backend::Nccl) detail::checkNcclUsable(resolveDevice(options));
+  const std::string& m = options.initMethod;
+  if (m.rfind("file://", 0) == 0) {
+    std::string path = m.substr(7);
+    if (path.empty() || path.front() != '/')
+      throw InvalidArgument("init: '" + m + "' is not file:///absolute/path");
+    return makeWorld(std::make_shared<FileStore>(path), nullptr, options, r, "");
+  }
+  Endpoint master;
+  if (m == "env://" || m.empty()) {
+    master.host = requiredEnv("MASTER_ADDR");
+    master.port = parsePort(requiredEnv("MASTER_PORT"), "MASTER_PORT");
+  } else if (m.rfind("tcp://", 0) == 0) {
+    master = parseTcp(m.substr(6), m);
+  } else {
+    throw InvalidArgument("init: unknown init method '" + m +
+                          "' (expected env://, tcp://host:port or file:///path)");
+  }
+  // Rank 0 serves the store unless something already does (PyTorch's env:// does the same).
+  std::shared_ptr<StoreHost> host = r.rank == 0 ? StoreHost::tryHost(master.port) : nullptr;
+  rdzv::TcpStoreOptions so;
+  so.host = master.host;
+  so.port = master.port;
+  so.connectTimeout = r.timeout;
+  so.timeout = r.timeout;
+  auto store = std::make_shared<rdzv::TcpStore>(so);
+  return makeWorld(std::move(store), std::move(host), options, r, master.host);
+}
+
+bool ncclBuiltIn() {
+#ifdef DRUN_HAVE_NCCL
+  return true;
+#else
+  return false;
+#endif
+}
+
+std::shared_ptr<Communicator> init(std::shared_ptr<rdzv::Store> store, const InitOptions& options) {
+  if (!store) throw InvalidArgument("init: the store is null");
+  Resolved r = resolve(options);
+  if (options.backend == Backend::Nccl) detail::checkNcclUsable(resolveDevice(options));
+  return makeWorld(std::move(store), nullptr, options, r, "");
+}
+
+}  // namespace drun::comm

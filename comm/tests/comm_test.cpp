@@ -1,0 +1,200 @@
+// Multi-process tests: comm_worker and the examples as users run them, under build/bin/drun, and
+// a peer SIGKILLed mid-collective (ranks started directly, so that no agent stops the survivors).
+#include <catch2/catch.hpp>
+
+#include <csignal>
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "drun/rendezvous/port_reservation.hpp"
+#include "process.hpp"
+
+using namespace drun::test;
+
+namespace {
+
+RunResult drunRun(int nproc, const std::string& program, std::vector<std::string> args,
+                  std::chrono::milliseconds timeout, const MarkerScope& marker) {
+  std::vector<std::string> argv = {"--standalone", "--nproc-per-node", std::to_string(nproc), program};
+  for (auto& a : args) argv.push_back(std::move(a));
+  return run(drunCommand(argv, {marker.env(), "OMP_NUM_THREADS=1"}, timeout));
+}
+
+void requireAllRanks(const RunResult& r, int n, const std::string& needle) {
+  INFO(r.describe());
+  REQUIRE_FALSE(r.timedOut);
+  CHECK(r.exitCode == 0);
+  for (const auto& line : parseConsole(r.out)) INFO(line.text);
+  for (int k = 0; k < n; ++k)
+    CHECK(r.out.find("rank " + std::to_string(k) + needle) != std::string::npos);
+}
+
+}  // namespace
+
+// World sizes 1..3 run the whole matrix (1 MiB+ for every reduce op); 4 and 7 (oversubscribed on
+// two cores) run it with 64 KiB+ for the non-sum ops.
+TEST_CASE("comm: every op, dtype, reduce op and size matches the local reference", "[comm][slow]") {
+  for (int n : {1, 2, 3, 4, 7}) {
+    DYNAMIC_SECTION("world " << n) {
+      MarkerScope marker;
+      std::vector<std::string> args = {"matrix"};
+      if (n >= 4) args.push_back("--quick");
+      auto r = drunRun(n, helperPath("comm_worker").string(), args, 90s, marker);
+      requireAllRanks(r, n, ": ok");
+    }
+  }
+}
+
+TEST_CASE("comm: a peer SIGKILLed mid-collective fails every survivor with its name, in time", "[comm][slow]") {
+  for (int n : {2, 4}) {
+    for (int victim : {0, n - 1}) {  // rank 0 also hosts the store
+      DYNAMIC_SECTION("world " << n << " victim " << victim) {
+        auto port = drun::rdzv::PortReservation::reserve("127.0.0.1");
+        MarkerScope marker;
+        std::vector<std::unique_ptr<Process>> ranks;
+        for (int r = 0; r < n; ++r) {
+          RunOptions o;
+          o.argv = {helperPath("comm_worker").string(), "victim", std::to_string(victim)};
+          o.env = {marker.env(), "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(port.port()),
+                   "RANK=" + std::to_string(r), "WORLD_SIZE=" + std::to_string(n), "LOCAL_RANK=0"};
+          o.timeout = 30s;
+          ranks.push_back(std::make_unique<Process>(o));
+        }
+        for (int r = 0; r < n; ++r) {
+          RunResult res = ranks[r]->wait();
+          INFO("rank " << r << ": " << res.describe());
+          REQUIRE_FALSE(res.timedOut);
+          if (r == victim) {
+            CHECK(res.signal == SIGKILL);
+          } else {
+            CHECK(res.exitCode == 0);
+            CHECK(res.out.find("NAMED after") != std::string::npos);
+            CHECK(res.out.find("pending receive NAMED") != std::string::npos);
+          }
+        }
+      }
+    }
+  }
+}
+
+// ---- the examples (build/bin), as a user runs them ----
+
+namespace {
+RunResult runExample(int nproc, const std::string& name, std::vector<std::string> args = {}) {
+  MarkerScope marker;
+  auto r = drunRun(nproc, (buildDir() / "bin" / name).string(), std::move(args), 60s, marker);
+  INFO(r.describe());
+  REQUIRE_FALSE(r.timedOut);
+  REQUIRE(r.exitCode == 0);
+  return r;
+}
+std::vector<std::string> linesOf(const RunResult& r) {
+  std::vector<std::string> out;
+  for (const auto& l : parseConsole(r.out)) out.push_back(l.text);
+  return out;
+}
+bool hasLine(const RunResult& r, const std::string& text) {
+  for (const auto& l : linesOf(r))
+    if (l == text) return true;
+  return false;
+}
+}  // namespace
+
+TEST_CASE("comm: example hello: rank and world size from the environment", "[comm][example]") {
+  auto r = runExample(3, "hello");
+  for (int k = 0; k < 3; ++k) CHECK(hasLine(r, "Hello from rank " + std::to_string(k) + " of 3"));
+}
+
+TEST_CASE("comm: example send_recv and isend_irecv: rank 1 gets rank 0's tensor", "[comm][example]") {
+  for (const char* name : {"send_recv", "isend_irecv"}) {
+    auto r = runExample(2, name);
+    INFO(r.out);
+    CHECK(hasLine(r, "Rank 0 has data 1.0"));
+    CHECK(hasLine(r, "Rank 1 has data 1.0"));
+  }
+}
+
+TEST_CASE("comm: example group_all_reduce: only the group's members sum", "[comm][example]") {
+  auto r = runExample(4, "group_all_reduce");
+  INFO(r.out);
+  CHECK(hasLine(r, "Rank 0 has data 2.0"));
+  CHECK(hasLine(r, "Rank 1 has data 2.0"));
+  CHECK(hasLine(r, "Rank 2 has data 1.0"));
+  CHECK(hasLine(r, "Rank 3 has data 1.0"));
+}
+
+TEST_CASE("comm: example all_gather: every rank gets every rank's value in order", "[comm][example]") {
+  auto r = runExample(4, "all_gather");
+  for (int k = 0; k < 4; ++k) CHECK(hasLine(r, "Rank " + std::to_string(k) + " gathered: 0 1 2 3"));
+}
+
+TEST_CASE("comm: example synchronizing: with --barrier no rank ends a task before the slowest did it", "[comm][example]") {
+  // Rank k's task takes 50*(k+1) ms; the barrier holds everyone until rank 2 (150 ms) arrives.
+  auto r = runExample(3, "synchronizing", {"--barrier"});
+  double slowestStart[2] = {0, 0}, firstEnd[2] = {1e300, 1e300};
+  int lines = 0;
+  for (const auto& l : linesOf(r)) {
+    int task = 0, rank = 0, size = 0;
+    double at = 0;
+    char what[8] = {};
+    if (std::sscanf(l.c_str(), "Task %d %7s on rank %d/%d at %lf", &task, what, &rank, &size, &at) != 5 ||
+        task < 0 || task > 1)
+      continue;
+    ++lines;
+    if (std::string(what) == "starts" && rank == 2) slowestStart[task] = at;
+    if (std::string(what) == "ends") firstEnd[task] = std::min(firstEnd[task], at);
+  }
+  INFO(r.out);
+  CHECK(lines == 12);
+  for (int task = 0; task < 2; ++task) CHECK(firstEnd[task] >= slowestStart[task] + 145);
+}
+
+TEST_CASE("comm: example sgd: the loss falls and every rank ends with the same weights", "[comm][example]") {
+  auto r = runExample(3, "sgd");
+  std::vector<std::string> weights;
+  for (const auto& l : linesOf(r)) {
+    double first = 0, last = 0;
+    int rank = 0, used = 0;
+    if (std::sscanf(l.c_str(), "rank %d: loss %lf -> %lf, weights%n", &rank, &first, &last, &used) == 3) {
+      CHECK(last < first / 10);
+      weights.push_back(l.substr(static_cast<size_t>(used)));
+    }
+  }
+  INFO(r.out);
+  REQUIRE(weights.size() == 3);
+  CHECK(weights[0] == weights[1]);
+  CHECK(weights[1] == weights[2]);
+}
+
+TEST_CASE("comm: example hello_c: the C API reduces and reports misuse as a status", "[comm][example]") {
+  auto r = runExample(3, "hello_c");
+  for (int k = 0; k < 3; ++k) CHECK(hasLine(r, "rank " + std::to_string(k) + " of 3: sum 6 (correct)"));
+  CHECK(r.out.find("status 1: send: rank 8 is not a rank of world") != std::string::npos);
+}
+
+TEST_CASE("comm: an installed drun serves find_package(drun) and drun::comm to a user's project", "[comm][slow][install]") {
+  TempDir dir;
+  const std::string prefix = (dir / "prefix").string(), userBuild = (dir / "build").string();
+  const std::string source = DRUN_COMM_SOURCE_DIR "/tests/user_project";
+  auto step = [](std::vector<std::string> argv) {
+    RunOptions o;
+    o.argv = std::move(argv);
+    o.timeout = 120s;
+    auto r = run(o);
+    INFO(r.describe());
+    REQUIRE(r.exitCode == 0);
+  };
+  step({"/usr/bin/cmake", "--install", buildDir().string(), "--prefix", prefix});
+  step({"/usr/bin/cmake", "-S", source, "-B", userBuild, "-G", "Ninja", "-DCMAKE_PREFIX_PATH=" + prefix});
+  step({"/usr/bin/cmake", "--build", userBuild});
+  MarkerScope marker;
+  auto cpp = drunRun(2, userBuild + "/user_cpp", {}, 60s, marker);
+  INFO(cpp.describe());
+  CHECK(cpp.exitCode == 0);
+  CHECK(cpp.out.find("user_cpp rank 1: 2") != std::string::npos);
+  CHECK(cpp.out.find("rank 0: caught InvalidArgument") != std::string::npos);
+  auto c = drunRun(2, userBuild + "/user_c", {}, 60s, marker);
+  INFO(c.describe());
+  CHECK(c.out.find("user_c rank 0: 2") != std::string::npos);
+}

@@ -1,0 +1,336 @@
+// In-process tests: types and reductions, the file store, and communicators whose ranks are
+// threads of this process over a MemoryStore (groups, misuse, timeouts, requests).
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <functional>
+#include <future>
+#include <latch>
+#include <thread>
+
+#include "drun/comm.h"
+#include "drun/comm/communicator.hpp"
+#include "drun/rendezvous/port_reservation.hpp"
+#include "drun/rendezvous/memory_store.hpp"
+#include "file_store.hpp"
+#include "reduce.hpp"
+
+using namespace drun::comm;
+using namespace std::chrono_literals;
+
+namespace {
+
+// Runs fn(rank, world) on `n` threads, each rank initialised over one shared MemoryStore.
+// Rethrows the first failure of any rank.
+void runRanks(int n, const std::function<void(int, Communicator&)>& fn, milliseconds timeout = 20s,
+              bool check = false) {
+  auto shared = drun::rdzv::MemoryStore::makeShared();
+  std::vector<std::future<void>> ranks;
+  for (int r = 0; r < n; ++r)
+    ranks.push_back(std::async(std::launch::async, [&, r] {
+      InitOptions o;
+      o.rank = r;
+      o.worldSize = n;
+      o.timeout = timeout;
+      o.socketIfname = "lo";
+      o.checkCollectives = check;
+      auto world = init(std::make_shared<drun::rdzv::MemoryStore>(shared), o);
+      fn(r, *world);
+    }));
+  for (auto& f : ranks) f.get();
+}
+
+std::string tempPath(const char* name) {
+  return (std::filesystem::temp_directory_path() /
+          (std::string("drun_comm_") + name + "_" + std::to_string(getpid()))).string();
+}
+
+}  // namespace
+
+TEST_CASE("comm: float16 and bfloat16 conversions round to nearest even", "[comm]") {
+  CHECK(floatToHalf(1.0f) == 0x3C00);
+  CHECK(floatToHalf(-2.0f) == 0xC000);
+  CHECK(floatToHalf(65504.0f) == 0x7BFF);
+  CHECK(floatToHalf(1e6f) == 0x7C00);                   // overflow -> inf
+  CHECK(floatToHalf(std::ldexp(1.0f, -24)) == 0x0001);  // smallest subnormal
+  CHECK(floatToHalf(1.0f + std::ldexp(1.0f, -11)) == 0x3C00);  // tie -> even
+  CHECK(halfToFloat(0x3555) == Approx(0.333251953125f));
+  CHECK(halfToFloat(0x0001) == std::ldexp(1.0f, -24));
+  CHECK(std::isnan(halfToFloat(floatToHalf(NAN))));
+  CHECK(floatToBfloat16(1.0f) == 0x3F80);
+  CHECK(bfloat16ToFloat(0xC040) == -3.0f);
+  CHECK(floatToBfloat16(1.0f + std::ldexp(1.0f, -8)) == 0x3F80);  // tie -> even
+  for (float f : {0.0f, 1.5f, -7.25f, 1024.0f}) {
+    CHECK(halfToFloat(floatToHalf(f)) == f);
+    CHECK(bfloat16ToFloat(floatToBfloat16(f)) == f);
+  }
+}
+
+TEST_CASE("comm: reduce ops that do not fit a dtype are refused by name", "[comm]") {
+  CHECK_THROWS_WITH(checkOpFits(ReduceOp::BXor, DType::Float32),
+                    Catch::Contains("bxor") && Catch::Contains("float32"));
+  CHECK_THROWS_WITH(checkOpFits(ReduceOp::Avg, DType::Int32), Catch::Contains("avg"));
+  CHECK_THROWS_AS(checkOpFits(static_cast<ReduceOp>(42), DType::Int8), drun::InvalidArgument);
+  CHECK_THROWS_AS(dtypeSize(static_cast<DType>(-1)), drun::InvalidArgument);
+  CHECK_NOTHROW(checkOpFits(ReduceOp::BAnd, DType::UInt8));
+  CHECK_THROWS_WITH(parseBackend("mpi"), Catch::Contains("mpi"));
+}
+
+TEST_CASE("comm: local reductions compute in the element type", "[comm]") {
+  int8_t a[] = {100, -3, 7}, b[] = {27, 5, 7}, out[3];
+  detail::reduceFunction(DType::Int8, ReduceOp::Max)(out, a, b, 3);
+  CHECK(out[0] == 100);
+  CHECK(out[1] == 5);
+  uint16_t h[] = {floatToHalf(1.5f), floatToHalf(-2.0f)}, k[] = {floatToHalf(2.0f), floatToHalf(0.25f)};
+  detail::reduceFunction(DType::Float16, ReduceOp::Product)(h, h, k, 2);
+  CHECK(halfToFloat(h[0]) == 3.0f);
+  CHECK(halfToFloat(h[1]) == -0.5f);
+  double d[] = {3.0, 9.0};
+  detail::divideInPlace(d, 2, DType::Float64, 3);
+  CHECK(d[1] == 3.0);
+}
+
+TEST_CASE("comm: the file store keeps the store contract across handles", "[comm]") {
+  std::string path = tempPath("filestore");
+  std::filesystem::remove(path);
+  FileStore a(path), b(path);
+  a.set("k", "v");
+  CHECK(b.get("k", 1s) == "v");
+  CHECK(b.add("n", 2) == 2);
+  CHECK(a.add("n", 3) == 5);
+  CHECK(a.compareSet("k", "v", "w") == "w");
+  CHECK_FALSE(b.tryGet("missing"));
+  auto t0 = std::chrono::steady_clock::now();
+  CHECK_THROWS_AS(b.wait({"never"}, 50ms), drun::TimeoutError);
+  CHECK(std::chrono::steady_clock::now() - t0 >= 50ms);
+  CHECK(a.deletePrefix("n") == 1);
+  CHECK(b.numKeys() == 1);
+  CHECK_THROWS_AS(a.setWill({}), drun::InvalidArgument);
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("comm: file:// init connects ranks through a shared file", "[comm]") {
+  std::string path = tempPath("init");
+  std::filesystem::remove(path);
+  std::vector<std::future<int>> ranks;
+  for (int r = 0; r < 2; ++r)
+    ranks.push_back(std::async(std::launch::async, [&, r] {
+      InitOptions o;
+      o.initMethod = "file://" + path;
+      o.rank = r;
+      o.worldSize = 2;
+      o.timeout = 20s;
+      o.socketIfname = "lo";
+      auto world = init(o);
+      int v = r + 1;
+      world->allReduce(&v, 1, DType::Int32, ReduceOp::Sum);
+      return v;
+    }));
+  for (auto& f : ranks) CHECK(f.get() == 3);
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("comm: bad init input names what is wrong", "[comm]") {
+  InitOptions o;
+  o.rank = 0;
+  o.worldSize = 1;
+  o.initMethod = "udp://x:1";
+  CHECK_THROWS_WITH(init(o), Catch::Contains("udp://x:1"));
+  o.initMethod = "tcp://localhost:notaport";
+  CHECK_THROWS_AS(init(o), drun::InvalidArgument);
+  o.initMethod = "env://";
+  o.rank = 3;
+  o.worldSize = 2;
+  CHECK_THROWS_WITH(init(o), Catch::Contains("rank 3"));
+  o.rank = 0;
+  o.worldSize = 1;
+  o.backend = Backend::Nccl;  // no GPU in CI, or NCCL not built: a clear error either way
+  if (!ncclBuiltIn()) CHECK_THROWS_WITH(init(o), Catch::Contains("NCCL was not built"));
+}
+
+TEST_CASE("comm: groups: members reduce among themselves, non-members get a clear error", "[comm]") {
+  runRanks(4, [](int r, Communicator& world) {
+    auto evens = world.newGroup({0, 2});
+    auto odds = world.newGroup({3, 1});
+    if (r % 2 == 0) {
+      REQUIRE(evens->isMember());
+      CHECK(evens->rank() == r / 2);
+      CHECK(evens->size() == 2);
+      int64_t v = r + 1;
+      evens->allReduce(&v, 1, DType::Int64, ReduceOp::Sum);
+      CHECK(v == 1 + 3);
+      CHECK_FALSE(odds->isMember());
+      CHECK(odds->rank() == -1);
+      int x = 0;
+      CHECK_THROWS_WITH(odds->allReduce(&x, 1, DType::Int32, ReduceOp::Sum),
+                        Catch::Contains("not a member of group 2"));
+    } else {
+      CHECK(odds->rank() == (r == 3 ? 0 : 1));  // group ranks follow the list's order
+      int v = r;
+      odds->broadcast(&v, 1, DType::Int32, 0);
+      CHECK(v == 3);
+    }
+    world.barrier();
+  });
+}
+
+TEST_CASE("comm: misuse fails with InvalidArgument and leaves the communicator usable", "[comm]") {
+  runRanks(2, [](int r, Communicator& world) {
+    float v = 1;
+    CHECK_THROWS_WITH(world.send(&v, 1, DType::Float32, 5), Catch::Contains("rank 5"));
+    CHECK_THROWS_WITH(world.send(&v, 1, DType::Float32, r), Catch::Contains("itself"));
+    CHECK_THROWS_WITH(world.broadcast(&v, 1, DType::Float32, -1), Catch::Contains("root -1"));
+    CHECK_THROWS_WITH(world.allReduce(&v, 1, DType::Float32, ReduceOp::BAnd), Catch::Contains("band"));
+    CHECK_THROWS_WITH(world.allReduce(nullptr, 4, DType::Float32, ReduceOp::Sum), Catch::Contains("null"));
+    CHECK_THROWS_WITH(world.send(&v, 1, DType::Float32, 1 - r, -2), Catch::Contains("tag"));
+    CHECK_THROWS_AS(world.newGroup({0, 0}), drun::InvalidArgument);
+    CHECK_THROWS_AS(world.barrier(-5ms), drun::InvalidArgument);
+    world.allReduce(&v, 1, DType::Float32, ReduceOp::Sum);  // still usable
+    CHECK(v == 2);
+    world.destroy();
+    CHECK_THROWS_WITH(world.barrier(), Catch::Contains("destroyed"));
+  });
+}
+
+TEST_CASE("comm: a rank that does not come fails the others within the timeout, then for good", "[comm]") {
+  std::latch released(1);
+  runRanks(2, [&](int r, Communicator& world) {
+    if (r == 1) {
+      released.wait();  // does not take part until rank 0 has timed out
+      return;
+    }
+    int v = 1;
+    auto t0 = std::chrono::steady_clock::now();
+    CHECK_THROWS_AS(world.allReduce(&v, 1, DType::Int32, ReduceOp::Sum, 300ms), drun::TimeoutError);
+    auto waited = std::chrono::steady_clock::now() - t0;
+    CHECK(waited >= 250ms);
+    CHECK(waited < 5s);
+    t0 = std::chrono::steady_clock::now();
+    CHECK_THROWS_WITH(world.barrier(), Catch::Contains("unusable since"));
+    CHECK(std::chrono::steady_clock::now() - t0 < 1s);
+    released.count_down();
+  });
+}
+
+TEST_CASE("comm: a receive nobody answers times out within its timeout", "[comm]") {
+  std::latch released(1);
+  runRanks(2, [&](int r, Communicator& world) {
+    if (r == 1) {
+      released.wait();
+      return;
+    }
+    char byte = 0;
+    auto t0 = std::chrono::steady_clock::now();
+    CHECK_THROWS_AS(world.recv(&byte, 1, DType::Int8, 1, 0, 200ms), drun::TimeoutError);
+    CHECK(std::chrono::steady_clock::now() - t0 < 3s);
+    released.count_down();
+  });
+}
+
+TEST_CASE("comm: requests: async collectives keep call order, test() polls without blocking", "[comm]") {
+  runRanks(3, [](int r, Communicator& world) {
+    std::vector<int> a(1000, r), b(1000, 2 * r);
+    Request ra = world.allReduceAsync(a.data(), a.size(), DType::Int32, ReduceOp::Sum);
+    Request rb = world.allReduceAsync(b.data(), b.size(), DType::Int32, ReduceOp::Max);
+    int c = 1;
+    world.allReduce(&c, 1, DType::Int32, ReduceOp::Sum);  // queued behind the two
+    rb.wait();
+    ra.wait();
+    CHECK(a[999] == 0 + 1 + 2);
+    CHECK(b[0] == 4);
+    CHECK(c == 3);
+
+    if (r == 0) {
+      double got = 0;
+      Request rq = world.irecv(&got, 1, DType::Float64, kAnySource, 5);
+      CHECK_FALSE(rq.test());
+      world.barrier();  // rank 2 sends only after this
+      for (int i = 0; i < 2000 && !rq.test(); ++i) std::this_thread::sleep_for(1ms);
+      CHECK(rq.test());
+      CHECK(rq.source() == 2);
+      CHECK(got == 2.5);
+    } else {
+      world.barrier();
+      if (r == 2) {
+        double v = 2.5;
+        world.send(&v, 1, DType::Float64, 0, 5);
+      }
+    }
+  });
+}
+
+TEST_CASE("comm: with DRUN_COMM_CHECK, mismatched collectives fail on every rank by name", "[comm]") {
+  runRanks(2, [](int r, Communicator& world) {
+    std::vector<float> v(r == 0 ? 10 : 20, 1.0f);
+    CHECK_THROWS_WITH(world.allReduce(v.data(), v.size(), DType::Float32, ReduceOp::Sum),
+                      Catch::Contains("rank 0 called all_reduce of 10 float32") &&
+                          Catch::Contains("rank 1 called all_reduce of 20 float32"));
+    int root = r;  // disagreeing roots
+    CHECK_THROWS_WITH(world.broadcast(v.data(), 1, DType::Float32, root), Catch::Contains("root 1"));
+    world.allReduce(v.data(), 10, DType::Float32, ReduceOp::Sum);  // still usable
+    CHECK(v[0] == 2.0f);
+  }, 20s, /*check=*/true);
+}
+
+TEST_CASE("comm: the C API over tcp:// init: statuses, requests, groups, per-thread errors", "[comm]") {
+  auto port = drun::rdzv::PortReservation::reserve("127.0.0.1");
+  const std::string method = "tcp://127.0.0.1:" + std::to_string(port.port());
+  std::vector<std::future<void>> ranks;
+  for (int r = 0; r < 2; ++r)
+    ranks.push_back(std::async(std::launch::async, [&, r] {
+      drun_comm_t* comm = nullptr;
+      REQUIRE(drun_comm_init("gloo", method.c_str(), r, 2, 20000, &comm) == DRUN_OK);
+      CHECK(drun_comm_rank(comm) == r);
+      CHECK(drun_comm_size(comm) == 2);
+      int32_t v = 5 * (r + 1), got = 0;
+      drun_request_t* req = nullptr;
+      if (r == 0) {
+        REQUIRE(drun_isend(comm, &v, 1, DRUN_INT32, 1, 3, 0, &req) == DRUN_OK);
+      } else {
+        REQUIRE(drun_irecv(comm, &got, 1, DRUN_INT32, DRUN_ANY_SOURCE, 3, 0, &req) == DRUN_OK);
+      }
+      CHECK(drun_wait(req, 0) == DRUN_OK);
+      int done = 0;
+      CHECK(drun_test(req, &done) == DRUN_OK);
+      CHECK(done == 1);
+      if (r == 1) CHECK(got == 5);
+      if (r == 1) CHECK(drun_request_source(req) == 0);
+      drun_request_free(req);
+      CHECK(drun_all_reduce(comm, &v, 1, DRUN_INT32, DRUN_MAX, 0) == DRUN_OK);
+      CHECK(v == 10);
+      CHECK(drun_all_reduce(comm, &v, 1, DRUN_FLOAT32, DRUN_BXOR, 0) == DRUN_EINVAL);
+      CHECK(std::string(drun_last_error()).find("bxor") != std::string::npos);
+      CHECK(drun_all_reduce(comm, &v, 1, static_cast<drun_dtype_t>(99), DRUN_SUM, 0) == DRUN_EINVAL);
+      CHECK(drun_barrier(nullptr, 0) == DRUN_EINVAL);
+      int only[] = {1};
+      drun_comm_t* group = nullptr;
+      REQUIRE(drun_comm_new_group(comm, only, 1, &group) == DRUN_OK);
+      CHECK(drun_comm_rank(group) == (r == 1 ? 0 : -1));
+      CHECK(drun_barrier(group, 0) == (r == 1 ? DRUN_OK : DRUN_EINVAL));
+      drun_comm_destroy(group);
+      drun_comm_destroy(comm);
+    }));
+  for (auto& f : ranks) f.get();
+}
+
+TEST_CASE("comm: init fails within its timeout when a rank never comes", "[comm]") {
+  InitOptions o;
+  o.rank = 0;
+  o.worldSize = 2;
+  o.timeout = 300ms;
+  o.socketIfname = "lo";
+  auto t0 = std::chrono::steady_clock::now();
+  try {
+    init(std::make_shared<drun::rdzv::MemoryStore>(), o);
+    FAIL("init returned without rank 1");
+  } catch (const drun::TimeoutError& e) {
+    INFO(e.what());
+    CHECK(std::string(e.what()).find("300ms") != std::string::npos);
+  }
+  CHECK(std::chrono::steady_clock::now() - t0 < 3s);
+}
