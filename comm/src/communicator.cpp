@@ -194,6 +194,7 @@ void Communicator::Impl::fail(const char* what, std::exception_ptr error) {
   // A peer's death shows first on its sockets; its will reaches the store a moment later.
   std::string gone = s_.liveness ? s_.liveness->describeGone(timeout ? 0ms : std::min(s_.timeout, 2000ms))
                                  : std::string();
+  if (s_.world && !gone.empty()) gone = "world " + gone;  // liveness speaks of world ranks
   std::string msg = std::string(what) + " failed on rank " + std::to_string(s_.rank) + " of " +
                     std::to_string(s_.size) + (s_.world ? " in " + s_.name : std::string()) + ": " +
                     (gone.empty() ? "" : gone + "; ") + detail;

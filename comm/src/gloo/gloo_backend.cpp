@@ -21,6 +21,7 @@
 #include <gloo/transport/tcp/device.h>
 
 #include <atomic>
+#include <csignal>
 #include <cstdio>
 #include <exception>
 #include <cstring>
@@ -96,8 +97,20 @@ void explainGlooAborts() {
   });
 }
 
+// Gloo writes to its sockets without MSG_NOSIGNAL, from its own and from the caller's threads: a
+// peer that died would kill this process with SIGPIPE instead of failing the operation. A
+// process still at SIGPIPE's default gets SIG_IGN (as Python and drun itself do); a handler the
+// program installed is left alone.
+void ignoreSigpipeAtDefault() {
+  struct sigaction current {};
+  if (sigaction(SIGPIPE, nullptr, &current) == 0 && !(current.sa_flags & SA_SIGINFO) &&
+      current.sa_handler == SIG_DFL)
+    std::signal(SIGPIPE, SIG_IGN);
+}
+
 std::shared_ptr<gloo::transport::Device> makeDevice(const BackendConfig& config) {
   explainGlooAborts();
+  ignoreSigpipeAtDefault();
   gloo::transport::tcp::attr attr;
   std::string ifname = config.socketIfname;
   if (ifname.empty()) ifname = env::getString("DRUN_SOCKET_IFNAME");

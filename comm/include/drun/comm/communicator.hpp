@@ -15,6 +15,10 @@
 // every later operation fails at once with the first error (restart the job, as torchrun does).
 // Every operation takes a timeout; kDefaultTimeout means the communicator's (InitOptions).
 //
+// Signals: with the gloo backend, init sets SIGPIPE to SIG_IGN when it is still at its default
+// (Gloo's socket writes would otherwise let a dead peer kill this process); a handler the program
+// installed is kept.
+//
 // Threading: a Communicator may be used from several threads. Collectives run one at a time, in
 // the order they are called (the same order must hold on every rank); a blocking call runs on the
 // calling thread unless asynchronous operations are still queued, in which case it runs after
