@@ -2,6 +2,8 @@
 #include <signal.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <spdlog/spdlog.h>
 #include <string>
 #include <vector>
 
@@ -27,15 +29,24 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  int code = 1;
   try {
     auto rendezvous = drun::rdzv::makeRendezvous(cli.config.rendezvous);
     drun::agent::ElasticAgent agent(std::move(cli.config), std::move(rendezvous));
-    return agent.run();
+    code = agent.run();
   } catch (const drun::InvalidArgument& e) {
     std::fprintf(stderr, "drun: error: %s\n", e.what());
-    return 2;
+    code = 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "drun: error: %s\n", e.what());
-    return 1;
+    code = 1;
   }
+  // The agent is gone (workers reaped, console drained, store connection closed). Detached
+  // helper threads may still run: a membership watcher blocked in a watch on the network, a
+  // console lane stuck on a reader. Static destructors (loggers, the console writer) would race
+  // them, so leave without running any.
+  spdlog::default_logger()->flush();
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::_Exit(code);
 }

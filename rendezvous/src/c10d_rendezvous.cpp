@@ -169,6 +169,7 @@ class C10dRendezvous final : public Rendezvous {
         // already wait in the next round.
         const uint64_t round = *lastRound_;
         const int64_t gone = store_->add(keys::left(id(), round), 1) - leftAtClose_;
+        wakeWatchers(round);  // the others look again (a job that ended: they end too)
         if (gone >= lastNodeCount_ && !store_->check({keys::count(id(), round + 1)}))
           removeJobKeys();
         if (server_) waitForOthersToLeave(round);

@@ -108,6 +108,7 @@ std::string assign(std::string_view runId, uint64_t r, std::string_view node) {
 }
 std::string hosts(std::string_view runId, uint64_t r) { return cat(round(runId, r), "hosts"); }
 std::string left(std::string_view runId, uint64_t r) { return cat(round(runId, r), "left"); }
+std::string lost(std::string_view runId, uint64_t r) { return cat(round(runId, r), "lost"); }
 std::string rejoined(std::string_view runId, uint64_t r) {
   return cat(round(runId, r), "rejoined");
 }
@@ -127,6 +128,7 @@ Store::Will joinWill(std::string_view runId, uint64_t r, std::string_view node,
                     " (its connection to the rendezvous store closed or went silent)"}};
   // status last: once the round is closed it holds the state, and the store skips that add.
   will.adds = {{left(runId, r), 1},
+               {lost(runId, r), 1},
                {changes(runId, r), 1},
                {status(runId, r), 1},
                {status(runId, r + 1), 1}};

@@ -24,7 +24,6 @@ void fire(EventSlot& slot, const std::atomic<bool>& stopped, const JobEvent& eve
 // What has been reported so far, so that each happening is reported once.
 struct Reported {
   bool failed = false;
-  bool succeeded = false;
   int64_t gone = 0;
   int64_t waiting = 0;
 };
@@ -61,13 +60,15 @@ void classify(Store& store, const WatchedRound& w, Reported& seen, EventSlot& sl
   }
   const int64_t finished =
       keys::parseCounter(store.tryGet(keys::finished(w.runId, w.round))).value_or(0);
-  if (!seen.succeeded && finished >= w.nodeCount) {
-    seen.succeeded = true;
+  if (finished >= w.nodeCount) {
+    // Reported at every look, not once: it is the job's last word, and an agent that missed it
+    // must not wait in the barrier for ever (extra ones are ignored once the agent is done).
     fire(slot, stopped, event(Kind::Succeeded, "every node's workers succeeded"));
     return;
   }
+  // Losses only (wills): a member that left cleanly (its job ended) is not news.
   const int64_t gone =
-      keys::parseCounter(store.tryGet(keys::left(w.runId, w.round))).value_or(0) - w.leftAtClose;
+      keys::parseCounter(store.tryGet(keys::lost(w.runId, w.round))).value_or(0) - w.leftAtClose;
   const int64_t waiting =
       keys::parseCounter(store.tryGet(keys::waiting(w.runId, w.round))).value_or(0);
   if (gone <= seen.gone && waiting <= seen.waiting) return;

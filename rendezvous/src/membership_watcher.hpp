@@ -3,7 +3,8 @@
 // It watches rdzv/<id>/<r>/changes on a connection of its own (the agent's connection stays free
 // for its own calls) and, after every change, reads the round's job state to say what happened:
 // a failure record (Failed), every member finished (Succeeded), a member gone (MemberLost: its
-// will fired or it was preempted), a node waiting to join (NodeWaiting). Each is reported once.
+// will fired or it was preempted), a node waiting to join (NodeWaiting). Each is reported once,
+// except Succeeded: at every look (it is the job's last word; an agent must not miss it).
 // A watch is never longer than `slice`: a connection that does not answer within slice plus the
 // client's grace is lost (a cut link, a dead store host), and StoreLost is reported, last.
 //
@@ -33,7 +34,7 @@ struct WatchedRound {
   uint64_t round = 0;
   int nodeCount = 1;
   int64_t changesAtClose = 0;  // the watch starts here: every later change is looked at
-  int64_t leftAtClose = 0;     // members gone = left - leftAtClose
+  int64_t leftAtClose = 0;     // members lost = lost - leftAtClose (equal to left at the close)
   std::string endpoint;        // for messages
   milliseconds slice{2000};    // the longest single watch
 };

@@ -25,6 +25,9 @@
 //                                    waiting to join, members re-joining); watched after close
 //   rdzv/<id>/<r>/last_change        text of the latest such event (the callback's reason)
 //   rdzv/<id>/<r>/reeval/<status>    compare_set election: who re-evaluates after a death
+//   rdzv/<id>/<r>/lost               counter: like `left`, but wills only (deaths, preemption): a
+//                                    clean leave is not a loss. Before the close both are equal,
+//                                    so lost - leftAtClose counts the members lost since
 //   rdzv/<id>/<r>/rejoined           counter: joiners of round r that were members of r-1
 //   rdzv/<id>/<r>/waiting            counter: nodes that announced they wait to join r+1
 //   rdzv/<id>/<r>/finished           counter: members whose workers all succeeded (exit barrier)
@@ -74,6 +77,7 @@ std::string reeval(std::string_view runId, uint64_t round, std::string_view stat
 std::string assign(std::string_view runId, uint64_t round, std::string_view node);
 std::string hosts(std::string_view runId, uint64_t round);
 std::string left(std::string_view runId, uint64_t round);
+std::string lost(std::string_view runId, uint64_t round);
 std::string rejoined(std::string_view runId, uint64_t round);
 std::string waiting(std::string_view runId, uint64_t round);
 std::string finished(std::string_view runId, uint64_t round);
@@ -81,7 +85,7 @@ std::string failure(std::string_view runId, uint64_t round);
 std::string outcome(std::string_view runId);
 
 // The will a joiner of `round` registers: its dead flag and the reason, changes+1, status+1
-// (skipped by the store once status holds the state), left+1, and status+1 of round+1 (nodes
+// (skipped by the store once status holds the state), left+1, lost+1, and status+1 of round+1 (nodes
 // already waiting there count the survivors of `round`).
 // Node ids are chosen by each agent: "<pid hex>-<64 random bits hex>".
 Store::Will joinWill(std::string_view runId, uint64_t round, std::string_view node,
