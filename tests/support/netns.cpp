@@ -13,12 +13,8 @@ namespace drun::test {
 namespace {
 
 std::string script() {
-  // CTest sets DRUN_SOURCE_DIR; run by hand, this file's own path (absolute in CMake builds).
-  const char* source = std::getenv("DRUN_SOURCE_DIR");
-  std::filesystem::path root =
-      source ? std::filesystem::path(source)
-             : std::filesystem::path(__FILE__).parent_path().parent_path().parent_path();
-  return (root / "scripts" / "netns.sh").string();
+  // The test binaries are compiled with the source tree's path (drun_add_tests).
+  return (std::filesystem::path(DRUN_SOURCE_DIR) / "scripts" / "netns.sh").string();
 }
 
 RunResult netns(std::vector<std::string> args) {
