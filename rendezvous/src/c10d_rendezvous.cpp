@@ -315,14 +315,15 @@ class C10dRendezvous final : public Rendezvous {
             startLastCall(*armer == self_.id);
         }
         arrivals = keys::parseCounter(s.tryGet(keys::count(id(), round))).value_or(0);
-        // With MAX arrivals counted and still open, the closer may have died mid-close: one
-        // waiter, elected per event, evaluates again. A re-forming round is evaluated by every
-        // waiter (survivors that died change what "complete" means).
-        if (known && arrivals >= options_.maxNodes &&
-            s.compareSet(keys::reeval(id(), round, *known), "", self_.id) == self_.id)
-          tryClose(round, options_.maxNodes);
-        else if (reform.active)
+        // A re-forming round is evaluated by every waiter (survivors that died change what
+        // "complete" means; compare_set on `state` keeps one decision). Otherwise, with MAX
+        // arrivals counted and still open, the closer may have died mid-close: one waiter,
+        // elected per event, evaluates again.
+        if (reform.active)
           closeIfComplete(round, arrivals, reform);
+        else if (known && arrivals >= options_.maxNodes &&
+                 s.compareSet(keys::reeval(id(), round, *known), "", self_.id) == self_.id)
+          tryClose(round, options_.maxNodes);
       }
       if (Clock::now() >= lastCallAt) {
         if (!tryClose(round, options_.minNodes)) disarmLastCall(round);
@@ -374,7 +375,7 @@ class C10dRendezvous final : public Rendezvous {
   // previous round is back. A re-forming round that can never reach MIN fails at once with the
   // names of the lost nodes. Returns whether the round closed.
   bool closeIfComplete(uint64_t round, int64_t arrivals, const Reform& reform) {
-    if (arrivals >= options_.maxNodes) return tryClose(round, options_.maxNodes);
+    if (arrivals >= options_.maxNodes && tryClose(round, options_.maxNodes)) return true;
     if (!reform.active) return false;
     const int64_t back =
         keys::parseCounter(store_->tryGet(keys::rejoined(id(), round))).value_or(0);
