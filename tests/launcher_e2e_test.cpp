@@ -158,6 +158,18 @@ std::string rootCause(int rank, const std::string& what) {
          ") on " + hostName() + " " + what;
 }
 
+// Signals `job` and waits (hang guard 20 s): its result and how long it took to end.
+struct Ended {
+  RunResult result;
+  std::chrono::steady_clock::duration took;
+};
+Ended signalAndWait(Process& job, int signal) {
+  auto signalled = std::chrono::steady_clock::now();
+  job.signal(signal);
+  RunResult r = job.wait(20s);
+  return {r, std::chrono::steady_clock::now() - signalled};
+}
+
 }  // namespace
 
 // ============================================================================================
@@ -1034,10 +1046,7 @@ std::unique_ptr<Process> startStubbornJob(const MarkerScope& marker,
 TEST_CASE("SIGTERM to drun: exit 143 and no process left (setsid grandchildren included)", "[e2e]") {
   MarkerScope marker;
   auto job = startStubbornJob(marker);
-  auto signalled = std::chrono::steady_clock::now();
-  job->signal(SIGTERM);
-  auto r = job->wait(20s);
-  auto took = std::chrono::steady_clock::now() - signalled;
+  auto [r, took] = signalAndWait(*job, SIGTERM);
   INFO(r.describe());
   REQUIRE_FALSE(r.timedOut);
   CHECK(r.status() == 143);
@@ -1084,10 +1093,7 @@ TEST_CASE("a worker ignoring SIGTERM is SIGKILLed after --shutdown-timeout", "[e
                              "ignore:TERM", "ready", "sleep:60000"},
                             {marker.env()}));
     REQUIRE(job.waitForLines("READY", 2, 20s));
-    auto signalled = std::chrono::steady_clock::now();
-    job.signal(SIGTERM);
-    auto r = job.wait(20s);
-    auto took = std::chrono::steady_clock::now() - signalled;
+    auto [r, took] = signalAndWait(job, SIGTERM);
     INFO(r.describe());
     REQUIRE_FALSE(r.timedOut);
     CHECK(r.status() == 143);
@@ -1206,10 +1212,7 @@ void expectSigtermEndsDrunWithAStuckConsole(bool bothStreams) {
     std::this_thread::sleep_for(5ms);  // another process's progress: look again
   REQUIRE(queued >= full);
 
-  auto signalled = std::chrono::steady_clock::now();
-  job.signal(SIGTERM);
-  auto r = job.wait(20s);
-  auto took = std::chrono::steady_clock::now() - signalled;
+  auto [r, took] = signalAndWait(job, SIGTERM);
   INFO(r.describe());
   REQUIRE_FALSE(r.timedOut);
   CHECK(r.status() == 143);

@@ -468,12 +468,6 @@ struct ElasticAgent::Impl {
     leaveAndStop(true);
   }
 
-  void exitRemoteFailure(const Input& in) {
-    finalCause = *in.failure;
-    printFinalCause();
-    leaveAndStop(true);
-  }
-
   void printFinalCause() {
     if (!finalCause) {
       exitCode = 1;
@@ -662,7 +656,7 @@ const ElasticAgent::Impl::Rule ElasticAgent::Impl::kRules[] = {
     {SX, Event::Signal, SX, &ElasticAgent::Impl::killNow},
     {Fin, Event::JobSucceeded, OK, &ElasticAgent::Impl::exitSucceeded},
     {Fin, Event::JobFailed, R, &ElasticAgent::Impl::rejoinAfterRemoteFailure},
-    {Fin, Event::JobFailedFinal, Bad, &ElasticAgent::Impl::exitRemoteFailure},
+    {Fin, Event::JobFailedFinal, Bad, &ElasticAgent::Impl::exitFailed},
     {Fin, Event::MemberLost, R, &ElasticAgent::Impl::rejoinToReform},
     {Fin, Event::StoreLost, R, &ElasticAgent::Impl::rejoinToReform},
     {Fin, Event::Signal, Bad, &ElasticAgent::Impl::exitSignalled},

@@ -232,9 +232,8 @@ class C10dRendezvous final : public Rendezvous {
   // it is a spare: it tells nobody and replaces the next member lost.
   Announcement announcementFor(uint64_t running) {
     throwIfJobEnded();
-    auto header = store_->tryGet(keys::status(id(), running));
-    std::optional<RoundState> state = header ? keys::parseState(*header) : std::nullopt;
-    if (state && state->ok && state->nodeCount >= options_.maxNodes) {
+    auto state = closedRound(running);
+    if (state && state->nodeCount >= options_.maxNodes) {
       spdlog::warn("rendezvous '{}': the job runs with {} node(s), the most it takes; {} waits as "
                    "a spare to replace a lost node",
                    id(), state->nodeCount, self_.displayName());
@@ -349,13 +348,20 @@ class C10dRendezvous final : public Rendezvous {
     }
   }
 
+  // The decision header of `round` when it closed successfully (its `status`), else nullopt.
+  std::optional<RoundState> closedRound(uint64_t round) {
+    auto header = store_->tryGet(keys::status(id(), round));
+    auto state = header ? keys::parseState(*header) : std::nullopt;
+    if (!state || !state->ok) return std::nullopt;
+    return state;
+  }
+
   // The previous round, when this round re-forms a closed one.
   Reform readReform(uint64_t round) {
     Reform reform;
     if (round == 0) return reform;
-    auto header = store_->tryGet(keys::status(id(), round - 1));
-    auto state = header ? keys::parseState(*header) : std::nullopt;
-    if (!state || !state->ok) return reform;
+    auto state = closedRound(round - 1);
+    if (!state) return reform;
     reform.active = true;
     reform.previous = round - 1;
     reform.nodeCount = state->nodeCount;
@@ -469,9 +475,8 @@ class C10dRendezvous final : public Rendezvous {
   // a failure. Advanced here, by the closer, once per restart.
   int restartCountFor(uint64_t round) {
     if (round == 0) return 0;
-    auto header = store_->tryGet(keys::status(id(), round - 1));
-    auto state = header ? keys::parseState(*header) : std::nullopt;
-    if (!state || !state->ok) return 0;
+    auto state = closedRound(round - 1);
+    if (!state) return 0;
     const bool failed = store_->check({keys::failure(id(), round - 1)});
     return state->restartCount + (failed ? 1 : 0);
   }
