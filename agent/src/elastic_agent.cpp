@@ -193,6 +193,10 @@ struct ElasticAgent::Impl {
     console->write(ConsoleStream::Err, std::move(text));
   }
 
+  bool consoleGone() const {
+    return console->broken(ConsoleStream::Out) || console->broken(ConsoleStream::Err);
+  }
+
   // ---- the machine -------------------------------------------------------------------------
   void dispatch(Event event, const Input& input = {}) {
     const Rule* rule = nullptr;
@@ -389,7 +393,9 @@ struct ElasticAgent::Impl {
     const WorkerExit& cause = *rootCause;
     FailureRecord record = makeFailureRecord(
         cause, config.hostname, errorFilePath(attemptDir, cause.localRank), otherFailures);
-    const int budget = config.maxRestarts;
+    // A console that is gone (`drun ... | head`: its workers died of SIGPIPE) is not a failure to
+    // retry: the job ends, as a shell pipeline does once its reader exits.
+    const int budget = consoleGone() ? 0 : config.maxRestarts;
     offLoopCall([this, record, budget] { return rendezvous->reportFailure(record, budget); },
                 [this](const FailureRecord& verdict) {
                   Input in;
@@ -473,8 +479,12 @@ struct ElasticAgent::Impl {
       exitCode = 1;
       return;
     }
-    say("%s\n", formatFailureSummary(*finalCause).c_str());
-    if (config.maxRestarts > 0)
+    if (consoleGone())
+      say("drun: the console was closed (broken pipe); the job ends without restarts (rank %d: "
+          "%s)\n", finalCause->rank, describeStatus(*finalCause).c_str());
+    else
+      say("%s\n", formatFailureSummary(*finalCause).c_str());
+    if (config.maxRestarts > 0 && !consoleGone())
       say("drun: restart budget exhausted (%d restarts)\n", config.maxRestarts);
     exitCode = finalCause->statusCode();
   }

@@ -191,6 +191,16 @@ std::string thisHostname() {
   return host;
 }
 
+// --tty auto|always|never, --stdin RANK|none.
+void parseTerminalOptions(const std::string& tty, const std::string& stdinRank, agent::OutputOptions& out) {
+  if (tty == "auto") out.tty = agent::TtyMode::Auto;
+  else if (tty == "always") out.tty = agent::TtyMode::Always;
+  else if (tty == "never") out.tty = agent::TtyMode::Never;
+  else throw UsageError("--tty: expected auto, always or never, got '" + tty + "'");
+  if (stdinRank == "none") out.stdinRank.reset();
+  else out.stdinRank = static_cast<int>(usage([&] { return env::parseInt(stdinRank, "--stdin (a global rank >= 0, or none)", 0, 1 << 30); }));
+}
+
 }  // namespace
 
 CliResult parseCommandLine(const std::vector<std::string>& args) {
@@ -242,6 +252,10 @@ CliResult parseCommandLine(const std::vector<std::string>& args) {
   opt("local-addr", localAddr, "this node's address as the other nodes reach it");
   flag("-v,--verbose", "", verbose, "debug logging (same as DRUN_LOG_LEVEL=debug)");
   app.add_option("--log-level", logLevel, "drun's own log level: trace, debug, info, warn, error, off");
+  // The user's terminal (agent/README.md "The terminal"): ptys for the workers, stdin to a rank.
+  std::string tty = "auto", stdinRank = "0";
+  opt("tty", tty, "worker stdout/stderr on pseudo-terminals: auto (where drun's are terminals), always, never");
+  opt("stdin", stdinRank, "global rank that reads drun's stdin (default 0), or none (every worker reads /dev/null)");
 
   std::vector<std::string> reversed(args.rbegin(), args.rend() - 1);
   CliResult result;
@@ -313,6 +327,7 @@ CliResult parseCommandLine(const std::vector<std::string>& args) {
   c.prefixTemplate = prefix;
   c.output.roleName = c.role;
   c.output.hostname = c.hostname;
+  parseTerminalOptions(tty, stdinRank, c.output);
 
   ResolvedProgram program = resolveProgram({rest, module, noPython});
   c.program = std::move(program.argv);
