@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -71,6 +72,7 @@ struct OutputMux::Impl {
     bool afterReturn = false;  // the last segment sent ended with '\r'
     std::optional<asio::steady_timer> partialTimer;
     bool timerArmed = false;
+    std::chrono::steady_clock::time_point lastBytes;  // the last read that left a partial line
     std::string tailLine;       // the stderr tail's line being assembled
     bool tailRedrawn = false;   // a '\r' ended it: new text replaces it
     int fileFd = -1;      // raw bytes, as the worker wrote them
@@ -300,23 +302,41 @@ struct OutputMux::Impl {
     batch.clear();
   }
 
-  // A partial line waits at most OutputOptions::partialLineDelay for the rest (a progress bar, a
-  // prompt): armed only when a read leaves one, so whole-line output never wakes the loop.
-  void armPartialTimer(Stream& stream) {
+  // A partial line (a progress bar, a prompt) goes out as it is once its worker was quiet for
+  // OutputOptions::partialLineDelay: no byte arrived meanwhile and none waits in either of its
+  // pipes (a long line still arriving, one the loop has not read yet, or a worker blocked on its
+  // other stream is not cut). One-shot, armed only when a read leaves a partial line: whole-line
+  // output never wakes the loop.
+  void armPartialTimer(Stream& stream, std::chrono::steady_clock::duration after) {
     if (stream.timerArmed || !stream.toConsole) return;
     stream.timerArmed = true;
-    stream.partialTimer->expires_after(options.partialLineDelay);
+    stream.partialTimer->expires_after(after);
     stream.partialTimer->async_wait(
         [this, &stream, life = std::weak_ptr<int>(life)](const boost::system::error_code& ec) {
           if (life.expired()) return;
           stream.timerArmed = false;
-          if (ec || stream.partial.empty()) return;
+          // Paused by back-pressure: the stream is not quiet, we are; the next read arms again.
+          if (ec || stream.partial.empty() || stream.paused || stream.eof) return;
           detail::guarded("worker output", [&] {
+            auto idle = std::chrono::steady_clock::now() - stream.lastBytes;
+            Stream& sibling = &stream == &stream.source->out ? stream.source->err : stream.source->out;
+            if (holdsBytes(stream) || holdsBytes(sibling))
+              return armPartialTimer(stream, options.partialLineDelay);
+            if (idle < options.partialLineDelay)
+              return armPartialTimer(stream, options.partialLineDelay - idle);
             emitSegment(stream, stream.partial, '\0');
             stream.partial.clear();
             flushBatch(stream);
           });
         });
+  }
+
+  // Bytes wait in the stream's pipe, or would if we read it (paused by back-pressure).
+  static bool holdsBytes(Stream& stream) {
+    if (stream.paused) return true;
+    if (stream.eof || !stream.pipe || !stream.pipe->is_open()) return false;
+    int pending = 0;
+    return ::ioctl(stream.pipe->native_handle(), FIONREAD, &pending) == 0 && pending > 0;
   }
 
   // The console's reader went away (EPIPE): as in a shell pipeline, the workers writing to it
@@ -375,7 +395,10 @@ struct OutputMux::Impl {
       pos += take + (complete ? 1 : 0);
     }
     flushBatch(stream);
-    if (!stream.partial.empty()) armPartialTimer(stream);
+    if (!stream.partial.empty()) {
+      stream.lastBytes = std::chrono::steady_clock::now();
+      armPartialTimer(stream, options.partialLineDelay);
+    }
   }
 
   void finish(Stream& stream) {
