@@ -87,6 +87,17 @@ struct ConsoleWriter::Lane {
   // Applies the partial-line rules to `bytes` about to be queued by `source` (nullptr: whole
   // lines from a writer without a name).
   void placeLocked(std::string& bytes, const LineSource* source) {
+    if (source) {
+      auto it = std::find(interrupted.begin(), interrupted.end(), source);
+      if (it != interrupted.end()) {
+        interrupted.erase(it);
+        // The rest of a line that somebody else ended: a line end now ends nothing, text gets
+        // the prefix again.
+        if (!bytes.empty() && (bytes.front() == '\n' || bytes.front() == '\r')) bytes.erase(0, 1);
+        else if (!bytes.empty()) bytes.insert(0, source->prefix);
+      }
+    }
+    if (bytes.empty()) return;
     if (openSource && openSource != source) {
       bytes.insert(0, 1, '\n');  // end the other source's line: lines never glue together
       if (open == Open::MidLine) interrupted.push_back(openSource);
@@ -94,20 +105,10 @@ struct ConsoleWriter::Lane {
       open = Open::No;
     }
     if (source) {
-      auto it = std::find(interrupted.begin(), interrupted.end(), source);
-      if (it != interrupted.end()) {
-        interrupted.erase(it);
-        // The rest of a line that was ended for it: a line end now ends nothing, text gets the
-        // prefix again.
-        if (!bytes.empty() && (bytes.front() == '\n' || bytes.front() == '\r')) bytes.erase(0, 1);
-        else if (!bytes.empty()) bytes.insert(0, source->prefix);
-      }
-      if (!bytes.empty()) {
-        openSource = bytes.back() == '\n' ? nullptr : source;
-        open = bytes.back() == '\n' ? Open::No
-               : bytes.back() == '\r' ? Open::AfterReturn
-                                      : Open::MidLine;
-      }
+      openSource = bytes.back() == '\n' ? nullptr : source;
+      open = bytes.back() == '\n'   ? Open::No
+             : bytes.back() == '\r' ? Open::AfterReturn
+                                    : Open::MidLine;
     }
   }
 

@@ -89,8 +89,8 @@ struct StdinForwarder::Impl : std::enable_shared_from_this<Impl> {
     auto self = shared_from_this();
     if (kind == Kind::File) {
       asio::post(io, [self] { guarded("stdin forwarding", [&] { self->readNow(); }); });
-    } else if (terminal && ::tcgetpgrp(fd) != ::getpgrp()) {
-      retryLater();  // in the background: reading would stop drun (SIGTTIN)
+    } else if (inBackground()) {
+      retryLater();  // reading would stop drun (SIGTTIN)
     } else {
       source->async_wait(asio::posix::descriptor_base::wait_read,
                          [self](const boost::system::error_code& ec) {
@@ -98,6 +98,14 @@ struct StdinForwarder::Impl : std::enable_shared_from_this<Impl> {
                            guarded("stdin forwarding", [&] { self->readNow(); });
                          });
     }
+  }
+
+  // drun's terminal is its controlling terminal and another process group is in its foreground
+  // (`drun ... &`). A terminal that is not drun's controlling one has no job control: read it.
+  bool inBackground() const {
+    if (!terminal) return false;
+    pid_t foreground = ::tcgetpgrp(fd);
+    return foreground >= 0 && foreground != ::getpgrp();
   }
 
   void retryLater() {
