@@ -142,6 +142,28 @@ TEST_CASE("stdin: --stdin picks another rank or none", "[e2e]") {
   CHECK(run(drunCommand({"--stdin", "-1", "/bin/true"})).status() == 2);
 }
 
+TEST_CASE("stdin: after a restart the new rank 0 reads drun's stdin", "[e2e]") {
+  MarkerScope marker;
+  RunOptions options = drunShell(
+      {"--nproc-per-node", "2", "--max-restarts", "1"},
+      "echo ready-$TORCHELASTIC_RESTART_COUNT; [ $RANK = 0 ] || exit 0; read -r l; "
+      "echo \"got-$TORCHELASTIC_RESTART_COUNT:$l\"; exit $((1 - TORCHELASTIC_RESTART_COUNT))",
+      marker);
+  options.stdinPipe = true;
+  Process p(options);
+  REQUIRE(p.waitForLines("[0]:ready-0", 1, 20s));
+  p.writeStdin("one\n");
+  REQUIRE(p.waitForLines("[0]:got-0:one", 1, 20s));
+  REQUIRE(p.waitForLines("[0]:ready-1", 1, 20s));  // the restarted rank 0
+  p.writeStdin("two\n");
+  p.closeStdin();
+  RunResult r = p.wait();
+  INFO(r.describe());
+  REQUIRE(!r.timedOut);
+  CHECK(r.status() == 0);
+  CHECK(countLines(r.out, "[0]:got-1:two") == 1);
+}
+
 TEST_CASE("stdin: typed lines on drun's terminal reach rank 0 and Ctrl-D ends them", "[e2e]") {
   MarkerScope marker;
   RunOptions options = drunShell({"--nproc-per-node", "2"}, kEchoStdin, marker);
