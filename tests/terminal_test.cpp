@@ -76,6 +76,27 @@ TEST_CASE("terminal: workers get terminals of their own with drun's window size"
   CHECK(marker.leftovers(5s).empty());
 }
 
+TEST_CASE("terminal: a resized window reaches the workers (SIGWINCH and the new size)", "[e2e]") {
+  MarkerScope marker;
+  // Each worker prints its size on every SIGWINCH (bounded: 20 s).
+  RunOptions options = drunShell(
+      {"--nproc-per-node", "2"},
+      "trap 'stty -F /dev/stdout size' WINCH; echo ready; i=0; "
+      "while [ $i -lt 200 ]; do sleep 0.1; i=$((i+1)); done",
+      marker);
+  options.stdoutTerminal = options.stderrTerminal = true;
+  Process p(options);
+  REQUIRE(p.waitForLines("ready", 2, 20s));
+  p.resizeTerminal(50, 132);
+  CHECK(p.waitForLines("[0]:50 132", 1, 10s));
+  CHECK(p.waitForLines("[1]:50 132", 1, 10s));
+  p.signal(SIGTERM);
+  RunResult r = p.wait();
+  INFO(r.describe());
+  REQUIRE(!r.timedOut);
+  CHECK(marker.leftovers(5s).empty());
+}
+
 TEST_CASE("terminal: pipes when drun's output is not a terminal or with --tty never", "[e2e]") {
   MarkerScope marker;
   const bool terminal = GENERATE(false, true);

@@ -110,7 +110,7 @@ struct WorkerGroup::Impl {
     bool reported = false;
     bool groupGone = false;  // its process group was empty once it was reported
     std::unique_ptr<detail::StdinForwarder> stdinForwarder;  // drun's stdin, while it runs
-    int ptyControl = -1;  // a dup of its stdout/stderr pty master: window-size changes
+    int ptyControl[2] = {-1, -1};  // dups of its stdout / stderr pty masters: window sizes
     std::optional<asio::steady_timer> drainTimer;  // the bound on pipes held by descendants
   };
 
@@ -150,7 +150,8 @@ struct WorkerGroup::Impl {
         if (w->pid > 0 && !w->groupGone) options.jobGuard->removeProcessGroup(w->pid);
     if (devNull >= 0) ::close(devNull);
     for (auto& w : workers)
-      if (w->ptyControl >= 0) ::close(w->ptyControl);
+      for (int fd : w->ptyControl)
+        if (fd >= 0) ::close(fd);
   }
 
   asio::io_context& io;
@@ -236,8 +237,9 @@ struct WorkerGroup::Impl {
       detail::guarded("a window-size change", [&] {
         auto size = windowSize();
         for (auto& w : workers) {
-          if (w->reported || w->ptyControl < 0 || !size) continue;
-          ::ioctl(w->ptyControl, TIOCSWINSZ, &*size);
+          if (w->reported || !size) continue;
+          for (int fd : w->ptyControl)
+            if (fd >= 0) ::ioctl(fd, TIOCSWINSZ, &*size);
           killGroup(*w, SIGWINCH);
         }
         watchWindowSize();
@@ -306,7 +308,8 @@ struct WorkerGroup::Impl {
       w->stdinForwarder = std::make_unique<detail::StdinForwarder>(io, options.output.stdinFd,
                                                                    in->releaseWrite());
     }
-    if (ttyOut || ttyErr) w->ptyControl = ::fcntl(ttyOut ? out.read : err.read, F_DUPFD_CLOEXEC, 3);
+    if (ttyOut) w->ptyControl[0] = ::fcntl(out.read, F_DUPFD_CLOEXEC, 3);
+    if (ttyErr) w->ptyControl[1] = ::fcntl(err.read, F_DUPFD_CLOEXEC, 3);
     if (options.jobGuard) options.jobGuard->addProcessGroup(w->pid);
     mux.attach(spec.localRank, spec.globalRank, out.releaseRead(), err.releaseRead(),
                [this, w, alive = guard()] {

@@ -264,6 +264,15 @@ void Process::closeStdin() {
   if (inFd_ >= 0) ::close(std::exchange(inFd_, -1));
 }
 
+void Process::resizeTerminal(unsigned short rows, unsigned short cols) {
+  if (!options_.stdoutTerminal) throw std::logic_error("Process::resizeTerminal: no terminal");
+  winsize size{};
+  size.ws_row = rows;
+  size.ws_col = cols;
+  std::lock_guard lock(mutex_);  // outFd_ may be closed by the reader once the child is gone
+  if (outFd_ >= 0 && ::ioctl(outFd_, TIOCSWINSZ, &size) != 0) throwErrno("TIOCSWINSZ");
+}
+
 void Process::signal(int sig) const {
   if (!result_) ::kill(pid_, sig);
 }

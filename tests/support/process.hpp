@@ -84,6 +84,10 @@ class Process {
   void writeStdin(const std::string& text);
   void closeStdin();
 
+  // RunOptions::stdoutTerminal: resizes the terminal, as a user resizing the window (the kernel
+  // sends SIGWINCH to the child's session's foreground).
+  void resizeTerminal(unsigned short rows, unsigned short cols);
+
   // Waits until pred(stdout so far, stderr so far) holds, the process exited (pred is checked one
   // last time), or the timeout passed. Returns whether pred held.
   bool waitForOutput(const std::function<bool(const std::string& out, const std::string& err)>& pred,
