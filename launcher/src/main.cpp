@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     drun::log::init("drun", cli.logLevel.value_or(""));
+    for (const std::string& warning : cli.warnings) std::fprintf(stderr, "drun: warning: %s\n", warning.c_str());
   } catch (const drun::InvalidArgument& e) {
     std::fprintf(stderr, "drun: error: %s\n", e.what());
     return 2;

@@ -42,6 +42,7 @@ struct RendezvousOptions {
   milliseconds heartbeatInterval = 1s;
   milliseconds heartbeatTimeout = 5s;
   milliseconds readTimeout = 60s;      // deadline of one store call
+  milliseconds progressInterval = 30s; // a long wait is reported at this pace (onWaiting)
 };
 
 // What one agent gets from a completed round.
