@@ -13,6 +13,7 @@
 
 #include "drun/common/env.hpp"
 #include "drun/launcher/program.hpp"
+#include "drun/rendezvous/keys.hpp"
 
 namespace drun::launch {
 namespace {
@@ -368,6 +369,7 @@ CliResult parseCommandLine(const std::vector<std::string>& args) {
     throw UsageError("--rdzv-backend: '" + rdzvBackend + "' is not supported (use c10d or static)");
   r.backend = rdzvBackend;
   r.runId = rdzvId.empty() ? "none" : rdzvId;
+  usage([&] { rdzv::keys::validateRunId(r.runId); return 0; });  // it names directories too
   if (standalone && !rdzvEndpoint.empty()) {
     // torchrun warns and ignores it: --standalone means a private rendezvous on this host.
     result.warnings.push_back("--standalone ignores --rdzv-endpoint " + rdzvEndpoint +

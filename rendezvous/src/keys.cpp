@@ -64,6 +64,7 @@ void validateRunId(std::string_view runId) {
                    c == '_' || c == '.' || c == ':' || c == '@' || c == '+' || c == '-';
     ok = ok && allowed;
   }
+  ok = ok && runId != "." && runId != "..";  // a run id names a directory under --log-dir too
   if (!ok)
     throw InvalidArgument("invalid --rdzv-id '" + std::string(runId) +
                           "': use 1 to 128 characters of letters, digits and _.:@+-");
