@@ -113,6 +113,7 @@ class C10dRendezvous final : public Rendezvous {
     reservation_ = PortReservation::reserve(self_.addr);
     self_.masterPort = reservation_.port();
     self_.rejoining = lastRound_.has_value();
+    self_.previousRank = lastRound_ ? std::optional<int>(lastNodeRank_) : std::nullopt;
     descriptorLine_ = keys::encodeDescriptor(self_);
 
     for (int attempt = 0;; ++attempt) {
@@ -581,6 +582,7 @@ class C10dRendezvous final : public Rendezvous {
     changesAtClose_ = state.changesAtClose;
     leftAtClose_ = state.leftAtClose;
     lastNodeCount_ = state.nodeCount;
+    lastNodeRank_ = r.nodeRank;
     return r;
   }
 
@@ -630,6 +632,7 @@ class C10dRendezvous final : public Rendezvous {
         storeLost_ = false;
         lastRound_.reset();  // the old round counted this node gone: it comes back as a newcomer
         self_.rejoining = false;
+        self_.previousRank.reset();
         descriptorLine_ = keys::encodeDescriptor(self_);
         spdlog::info("rendezvous '{}': connected to the store at {} again", id(), endpoint_);
         return;
@@ -705,6 +708,7 @@ class C10dRendezvous final : public Rendezvous {
   int64_t changesAtClose_ = 0;
   int64_t leftAtClose_ = 0;
   int64_t lastNodeCount_ = 0;
+  int lastNodeRank_ = 0;
   std::atomic<bool> storeLost_{false};
   bool left_ = false;
 };

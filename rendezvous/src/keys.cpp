@@ -154,7 +154,10 @@ std::string encodeDescriptor(const NodeDescriptor& node) {
   line.append("\t").append(std::to_string(node.localWorldSize)).append("\t");
   line.append(node.requestedRank ? std::to_string(*node.requestedRank) : "-");
   line.append("\t").append(std::to_string(node.masterPort));
-  line.append(node.rejoining ? "\tm\n" : "\t-\n");
+  if (node.previousRank && (*node.previousRank < 0 || *node.previousRank > kMaxNodeRank))
+    throw InvalidArgument("node rank " + std::to_string(*node.previousRank) + " out of range");
+  line.append(!node.rejoining ? "\t-" : node.previousRank ? "\tm" + std::to_string(*node.previousRank) : "\tm");
+  line.append("\n");
   return line;
 }
 
@@ -173,14 +176,18 @@ std::vector<NodeDescriptor> parseJoined(std::string_view blob, size_t* skipped) 
     start = nl + 1;
     auto f = splitTabs(line);
     NodeDescriptor d;
-    std::optional<int> lws, rank;
+    std::optional<int> lws, rank, previous;
     std::optional<uint16_t> port;
-    bool ok = f.size() == 7 && (f[6] == "m" || f[6] == "-") && isValidNodeId(f[0]) && isPlainField(f[1]) && isPlainField(f[2]) &&
+    bool ok = f.size() == 7 && !f[6].empty() && (f[6][0] == 'm' || f[6] == "-") && isValidNodeId(f[0]) && isPlainField(f[1]) && isPlainField(f[2]) &&
               (lws = parseInt<int>(f[3])) && *lws >= 1 && *lws <= kMaxLocalWorldSize &&
               (port = parseInt<uint16_t>(f[5]));
     if (ok && f[4] != "-") {
       rank = parseInt<int>(f[4]);
       ok = rank && *rank >= 0 && *rank <= kMaxNodeRank;
+    }
+    if (ok && f[6].size() > 1) {
+      previous = parseInt<int>(f[6].substr(1));
+      ok = previous && *previous >= 0 && *previous <= kMaxNodeRank;
     }
     if (!ok) {
       ++bad;
@@ -193,7 +200,8 @@ std::vector<NodeDescriptor> parseJoined(std::string_view blob, size_t* skipped) 
     d.localWorldSize = *lws;
     d.requestedRank = rank;
     d.masterPort = *port;
-    d.rejoining = f[6] == "m";
+    d.rejoining = f[6][0] == 'm';
+    d.previousRank = previous;
     d.arrival = nodes.size();
     nodes.push_back(std::move(d));
   }

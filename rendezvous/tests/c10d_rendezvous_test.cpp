@@ -325,6 +325,34 @@ TEST_CASE("planRound: node order by host then arrival, prefix sums, requested ra
   auto ranked = planRound({node("a", "h1", 1, 0), node("b", "h2", 1, 1, 0)});
   CHECK(ranked.nodeRank == std::vector<int>{1, 0});
 
+  // The same nodes re-forming keep their ranks, whatever the order they come back in: two nodes
+  // on one host arrive the other way round this time.
+  auto member = [&](std::string id, std::string host, uint64_t arrival, int previous) {
+    auto d = node(std::move(id), std::move(host), 1, arrival);
+    d.rejoining = true;
+    d.previousRank = previous;
+    return d;
+  };
+  auto stable = planRound({member("b", "h1", 0, 1), member("a", "h1", 1, 0), member("c", "h0", 2, 2)});
+  CHECK(stable.nodeRank == std::vector<int>{1, 0, 2});
+  // A newcomer takes the rank a lost member left free.
+  auto replaced = planRound({member("c", "h0", 0, 2), member("a", "h1", 1, 0), node("n", "h9", 1, 2)});
+  CHECK(replaced.nodeRank == std::vector<int>{2, 0, 1});
+  // The job shrank: a rank out of range now is given up for a free one.
+  auto shrunk = planRound({member("c", "h0", 0, 2), member("a", "h1", 1, 0)});
+  CHECK(shrunk.nodeRank == std::vector<int>{1, 0});
+  // A requested rank wins over a previous one.
+  auto requested = planRound({member("a", "h1", 0, 0), node("b", "h2", 1, 1, 0)});
+  CHECK(requested.nodeRank == std::vector<int>{1, 0});
+  // The previous rank travels in the descriptor; a garbled one makes the line malformed.
+  auto parsed = keys::parseJoined(keys::encodeDescriptor(member("x", "h1", 0, 7)));
+  REQUIRE(parsed.size() == 1);
+  CHECK(parsed[0].rejoining);
+  CHECK(parsed[0].previousRank == 7);
+  size_t skipped = 0;
+  CHECK(keys::parseJoined("x\th\th\t1\t-\t5\tmx\n", &skipped).empty());
+  CHECK(skipped == 1);
+
   auto decided = decideRound("j", 4, {node("a", "h2", 2, 0), node("b", "h1", 3, 1)}, {5, 1});
   REQUIRE(decided.state.ok);
   CHECK(decided.state.roster.size() == 2);

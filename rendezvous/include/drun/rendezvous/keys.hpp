@@ -92,8 +92,9 @@ Store::Will joinWill(std::string_view runId, uint64_t round, std::string_view no
                      std::string_view displayName);
 
 // One joiner, as it describes itself in `joined`:
-//   "<id>\t<host>\t<addr>\t<local world size>\t<requested node rank or ->\t<master port>\t<m|->\n"
-// (m: the node was a member of the previous round: the closer takes members before newcomers).
+//   "<id>\t<host>\t<addr>\t<local world size>\t<requested node rank or ->\t<master port>\t<m[rank]|->\n"
+// (m: the node was a member of the previous round, with the node rank it had there: the closer
+// takes members before newcomers, and gives them their old rank back when it is free).
 struct NodeDescriptor {
   std::string id;          // unique per agent and job
   std::string host;        // --local-addr or hostname: identity for ordering and messages
@@ -102,6 +103,7 @@ struct NodeDescriptor {
   std::optional<int> requestedRank;  // --node-rank
   uint16_t masterPort = 0;           // port reserved on this node for MASTER_PORT
   bool rejoining = false;            // a member of the previous round
+  std::optional<int> previousRank;   // its node rank there (kept when free: stable log paths, shards)
   uint64_t arrival = 0;              // position in `joined` (set by parseJoined, not encoded)
 
   // "host" or "host(addr)" when they differ: how messages name the node.
