@@ -119,6 +119,7 @@ class C10dRendezvous final : public Rendezvous {
     for (int attempt = 0;; ++attempt) {
       if (storeLost_) reconnect(deadline);  // throws when the store is gone for good
       try {
+        if (!configChecked_) checkJobConfig();
         return joinFrom(startRound(), deadline, started);
       } catch (const NetworkError& e) {
         // The connection broke mid-join (the watcher may not have noticed yet): connect again
@@ -207,6 +208,38 @@ class C10dRendezvous final : public Rendezvous {
     std::optional<uint64_t> round;  // the running round to tell that this node waits
     std::string reason;
   };
+
+  // Every node of a job must be started with the same --nnodes: the first one to arrive records
+  // its values; a node started with others fails at once, naming both, instead of waiting out the
+  // join timeout. A job that has not formed yet fails for every waiting node with the same message
+  // (its open round is decided as an error); a running job goes on without the odd node.
+  void checkJobConfig() {
+    const keys::JobConfig mine{options_.minNodes, options_.maxNodes, self_.displayName()};
+    const std::string encoded = keys::encodeJobConfig(mine);
+    const keys::JobConfig job =
+        keys::parseJobConfig(store_->compareSet(keys::config(id()), "", encoded));
+    if (job.sameShape(mine)) {
+      configChecked_ = true;
+      return;
+    }
+    auto shape = [](const keys::JobConfig& c) {
+      return c.minNodes == c.maxNodes ? std::to_string(c.minNodes)
+                                      : std::to_string(c.minNodes) + ":" + std::to_string(c.maxNodes);
+    };
+    const std::string message = "nodes disagree on --nnodes: " + self_.displayName() + " has --nnodes " +
+                                shape(mine) + ", the job (first started on " + job.setBy +
+                                ") has --nnodes " + shape(job) + "; start every node with the same value";
+    const uint64_t current = keys::parseCounter(store_->tryGet(keys::currentRound(id()))).value_or(0);
+    if (current == 0) {
+      keys::RoundState failed;
+      failed.ok = false;
+      failed.error = message;
+      const std::string decision = keys::encodeState(failed);
+      if (store_->compareSet(keys::state(id(), 0), "", decision) == decision)
+        store_->set(keys::status(id(), 0), decision);  // wakes every joiner of round 0
+    }
+    throw InvalidArgument("rendezvous '" + id() + "': " + message);
+  }
 
   // Which round to join, and whom to tell.
   struct Start {
@@ -711,6 +744,7 @@ class C10dRendezvous final : public Rendezvous {
   int lastNodeRank_ = 0;
   std::atomic<bool> storeLost_{false};
   bool left_ = false;
+  bool configChecked_ = false;
 };
 
 }  // namespace

@@ -119,6 +119,7 @@ std::string finished(std::string_view runId, uint64_t r) {
 }
 std::string failure(std::string_view runId, uint64_t r) { return cat(round(runId, r), "failure"); }
 std::string outcome(std::string_view runId) { return cat(job(runId), "outcome"); }
+std::string config(std::string_view runId) { return cat(job(runId), "config"); }
 
 Store::Will joinWill(std::string_view runId, uint64_t r, std::string_view node,
                      std::string_view displayName) {
@@ -453,6 +454,29 @@ std::optional<FailureRecord> parseOutcome(std::string_view value) {
   if (value.starts_with("failed\n")) return parseFailure(value.substr(7));
   throw ProtocolError("corrupt job outcome in the store: '" + std::string(value.substr(0, 80)) +
                       "'");
+}
+
+}  // namespace drun::rdzv::keys
+
+namespace drun::rdzv::keys {
+
+std::string encodeJobConfig(const JobConfig& config) {
+  if (!isPlainField(config.setBy)) throw InvalidArgument("invalid node name '" + config.setBy + "'");
+  return std::to_string(config.minNodes) + "\t" + std::to_string(config.maxNodes) + "\t" +
+         config.setBy + "\n";
+}
+
+JobConfig parseJobConfig(std::string_view value) {
+  auto f = splitTabs(value.substr(0, value.find('\n')));
+  JobConfig c;
+  std::optional<int> lo, hi;
+  if (f.size() != 3 || !value.ends_with('\n') || !(lo = parseInt<int>(f[0])) ||
+      !(hi = parseInt<int>(f[1])) || *lo < 1 || *hi < *lo || !isPlainField(f[2]))
+    throw ProtocolError("malformed job settings in the store: '" + std::string(value.substr(0, 80)) + "'");
+  c.minNodes = *lo;
+  c.maxNodes = *hi;
+  c.setBy = std::string(f[2]);
+  return c;
 }
 
 }  // namespace drun::rdzv::keys

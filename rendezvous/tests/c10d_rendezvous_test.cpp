@@ -486,6 +486,32 @@ TEST_CASE("c10d: a node rank claimed twice is an error for every agent", "[rende
   REQUIRE_THROWS_WITH(fb.get(), Catch::Contains("node rank 1 claimed by hostA and hostB"));
 }
 
+TEST_CASE("c10d: nodes started with different --nnodes fail at once naming both values",
+          "[rendezvous]") {
+  MemoryCluster cluster;
+  auto a = cluster.agent(withNode(options(2, 2), "hostA"));
+  auto b = cluster.agent(withNode(options(3, 3), "hostB"));
+  const auto t0 = Clock::now();
+  auto fa = startNext(*a);
+  awaitArrivals(cluster.store(), "job", 0, 1);
+  auto fb = startNext(*b);
+  REQUIRE(fa.wait_for(kHang) == std::future_status::ready);
+  REQUIRE(fb.wait_for(kHang) == std::future_status::ready);
+  CHECK(Clock::now() - t0 < 5s);  // not the join timeout (15 s here)
+  for (auto* f : {&fa, &fb})
+    REQUIRE_THROWS_WITH(f->get(), Catch::Contains("nodes disagree on --nnodes: hostB has --nnodes 3, "
+                                                  "the job (first started on hostA) has --nnodes 2"));
+  // A job that runs goes on without the odd node.
+  MemoryCluster running;
+  auto x = running.agent(withNode(options(1, 2), "hostX"));
+  auto rx = x->next();
+  CHECK(rx.nodeCount == 1);
+  auto y = running.agent(withNode(options(1, 3), "hostY"));
+  REQUIRE_THROWS_WITH(y->next(), Catch::Contains("has --nnodes 1:2"));
+  CHECK_FALSE(running.store().check({keys::failure("job", 0)}));
+  x->leave();
+}
+
 TEST_CASE("c10d: 2:3 with two agents closes after the last call", "[rendezvous]") {
   TcpCluster cluster;
   auto a = cluster.agent(withNode(options(2, 3), "hostA"));
