@@ -176,6 +176,7 @@ struct ElasticAgent::Impl {
   boost::asio::io_context io;
   boost::asio::signal_set signals{io};
   boost::asio::steady_timer scaleUpTimer{io};
+  boost::asio::steady_timer barrierTimer{io};  // progress lines while waiting in the exit barrier
   std::optional<JobGuard> guard;
   std::unique_ptr<WorkerGroup> group;
   std::optional<OffLoop> offLoop;
@@ -455,12 +456,23 @@ struct ElasticAgent::Impl {
     joinRound(in);
   }
 
+  // While this node waits in the exit barrier, say so at the rendezvous' progress pace.
+  void sayStillFinishing(Clock::time_point since) {
+    barrierTimer.expires_after(config.rendezvous.progressInterval);
+    barrierTimer.async_wait([this, since](const boost::system::error_code& ec) {
+      if (ec || state != AgentState::Finishing) return;
+      say("drun: still waiting for the other node(s) of the job to finish (%s so far)\n",
+          humanDuration(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - since)).c_str());
+      sayStillFinishing(since);
+    });
+  }
+
   void reportFinished(const Input&) {
-    if (round.nodeCount > 1)
-      say(
-                   "drun: this node's workers succeeded; waiting for the other %d node(s) of "
-                   "the job\n",
-                   round.nodeCount - 1);
+    if (round.nodeCount > 1) {
+      say("drun: this node's workers succeeded; waiting for the other %d node(s) of the job\n",
+          round.nodeCount - 1);
+      sayStillFinishing(Clock::now());
+    }
     offLoop->post([this] {
       try {
         rendezvous->finish();  // the Succeeded event follows through the job's events

@@ -108,6 +108,8 @@ class C10dRendezvous final : public Rendezvous {
     stopWatcher();
     Deadline deadline(options_.joinTimeout);
     const auto started = Clock::now();
+    spare_ = false;
+    joiningRunningJob_ = false;
     // A fresh MASTER_PORT every round (reserved before the old one is released, so it differs):
     // ranks of an old round, fenced off or not yet stopped, can never reach the new round's store.
     reservation_ = PortReservation::reserve(self_.addr);
@@ -268,6 +270,7 @@ class C10dRendezvous final : public Rendezvous {
     throwIfJobEnded();
     auto state = closedRound(running);
     if (state && state->nodeCount >= options_.maxNodes) {
+      spare_ = true;
       spdlog::warn("rendezvous '{}': the job runs with {} node(s), the most it takes; {} waits as "
                    "a spare to replace a lost node",
                    id(), state->nodeCount, self_.displayName());
@@ -280,6 +283,7 @@ class C10dRendezvous final : public Rendezvous {
   RoundResult joinFrom(Start start, Deadline& deadline, Clock::time_point started) {
     uint64_t round = start.round;
     Announcement announce = std::move(start.announce);
+    joiningRunningJob_ = announce.round.has_value();
     for (;;) {
       if (auto result = joinRound(round, deadline, announce)) {
         lastRound_ = round;
@@ -298,6 +302,7 @@ class C10dRendezvous final : public Rendezvous {
       spdlog::debug("rendezvous '{}': round {} closed without this node; waiting for round {}",
                     id(), round, round + 1);
       announce = announcementFor(round);
+      joiningRunningJob_ = true;
       ++round;
     }
   }
@@ -331,6 +336,7 @@ class C10dRendezvous final : public Rendezvous {
 
     std::optional<Bytes> known;  // status as last seen (nullopt: absent)
     bool event = false;          // `known` came from a watch that returned: something happened
+    ProgressPacer progress(options_.progressInterval);
     for (;;) {
       if (known)
         if (auto state = keys::parseState(*known)) return finish(round, *state);
@@ -369,6 +375,10 @@ class C10dRendezvous final : public Rendezvous {
         deadline = Deadline(options_.joinTimeout);
       }
       milliseconds wait = deadline.remaining();
+      if (options_.say) {
+        if (progress.due()) options_.say(waitingText(round, arrivals, lastCallAt, deadline));
+        wait = std::min(wait, progress.untilDue());
+      }
       if (lastCallAt != kNever) {
         auto untilLastCall = std::chrono::duration_cast<milliseconds>(lastCallAt - Clock::now());
         wait = std::min(wait, std::max(untilLastCall + 1ms, 1ms));  // remaining() may be 0
@@ -380,6 +390,23 @@ class C10dRendezvous final : public Rendezvous {
       } catch (const TimeoutError&) {
       }
     }
+  }
+
+  // How a long join wait goes, for the progress line (no store calls: it says what is known).
+  std::string waitingText(uint64_t round, int64_t arrivals, Clock::time_point lastCallAt,
+                          const Deadline& deadline) const {
+    const std::string at = " at " + endpoint_;
+    if (spare_ || joiningRunningJob_)
+      return "waiting to join the running job (round " + std::to_string(round) + ")" + at;
+    if (lastCallAt != Clock::time_point::max()) {
+      auto left = std::chrono::duration_cast<milliseconds>(lastCallAt - Clock::now());
+      return std::to_string(arrivals) + " of at most " + std::to_string(options_.maxNodes) +
+             " node(s) joined" + at + "; last call for more, closing in " + humanDuration(left);
+    }
+    const int64_t missing = std::max<int64_t>(1, options_.minNodes - arrivals);
+    return "waiting for " + std::to_string(missing) + " more node(s) (" + std::to_string(arrivals) +
+           "/" + std::to_string(options_.minNodes) + " joined" + at + "), " +
+           humanDuration(deadline.remaining()) + " left";
   }
 
   // The decision header of `round` when it closed successfully (its `status`), else nullopt.
@@ -745,6 +772,8 @@ class C10dRendezvous final : public Rendezvous {
   std::atomic<bool> storeLost_{false};
   bool left_ = false;
   bool configChecked_ = false;
+  bool spare_ = false;        // this join waits as a spare (the job runs with MAX nodes)
+  bool joiningRunningJob_ = false;  // this join waits for a running job's next round
 };
 
 }  // namespace
