@@ -497,6 +497,19 @@ TEST_CASE("${local_rank} in the program's arguments is substituted per worker", 
   }
 }
 
+TEST_CASE("any program can bind MASTER_PORT even without SO_REUSEADDR", "[e2e]") {
+  MarkerScope marker;
+  // Rank 0 binds, in two rounds (a restart): the port is free for it each time.
+  auto r = run(drunCommand({"--nproc-per-node", "2", "--max-restarts", "1", behave(),
+                            "bind-master@rank=0", "exit:1@restart=0"},
+                           {marker.env()}));
+  INFO(r.describe());
+  CHECK(r.status() == 0);
+  int bound = 0;
+  for (const auto& l : parseConsole(r.out)) bound += l.text.rfind("BOUND ", 0) == 0;
+  CHECK(bound == 2);
+}
+
 TEST_CASE("two concurrent jobs get different MASTER_PORTs", "[e2e]") {
   MarkerScope marker;
   TempDir dir;
