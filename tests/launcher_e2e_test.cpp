@@ -20,6 +20,7 @@
 #include <sstream>
 #include <thread>
 
+#include "drun/common/test_skip.hpp"
 #include "process.hpp"
 
 namespace fs = std::filesystem;
@@ -1327,4 +1328,18 @@ TEST_CASE("a malformed error file: exit 1, a summary that says so, no temporary 
   CHECK_FALSE(contains(r.err, "terminate called"));
   CHECK(fs::is_empty(tmp.path()));
   CHECK(marker.leftovers(2s).empty());
+}
+
+TEST_CASE("a failed Python job names the interpreter that ran it", "[e2e]") {
+  if (!fs::exists("/usr/bin/python3")) skipTest("no /usr/bin/python3");
+  MarkerScope marker;
+  auto r = run(drunCommand({"-m", "drun_no_such_module_xyz"}, {marker.env(), "PYTHON_EXEC=/usr/bin/python3"}));
+  INFO(r.describe());
+  CHECK(r.status() == 1);
+  CHECK(contains(r.err, "No module named"));
+  CHECK(contains(r.err, "drun:   python on this node: /usr/bin/python3 (PYTHON_EXEC)"));
+  auto missing = run(drunCommand({"-m", "json.tool"}, {"PYTHON_EXEC=/nonexistent/python"}));
+  INFO(missing.describe());
+  CHECK(missing.status() == 2);
+  CHECK(contains(missing.err, "python interpreter (PYTHON_EXEC): program '/nonexistent/python' not found"));
 }

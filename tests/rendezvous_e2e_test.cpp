@@ -215,3 +215,38 @@ TEST_CASE("rendezvous: the classic static torchrun line runs a two-node job", "[
   CHECK(ranksPrinted(r1.out) == std::set<int>{2, 3});
   CHECK_THAT(r0.out + r1.out, Catch::Contains("WORLD=4 MASTER=127.0.0.1:" + std::to_string(port)));
 }
+
+TEST_CASE("rendezvous: the same nodes keep their node ranks across restarts", "[e2e][rendezvous]") {
+  const uint16_t port = freePort();
+  const std::string id = "stable-" + randomHex(6);
+  // One worker per node; the job fails twice (rank 0, restarts 0 and 1) and succeeds on the third
+  // round. Node 1 re-joins at once and node 0 only after 200 ms: arrival order (the tie-break on
+  // one host) would give node 1 rank 0 in the next round.
+  std::vector<std::string> extra = {
+      "--nproc-per-node", "1", "--max-restarts", "2", "sh", "-c",
+      "echo G=$GROUP_RANK; if [ $GROUP_RANK = 0 ] && [ $TORCHELASTIC_RESTART_COUNT -lt 2 ]; then "
+      "sleep 0.2; exit 1; fi; sleep 0.5"};
+  auto args = [&] {
+    std::vector<std::string> a = {"--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:" + std::to_string(port),
+                                  "--rdzv-id", id};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  Process pa(drunCommand(args(), {}, 60s));
+  Process pb(drunCommand(args(), {}, 60s));
+  RunResult a = pa.wait(), b = pb.wait();
+  INFO(a.describe() << "\n" << b.describe());
+  CHECK(a.status() == 0);
+  CHECK(b.status() == 0);
+  for (const RunResult* r : {&a, &b}) {
+    std::set<std::string> ranks;
+    int rounds = 0;
+    for (const ConsoleLine& line : parseConsole(r->out))
+      if (line.text.rfind("G=", 0) == 0) {
+        ranks.insert(line.text);
+        ++rounds;
+      }
+    CHECK(rounds == 3);
+    CHECK(ranks.size() == 1);  // one node rank in every round
+  }
+}
