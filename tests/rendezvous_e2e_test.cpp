@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <fstream>
 #include <set>
 #include <thread>
 
@@ -249,4 +250,28 @@ TEST_CASE("rendezvous: the same nodes keep their node ranks across restarts", "[
     CHECK(rounds == 3);
     CHECK(ranks.size() == 1);  // one node rank in every round
   }
+}
+
+TEST_CASE("rendezvous: two nodes sharing a --log-dir never write the same file", "[e2e][rendezvous]") {
+  TempDir logs;
+  const std::string id = "shared-" + randomHex(6);
+  TwoAgents job(freePort(), id, {"--log-dir", logs.path().string(), "sh", "-c", "echo RANK=$RANK"});
+  INFO(job.describe());
+  REQUIRE(job.a.status() == 0);
+  REQUIRE(job.b.status() == 0);
+  // DIR/<run id>/node<N>/attempt_0/<local rank>/stdout.log: one file per global rank.
+  std::set<std::string> seen;
+  for (int node = 0; node < 2; ++node)
+    for (int local = 0; local < 2; ++local) {
+      const auto file = logs.path() / id / ("node" + std::to_string(node)) / "attempt_0" /
+                        std::to_string(local) / "stdout.log";
+      INFO(file);
+      std::ifstream in(file);
+      REQUIRE(in);
+      std::string line;
+      std::getline(in, line);
+      CHECK(line == "RANK=" + std::to_string(node * 2 + local));
+      seen.insert(line);
+    }
+  CHECK(seen.size() == 4);
 }
