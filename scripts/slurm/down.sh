@@ -45,14 +45,14 @@ stop() {
   sleep 0.3
 }
 pidof_file() { cat "$1" 2>/dev/null; }
-# all tagged processes with one of the given comm names
+# all tagged processes with one of the given comm names (pgrep only lists: signals go by PID)
 sweep() {
-  local p c out=()
-  for p in /proc/[0-9]*; do
-    c=$(cat "$p/comm" 2>/dev/null) || continue
-    case " $* " in *" $c "*) ours "${p#/proc/}" "$c" && out+=("${p#/proc/} $c");; esac
+  local pattern p c
+  pattern=$(IFS='|'; echo "$*")
+  for p in $(pgrep -x "$pattern"); do
+    c=$(cat "/proc/$p/comm" 2>/dev/null) || continue
+    ours "$p" "$c" && echo "$p $c"
   done
-  [ ${#out[@]} -gt 0 ] && printf '%s\n' "${out[@]}"
   return 0
 }
 
