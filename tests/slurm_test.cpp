@@ -95,6 +95,23 @@ TEST_CASE("slurm: srun -N2 --ntasks-per-node=1 drun forms one job of 4 workers",
   checkNothingLeft(marker);
 }
 
+TEST_CASE("slurm: the seed's run.sh done with drun forms one job under srun", "[slurm]") {
+  SlurmCluster cluster = requireSlurmCluster();
+  MarkerScope marker;
+  RunOptions o;
+  o.argv = {slurmTool("srun"), "-N2", "--ntasks-per-node=1", "--time=2", "/bin/bash",
+            std::string(DRUN_SOURCE_DIR) + "/scripts/slurm/run.sh", helperPath("env_dump").string()};
+  o.env = {cluster.confEnv(), marker.env(), "DRUN=" + drunPath().string(), "NPROC_PER_NODE=2"};
+  o.cwd = cluster.jobsDir();
+  o.timeout = 60s;
+  RunResult r = run(o);
+  INFO(r.describe());
+  REQUIRE_FALSE(r.timedOut);
+  CHECK(r.status() == 0);
+  checkOneJobOfFour(r.out);
+  checkNothingLeft(marker);
+}
+
 TEST_CASE("slurm: an sbatch job running drun under srun forms one job of 4 workers", "[slurm]") {
   SlurmCluster cluster = requireSlurmCluster();
   MarkerScope marker;
@@ -126,10 +143,13 @@ TEST_CASE("slurm: a failing worker fails srun and drun names the root cause", "[
                               "exit:7@rank=3", "sleep:30000"}));
   INFO(r.describe());
   REQUIRE_FALSE(r.timedOut);
-  CHECK(r.status() != 0);
-  CHECK_THAT(r.err, Catch::Contains("root cause: rank 3") && Catch::Contains("exited with code 7"));
+  // Both agents end with the job's outcome (the root cause lives in the store), and srun with
+  // the highest of its tasks' codes.
+  CHECK(r.status() == 7);
+  CHECK_THAT(r.err, Catch::Contains("root cause: rank 3 (local_rank 1) on n2") && Catch::Contains("exited with code 7"));
   CHECK_THAT(r.err, Catch::Contains("rank 3 gives up"));
-  CHECK_THAT(r.err, Catch::Contains("srun: error"));
+  CHECK_THAT(r.err, Catch::Contains("n1: task 0: Exited with exit code 7"));
+  CHECK_THAT(r.err, Catch::Contains("n2: task 1: Exited with exit code 7"));
   checkNothingLeft(marker);
 }
 
