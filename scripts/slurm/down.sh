@@ -47,9 +47,8 @@ stop() {
 pidof_file() { cat "$1" 2>/dev/null; }
 # all tagged processes with one of the given comm names (pgrep only lists: signals go by PID)
 sweep() {
-  local pattern p c
-  pattern=$(IFS='|'; echo "$*")
-  for p in $(pgrep -x "$pattern"); do
+  local name p c
+  for p in $(for name in "$@"; do pgrep -x "$name"; done); do   # (pgrep patterns: <= 15 chars)
     c=$(cat "/proc/$p/comm" 2>/dev/null) || continue
     ours "$p" "$c" && echo "$p $c"
   done

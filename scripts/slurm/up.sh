@@ -68,6 +68,7 @@ wait_for() {
 [[ "$CTLD_PORT" =~ ^[0-9]+$ ]] && [ "$CTLD_PORT" -ge 1024 ] && [ "$CTLD_PORT" -le 65535 ] || die "DRUN_SLURM_CTLD_PORT must be 1024..65535"
 [[ "$SUBNET" =~ ^[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}$ ]] || die "DRUN_SLURM_SUBNET must look like 10.233.0 (got '$SUBNET')"
 [[ "$DIR" = /* && "$DIR" != *[[:space:]]* ]] || die "DRUN_SLURM_DIR must be an absolute path without blanks"
+[ ${#DIR} -le 80 ] || die "DRUN_SLURM_DIR is too long for munge's socket path (at most 80 characters): $DIR"
 
 # ---------------------------------------------------------------- packages
 PKGS=(slurmctld slurmd slurm-client munge)

@@ -1,10 +1,12 @@
 #include "slurm_cluster.hpp"
 
+#include <cctype>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 
 #include "drun/common/test_skip.hpp"
+#include "process.hpp"
 
 namespace drun::test {
 
@@ -13,11 +15,13 @@ namespace fs = std::filesystem;
 SlurmCluster requireSlurmCluster() {
   const char* dir = std::getenv("DRUN_SLURM_DIR");
   SlurmCluster cluster;
-  cluster.dir = dir && *dir ? dir : "/tmp/drun-slurm";
+  cluster.dir = dir && *dir ? fs::path(dir) : buildDir() / "slurm-cluster";  // as tests/CMakeLists.txt
   if (std::ifstream why(cluster.dir / "unavailable"); why) {
     std::stringstream text;
     text << why.rdbuf();
-    skipTest("no SLURM cluster here: " + text.str());
+    std::string reason = text.str();
+    while (!reason.empty() && std::isspace(static_cast<unsigned char>(reason.back()))) reason.pop_back();
+    skipTest("no SLURM cluster here: " + reason);
   }
   if (!fs::exists(cluster.dir / "up.ok"))
     skipTest("no SLURM cluster is up in " + cluster.dir.string() +

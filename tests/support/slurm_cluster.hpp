@@ -13,7 +13,7 @@
 namespace drun::test {
 
 struct SlurmCluster {
-  std::filesystem::path dir;   // $DRUN_SLURM_DIR (default /tmp/drun-slurm)
+  std::filesystem::path dir;   // $DRUN_SLURM_DIR, else <build>/slurm-cluster (the fixture's)
   std::string conf;            // its slurm.conf
   std::string confEnv() const { return "SLURM_CONF=" + conf; }  // for RunOptions::env
   std::filesystem::path jobsDir() const { return dir / "jobs"; }  // world-writable, every node sees it
