@@ -361,7 +361,9 @@ CliResult parseCommandLine(const std::vector<std::string>& args) {
   // on the command line nor by PET_* (CLI11's count() counts both) takes the step's value.
   std::optional<bool> slurmIsHost;
   if (!noSlurm && !standalone) {
-    if (auto step = detectSlurmStep(currentEnvironment())) {
+    const EnvMap env = currentEnvironment();
+    if (auto warning = slurmOutsideStepWarning(env)) result.warnings.push_back(*warning);
+    if (auto step = detectSlurmStep(env)) {
       const std::map<std::string, std::string*> targets = {
           {"nnodes", &nnodes}, {"node-rank", &nodeRank}, {"rdzv-endpoint", &rdzvEndpoint}, {"rdzv-id", &rdzvId}};
       SlurmFill fill = slurmFill(*step, [&](const std::string& name) { return app.get_option("--" + name)->count() > 0; });

@@ -2,6 +2,7 @@
 // anything is expanded), then expand item by item, groups as an odometer (the last group fastest).
 #include "drun/launcher/hostlist.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <variant>
 
@@ -34,7 +35,11 @@ class Parser {
         ++pos_;
         continue;
       }
+      size_t start = pos_;
       Item item = parseItem();
+      if (size_t longest = longestName(item); longest > options_.maxNameLength)
+        failAt(start, "a host name of " + std::to_string(longest) + " characters (at most " +
+                          std::to_string(options_.maxNameLength) + ")");
       total += count(item);  // each count <= maxHosts + 1, so no overflow
       if (total > options_.maxHosts) fail("expands to more than " + std::to_string(options_.maxHosts) + " hosts");
       items.push_back(std::move(item));
@@ -47,7 +52,9 @@ class Parser {
   static bool isSeparator(char c) { return c == ',' || c == ' ' || c == '\t'; }
 
   [[noreturn]] void fail(const std::string& what) const {
-    throw InvalidArgument("host list '" + std::string(list_) + "': " + what);
+    constexpr size_t kShown = 200;  // of the list, in the message
+    std::string shown = list_.size() <= kShown ? std::string(list_) : std::string(list_.substr(0, kShown)) + "...";
+    throw InvalidArgument("host list '" + shown + "': " + what);
   }
   [[noreturn]] void failAt(size_t at, const std::string& what) const {
     fail(what + " at character " + std::to_string(at + 1));
@@ -120,6 +127,21 @@ class Parser {
     }
     if (value > kMaxBound) failAt(at, "number '" + std::string(digits) + "' too large");
     return value;
+  }
+
+  // The longest name the item expands to: its literals plus each group's widest value.
+  static size_t longestName(const Item& item) {
+    size_t length = 0;
+    for (const Part& part : item) {
+      if (const auto* literal = std::get_if<std::string>(&part)) {
+        length += literal->size();
+        continue;
+      }
+      size_t widest = 0;
+      for (const Range& r : std::get<Group>(part)) widest = std::max({widest, r.width, std::to_string(r.hi).size()});
+      length += widest;
+    }
+    return length;
   }
 
   // Hosts the item expands to, saturated at maxHosts + 1.

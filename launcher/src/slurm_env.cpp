@@ -123,6 +123,16 @@ std::optional<SlurmStep> detectSlurmStep(const EnvMap& env) {
   return s;
 }
 
+std::optional<std::string> slurmOutsideStepWarning(const EnvMap& env) {
+  auto job = first(env, {"SLURM_JOB_ID", "SLURM_JOBID"});
+  auto nodes = first(env, {"SLURM_JOB_NUM_NODES", "SLURM_NNODES"});
+  if (!job || !nodes || first(env, {"SLURM_STEP_ID", "SLURM_STEPID"})) return std::nullopt;
+  if (nodes->second == "1" || nodes->second == "0") return std::nullopt;
+  return "SLURM job " + job->second + " has " + nodes->second + " nodes (" + nodes->first + "), but this drun "
+         "is not in an srun step (started by the batch script itself?), so it uses this node only; "
+         "`srun --ntasks-per-node=1 drun ...` runs one drun per node and forms one job of them all";
+}
+
 uint16_t slurmRendezvousPort(uint64_t jobId, uint64_t stepId) {
   return static_cast<uint16_t>(kSlurmPortBase + (jobId % 1000) * 8 + stepId % 8);
 }

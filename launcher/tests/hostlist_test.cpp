@@ -94,3 +94,15 @@ TEST_CASE("hostlist: the expansion size is bounded before anything is expanded",
   CHECK_THAT(hostlistError("n[1-2]m[1-3]", small), Catch::Contains("more than 4 hosts"));
   CHECK(expandHostlist("n[1-65536]").size() == 65536);
 }
+
+TEST_CASE("hostlist: host names and error messages have bounded length", "[launcher]") {
+  std::string longName(300, 'a');
+  CHECK_THAT(hostlistError(longName), Catch::Contains("300 characters"));
+  CHECK_THAT(hostlistError(std::string(200, 'b') + "[1-100000]"), Catch::Contains("more than 65536"));
+  CHECK_THAT(hostlistError(std::string(254, 'c') + "[1-10]"), Catch::Contains("256 characters"));
+  CHECK(expandHostlist(std::string(253, 'd') + "[01-10]").size() == 10);
+  std::string huge(1 << 20, 'x');
+  huge += "[";
+  std::string e = hostlistError(huge);
+  CHECK(e.size() < 400);  // the list is cut in the message
+}

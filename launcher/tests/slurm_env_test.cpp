@@ -74,6 +74,18 @@ TEST_CASE("slurm: no step, no detection", "[launcher]") {
   CHECK_FALSE(detectSlurmStep(noJob));
 }
 
+TEST_CASE("slurm: drun in a batch script of several nodes is warned that it uses one", "[launcher]") {
+  EnvMap batch = {{"SLURM_JOB_ID", "77"}, {"SLURM_JOB_NUM_NODES", "2"}, {"SLURM_NNODES", "2"},
+                  {"SLURM_NODEID", "0"}, {"SLURM_JOB_NODELIST", "n[1-2]"}};
+  auto warning = slurmOutsideStepWarning(batch);
+  REQUIRE(warning);
+  CHECK_THAT(*warning, Catch::Contains("SLURM job 77 has 2 nodes") && Catch::Contains("srun --ntasks-per-node=1"));
+  batch["SLURM_JOB_NUM_NODES"] = "1";
+  CHECK_FALSE(slurmOutsideStepWarning(batch));
+  CHECK_FALSE(slurmOutsideStepWarning(srunTask(0)));  // in a step: detection, not a warning
+  CHECK_FALSE(slurmOutsideStepWarning({}));
+}
+
 TEST_CASE("slurm: a step gives node count, node id, first host and ids", "[launcher]") {
   auto step = detectSlurmStep(srunTask(1, 4, "gpu[007-010]"));
   REQUIRE(step);
@@ -251,4 +263,13 @@ TEST_CASE("slurm: several tasks per node stops drun before anything starts", "[l
     CHECK_THAT(e.what(), Catch::Contains("--ntasks-per-node=1"));
   }
   CHECK(parse({"--no-slurm", "hostname"}).config.rendezvous.maxNodes == 1);
+}
+
+TEST_CASE("slurm: the batch-script warning reaches the command line's result", "[launcher]") {
+  ScopedSlurmEnv slurm({{"SLURM_JOB_ID", "77"}, {"SLURM_JOB_NUM_NODES", "2"}});
+  auto r = parse({"hostname"});
+  REQUIRE(r.warnings.size() == 1);
+  CHECK_THAT(r.warnings[0], Catch::Contains("this node only"));
+  CHECK(r.config.rendezvous.maxNodes == 1);  // nothing taken: there is no step
+  CHECK(parse({"--no-slurm", "hostname"}).warnings.empty());
 }

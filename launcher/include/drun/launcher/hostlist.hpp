@@ -12,7 +12,8 @@
 // Errors (InvalidArgument naming the list and the position): unbalanced or nested brackets, an
 // empty group or range, a range bound that is not a decimal number (or beyond 2^32), a reversed
 // range, a trailing '\', an empty list, and an expansion beyond HostlistOptions::maxHosts (checked
-// before anything is expanded, so "n[0-4294967295]x[0-4294967295]" costs nothing).
+// before anything is expanded, so "n[0-4294967295]x[0-4294967295]" costs nothing), or a host name
+// longer than HostlistOptions::maxNameLength (so the expansion's memory is bounded too).
 //
 // A pure function: no I/O, thread-safe.
 #pragma once
@@ -26,6 +27,7 @@ namespace drun::launch {
 
 struct HostlistOptions {
   size_t maxHosts = 65536;  // a larger expansion is an error (SLURM's own MAX_RANGE is 2^20)
+  size_t maxNameLength = 255;  // a longer host name is an error (DNS names have at most 253)
 };
 
 // Throws InvalidArgument.

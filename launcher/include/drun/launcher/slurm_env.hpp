@@ -48,6 +48,10 @@ struct SlurmStep {
 // Throws UsageError on several tasks per node or malformed SLURM_* values (naming the variable).
 std::optional<SlurmStep> detectSlurmStep(const EnvMap& env);
 
+// A warning when drun runs inside a SLURM job of several nodes but not in an srun step (drun
+// started by the batch script itself): it forms a job on this node only. nullopt otherwise.
+std::optional<std::string> slurmOutsideStepWarning(const EnvMap& env);
+
 // The rendezvous port every node of a step computes alike, without talking:
 //   kSlurmPortBase + (job % 1000) * 8 + (step % 8)     -> 20000..27999
 // Below Linux's ephemeral range (32768-60999), so no outgoing connection holds it; distinct for
