@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 
+#include "drun/common/test_skip.hpp"
 #include "process.hpp"
 #include "slurm_cluster.hpp"
 
@@ -109,6 +110,34 @@ TEST_CASE("slurm: the seed's run.sh done with drun forms one job under srun", "[
   REQUIRE_FALSE(r.timedOut);
   CHECK(r.status() == 0);
   checkOneJobOfFour(r.out);
+  checkNothingLeft(marker);
+}
+
+TEST_CASE("slurm: the seed's main.py all-reduces across the nodes with torch.distributed", "[slurm][torch]") {
+  SlurmCluster cluster = requireSlurmCluster();
+  if (run({{"/usr/bin/python3", "-c", "import torch.distributed"}, {}, {}, 60s}).status() != 0)
+    skipTest("/usr/bin/python3 has no torch (Debian's python3-torch)");
+  MarkerScope marker;
+  RunOptions o;
+  o.argv = {slurmTool("srun"), "-N2", "--ntasks-per-node=1", "--time=2", "/bin/bash",
+            std::string(DRUN_SOURCE_DIR) + "/scripts/slurm/run.sh", std::string(DRUN_SOURCE_DIR) + "/scripts/slurm/main.py"};
+  o.env = {cluster.confEnv(), marker.env(), "DRUN=" + drunPath().string(), "NPROC_PER_NODE=2",
+           "DRUN_PYTHON=/usr/bin/python3"};
+  o.cwd = cluster.jobsDir();
+  o.timeout = 90s;
+  RunResult r = run(o);
+  INFO(r.describe());
+  REQUIRE_FALSE(r.timedOut);
+  CHECK(r.status() == 0);
+  std::map<int, std::string> said;
+  for (const ConsoleLine& line : parseConsole(r.out))
+    if (line.text.find("all_reduce") != std::string::npos) said[line.rank] = line.text;
+  REQUIRE(said.size() == 4);
+  for (const auto& [rank, text] : said) {
+    INFO(text);
+    CHECK_THAT(text, Catch::StartsWith("rank " + std::to_string(rank) + " of 4 on n" + std::to_string(1 + rank / kNprocPerNode)));
+    CHECK_THAT(text, Catch::EndsWith("all_reduce sum 10"));  // 1 + 2 + 3 + 4
+  }
   checkNothingLeft(marker);
 }
 

@@ -9,7 +9,7 @@
 # With drun, the same launch line (one task per node) runs NPROC_PER_NODE workers per node, with
 # RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and a free MASTER_PORT set for each, restarts on
 # failure if asked (--max-restarts), and one summary naming the failed rank:
-#     srun -N 2 --ntasks-per-node=1 --time=1:00:00 bash scripts/slurm/run.sh main.py
+#     srun -N 2 --ntasks-per-node=1 --time=1:00:00 bash scripts/slurm/run.sh scripts/slurm/main.py
 # (main.py needs torch: DRUN_PYTHON=/usr/bin/python3 picks the interpreter that has it.)
 set -e
 exec "${DRUN:-drun}" --nproc-per-node "${NPROC_PER_NODE:-1}" "$@"
