@@ -87,7 +87,8 @@ EnvMap currentEnvironment() {
   return env;
 }
 
-std::optional<SlurmStep> detectSlurmStep(const EnvMap& env) {
+namespace {
+std::optional<SlurmStep> readStep(const EnvMap& env) {
   auto job = first(env, {"SLURM_JOB_ID", "SLURM_JOBID"});
   auto step = first(env, {"SLURM_STEP_ID", "SLURM_STEPID"});
   if (!job || !step) return std::nullopt;
@@ -121,6 +122,17 @@ std::optional<SlurmStep> detectSlurmStep(const EnvMap& env) {
   s.firstHost = hosts.front();
   s.nodelistVar = list->first;
   return s;
+}
+}  // namespace
+
+std::optional<SlurmStep> detectSlurmStep(const EnvMap& env) {
+  try {
+    return readStep(env);
+  } catch (const UsageError& e) {
+    std::string what = e.what();
+    if (what.find("--no-slurm") == std::string::npos) what += " (--no-slurm ignores SLURM_*)";
+    throw UsageError(what);
+  }
 }
 
 std::optional<std::string> slurmOutsideStepWarning(const EnvMap& env) {

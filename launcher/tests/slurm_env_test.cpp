@@ -199,6 +199,7 @@ TEST_CASE("slurm: malformed variables are errors naming the variable", "[launche
   EnvMap missing = srunTask(0);
   missing.erase("SLURM_NODEID");
   CHECK_THAT(detectError(missing), Catch::Contains("SLURM_NODEID is not set"));
+  CHECK_THAT(detectError(missing), Catch::Contains("--no-slurm"));  // the way out is named
 }
 
 TEST_CASE("slurm: command line beats PET_ beats SLURM and --no-slurm turns it off", "[launcher]") {
