@@ -36,6 +36,19 @@ RunOptions srunDrun(const SlurmCluster& cluster, const MarkerScope& marker, int 
   return o;
 }
 
+// `srun -N2 --ntasks-per-node=1 bash scripts/slurm/run.sh <program>` (the seed's run.sh, done
+// with drun), 2 workers per node.
+RunOptions srunRunSh(const SlurmCluster& cluster, const MarkerScope& marker, const std::string& program) {
+  RunOptions o;
+  o.argv = {slurmTool("srun"), "-N" + std::to_string(kNodes), "--ntasks-per-node=1", "--time=2", "/bin/bash",
+            std::string(DRUN_SOURCE_DIR) + "/scripts/slurm/run.sh", program};
+  o.env = {cluster.confEnv(), marker.env(), "DRUN=" + drunPath().string(),
+           "NPROC_PER_NODE=" + std::to_string(kNprocPerNode)};
+  o.cwd = cluster.jobsDir();
+  o.timeout = 60s;
+  return o;
+}
+
 // The env_dump output of one job of 2 nodes x 2 workers: ranks 0..3 exactly once, one world of
 // 4, node rank 0 on the first node, one run id <job>.<step> everywhere. Returns the run id.
 std::string checkOneJobOfFour(const std::string& output) {
@@ -99,13 +112,7 @@ TEST_CASE("slurm: srun -N2 --ntasks-per-node=1 drun forms one job of 4 workers",
 TEST_CASE("slurm: the seed's run.sh done with drun forms one job under srun", "[slurm]") {
   SlurmCluster cluster = requireSlurmCluster();
   MarkerScope marker;
-  RunOptions o;
-  o.argv = {slurmTool("srun"), "-N2", "--ntasks-per-node=1", "--time=2", "/bin/bash",
-            std::string(DRUN_SOURCE_DIR) + "/scripts/slurm/run.sh", helperPath("env_dump").string()};
-  o.env = {cluster.confEnv(), marker.env(), "DRUN=" + drunPath().string(), "NPROC_PER_NODE=2"};
-  o.cwd = cluster.jobsDir();
-  o.timeout = 60s;
-  RunResult r = run(o);
+  RunResult r = run(srunRunSh(cluster, marker, helperPath("env_dump").string()));
   INFO(r.describe());
   REQUIRE_FALSE(r.timedOut);
   CHECK(r.status() == 0);
@@ -118,12 +125,8 @@ TEST_CASE("slurm: the seed's main.py all-reduces across the nodes with torch.dis
   if (run({{"/usr/bin/python3", "-c", "import torch.distributed"}, {}, {}, 60s}).status() != 0)
     skipTest("/usr/bin/python3 has no torch (Debian's python3-torch)");
   MarkerScope marker;
-  RunOptions o;
-  o.argv = {slurmTool("srun"), "-N2", "--ntasks-per-node=1", "--time=2", "/bin/bash",
-            std::string(DRUN_SOURCE_DIR) + "/scripts/slurm/run.sh", std::string(DRUN_SOURCE_DIR) + "/scripts/slurm/main.py"};
-  o.env = {cluster.confEnv(), marker.env(), "DRUN=" + drunPath().string(), "NPROC_PER_NODE=2",
-           "DRUN_PYTHON=/usr/bin/python3"};
-  o.cwd = cluster.jobsDir();
+  RunOptions o = srunRunSh(cluster, marker, std::string(DRUN_SOURCE_DIR) + "/scripts/slurm/main.py");
+  o.env.push_back("DRUN_PYTHON=/usr/bin/python3");
   o.timeout = 90s;
   RunResult r = run(o);
   INFO(r.describe());
