@@ -163,6 +163,27 @@ TEST_CASE("stdin: --stdin picks another rank or none", "[e2e]") {
   CHECK(run(drunCommand({"--stdin", "-1", "/bin/true"})).status() == 2);
 }
 
+TEST_CASE("stdin: breakpoint() in rank 0 takes pdb commands from drun's stdin", "[e2e]") {
+  MarkerScope marker;
+  RunOptions options = drunCommand(
+      {"--nproc-per-node", "2", "/usr/bin/python3", "-c",
+       "import os\nif os.environ['RANK'] == '0': breakpoint()\nprint('after', flush=True)"},
+      {marker.env(), "OMP_NUM_THREADS=1", "PYTHONBREAKPOINT"}, 30s);
+  options.stdinPipe = true;
+  Process p(options);
+  REQUIRE(p.waitForLines("[0]:(Pdb) ", 1, 20s));  // the prompt, a partial line, is shown
+  p.writeStdin("p 6 * 7\n");
+  REQUIRE(p.waitForLines("42", 1, 20s));
+  p.writeStdin("c\n");
+  p.closeStdin();
+  RunResult r = p.wait();
+  INFO(r.describe());
+  REQUIRE(!r.timedOut);
+  CHECK(r.status() == 0);  // not BdbQuit
+  CHECK_THAT(segmentsOf(r.out, 0).back(), Catch::EndsWith("after"));  // after the last prompt
+  CHECK(countLines(r.out, "[1]:after") == 1);
+}
+
 TEST_CASE("stdin: after a restart the new rank 0 reads drun's stdin", "[e2e]") {
   MarkerScope marker;
   RunOptions options = drunShell(
@@ -187,18 +208,20 @@ TEST_CASE("stdin: after a restart the new rank 0 reads drun's stdin", "[e2e]") {
 
 TEST_CASE("stdin: typed lines on drun's terminal reach rank 0 and Ctrl-D ends them", "[e2e]") {
   MarkerScope marker;
-  RunOptions options = drunShell({"--nproc-per-node", "2"}, kEchoStdin, marker);
+  RunOptions options = drunShell({"--nproc-per-node", "2"},
+                                 std::string("printf '(prompt) '; ") + kEchoStdin, marker);
   options.stdoutTerminal = options.stderrTerminal = options.stdinTerminal = true;
   Process p(options);
-  p.writeStdin("hello\n");
-  REQUIRE(p.waitForLines("[0]:got:hello", 1, 20s));
+  REQUIRE(p.waitForLines("[0]:(prompt) ", 1, 20s));  // a partial line, open on the terminal
+  p.writeStdin("hello\n");  // the terminal's echo (not in `out`) ends that line on the screen
+  REQUIRE(p.waitForLines("[0]:got:hello", 1, 20s));  // so the rest of it comes with its prefix
   p.closeStdin();  // Ctrl-D
   RunResult r = p.wait();
   INFO(r.describe());
   REQUIRE(!r.timedOut);
   CHECK(r.status() == 0);
   CHECK(countLines(r.out, "[0]:eof") == 1);
-  CHECK(countLines(r.out, "[1]:eof") == 1);
+  CHECK_THAT(segmentsOf(r.out, 1).back(), Catch::EndsWith("eof"));  // /dev/null: at once
 }
 
 TEST_CASE("| head -2: the job ends promptly as a broken pipeline (141) without restarts",

@@ -239,6 +239,17 @@ bool ConsoleWriter::whenWritable(ConsoleStream stream, const void* owner,
   return true;
 }
 
+void ConsoleWriter::lineEndedOutside() {
+  for (int i = 0; i < 2; ++i) {
+    if (i == 1 && lanes_[1] == lanes_[0]) break;
+    Lane& l = *lanes_[i];
+    std::lock_guard lock(l.mutex);
+    if (l.openSource && l.open == Lane::Open::MidLine) l.interrupted.push_back(l.openSource);
+    l.openSource = nullptr;
+    l.open = Lane::Open::No;
+  }
+}
+
 bool ConsoleWriter::whenBroken(ConsoleStream stream, const void* owner,
                                std::function<void()> onBroken) {
   Lane& l = lane(stream);

@@ -74,6 +74,7 @@ struct StdinForwarder::Impl : std::enable_shared_from_this<Impl> {
   bool stopped = false;
   std::string chunk;  // read, not yet taken by the worker
   size_t written = 0;
+  std::function<void()> onTypedLine;
 
   void stop() {
     stopped = true;
@@ -124,6 +125,7 @@ struct StdinForwarder::Impl : std::enable_shared_from_this<Impl> {
     chunk.resize(n > 0 ? static_cast<size_t>(n) : 0);
     if (n > 0) {
       written = 0;
+      if (terminal && onTypedLine && chunk.back() == '\n') onTypedLine();
       return writeMore();
     }
     if (n == 0) {
@@ -157,8 +159,10 @@ struct StdinForwarder::Impl : std::enable_shared_from_this<Impl> {
   }
 };
 
-StdinForwarder::StdinForwarder(asio::io_context& io, int sourceFd, int targetFd)
+StdinForwarder::StdinForwarder(asio::io_context& io, int sourceFd, int targetFd,
+                               std::function<void()> onTypedLine)
     : impl_(std::make_shared<Impl>(io, sourceFd, targetFd)) {
+  impl_->onTypedLine = std::move(onTypedLine);
   impl_->readMore();
 }
 

@@ -21,6 +21,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <chrono>
+#include <functional>
 #include <memory>
 
 namespace drun::agent::detail {
@@ -30,8 +31,10 @@ class StdinForwarder {
   static constexpr std::chrono::milliseconds kBackgroundRetry{250};
 
   // Starts forwarding `sourceFd` (drun's stdin, not owned) to `targetFd` (the write end of the
-  // worker's stdin pipe, owned from now on).
-  StdinForwarder(boost::asio::io_context& io, int sourceFd, int targetFd);
+  // worker's stdin pipe, owned from now on). `onTypedLine` runs (on the loop) after each line read
+  // from a terminal: its echo moved the cursor to a new line (ConsoleWriter::lineEndedOutside).
+  StdinForwarder(boost::asio::io_context& io, int sourceFd, int targetFd,
+                 std::function<void()> onTypedLine = nullptr);
   ~StdinForwarder();
   StdinForwarder(const StdinForwarder&) = delete;
   StdinForwarder& operator=(const StdinForwarder&) = delete;

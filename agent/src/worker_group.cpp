@@ -305,8 +305,10 @@ struct WorkerGroup::Impl {
     err.closeWrite();
     if (in) {
       in->closeRead();
-      w->stdinForwarder = std::make_unique<detail::StdinForwarder>(io, options.output.stdinFd,
-                                                                   in->releaseWrite());
+      auto console = options.output.console ? options.output.console : ConsoleWriter::standard();
+      w->stdinForwarder = std::make_unique<detail::StdinForwarder>(
+          io, options.output.stdinFd, in->releaseWrite(),
+          [console] { console->lineEndedOutside(); });
     }
     if (ttyOut) w->ptyControl[0] = ::fcntl(out.read, F_DUPFD_CLOEXEC, 3);
     if (ttyErr) w->ptyControl[1] = ::fcntl(err.read, F_DUPFD_CLOEXEC, 3);

@@ -227,3 +227,19 @@ TEST_CASE("drain abandons a lane without breaking it", "[agent]") {
   CHECK_FALSE(writer.broken(ConsoleStream::Out));
   out.closeRead();  // the abandoned thread's write fails: it ends
 }
+
+TEST_CASE("a line ended outside (a typed line's echo) gives the open line's rest a prefix",
+          "[agent]") {
+  TestPipe out;
+  out.readAll();
+  {
+    ConsoleWriter writer(ConsoleWriterOptions{out.writeFd, out.writeFd});
+    LineSource a{"[0]:"};
+    writer.write(ConsoleStream::Out, "[0]:(Pdb) ", &a);
+    writer.lineEndedOutside();  // the user typed "p x\n": the terminal is on a new line
+    writer.write(ConsoleStream::Out, "42\n", &a);
+    writer.write(ConsoleStream::Out, "[0]:(Pdb) ", &a);
+    writer.endLine(ConsoleStream::Out, &a);
+  }
+  CHECK(out.waitText() == "[0]:(Pdb) [0]:42\n[0]:(Pdb) \n");
+}

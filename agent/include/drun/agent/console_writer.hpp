@@ -83,6 +83,10 @@ class ConsoleWriter {
   // Ends `source`'s open line on `stream` with "\n" (if it has one) and forgets the source.
   void endLine(ConsoleStream stream, const LineSource* source);
 
+  // The terminal moved to a new line by itself (it echoed a line the user typed): every open line
+  // counts as ended, without writing anything, and the rest of each gets its prefix again.
+  void lineEndedOutside();
+
   // True while the stream's lane holds more than highWaterBytes (never for a dropped lane).
   bool congested(ConsoleStream stream) const;
 
