@@ -15,13 +15,13 @@ namespace drun::rdzv {
 
 namespace {
 
-// Binds a SO_REUSEADDR socket to `port` (0: the kernel picks) on `host` when it is one of our
-// addresses, else on any. Returns the fd, or -1 with errno set.
+// Binds a socket to `port` (0: the kernel picks) on `host` when it is one of our addresses, else
+// on any. Returns the fd, or -1 with errno set. No SO_REUSEADDR: the kernel then picks (and
+// tryReserve accepts) only a port that nothing uses, not even a connection in TIME_WAIT, so that
+// once released a plain bind() without SO_REUSEADDR succeeds on it.
 int bindPort(const std::string& host, uint16_t port, uint16_t* bound) {
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return -1;
-  int one = 1;
-  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(port);

@@ -11,10 +11,9 @@
 using drun::rdzv::PortReservation;
 
 namespace {
+// A server as a plain program writes it: no SO_REUSEADDR.
 int bindListen(uint16_t port) {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  int one = 1;
-  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(port);
@@ -27,12 +26,20 @@ int bindListen(uint16_t port) {
 }
 }  // namespace
 
-TEST_CASE("a reserved port stays bindable by the worker's own server", "[rendezvous]") {
+TEST_CASE("a released port is bindable by a plain server and a held one is not", "[rendezvous]") {
   auto r = PortReservation::reserve("127.0.0.1");
-  REQUIRE(r.port() != 0);
-  int fd = bindListen(r.port());
+  const uint16_t port = r.port();
+  REQUIRE(port != 0);
+  CHECK(bindListen(port) < 0);  // why the rendezvous releases it before the workers start
+  r.release();
+  int fd = bindListen(port);
   CHECK(fd >= 0);
   if (fd >= 0) ::close(fd);
+  // The same port again (single-node restarts), and another one than the previous round's.
+  auto again = PortReservation::tryReserve("127.0.0.1", port);
+  REQUIRE(again);
+  CHECK(again->port() == port);
+  CHECK(PortReservation::reserveOtherThan("127.0.0.1", port).port() != port);
 }
 
 TEST_CASE("reserved ports are never handed out twice while held", "[rendezvous]") {

@@ -3,7 +3,7 @@
 
     python3 scripts/bench/master_port.py [TRIALS] [NEIGHBOUR_PORTS]
 
-drun reserves MASTER_PORT with a SO_REUSEADDR socket that never listens. Held while the workers
+drun reserves MASTER_PORT with a socket that is bound (no SO_REUSEADDR) and never listens. Held while the workers
 run, a program that binds the port without SO_REUSEADDR gets EADDRINUSE; released at spawn (what
 drun does now, like torchrun), any program can bind it, but until the worker binds, another
 process on the host could be handed the same port by the kernel. This measures both sides:
@@ -24,8 +24,8 @@ NEIGHBOURS = int(sys.argv[2]) if len(sys.argv) > 2 else 50
 
 
 def reserve():
+    # As drun's PortReservation: no SO_REUSEADDR, never listening.
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     s.bind(("127.0.0.1", 0))
     return s
 

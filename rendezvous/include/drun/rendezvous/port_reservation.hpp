@@ -1,13 +1,12 @@
 // PortReservation: a TCP port picked by the kernel and held while a round forms, so that two
 // jobs on one host never get the same MASTER_PORT while they wait for their nodes.
 //
-// The socket is bound with SO_REUSEADDR and never listens: while it is held, the kernel's port-0
-// selection for every other socket on the host skips the port, and a server that sets
-// SO_REUSEADDR (torch's TCPStore, libdrun_comm's store) can still bind it — but a program that
-// binds without SO_REUSEADDR gets EADDRINUSE. So the rendezvous releases it once the round is
-// formed, just before the workers start (README, "MASTER_PORT": the window this leaves, measured
-// by scripts/bench/master_port.py, is the worker's start-up; torchrun 1.13 leaves the same one).
-// Move-only.
+// The socket is bound without SO_REUSEADDR and never listens: the kernel picks a port that nothing
+// uses (not even a connection in TIME_WAIT, which would make a later plain bind fail), and while it
+// is held no other socket gets it. Held, it would also refuse the worker's own server, so the
+// rendezvous releases it once the round is formed, just before the workers start (README,
+// "MASTER_PORT": the window this leaves, measured by scripts/bench/master_port.py, is the worker's
+// start-up; torchrun 1.13 leaves the same one). Move-only.
 #pragma once
 
 #include <cstdint>
