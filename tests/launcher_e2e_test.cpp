@@ -500,9 +500,13 @@ TEST_CASE("${local_rank} in the program's arguments is substituted per worker", 
 
 TEST_CASE("any program can bind MASTER_PORT even without SO_REUSEADDR", "[e2e]") {
   MarkerScope marker;
-  // Rank 0 binds, in two rounds (a restart): the port is free for it each time.
+  // Rank 0 binds, in two rounds (a restart): the port is free for it each time. Rank 1 fails the
+  // first round only once rank 0 has bound.
+  TempDir marks;
+  const std::string bound0 = (marks.path() / "bound0").string();
   auto r = run(drunCommand({"--nproc-per-node", "2", "--max-restarts", "1", behave(),
-                            "bind-master@rank=0", "exit:1@restart=0"},
+                            "bind-master@rank=0", "touch:" + bound0 + "@rank=0", "await:" + bound0 + "@rank=1",
+                            "exit:1@restart=0"},
                            {marker.env()}));
   INFO(r.describe());
   CHECK(r.status() == 0);
