@@ -18,18 +18,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// A port nothing listens on right now (the kernel's pick; closed again at once).
-uint16_t freePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
+uint16_t freePort() { return freeLoopbackPort(); }
 
 std::vector<std::string> agentArgs(uint16_t port, const std::string& id, std::vector<std::string> extra) {
   std::vector<std::string> args = {"--nnodes", "2", "--nproc-per-node", "2", "--rdzv-endpoint",

@@ -527,12 +527,25 @@ class C10dRendezvous final : public Rendezvous {
                                   {changesAtRead, leftAtRead, restartCountFor(round)});
     if (s.compareSet(keys::state(id(), round), "", d.decision) == d.decision) {
       s.multiSet(d.keys, d.values);
+      forgetRound(round);
       spdlog::debug("rendezvous '{}': closed round {} with {} node(s) in {}{}", id(), round,
                     nodes.size(),
                     ms(std::chrono::duration_cast<milliseconds>(Clock::now() - t0)),
                     d.state.ok ? "" : ": " + d.state.error);
     }
     return true;
+  }
+
+  // Once round r is decided nobody reads round r-2 any more (re-forming and the restart count
+  // look one round back): its keys go, so that a job restarting for days keeps a few rounds in
+  // the store, not all of them (the soak test's store memory stays flat).
+  void forgetRound(uint64_t round) {
+    if (round < 2) return;
+    try {
+      store_->deletePrefix(keys::round(id(), round - 2));
+    } catch (const InvalidArgument& e) {
+      spdlog::debug("rendezvous '{}': round {}'s keys stay: {}", id(), round - 2, e.what());
+    }
   }
 
   // The job's restart count as of round `round`: the previous round's, plus one when it ended in

@@ -124,14 +124,17 @@ void run(Store& store, const WatchedRound& w, EventSlot& slot, std::atomic<bool>
 
 MembershipWatcher::MembershipWatcher(std::unique_ptr<Store> store, WatchedRound round,
                                      std::shared_ptr<EventSlot> slot)
-    : slot_(std::move(slot)), stopped_(std::make_shared<std::atomic<bool>>(false)) {
-  std::thread([store = std::shared_ptr<Store>(std::move(store)), round = std::move(round),
-               slot = slot_, stopped = stopped_] { run(*store, round, *slot, *stopped); })
-      .detach();
+    : slot_(std::move(slot)),
+      stopped_(std::make_shared<std::atomic<bool>>(false)),
+      store_(std::move(store)) {
+  std::thread([store = store_, round = std::move(round), slot = slot_, stopped = stopped_] {
+    run(*store, round, *slot, *stopped);
+  }).detach();
 }
 
 MembershipWatcher::~MembershipWatcher() {
   stopped_->store(true);
+  store_->interrupt();  // its blocked watch returns now; `stopped` keeps it from reporting
   std::lock_guard lock(slot_->mutex);  // waits out a callback in progress
 }
 

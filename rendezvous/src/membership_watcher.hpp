@@ -8,8 +8,10 @@
 // A watch is never longer than `slice`: a connection that does not answer within slice plus the
 // client's grace is lost (a cut link, a dead store host), and StoreLost is reported, last.
 //
-// Threading: a detached thread that owns its store and its copy of the round; it ends within one
-// slice after the watcher is destroyed, so destroying never waits on the network.
+// Threading: a detached thread that owns its store and its copy of the round. Destroying the
+// watcher interrupts its connection (Store::interrupt), so the thread and its connection end at
+// once, not a slice later (a job re-forming every few ms would otherwise hold one connection per
+// recent round); destroying never waits on the network.
 // Ownership: the callback slot is shared with the rendezvous, which may replace the callback.
 #pragma once
 
@@ -52,6 +54,7 @@ class MembershipWatcher {
  private:
   std::shared_ptr<EventSlot> slot_;
   std::shared_ptr<std::atomic<bool>> stopped_;
+  std::shared_ptr<Store> store_;  // shared with the thread: interrupted on destruction
 };
 
 }  // namespace drun::rdzv

@@ -101,6 +101,10 @@ class TcpStore::Connection {
   const std::string& endpoint() const { return endpoint_; }
   milliseconds lease() const { return lease_; }
 
+  // shutdown(2), not close(2): the fd stays valid for a reader blocked on it in another thread,
+  // which wakes up to EOF and reports the connection broken.
+  void interrupt() { ::shutdown(fd_, SHUT_RDWR); }
+
   void stopHeartbeats() {
     {
       std::lock_guard lock(heartbeatMutex_);
@@ -412,6 +416,7 @@ TcpStore::~TcpStore() = default;
 const std::string& TcpStore::endpoint() const { return conn_->endpoint(); }
 milliseconds TcpStore::leaseTimeout() const { return conn_->lease(); }
 void TcpStore::stopHeartbeatsForTest() { conn_->stopHeartbeats(); }
+void TcpStore::interrupt() { conn_->interrupt(); }
 
 void TcpStore::set(const std::string& key, const Bytes& value) {
   auto q = request(Op::Set, {key}, {value});

@@ -870,11 +870,12 @@ TEST_CASE("c10d: a lost member with fewer than MIN left: a clear error naming it
 
 TEST_CASE("c10d factory: the endpoint host embeds the store, a second local agent becomes a "
           "client", "[rendezvous]") {
-  // Hold a port so that the endpoint is known before any agent binds it.
+  // A port the kernel picked, released for the agent's server to bind.
   auto reserved = PortReservation::reserve("127.0.0.1");
   auto o = options(2, 2, "factory");
   o.endpointHost = "127.0.0.1";
   o.endpointPort = reserved.port();
+  reserved.release();
   CHECK(isLocalEndpoint("127.0.0.1"));
   CHECK(isLocalEndpoint("localhost"));
   CHECK(routeSourceAddress("127.0.0.1", o.endpointPort) == "127.0.0.1");

@@ -20,11 +20,13 @@
 //                     orders steps across workers (e.g. rank 1 fails only once rank 0 is ready)
 //   bind-master       bind and listen on MASTER_ADDR's host, port MASTER_PORT, *without*
 //                     SO_REUSEADDR (as a plain program would); prints "BOUND <port>" or exits 96
+//   agentstat:PATH    append "<restart> <open fds> <VmRSS kB>" of the parent (drun's agent) to PATH
 //   gate:FIFO         open FIFO (made by the test) for reading, print READY (as above), then wait
 //                     until a writer has opened and closed it (bounded: 60 s, then exit 98)
 //
 // Writes use one write(2) per line. An unknown step exits 97 with a message on stderr.
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -40,6 +42,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <fstream>
 #include <map>
 #include <sstream>
 #include <string>
@@ -212,6 +215,24 @@ void await(const std::string& path) {
   ::close(fd);
 }
 
+// The parent's (the agent's) open file descriptors and resident memory, for soak tests.
+void agentStat(const std::string& path) {
+  const std::string proc = "/proc/" + std::to_string(::getppid());
+  int fds = 0;
+  if (DIR* d = ::opendir((proc + "/fd").c_str())) {
+    while (dirent* e = ::readdir(d)) fds += e->d_name[0] != '.';
+    ::closedir(d);
+  }
+  long rssKb = -1;
+  std::ifstream status(proc + "/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("VmRSS:", 0) == 0) rssKb = std::atol(line.c_str() + 6);
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) fail("cannot open " + path);
+  writeAll(fd, kRestart + " " + std::to_string(fds) + " " + std::to_string(rssKb) + "\n");
+  ::close(fd);
+}
+
 void bindMaster() {
   const char* port = std::getenv("MASTER_PORT");
   if (!port) fail("MASTER_PORT unset");
@@ -289,6 +310,8 @@ int main(int argc, char** argv) {
       await(arg);
     } else if (name == "gate") {
       gate(arg);
+    } else if (name == "agentstat") {
+      agentStat(arg);
     } else if (name == "bind-master") {
       bindMaster();
     } else {

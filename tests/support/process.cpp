@@ -1,6 +1,10 @@
 // Subprocess harness for the end-to-end tests (see process.hpp).
 #include "process.hpp"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -553,6 +557,26 @@ std::string hostName() {
   char name[256] = {};
   ::gethostname(name, sizeof name - 1);
   return name;
+}
+
+}  // namespace drun::test
+
+namespace drun::test {
+
+uint16_t freeLoopbackPort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) throw std::runtime_error("socket: " + std::string(std::strerror(errno)));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    ::close(fd);
+    throw std::runtime_error("bind: " + std::string(std::strerror(errno)));
+  }
+  ::close(fd);
+  return ntohs(a.sin_port);
 }
 
 }  // namespace drun::test

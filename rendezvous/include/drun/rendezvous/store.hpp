@@ -73,6 +73,11 @@ class Store {
   // deletePrefix("rdzv/<run_id>/") so a long-lived daemon does not keep finished jobs' keys.
   // Added after the skeleton: implementations that do not support it throw InvalidArgument.
   virtual int64_t deletePrefix(const std::string& prefix);
+
+  // Ends this client's connection now, from any thread: a call blocked in another thread returns
+  // at once with NetworkError instead of at its deadline (a watcher being stopped does not hold a
+  // connection for a whole watch). The will runs as on any close. Default: nothing to end.
+  virtual void interrupt() {}
 };
 
 inline int64_t Store::deletePrefix(const std::string& prefix) {

@@ -61,6 +61,7 @@ class TcpStore final : public Store {
   milliseconds leaseTimeout() const;
   // Stops sending heartbeats (the connection stays open): the server expires it after the lease.
   void stopHeartbeatsForTest();
+  void interrupt() override;
 
   void set(const std::string& key, const Bytes& value) override;
   Bytes get(const std::string& key, milliseconds timeout) override;
