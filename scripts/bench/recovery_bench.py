@@ -151,9 +151,12 @@ class Trial:
         self.netns("down")
         self.netns("up", str(self.sc.hosts))
 
-    def start_agent(self, host, mode="run"):
-        hold = self.exit_hold if mode == "exit" else self.args.hold
-        worker_argv = [self.args.worker, mode, str(hold)]
+    def start_agent(self, host, mode="run", worker_argv=None):
+        """Starts the launcher on `host` with this benchmark's worker, or `worker_argv` (another
+        benchmark's program that logs the same START/END lines, e.g. vs_torchrun_bench.py)."""
+        if worker_argv is None:
+            hold = self.exit_hold if mode == "exit" else self.args.hold
+            worker_argv = [self.args.worker, mode, str(hold)]
         argv = self.launcher.argv(self.sc, host, self.run_id, worker_argv, self.dir)
         env = dict(os.environ, RECOV_HOST=str(host), RECOV_LOG=self.log)
         out = open(os.path.join(self.dir, f"agent{host}.log"), "w")
