@@ -1,7 +1,7 @@
 // A torchrun command line runs unchanged under drun: for each torchrun invocation below, the test
 // runs torchrun 1.13 itself (scripts/bench/torchrun_compat.py under /usr/bin/python3) and drun
 // with the same arguments, and once more with the options in dash spelling (torchrun 1.13 knows
-// only the underscore one), on a program that records its arguments and environment
+// only the underscore one, and -m as --module), on a program that records its arguments and environment
 // (tests/torch/env_dump.py). Per rank, drun's workers must get every variable torchrun sets with
 // the same value, the same arguments, and their lines must reach the same places (console, log
 // files). SKIPPED without /usr/bin/python3 and its torch.
@@ -20,6 +20,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <fstream>
 #include <map>
@@ -41,7 +42,7 @@ namespace {
 constexpr auto kAgentTimeout = 60s;  // hang guard of one launcher run
 
 // How the program is named on the command line.
-enum class Form { Script, Module, ModuleLong, NoPython };
+enum class Form { Script, Module, NoPython };
 
 struct CompatCase {
   std::string name;
@@ -84,13 +85,16 @@ std::string launcherName(Launcher l) {
 // OMP_NUM_THREADS is set for one worker too (cores / workers), where torchrun leaves it unset.
 const std::set<std::string> kDrunExtras = {"DRUN_JOB_TOKEN", "PYTHONUNBUFFERED", "OMP_NUM_THREADS"};
 
+// The directory of one launch, in the dumps' values.
+constexpr const char* kLaunchDir = "@";
+
 // What one launcher (or the control run) did with one case.
 struct Launch {
   std::vector<RunResult> agents;
   std::map<int, std::vector<EnvDump>> dumps;  // by the RANK the worker saw (-1: none)
   std::set<std::string> console;              // "stdout hello R", "stderr oops R"
   std::set<std::string> files;                // "attempt_0/1/stdout.log: hello 1"
-  fs::path logDir, tmpDir;
+  fs::path logDir, tmpDir;  // "@/logs", "@/tmp"
 };
 
 std::string slurp(const fs::path& p) {
@@ -254,7 +258,6 @@ std::vector<std::string> programArgs(Form form) {
   switch (form) {
     case Form::Script: out = {torchProgram("env_dump.py").string()}; break;
     case Form::Module: out = {"-m", "env_dump"}; break;
-    case Form::ModuleLong: out = {"--module", "env_dump"}; break;
     case Form::NoPython: out = {"--no_python", torchProgram("env_dump.py").string()}; break;
   }
   out.insert(out.end(), args.begin(), args.end());
@@ -286,6 +289,11 @@ Launch launch(const Host& host, const CompatCase& c, std::optional<Launcher> whi
       argv = {kTorchPython, torchProgram("env_dump.py").string()};
     } else {
       std::vector<std::string> line = options;
+      // torchrun 1.13 looks at its workers every 5 s by default: that would be most of this
+      // test's time. Both launchers get the same 0.1 s (drun accepts and ignores it), except
+      // where a case sets it itself.
+      if (std::find(line.begin(), line.end(), "--monitor_interval") == line.end())
+        line.insert(line.end(), {"--monitor_interval", "0.1"});
       if (*which != Launcher::Torchrun) line.insert(line.end(), c.drunOnly.begin(), c.drunOnly.end());
       auto program = programArgs(c.form);
       line.insert(line.end(), program.begin(), program.end());
@@ -294,7 +302,10 @@ Launch launch(const Host& host, const CompatCase& c, std::optional<Launcher> whi
                                 {"{LOGDIR}", l.logDir.string()}})
           if (auto at = s.find(from); at != std::string::npos) s.replace(at, from.size(), to);
       }
-      if (*which == Launcher::DrunDashed) line = dashed(line);
+      if (*which == Launcher::DrunDashed) {
+        line = dashed(line);
+        std::replace(line.begin(), line.end(), std::string("-m"), std::string("--module"));
+      }
       if (*which == Launcher::Torchrun) argv = {kTorchPython, torchrunCompat().string()};
       else argv = {drunPath().string()};
       argv.insert(argv.end(), line.begin(), line.end());
@@ -312,6 +323,11 @@ Launch launch(const Host& host, const CompatCase& c, std::optional<Launcher> whi
     if (entry.path().extension() != ".txt") continue;
     auto parsed = parseEnvDumps(slurp(entry.path()));
     EnvDump d = parsed.count(-1) ? parsed[-1] : EnvDump{};
+    // Each launch has a directory of its own (dumps, TMPDIR, log dir): its path is "@" in every
+    // value, so that the launches compare (COMPAT_DUMP_DIR=@/dumps everywhere).
+    for (auto& [k, v] : d.vars)
+      for (auto at = v.find(dir.path().string()); at != std::string::npos; at = v.find(dir.path().string(), at))
+        v.replace(at, dir.path().string().size(), kLaunchDir);
     auto rank = d.get("RANK");
     l.dumps[rank && isCount(*rank) ? std::stoi(*rank) : -1].push_back(std::move(d));
   }
@@ -329,6 +345,8 @@ Launch launch(const Host& host, const CompatCase& c, std::optional<Launcher> whi
       for (const auto& s : compatLines(slurp(entry.path()), "")) l.files.insert(below.string() + ": " + s);
     }
   }
+  l.logDir = fs::path(kLaunchDir) / "logs";  // as the values say it
+  l.tmpDir = fs::path(kLaunchDir) / "tmp";
   return l;
 }
 
@@ -429,22 +447,34 @@ void skipUnlessTorchrun() { skipWithoutTorch("torchrun compatibility test"); }
 
 }  // namespace
 
+// A case with defaults for everything else.
+CompatCase line(std::string name, std::vector<std::vector<std::string>> agents) {
+  CompatCase c;
+  c.name = std::move(name);
+  c.agents = std::move(agents);
+  return c;
+}
+
+template <typename F>
+CompatCase with(CompatCase c, F&& change) {
+  change(c);
+  return c;
+}
+
 TEST_CASE("torchrun compat: single-node lines (--standalone, = and space forms, PET_ variables, "
           "--max-restarts, --role, accepted no-ops)", "[torch]") {
   skipUnlessTorchrun();
   Host host;
-  std::vector<CompatCase> cases = {
-      {.name = "--standalone --nproc_per_node=2",
-       .agents = {{"--standalone", "--nproc_per_node=2"}}},
-      {.name = "--standalone --nnodes=1 with restarts, role, monitor interval, start method",
-       .agents = {{"--standalone", "--nnodes=1", "--nproc_per_node", "3", "--max_restarts", "2",
-                   "--role", "trainer", "--monitor_interval", "1", "--start_method", "fork"}}},
-      {.name = "options from PET_ variables",
-       .agents = {{"--rdzv_id", "from-pet"}},
-       .env = {"PET_STANDALONE=1", "PET_NPROC_PER_NODE=2", "PET_MAX_RESTARTS=1"}},
-      {.name = "OMP_NUM_THREADS left unset",
-       .agents = {{"--standalone", "--nproc_per_node", "2"}},
-       .env = {"OMP_NUM_THREADS"}},
+  const std::vector<CompatCase> cases = {
+      line("--standalone --nproc_per_node=2", {{"--standalone", "--nproc_per_node=2"}}),
+      line("--standalone --nnodes=1 with restarts, role, monitor interval, start method",
+           {{"--standalone", "--nnodes=1", "--nproc_per_node", "3", "--max_restarts", "2", "--role",
+             "trainer", "--monitor_interval", "0.5", "--start_method", "fork"}}),
+      with(line("options from PET_ variables", {{"--rdzv_id", "from-pet"}}), [](CompatCase& c) {
+        c.env = {"PET_STANDALONE=1", "PET_NPROC_PER_NODE=2", "PET_MAX_RESTARTS=1"};
+      }),
+      with(line("OMP_NUM_THREADS left unset", {{"--standalone", "--nproc_per_node", "2"}}),
+           [](CompatCase& c) { c.env = {"OMP_NUM_THREADS"}; }),
   };
   for (const auto& c : cases) checkCase(host, c);
 }
@@ -461,55 +491,55 @@ TEST_CASE("torchrun compat: rendezvous lines (--nnodes MIN:MAX, --rdzv-backend -
   std::vector<std::string> two = {"--nnodes=2", "--nproc_per_node=2", "--rdzv_id=compat-two",
                                   "--max_restarts=1"};
   two.insert(two.end(), rdzv.begin(), rdzv.end());
-  std::vector<CompatCase> cases = {
-      {.name = "--nnodes 1:2 with c10d endpoint, id and conf", .agents = {elastic}},
-      {.name = "two agents of --nnodes=2 on one host", .agents = {two, two}},
+  const std::vector<CompatCase> cases = {
+      line("--nnodes 1:2 with c10d endpoint, id and conf", {elastic}),
+      line("two agents of --nnodes=2 on one host", {two, two}),
   };
   for (const auto& c : cases) checkCase(host, c);
 }
 
-TEST_CASE("torchrun compat: program forms (script with arguments, -m, --module, --no-python)",
+TEST_CASE("torchrun compat: program forms (script with arguments, -m or --module, --no-python)",
           "[torch]") {
   skipUnlessTorchrun();
   Host host;
-  const std::vector<std::string> line = {"--standalone", "--nproc_per_node", "2", "--rdzv_id", "forms"};
-  std::vector<CompatCase> cases = {
-      {.name = "-m MODULE", .agents = {line}, .form = Form::Module},
-      {.name = "--module MODULE", .agents = {line}, .form = Form::ModuleLong},
-      {.name = "--no_python EXECUTABLE", .agents = {line}, .form = Form::NoPython},
+  const std::vector<std::string> options = {"--standalone", "--nproc_per_node", "2"};
+  auto form = [&](const char* name, Form f) {
+    return with(line(name, {options}), [f](CompatCase& c) { c.form = f; });
   };
+  const std::vector<CompatCase> cases = {form("-m MODULE (drun: --module too)", Form::Module),
+                                         form("--no_python EXECUTABLE", Form::NoPython)};
   for (const auto& c : cases) checkCase(host, c);
 }
 
-TEST_CASE("torchrun compat: output options (--log-dir with -r, -t, per-rank --redirects, "
+TEST_CASE("torchrun compat: output options (-r, --log-dir with -r, -t, per-rank --redirects, "
           "--local-ranks-filter)", "[torch]") {
   skipUnlessTorchrun();
   Host host;
-  const std::vector<std::string> line = {"--standalone", "--nproc_per_node", "2", "--rdzv_id",
-                                         "out", "--log_dir", "{LOGDIR}"};
-  auto with = [&](std::vector<std::string> extra) {
-    std::vector<std::string> l = line;
-    l.insert(l.end(), extra.begin(), extra.end());
-    return std::vector<std::vector<std::string>>{l};
+  auto logged = [](const char* name, std::vector<std::string> extra) {
+    std::vector<std::string> options = {"--standalone", "--nproc_per_node", "2", "--log_dir", "{LOGDIR}"};
+    options.insert(options.end(), extra.begin(), extra.end());
+    return with(line(name, {options}), [](CompatCase& c) { c.logDir = true; });
   };
-  std::vector<CompatCase> cases = {
-      {.name = "--log_dir -r 3", .agents = with({"-r", "3"}), .logDir = true},
-      {.name = "--log_dir -t 3", .agents = with({"-t", "3"}), .logDir = true},
-      {.name = "--log_dir --redirects 0:1,1:2 --tee 0:2",
-       .agents = with({"--redirects", "0:1,1:2", "--tee", "0:2"}), .logDir = true},
+  const std::vector<CompatCase> cases = {
+      line("-r 3 without --log_dir (a temporary one)",
+           {{"--standalone", "--nproc_per_node", "2", "-r", "3"}}),
+      logged("--log_dir -r 3", {"-r", "3"}),
+      logged("--log_dir -t 3", {"-t", "3"}),
+      logged("--log_dir --redirects 0:1,1:2 --tee 0:2", {"--redirects", "0:1,1:2", "--tee", "0:2"}),
       // torchrun 1.13 has no --local-ranks-filter (2.2 has): drun alone gets it.
-      {.name = "--local-ranks-filter 1 (drun only)",
-       .agents = with({}),
-       .drunOnly = {"--local-ranks-filter", "1"},
-       .consoleLocalRanks = std::set<int>{1},
-       .logDir = true},
+      with(logged("--local-ranks-filter 1 (drun only)", {}), [](CompatCase& c) {
+        c.drunOnly = {"--local-ranks-filter", "1"};
+        c.consoleLocalRanks = std::set<int>{1};
+      }),
   };
   for (const auto& c : cases) checkCase(host, c);
 }
 
-// These lines depend on CLI changes the lead is making (static semantics of the classic line,
-// temporary log dirs for -r/-t without --log-dir).
-TEST_CASE("torchrun compat: the classic static line and -r without --log-dir", "[torch]") {
+// The classic static line (no --rdzv-backend: torchrun's default static backend, node 0's agent
+// serving the store at --master_addr:--master_port). Depends on the static semantics the lead is
+// giving this line in the CLI: until then drun rejects it (--nnodes 2 needs --rdzv-endpoint).
+TEST_CASE("torchrun compat: the classic static line --nnodes=2 --node_rank --master_addr "
+          "--master_port", "[torch]") {
   skipUnlessTorchrun();
   Host host;
   auto node = [](int rank) {
@@ -517,11 +547,6 @@ TEST_CASE("torchrun compat: the classic static line and -r without --log-dir", "
                                     "--master_addr=127.0.0.1", "--master_port={PORT}",
                                     "--nproc_per_node=2"};
   };
-  std::vector<CompatCase> cases = {
-      {.name = "classic static line on two agents", .agents = {node(0), node(1)},
-       .staticBackend = true},
-      {.name = "-r 3 without --log_dir",
-       .agents = {{"--standalone", "--nproc_per_node", "2", "-r", "3"}}},
-  };
-  for (const auto& c : cases) checkCase(host, c);
+  checkCase(host, with(line("classic static line on two agents", {node(0), node(1)}),
+                       [](CompatCase& c) { c.staticBackend = true; }));
 }
