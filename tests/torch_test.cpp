@@ -10,6 +10,7 @@
 // two-host tests without network namespaces). Importing torch costs seconds here, so the
 // tutorials run in one job (tests/torch/tutorials.py runs them one after the other).
 #include <catch2/catch.hpp>
+#include <functional>
 #include <map>
 #include <regex>
 #include <set>
@@ -175,7 +176,8 @@ std::string describe(const std::vector<RunResult>& runs) {
 // drun with PYTHON_EXEC naming Debian's interpreter (`python3` on PATH may lack torch).
 RunOptions singleNode(const MarkerScope& marker, std::vector<std::string> args) {
   return drunCommand(std::move(args),
-                     {marker.env(), std::string("PYTHON_EXEC=") + kTorchPython, "OMP_NUM_THREADS=1"},
+                     {marker.env(), std::string("PYTHON_EXEC=") + kTorchPython,
+                      "OMP_NUM_THREADS=1"},
                      kJobTimeout);
 }
 
@@ -211,8 +213,8 @@ TEST_CASE("torch: an exception recorded by @record reaches drun's failure summar
   skipWithoutTorch("@record");
   MarkerScope marker;
   const std::string message = "tutorial failure " + randomHex(12);
-  auto r = run(singleNode(marker, {"--nproc-per-node", "2", torchProgram("record_error.py").string(),
-                                   "1", message}));
+  auto r = run(singleNode(marker, {"--nproc-per-node", "2",
+                                   torchProgram("record_error.py").string(), "1", message}));
   INFO(r.describe());
   CHECK(r.status() == 1);  // the worker's exit code (the @record wrapper re-raises)
   CHECK(tagged(r.out, "RECORD").size() == 2);  // both ranks did their all_reduce first

@@ -1,10 +1,10 @@
 // A torchrun command line runs unchanged under drun: for each torchrun invocation below, the test
 // runs torchrun 1.13 itself (scripts/bench/torchrun_compat.py under /usr/bin/python3) and drun
-// with the same arguments, and once more with the options in dash spelling (torchrun 1.13 knows
-// only the underscore one, and -m as --module), on a program that records its arguments and environment
-// (tests/torch/env_dump.py). Per rank, drun's workers must get every variable torchrun sets with
-// the same value, the same arguments, and their lines must reach the same places (console, log
-// files). SKIPPED without /usr/bin/python3 and its torch.
+// with the same arguments, and drun once more with the options in dash spelling and -m as
+// --module (torchrun 1.13 knows only the underscore spelling), on a program that records its
+// arguments and environment (tests/torch/env_dump.py). Per rank, drun's workers must get every
+// variable torchrun sets with the same value, the same arguments, and their lines must reach the
+// same places (console, log files). SKIPPED without /usr/bin/python3 and its torch.
 //
 // "The variables torchrun sets" are found, not listed: those in a torchrun worker's environment
 // that the same program started directly (a control run, same environment) does not have or has
@@ -125,9 +125,10 @@ bool sameHost(const std::string& a, const std::string& b) {
     if (::getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0) return out;
     for (addrinfo* p = res; p; p = p->ai_next) {
       char buf[INET6_ADDRSTRLEN] = {};
-      const void* at = p->ai_family == AF_INET
-                           ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(p->ai_addr)->sin_addr)
-                           : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(p->ai_addr)->sin6_addr);
+      const void* at =
+          p->ai_family == AF_INET
+              ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(p->ai_addr)->sin_addr)
+              : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(p->ai_addr)->sin6_addr);
       if (::inet_ntop(p->ai_family, at, buf, sizeof buf)) out.insert(buf);
     }
     ::freeaddrinfo(res);
@@ -182,11 +183,13 @@ std::string valueMismatch(const CompatCase& c, const std::string& key, const std
     std::string tail = "/attempt_" + w.get("TORCHELASTIC_RESTART_COUNT").value_or("?") + "/" +
                        w.get("LOCAL_RANK").value_or("?") + "/error.json";
     auto ok = [&](const std::string& path, const Launch& l) {
-      bool ends = path.size() > tail.size() && path.compare(path.size() - tail.size(), tail.size(), tail) == 0;
+      bool ends = path.size() > tail.size() &&
+                  path.compare(path.size() - tail.size(), tail.size(), tail) == 0;
       return ends && under(path, c.logDir ? l.logDir : l.tmpDir);
     };
     if (!ok(t, tl)) return "torchrun's '" + t + "' is not <dir>" + tail + " (test assumption)";
-    return ok(d, dl) ? "" : "drun's '" + d + "' is not " + (c.logDir ? "<log dir>/*" : "$TMPDIR/*") + tail;
+    if (ok(d, dl)) return "";
+    return "drun's '" + d + "' is not " + (c.logDir ? "<log dir>/*" : "$TMPDIR/*") + tail;
   }
   if (key == "OMP_NUM_THREADS") {
     // Only when the user left it unset: torchrun 1.13 sets 1 with several workers, drun
@@ -294,7 +297,8 @@ Launch launch(const Host& host, const CompatCase& c, std::optional<Launcher> whi
       // where a case sets it itself.
       if (std::find(line.begin(), line.end(), "--monitor_interval") == line.end())
         line.insert(line.end(), {"--monitor_interval", "0.1"});
-      if (*which != Launcher::Torchrun) line.insert(line.end(), c.drunOnly.begin(), c.drunOnly.end());
+      if (*which != Launcher::Torchrun)
+        line.insert(line.end(), c.drunOnly.begin(), c.drunOnly.end());
       auto program = programArgs(c.form);
       line.insert(line.end(), program.begin(), program.end());
       for (std::string& s : line) {
@@ -325,9 +329,10 @@ Launch launch(const Host& host, const CompatCase& c, std::optional<Launcher> whi
     EnvDump d = parsed.count(-1) ? parsed[-1] : EnvDump{};
     // Each launch has a directory of its own (dumps, TMPDIR, log dir): its path is "@" in every
     // value, so that the launches compare (COMPAT_DUMP_DIR=@/dumps everywhere).
+    const std::string root = dir.path().string();
     for (auto& [k, v] : d.vars)
-      for (auto at = v.find(dir.path().string()); at != std::string::npos; at = v.find(dir.path().string(), at))
-        v.replace(at, dir.path().string().size(), kLaunchDir);
+      for (auto at = v.find(root); at != std::string::npos; at = v.find(root, at))
+        v.replace(at, root.size(), kLaunchDir);
     auto rank = d.get("RANK");
     l.dumps[rank && isCount(*rank) ? std::stoi(*rank) : -1].push_back(std::move(d));
   }
@@ -342,7 +347,8 @@ Launch launch(const Host& host, const CompatCase& c, std::optional<Launcher> whi
       fs::path rel = fs::relative(entry.path(), l.logDir);
       fs::path below;
       for (auto it = std::next(rel.begin()); it != rel.end(); ++it) below /= *it;
-      for (const auto& s : compatLines(slurp(entry.path()), "")) l.files.insert(below.string() + ": " + s);
+      for (const auto& s : compatLines(slurp(entry.path()), ""))
+        l.files.insert(below.string() + ": " + s);
     }
   }
   l.logDir = fs::path(kLaunchDir) / "logs";  // as the values say it
@@ -483,7 +489,8 @@ TEST_CASE("torchrun compat: rendezvous lines (--nnodes MIN:MAX, --rdzv-backend -
           "-conf) and two agents", "[torch]") {
   skipUnlessTorchrun();
   Host host;
-  const std::vector<std::string> rdzv = {"--rdzv_backend", "c10d", "--rdzv_endpoint", "127.0.0.1:{PORT}"};
+  const std::vector<std::string> rdzv = {"--rdzv_backend", "c10d", "--rdzv_endpoint",
+                                         "127.0.0.1:{PORT}"};
   std::vector<std::string> elastic = {"--nnodes", "1:2", "--nproc_per_node", "2", "--rdzv_id",
                                       "compat-elastic", "--rdzv_conf",
                                       "join_timeout=30,last_call_timeout=1"};
@@ -516,7 +523,8 @@ TEST_CASE("torchrun compat: output options (-r, --log-dir with -r, -t, per-rank 
   skipUnlessTorchrun();
   Host host;
   auto logged = [](const char* name, std::vector<std::string> extra) {
-    std::vector<std::string> options = {"--standalone", "--nproc_per_node", "2", "--log_dir", "{LOGDIR}"};
+    std::vector<std::string> options = {"--standalone", "--nproc_per_node", "2", "--log_dir",
+                                        "{LOGDIR}"};
     options.insert(options.end(), extra.begin(), extra.end());
     return with(line(name, {options}), [](CompatCase& c) { c.logDir = true; });
   };
@@ -525,7 +533,8 @@ TEST_CASE("torchrun compat: output options (-r, --log-dir with -r, -t, per-rank 
            {{"--standalone", "--nproc_per_node", "2", "-r", "3"}}),
       logged("--log_dir -r 3", {"-r", "3"}),
       logged("--log_dir -t 3", {"-t", "3"}),
-      logged("--log_dir --redirects 0:1,1:2 --tee 0:2", {"--redirects", "0:1,1:2", "--tee", "0:2"}),
+      logged("--log_dir --redirects 0:1,1:2 --tee 0:2",
+             {"--redirects", "0:1,1:2", "--tee", "0:2"}),
       // torchrun 1.13 has no --local-ranks-filter (2.2 has): drun alone gets it.
       with(logged("--local-ranks-filter 1 (drun only)", {}), [](CompatCase& c) {
         c.drunOnly = {"--local-ranks-filter", "1"};

@@ -37,8 +37,8 @@ inline void skipWithoutTorch(const std::string& test) {
             "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('torch') else 3)"};
   o.timeout = std::chrono::seconds(20);
   if (RunResult r = run(o); r.status() != 0)
-    skipTest(test + ": " + kTorchPython + " cannot find the torch package (install python3-torch): " +
-             r.describe());
+    skipTest(test + ": " + kTorchPython +
+             " cannot find the torch package (install python3-torch): " + r.describe());
 }
 
 }  // namespace drun::test
