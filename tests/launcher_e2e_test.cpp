@@ -833,7 +833,7 @@ fs::path runDir(const fs::path& logDir) {
 }
 }  // namespace
 
-TEST_CASE("log-dir writes run_id/attempt_n/local_rank/stdout.log and stderr.log", "[e2e]") {
+TEST_CASE("log-dir writes run/node/attempt_n/local_rank/stdout.log and stderr.log", "[e2e]") {
   MarkerScope marker;
   TempDir logs;
   auto r = run(drunCommand({"--nproc-per-node", "2", "--log-dir", logs.path().string(), behave(),
@@ -842,20 +842,68 @@ TEST_CASE("log-dir writes run_id/attempt_n/local_rank/stdout.log and stderr.log"
   INFO(r.describe());
   REQUIRE(r.status() == 0);
   auto dir = runDir(logs.path());
-  // The directory is named after the run id the workers saw.
+  // Without --rdzv-id the run gets a directory of its own, as torchrun's none_<random>, and drun
+  // says where it is.
+  CHECK(dir.filename().string().rfind("none_", 0) == 0);
+  CHECK(contains(r.err, "drun: log files go to " + dir.string()));
   auto by = linesByRank(r.out);
-  CHECK(hasLine(by[0], "TORCHELASTIC_RUN_ID=" + dir.filename().string()));
+  CHECK(hasLine(by[0], "TORCHELASTIC_RUN_ID=none"));
   for (int lr = 0; lr < 2; ++lr) {
-    auto rankDir = dir / "attempt_0" / std::to_string(lr);
+    auto rankDir = dir / "node0" / "attempt_0" / std::to_string(lr);
     INFO(rankDir);
     std::string s = std::to_string(lr);
-    CHECK(slurp(rankDir / "stdout.log") ==
-          "TORCHELASTIC_RUN_ID=" + dir.filename().string() + "\nhello " + s + "\n");
+    CHECK(slurp(rankDir / "stdout.log") == "TORCHELASTIC_RUN_ID=none\nhello " + s + "\n");
     CHECK(slurp(rankDir / "stderr.log") == "oops " + s + "\n");
     // Default routing: the console still gets everything.
     CHECK(hasLine(by[lr], "hello " + s));
     CHECK(hasLine(linesByRank(r.err)[lr], "oops " + s));
   }
+}
+
+TEST_CASE("every run has its own log directory and reads only its own error files", "[e2e]") {
+  MarkerScope marker;
+  TempDir logs;
+  const std::string dir = logs.path().string();
+  SECTION("without --rdzv-id: two runs, two directories") {
+    for (int i = 0; i < 2; ++i) {
+      auto r = run(drunCommand({"--log-dir", dir, behave(), "out:run"}, {marker.env()}));
+      INFO(r.describe());
+      REQUIRE(r.status() == 0);
+    }
+    int runs = 0;
+    for (auto& e : fs::directory_iterator(logs.path())) runs += e.is_directory() ? 1 : 0;
+    CHECK(runs == 2);
+  }
+  SECTION("with the same --rdzv-id: the second run's summary shows its own failure") {
+    auto first = run(drunCommand({"--log-dir", dir, "--rdzv-id", "job7", behave(),
+                                  "errorfile:ValueError: from the first run", "exit:1"},
+                                 {marker.env()}));
+    INFO(first.describe());
+    REQUIRE(first.status() == 1);
+    const fs::path errorFile = logs.path() / "job7" / "node0" / "attempt_0" / "0" / "error.json";
+    CHECK(fs::exists(errorFile));  // the summary's path outlives drun
+    CHECK(contains(first.err, "drun:   error file " + errorFile.string() + ":"));
+    auto second = run(drunCommand({"--log-dir", dir, "--rdzv-id", "job7", behave(), "exit:7"},
+                                  {marker.env()}));
+    INFO(second.describe());
+    CHECK(second.status() == 7);
+    expectRootCause(second, rootCause(0, "exited with code 7"));
+    CHECK_FALSE(contains(second.err, "from the first run"));
+  }
+}
+
+TEST_CASE("redirects without --log-dir go to a kept temporary directory named on stderr", "[e2e]") {
+  MarkerScope marker;
+  TempDir tmp;
+  auto r = run(drunCommand({"--nproc-per-node", "2", "-r", "3", behave(), "out:o{rank}", "err:e{rank}"},
+                           {marker.env(), "TMPDIR=" + tmp.path().string()}));
+  INFO(r.describe());
+  REQUIRE(r.status() == 0);
+  CHECK(linesByRank(r.out).empty());
+  auto dir = runDir(tmp.path());
+  CHECK(contains(r.err, "drun: log files go to " + dir.string() + " (--redirects/--tee without --log-dir)"));
+  CHECK(slurp(dir / "node0" / "attempt_0" / "1" / "stdout.log") == "o1\n");
+  CHECK(slurp(dir / "node0" / "attempt_0" / "0" / "stderr.log") == "e0\n");
 }
 
 TEST_CASE("redirects and tee route streams to files and/or the console", "[e2e]") {
@@ -870,7 +918,7 @@ TEST_CASE("redirects and tee route streams to files and/or the console", "[e2e]"
     return r;
   };
   auto fileOf = [&](int lr, const std::string& stream) {
-    return slurp(runDir(logs.path()) / "attempt_0" / std::to_string(lr) / (stream + ".log"));
+    return slurp(runDir(logs.path()) / "node0" / "attempt_0" / std::to_string(lr) / (stream + ".log"));
   };
   SECTION("-r 3: both streams only in the files") {
     auto r = runWith({"-r", "3"});
@@ -1002,7 +1050,10 @@ TEST_CASE("the error file's message is the root cause", "[e2e]") {
     for (auto& l : out[1])
       if (l.rfind("TORCHELASTIC_ERROR_FILE=", 0) == 0) errorFile = l.substr(24);
     REQUIRE_FALSE(errorFile.empty());
-    auto header = "drun:   error file " + errorFile + ":";
+    // Without --log-dir the file is gone when drun exits: the summary names no path.
+    CHECK_FALSE(fs::exists(errorFile));
+    CHECK_FALSE(contains(r.err, errorFile));
+    auto header = std::string("drun:   error file:");
     CHECK(Summary{splitLines(r.err)}.find(header) >= 0);
     auto body = indentedAfter(r, header);
     bool found = false;
@@ -1014,7 +1065,7 @@ TEST_CASE("the error file's message is the root cause", "[e2e]") {
                              {marker.env()}));
     INFO(r.describe());
     CHECK(r.status() == 1);
-    CHECK(Summary{splitLines(r.err)}.find("drun:   error file ") >= 0);
+    CHECK(Summary{splitLines(r.err)}.find("drun:   error file:") >= 0);
     bool found = false;
     for (auto& l : splitLines(r.err))
       found = found || (contains(l, "plain message from worker") && l.rfind("drun:   error file", 0) != 0);

@@ -8,6 +8,7 @@
 
 #include <catch2/catch.hpp>
 #include <set>
+#include <thread>
 
 #include "process.hpp"
 
@@ -121,4 +122,96 @@ TEST_CASE("rendezvous: agents meet at a standalone drun-rendezvous daemon", "[e2
   CHECK_THAT(job.a.out + job.b.out, Catch::Contains("WORLD=4"));
   daemon.signal(SIGTERM);
   CHECK(daemon.wait(10s).status() == 0);
+}
+
+namespace {
+int countLines(const std::string& text, const std::string& needle) {
+  int n = 0;
+  for (const std::string& line : splitLines(text)) n += line.find(needle) != std::string::npos;
+  return n;
+}
+}  // namespace
+
+TEST_CASE("rendezvous: long waits are said at a steady pace and not as a flood", "[e2e][rendezvous]") {
+  SECTION("a node waiting for the others") {
+    const uint16_t port = freePort();
+    auto args = agentArgs(port, "wait-" + randomHex(6),
+                          {"--rdzv-conf", "join_timeout=3500ms,progress_interval=1s", "/bin/true"});
+    RunResult r = run(drunCommand(args, {}, 30s));
+    INFO(r.describe());
+    CHECK(r.status() == 1);
+    const std::string line = "drun: waiting for 1 more node(s) (1/2 joined at ";
+    // One after 1 s, then one a second: 3 within 3.5 s (a slow machine may drop one).
+    CHECK(countLines(r.err, line) >= 2);
+    CHECK(countLines(r.err, line) <= 4);
+    CHECK_THAT(r.err, Catch::Contains("s left"));
+  }
+  SECTION("an unreachable store") {
+    const uint16_t port = freePort();  // nothing serves it: connections are refused
+    auto args = agentArgs(port, "unreach-" + randomHex(6),
+                          {"--rdzv-conf", "is_host=0,join_timeout=2500ms,progress_interval=1s", "/bin/true"});
+    RunResult r = run(drunCommand(args, {}, 30s));
+    INFO(r.describe());
+    CHECK(r.status() == 1);
+    const std::string line = "drun: cannot reach the rendezvous store at 127.0.0.1:" + std::to_string(port) + " yet";
+    CHECK(countLines(r.err, line) >= 1);
+    CHECK(countLines(r.err, line) <= 3);
+  }
+  SECTION("a finished node waiting for the rest") {
+    const uint16_t port = freePort();
+    const std::string id = "barrier-" + randomHex(6);
+    // Node ranks follow arrival here (one host): whichever node holds rank 0 finishes at once,
+    // the other runs 2.5 s.
+    std::vector<std::string> extra = {"--rdzv-conf", "progress_interval=1s", "sh", "-c",
+                                      "[ $GROUP_RANK = 0 ] || sleep 2.5"};
+    Process pa(drunCommand(agentArgs(port, id, extra), {}, 30s));
+    Process pb(drunCommand(agentArgs(port, id, extra), {}, 30s));
+    RunResult a = pa.wait(), b = pb.wait();
+    INFO(a.describe() << "\n" << b.describe());
+    CHECK(a.status() == 0);
+    CHECK(b.status() == 0);
+    const int lines = countLines(a.err + b.err, "drun: still waiting for the other node(s) of the job to finish");
+    CHECK(lines >= 1);
+    CHECK(lines <= 3);
+  }
+}
+
+TEST_CASE("rendezvous: agents started with different --nnodes fail at once naming both",
+          "[e2e][rendezvous]") {
+  const uint16_t port = freePort();
+  const std::string id = "mismatch-" + randomHex(6);
+  auto endpoint = "127.0.0.1:" + std::to_string(port);
+  Process a(drunCommand({"--nnodes", "2", "--rdzv-endpoint", endpoint, "--rdzv-id", id, "/bin/true"}, {}, 30s));
+  // The second starts once the first hosts the store (it would otherwise race to host it).
+  std::this_thread::sleep_for(500ms);
+  const auto t0 = std::chrono::steady_clock::now();
+  Process b(drunCommand({"--nnodes", "3", "--rdzv-endpoint", endpoint, "--rdzv-id", id, "/bin/true"}, {}, 30s));
+  RunResult rb = b.wait();
+  RunResult ra = a.wait();
+  INFO(ra.describe() << "\n" << rb.describe());
+  CHECK(std::chrono::steady_clock::now() - t0 < 10s);  // the join timeout is 600 s
+  for (const RunResult* r : {&ra, &rb}) {
+    CHECK(r->status() == 1);
+    CHECK_THAT(r->err, Catch::Contains("nodes disagree on --nnodes"));
+    CHECK_THAT(r->err, Catch::Contains("has --nnodes 3"));
+    CHECK_THAT(r->err, Catch::Contains("has --nnodes 2"));
+  }
+}
+
+TEST_CASE("rendezvous: the classic static torchrun line runs a two-node job", "[e2e][rendezvous]") {
+  const uint16_t port = freePort();
+  auto node = [&](int rank) {
+    return drunCommand({"--nnodes=2", "--node_rank=" + std::to_string(rank), "--master_addr=127.0.0.1",
+                        "--master_port=" + std::to_string(port), "--nproc_per_node=2", "sh", "-c",
+                        "echo RANK=$RANK; echo WORLD=$WORLD_SIZE MASTER=$MASTER_ADDR:$MASTER_PORT"},
+                       {}, 30s);
+  };
+  Process p0(node(0)), p1(node(1));
+  RunResult r0 = p0.wait(), r1 = p1.wait();
+  INFO(r0.describe() << "\n" << r1.describe());
+  CHECK(r0.status() == 0);
+  CHECK(r1.status() == 0);
+  CHECK(ranksPrinted(r0.out) == std::set<int>{0, 1});
+  CHECK(ranksPrinted(r1.out) == std::set<int>{2, 3});
+  CHECK_THAT(r0.out + r1.out, Catch::Contains("WORLD=4 MASTER=127.0.0.1:" + std::to_string(port)));
 }

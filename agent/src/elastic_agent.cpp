@@ -7,6 +7,7 @@
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <optional>
 #include <spdlog/spdlog.h>
@@ -113,26 +114,42 @@ std::vector<std::string> currentEnvironment() {
   return out;
 }
 
-// The job's private directory: --log-dir/<run_id> (kept), else a temporary one holding the error
-// files (removed at exit).
-fs::path makeJobDir(const AgentConfig& config, bool& temporary) {
-  if (config.logDir) {
-    temporary = false;
-    fs::path dir = *config.logDir / config.rendezvous.runId;
-    fs::create_directories(dir);
-    return dir;
-  }
-  temporary = true;
-  std::string base = (fs::temp_directory_path() / "drun-XXXXXX").string();
-  if (!::mkdtemp(base.data())) throw Error("cannot create a temporary directory under " + base);
-  return base;
-}
-
 bool routesToFiles(const OutputOptions& output) {
   if (output.defaultRouting.redirect || output.defaultRouting.tee) return true;
   for (const auto& [rank, routing] : output.routing)
     if (routing.redirect || routing.tee) return true;
   return false;
+}
+
+// Where this run's files go (README, "Files"). Each attempt writes
+// <job dir>/node<group rank>/attempt_<n>/<local rank>/{stdout,stderr}.log and error.json:
+//   --log-dir DIR          DIR/<run id>, or DIR/none_<random> without --rdzv-id (torchrun's
+//                          mkdtemp does the same): one run never reads or overwrites another's
+//                          files; node<group rank> keeps nodes that share a file system apart.
+//   -r/-t, no --log-dir    a new $TMPDIR/drun_<run id>_<random>, kept and named on stderr (the
+//                          output would otherwise be thrown away; torchrun does the same).
+//   neither                a temporary directory for the error files, removed at exit.
+struct JobDir {
+  fs::path path;
+  bool temporary = true;  // removed at exit: summaries do not name files in it
+};
+
+fs::path makeUniqueDir(const fs::path& parent, const std::string& stem) {
+  fs::create_directories(parent);
+  std::string pattern = (parent / (stem + "_XXXXXX")).string();
+  if (!::mkdtemp(pattern.data())) throw Error("cannot create a directory " + pattern + ": " + std::strerror(errno));
+  return pattern;
+}
+
+JobDir makeJobDir(const AgentConfig& config) {
+  const std::string& runId = config.rendezvous.runId;
+  if (config.logDir) {
+    if (runId == "none") return {makeUniqueDir(*config.logDir, "none"), false};
+    fs::create_directories(*config.logDir / runId);
+    return {*config.logDir / runId, false};
+  }
+  if (routesToFiles(config.output)) return {makeUniqueDir(fs::temp_directory_path(), "drun_" + runId), false};
+  return {makeUniqueDir(fs::temp_directory_path(), "drun"), true};
 }
 
 std::string describeStatus(const FailureRecord& f) {
@@ -159,6 +176,7 @@ struct ElasticAgent::Impl {
   boost::asio::io_context io;
   boost::asio::signal_set signals{io};
   boost::asio::steady_timer scaleUpTimer{io};
+  boost::asio::steady_timer barrierTimer{io};  // progress lines while waiting in the exit barrier
   std::optional<JobGuard> guard;
   std::unique_ptr<WorkerGroup> group;
   std::optional<OffLoop> offLoop;
@@ -169,8 +187,7 @@ struct ElasticAgent::Impl {
   rdzv::RoundResult round;
   bool roundStarted = false;          // `round` has run workers (events of it apply)
   std::vector<JobEvent> latched;      // events of a round this node has not started yet
-  fs::path jobDir;
-  bool jobDirTemporary = true;
+  JobDir jobDir;
   fs::path attemptDir;
   std::vector<std::string> baseEnvironment = currentEnvironment();
   int cpuCount = countCpus();
@@ -296,8 +313,14 @@ struct ElasticAgent::Impl {
     spdlog::debug("agent: round {} node {}/{} world {} offset {} master {}:{} restart {}",
                   round.round, round.nodeRank, round.nodeCount, round.worldSize, round.rankOffset,
                   round.masterAddr, round.masterPort, round.restartCount);
-    attemptDir = jobDir / ("attempt_" + std::to_string(attempt));
-    for (int r = 0; r < config.nprocPerNode; ++r) fs::create_directories(attemptDir / std::to_string(r));
+    attemptDir = jobDir.path / ("node" + std::to_string(round.nodeRank)) /
+                 ("attempt_" + std::to_string(attempt));
+    for (int r = 0; r < config.nprocPerNode; ++r) {
+      fs::create_directories(attemptDir / std::to_string(r));
+      // A run with the same --rdzv-id wrote here before: its error file must not pass for ours.
+      std::error_code ignored;
+      fs::remove(errorFilePath(attemptDir, r), ignored);
+    }
 
     GroupOptions options;
     options.jobGuard = &*guard;  // registers each worker's process group until it is empty
@@ -388,7 +411,8 @@ struct ElasticAgent::Impl {
   void reportFailure(const Input&) {
     const WorkerExit& cause = *rootCause;
     FailureRecord record = makeFailureRecord(
-        cause, config.hostname, errorFilePath(attemptDir, cause.localRank), otherFailures);
+        cause, config.hostname, errorFilePath(attemptDir, cause.localRank), otherFailures,
+        /*showPath=*/!jobDir.temporary);
     const int budget = config.maxRestarts;
     offLoopCall([this, record, budget] { return rendezvous->reportFailure(record, budget); },
                 [this](const FailureRecord& verdict) {
@@ -432,12 +456,23 @@ struct ElasticAgent::Impl {
     joinRound(in);
   }
 
+  // While this node waits in the exit barrier, say so at the rendezvous' progress pace.
+  void sayStillFinishing(Clock::time_point since) {
+    barrierTimer.expires_after(config.rendezvous.progressInterval);
+    barrierTimer.async_wait([this, since](const boost::system::error_code& ec) {
+      if (ec || state != AgentState::Finishing) return;
+      say("drun: still waiting for the other node(s) of the job to finish (%s so far)\n",
+          humanDuration(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - since)).c_str());
+      sayStillFinishing(since);
+    });
+  }
+
   void reportFinished(const Input&) {
-    if (round.nodeCount > 1)
-      say(
-                   "drun: this node's workers succeeded; waiting for the other %d node(s) of "
-                   "the job\n",
-                   round.nodeCount - 1);
+    if (round.nodeCount > 1) {
+      say("drun: this node's workers succeeded; waiting for the other %d node(s) of the job\n",
+          round.nodeCount - 1);
+      sayStillFinishing(Clock::now());
+    }
     offLoop->post([this] {
       try {
         rendezvous->finish();  // the Succeeded event follows through the job's events
@@ -474,6 +509,8 @@ struct ElasticAgent::Impl {
       return;
     }
     say("%s\n", formatFailureSummary(*finalCause).c_str());
+    if (config.isPython && !config.interpreter.empty())
+      say("drun:   python on this node: %s\n", config.interpreter.c_str());
     if (config.maxRestarts > 0)
       say("drun: restart budget exhausted (%d restarts)\n", config.maxRestarts);
     exitCode = finalCause->statusCode();
@@ -578,11 +615,14 @@ struct ElasticAgent::Impl {
 
   int run() {
     guard.emplace(JobGuard::start());
-    jobDir = makeJobDir(config, jobDirTemporary);
+    jobDir = makeJobDir(config);
+    if (!jobDir.temporary)
+      say("drun: log files go to %s%s\n", jobDir.path.c_str(),
+          config.logDir ? "" : " (--redirects/--tee without --log-dir)");
     for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) signals.add(s);
     waitForSignal();
     if (!config.rendezvous.runId.empty())
-      spdlog::debug("agent: run id {}, job dir {}", config.rendezvous.runId, jobDir.string());
+      spdlog::debug("agent: run id {}, job dir {}", config.rendezvous.runId, jobDir.path.string());
     rendezvous->onJobEvent([this](const JobEvent& e) { onLoop([this, e] { onJobEvent(e); }); });
     if (!baseHasVariable("OMP_NUM_THREADS") && config.nprocPerNode > 1)
       say(
@@ -594,9 +634,9 @@ struct ElasticAgent::Impl {
     io.run();
     group.reset();  // SIGKILLs and reaps whatever is left; the guard's destructor sweeps the rest
     console->drain(std::chrono::milliseconds(1000));  // a stopped reader cannot keep drun alive
-    if (jobDirTemporary) {
+    if (jobDir.temporary) {
       std::error_code ec;
-      fs::remove_all(jobDir, ec);
+      fs::remove_all(jobDir.path, ec);
     }
     if (offLoop->busy()) {
       // Interrupted while a rendezvous call blocks in the network with a long deadline.

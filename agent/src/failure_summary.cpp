@@ -201,11 +201,12 @@ ErrorFile readErrorFile(const std::filesystem::path& path) noexcept {
 }
 
 FailureEvidence failureEvidence(const std::filesystem::path& errorFile,
-                                const std::deque<std::string>& stderrTail) {
+                                const std::deque<std::string>& stderrTail, bool showPath) {
   FailureEvidence evidence;
   ErrorFile file = readErrorFile(errorFile);
+  const std::string name = showPath ? "error file " + errorFile.string() : std::string("error file");
   if (file.state == ErrorFile::State::Message) {
-    evidence.source = "error file " + errorFile.string();
+    evidence.source = name;
     evidence.detail = std::move(file.text);
     return evidence;
   }
@@ -214,7 +215,7 @@ FailureEvidence failureEvidence(const std::filesystem::path& errorFile,
     if (!stderrTail.empty()) evidence.source = "stderr";
     return evidence;
   }
-  evidence.source = "error file " + errorFile.string() + " is " +
+  evidence.source = name + " is " +
                     (file.state == ErrorFile::State::Unreadable ? "unreadable" : "malformed") +
                     ": " + file.text + "; last lines of stderr";
   if (stderrTail.empty()) evidence.detail = "(no stderr output)";
@@ -222,7 +223,8 @@ FailureEvidence failureEvidence(const std::filesystem::path& errorFile,
 }
 
 rdzv::FailureRecord makeFailureRecord(const WorkerExit& rootCause, const std::string& node,
-                                      const std::filesystem::path& errorFile, int otherFailures) {
+                                      const std::filesystem::path& errorFile, int otherFailures,
+                                      bool showPath) {
   rdzv::FailureRecord r;
   r.rank = rootCause.globalRank;
   r.localRank = rootCause.localRank;
@@ -233,7 +235,7 @@ rdzv::FailureRecord makeFailureRecord(const WorkerExit& rootCause, const std::st
   r.timeMs = std::chrono::duration_cast<std::chrono::milliseconds>(
                  rootCause.when.time_since_epoch()).count();
   r.otherFailures = otherFailures;
-  FailureEvidence evidence = failureEvidence(errorFile, rootCause.stderrTail);
+  FailureEvidence evidence = failureEvidence(errorFile, rootCause.stderrTail, showPath);
   r.detailSource = std::move(evidence.source);
   r.detail = std::move(evidence.detail);
   return r;

@@ -4,14 +4,16 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <random>
 #include <set>
 #include <sstream>
 
 #include "drun/common/env.hpp"
 #include "drun/launcher/program.hpp"
+#include "drun/rendezvous/keys.hpp"
 
 namespace drun::launch {
 namespace {
@@ -152,6 +154,45 @@ void parseEndpoint(const std::string& text, rdzv::RendezvousOptions& out) {
     out.endpointPort = static_cast<uint16_t>(usage([&] { return env::parseInt(port, "--rdzv-endpoint port", 0, 65535); }));
 }
 
+std::string durationText(std::chrono::milliseconds d) {
+  return d.count() % 1000 == 0 ? std::to_string(d.count() / 1000) + "s" : std::to_string(d.count()) + "ms";
+}
+
+// The --rdzv-conf keys, one table: parsing, the error for an unknown key and --help use it.
+struct ConfKey {
+  const char* name;
+  const char* doc;
+  std::chrono::milliseconds rdzv::RendezvousOptions::*duration;  // null: not a duration
+};
+const ConfKey kConfKeys[] = {
+    {"join_timeout", "how long a node waits for the job to form (alias: timeout)",
+     &rdzv::RendezvousOptions::joinTimeout},
+    {"last_call_timeout", "wait for more nodes once MIN joined", &rdzv::RendezvousOptions::lastCallTimeout},
+    {"close_timeout", "the store's host waits this long for the others to leave",
+     &rdzv::RendezvousOptions::closeTimeout},
+    {"heartbeat_interval", "store keep-alive (alias: keep_alive_interval)",
+     &rdzv::RendezvousOptions::heartbeatInterval},
+    {"heartbeat_timeout", "a node silent this long is lost; a cut node fences itself within it",
+     &rdzv::RendezvousOptions::heartbeatTimeout},
+    {"read_timeout", "deadline of one store call", &rdzv::RendezvousOptions::readTimeout},
+    {"progress_interval", "a waiting node says so at this pace (the first line after 1s)",
+     &rdzv::RendezvousOptions::progressInterval},
+    {"is_host", "this node hosts the store (default: when the endpoint is one of its addresses)", nullptr},
+};
+
+std::string confKeysHelp() {
+  const rdzv::RendezvousOptions defaults;
+  std::string out;
+  for (const ConfKey& key : kConfKeys) {
+    std::string line = std::string("  ") + key.name;
+    if (key.duration) line += "=DURATION (" + durationText(defaults.*key.duration) + ")";
+    else line += "=BOOL";
+    line.resize(std::max<size_t>(line.size() + 1, 36), ' ');
+    out += line + key.doc + "\n";
+  }
+  return out;
+}
+
 void parseRdzvConf(const std::string& text, rdzv::RendezvousOptions& out) {
   for (const std::string& item : split(text, ',')) {
     if (item.empty()) continue;
@@ -160,29 +201,45 @@ void parseRdzvConf(const std::string& text, rdzv::RendezvousOptions& out) {
     std::string key = item.substr(0, eq);
     std::string value = item.substr(eq + 1);
     std::string what = "--rdzv-conf " + key;
-    auto duration = [&] { return usage([&] { return env::parseDuration(value, what); }); };
-    if (key == "join_timeout") out.joinTimeout = duration();
-    else if (key == "last_call_timeout") out.lastCallTimeout = duration();
-    else if (key == "close_timeout") out.closeTimeout = duration();
-    else if (key == "heartbeat_interval" || key == "keep_alive_interval") out.heartbeatInterval = duration();
-    else if (key == "heartbeat_timeout") out.heartbeatTimeout = duration();
-    else if (key == "read_timeout") out.readTimeout = duration();
-    else if (key == "timeout") out.joinTimeout = duration();  // torchrun's legacy spelling
-    else if (key == "is_host") out.isHost = usage([&] { return env::parseBool(value, what); });
-    else if (key == "store_type" && value == "tcp") {}
-    else
-      throw UsageError("--rdzv-conf: unknown key '" + key +
-                       "' (known: join_timeout, last_call_timeout, close_timeout, "
-                       "heartbeat_interval, heartbeat_timeout, read_timeout, is_host)");
+    if (key == "timeout") key = "join_timeout";  // torchrun's legacy spelling
+    if (key == "keep_alive_interval") key = "heartbeat_interval";
+    if (key == "store_type" && value == "tcp") continue;
+    if (key == "is_host") {
+      out.isHost = usage([&] { return env::parseBool(value, what); });
+      continue;
+    }
+    const ConfKey* known = nullptr;
+    for (const ConfKey& k : kConfKeys)
+      if (key == k.name && k.duration) known = &k;
+    if (!known) {
+      std::string names;
+      for (const ConfKey& k : kConfKeys) names += (names.empty() ? "" : ", ") + std::string(k.name);
+      throw UsageError("--rdzv-conf: unknown key '" + key + "' (known: " + names + ")");
+    }
+    out.*(known->duration) = usage([&] { return env::parseDuration(value, what); });
   }
 }
 
+// 128 random bits as 32 hex digits (each 32-bit part zero-padded: the length never varies).
 std::string randomRunId() {
   std::random_device rd;
-  std::ostringstream out;
-  out << std::hex;
-  for (int i = 0; i < 4; ++i) out << static_cast<uint32_t>(rd());
-  return out.str();
+  char buf[33];
+  std::snprintf(buf, sizeof buf, "%08x%08x%08x%08x", rd(), rd(), rd(), rd());
+  return buf;
+}
+
+// The console prefix macros (output_mux expands them): anything else in ${...} is a typo.
+void validatePrefix(const std::string& tmpl) {
+  static const char* const kMacros[] = {"rank", "local_rank", "role_name", "hostname"};
+  for (size_t at = tmpl.find("${"); at != std::string::npos; at = tmpl.find("${", at + 2)) {
+    const size_t close = tmpl.find('}', at);
+    if (close == std::string::npos)
+      throw UsageError("--prefix: unterminated '${' in '" + tmpl + "'");
+    const std::string name = tmpl.substr(at + 2, close - at - 2);
+    if (std::none_of(std::begin(kMacros), std::end(kMacros), [&](const char* m) { return name == m; }))
+      throw UsageError("--prefix: unknown macro '${" + name + "}' (known: ${rank}, ${local_rank}, "
+                       "${role_name}, ${hostname})");
+  }
 }
 
 std::string thisHostname() {
@@ -197,8 +254,8 @@ CliResult parseCommandLine(const std::vector<std::string>& args) {
   CLI::App app{"drun: launch a distributed job (torchrun-compatible options)", "drun"};
   app.prefix_command();  // PROGRAM and everything after it belong to the workers
   app.set_help_flag("-h,--help", "print this help and exit");
-  app.set_version_flag("--version", "drun 0.1.0");
-  app.footer("Usage: drun [options] PROGRAM [ARGS...]   or   drun [options] -m MODULE [ARGS...]");
+  app.set_version_flag("--version", "drun 0.1.0", "print the version and exit");
+  app.get_formatter()->column_width(44);
 
   std::string nproc = "1", nnodes = "1", maxRestarts = "0", monitorInterval = "0.1", role = "default";
   std::string shutdownTimeout = "30", redirects = "0", tee = "0", localRanksFilter, logDir;
@@ -207,8 +264,10 @@ CliResult parseCommandLine(const std::vector<std::string>& args) {
   std::optional<std::string> prefix;
   bool standalone = false, module = false, noPython = false, runPath = false, verbose = false;
 
-  auto opt = [&](const std::string& name, std::string& target, const std::string& help) {
-    return app.add_option(spellings(name), target, help)->envname(petName(name));
+  // Every option: both spellings, a value name, PET_<NAME> from the environment.
+  auto opt = [&](const std::string& name, std::string& target, const std::string& valueName,
+                 const std::string& help) {
+    return app.add_option(spellings(name), target, help)->envname(petName(name))->type_name(valueName);
   };
   auto flag = [&](const std::string& names, const std::string& pet, bool& target, const std::string& help) {
     auto* f = app.add_flag(names, target, help);
@@ -216,32 +275,56 @@ CliResult parseCommandLine(const std::vector<std::string>& args) {
     return f;
   };
 
-  opt("nproc-per-node", nproc, "workers on this node: N, auto, cpu or gpu (default 1)");
-  opt("nnodes", nnodes, "number of nodes, N or MIN:MAX (default 1)");
-  flag(spellings("standalone"), "PET_STANDALONE", standalone, "single-node job with a private rendezvous");
-  opt("max-restarts", maxRestarts, "restarts of the whole job before it fails (default 0)");
-  opt("monitor-interval", monitorInterval, "accepted for torchrun compatibility; drun reacts to events");
-  opt("role", role, "worker role name (ROLE_NAME, default 'default')");
-  opt("shutdown-timeout", shutdownTimeout, "seconds between SIGTERM and SIGKILL when stopping workers (default 30)");
-  opt("log-dir", logDir, "write DIR/<run_id>/attempt_<n>/<local_rank>/{stdout,stderr}.log");
-  app.add_option("-r,--redirects", redirects, "send streams to log files only: 0-3 or LOCAL_RANK:0-3,...")->envname("PET_REDIRECTS");
-  app.add_option("-t,--tee", tee, "copy streams to log files too: 0-3 or LOCAL_RANK:0-3,...")->envname("PET_TEE");
-  opt("local-ranks-filter", localRanksFilter, "only these local ranks reach the console, e.g. 0,2");
-  app.add_option("--prefix", prefix, "console line prefix; macros ${rank} ${local_rank} ${role_name} ${hostname}; '' = none (default '[${rank}]:' with >1 worker)");
+  opt("nproc-per-node", nproc, "N|auto|cpu|gpu", "workers on this node (default 1)");
+  auto* nnodesOption = opt("nnodes", nnodes, "N|MIN:MAX", "number of nodes, or an elastic range (default 1)");
+  flag(spellings("standalone"), "PET_STANDALONE", standalone, "single-node job with a private rendezvous and run id");
+  opt("max-restarts", maxRestarts, "N", "restarts of the whole job before it fails (default 0)");
+  opt("monitor-interval", monitorInterval, "SECONDS", "accepted for torchrun compatibility; drun reacts to events");
+  opt("role", role, "NAME", "worker role name, ROLE_NAME (default 'default')");
+  opt("shutdown-timeout", shutdownTimeout, "DURATION", "SIGTERM to SIGKILL grace when stopping workers (default 30s)");
+  opt("log-dir", logDir, "DIR", "per-rank files under DIR/<run>/node<N>/attempt_<n>/<local_rank>/ (default none)");
+  app.add_option("-r,--redirects", redirects, "streams to log files only, for all or per local rank (default 0)")
+      ->envname("PET_REDIRECTS")->type_name("0-3|R:0-3,...");
+  app.add_option("-t,--tee", tee, "streams copied to log files too, for all or per local rank (default 0)")
+      ->envname("PET_TEE")->type_name("0-3|R:0-3,...");
+  opt("local-ranks-filter", localRanksFilter, "R,R,...", "only these local ranks reach the console (default all)");
+  app.add_option(spellings("prefix"), prefix,
+                 "console line prefix, macros ${rank} ${local_rank} ${role_name} ${hostname}; "
+                 "'' = none (default '[${rank}]:' with more than one worker)")
+      ->envname("PET_PREFIX")->type_name("TEMPLATE");
   flag("-m,--module", "PET_MODULE", module, "run PROGRAM as a Python module (python -m)");
   flag(spellings("no-python"), "PET_NO_PYTHON", noPython, "exec PROGRAM as given, even a .py file");
-  flag(spellings("run-path"), "PET_RUN_PATH", runPath, "(not supported by drun)");
-  opt("start-method", startMethod, "accepted for torchrun compatibility (spawn, fork, forkserver)");
-  opt("rdzv-backend", rdzvBackend, "rendezvous backend: c10d (default) or static");
-  opt("rdzv-endpoint", rdzvEndpoint, "rendezvous store HOST[:PORT] (default port 29400)");
-  opt("rdzv-id", rdzvId, "job id shared by every node (TORCHELASTIC_RUN_ID)");
-  opt("rdzv-conf", rdzvConf, "key=value,... : join_timeout, last_call_timeout, close_timeout, heartbeat_interval, heartbeat_timeout, read_timeout, is_host");
-  opt("node-rank", nodeRank, "this node's rank (static backend; honoured by c10d when given)");
-  opt("master-addr", masterAddr, "MASTER_ADDR for the static backend");
-  opt("master-port", masterPort, "MASTER_PORT for the static backend");
-  opt("local-addr", localAddr, "this node's address as the other nodes reach it");
+  flag(spellings("run-path"), "PET_RUN_PATH", runPath, "rejected: drun starts every worker as its own process");
+  opt("start-method", startMethod, "spawn|fork|forkserver", "accepted for torchrun compatibility");
+  auto* backendOption = opt("rdzv-backend", rdzvBackend, "c10d|static",
+                            "rendezvous backend (default c10d; static when --nnodes > 1 comes without "
+                            "--rdzv-endpoint, as torchrun's default)");
+  opt("rdzv-endpoint", rdzvEndpoint, "HOST[:PORT]", "the rendezvous store (default port 29400)");
+  opt("rdzv-id", rdzvId, "ID", "job id shared by every node, TORCHELASTIC_RUN_ID (default none)");
+  opt("rdzv-conf", rdzvConf, "KEY=VALUE,...", "rendezvous settings: see the keys below");
+  opt("node-rank", nodeRank, "N", "this node's rank (static: required; c10d: honoured when given)");
+  auto* masterAddrOption = opt("master-addr", masterAddr, "HOST", "static backend: MASTER_ADDR (default 127.0.0.1)");
+  auto* masterPortOption = opt("master-port", masterPort, "PORT", "static backend: MASTER_PORT (default 29500)");
+  opt("local-addr", localAddr, "ADDR", "this node's address as the other nodes reach it (default: the route to the endpoint)");
   flag("-v,--verbose", "", verbose, "debug logging (same as DRUN_LOG_LEVEL=debug)");
-  app.add_option("--log-level", logLevel, "drun's own log level: trace, debug, info, warn, error, off");
+  app.add_option(spellings("log-level"), logLevel, "drun's own log level (default warn; DRUN_LOG_LEVEL)")
+      ->type_name("trace|debug|info|warn|error|off");
+
+  std::string footer =
+      "\nUsage: drun [OPTIONS] PROGRAM [ARGS...]   or   drun [OPTIONS] -m MODULE [ARGS...]\n"
+      "PROGRAM: any executable; a .py file runs under the Python interpreter.\n\n"
+      "--rdzv-conf keys (DURATION: 30, 30s, 500ms, 2m; a bare number is seconds):\n" +
+      confKeysHelp() +
+      "\nEnvironment:\n"
+      "  PET_<OPTION>                      any option above, e.g. PET_NPROC_PER_NODE=4 (the command line wins)\n"
+      "  PYTHON_EXEC                       the interpreter for .py programs and -m (as torchrun)\n";
+  for (const env::VarDoc& v : env::drunVariables()) {
+    std::string line = "  " + std::string(v.name);
+    line.resize(std::max<size_t>(line.size() + 1, 36), ' ');
+    footer += line + std::string(v.doc) +
+              (v.defaultValue.empty() ? "" : " (default " + std::string(v.defaultValue) + ")") + "\n";
+  }
+  app.footer(footer);
 
   std::vector<std::string> reversed(args.rbegin(), args.rend() - 1);
   CliResult result;
@@ -286,6 +369,13 @@ CliResult parseCommandLine(const std::vector<std::string>& args) {
     throw UsageError("--rdzv-backend: '" + rdzvBackend + "' is not supported (use c10d or static)");
   r.backend = rdzvBackend;
   r.runId = rdzvId.empty() ? "none" : rdzvId;
+  usage([&] { rdzv::keys::validateRunId(r.runId); return 0; });  // it names directories too
+  if (standalone && !rdzvEndpoint.empty()) {
+    // torchrun warns and ignores it: --standalone means a private rendezvous on this host.
+    result.warnings.push_back("--standalone ignores --rdzv-endpoint " + rdzvEndpoint +
+                              " (a standalone job has its own rendezvous)");
+    rdzvEndpoint.clear();
+  }
   if (!rdzvEndpoint.empty()) parseEndpoint(rdzvEndpoint, r);
   parseRdzvConf(rdzvConf, r);
   if (!nodeRank.empty())
@@ -296,20 +386,32 @@ CliResult parseCommandLine(const std::vector<std::string>& args) {
   r.localAddr = localAddr;
   if (standalone) {
     if (maxNodes > 1) throw UsageError("--standalone runs a single node; it conflicts with --nnodes " + nnodes);
-    if (!rdzvEndpoint.empty()) throw UsageError("--standalone picks its own rendezvous; drop --rdzv-endpoint");
     if (r.runId == "none") r.runId = randomRunId();
   }
+  // torchrun's default backend is static: its classic multi-node line (--nnodes, --node-rank,
+  // --master-addr, --master-port, no endpoint) means a static job. drun's default stays c10d
+  // whenever there is an endpoint to meet at.
+  if (backendOption->count() == 0 && maxNodes > 1 && r.endpointHost.empty()) r.backend = "static";
+  if (r.backend == "c10d" && (masterAddrOption->count() || masterPortOption->count()) && maxNodes > 1)
+    result.warnings.push_back("--master-addr/--master-port are for the static backend; the c10d "
+                              "rendezvous picks MASTER_ADDR/MASTER_PORT itself");
   if (maxNodes > 1 && r.backend == "c10d" && r.endpointHost.empty())
-    throw UsageError("--nnodes " + nnodes + " needs --rdzv-endpoint HOST[:PORT] (the node hosting the rendezvous)");
-  if (r.backend == "static" && maxNodes > 1 && !r.nodeRank)
-    throw UsageError("--rdzv-backend static with --nnodes " + nnodes + " needs --node-rank");
+    throw UsageError("--nnodes " + nnodes + " with --rdzv-backend c10d needs --rdzv-endpoint HOST[:PORT] "
+                     "(the node hosting the rendezvous)");
   if (r.backend == "static" && minNodes != maxNodes)
-    throw UsageError("--rdzv-backend static needs a fixed --nnodes, got " + nnodes);
+    throw UsageError("--rdzv-backend static needs a fixed --nnodes, got " + nnodes +
+                     (nnodesOption->count() && backendOption->count() == 0
+                          ? " (an elastic range needs --rdzv-endpoint HOST[:PORT])"
+                          : ""));
 
+  if (r.backend == "static" && maxNodes > 1 && !r.nodeRank)
+    throw UsageError("--nnodes " + nnodes + " with the static rendezvous needs --node-rank "
+                     "(or give --rdzv-endpoint HOST[:PORT] for the c10d rendezvous)");
   parseStdSpec(redirects, "--redirects", c.nprocPerNode, &StdRouting::redirect, c.output);
   parseStdSpec(tee, "--tee", c.nprocPerNode, &StdRouting::tee, c.output);
   if (!localRanksFilter.empty()) c.output.consoleLocalRanks = parseRankList(localRanksFilter, c.nprocPerNode);
   if (!logDir.empty()) c.logDir = std::filesystem::path(logDir);
+  if (prefix) validatePrefix(*prefix);
   c.prefixTemplate = prefix;
   c.output.roleName = c.role;
   c.output.hostname = c.hostname;
@@ -317,6 +419,7 @@ CliResult parseCommandLine(const std::vector<std::string>& args) {
   ResolvedProgram program = resolveProgram({rest, module, noPython});
   c.program = std::move(program.argv);
   c.isPython = program.isPython;
+  c.interpreter = std::move(program.interpreter);
 
   if (verbose) result.logLevel = "debug";
   if (!logLevel.empty()) result.logLevel = logLevel;

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "drun/agent/console_writer.hpp"
 #include "drun/agent/elastic_agent.hpp"
 #include "drun/common/log.hpp"
 #include "drun/launcher/cli.hpp"
@@ -24,6 +25,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     drun::log::init("drun", cli.logLevel.value_or(""));
+    for (const std::string& warning : cli.warnings) std::fprintf(stderr, "drun: warning: %s\n", warning.c_str());
   } catch (const drun::InvalidArgument& e) {
     std::fprintf(stderr, "drun: error: %s\n", e.what());
     return 2;
@@ -31,6 +33,11 @@ int main(int argc, char** argv) {
 
   int code = 1;
   try {
+    // Long waits (the store connect, the join) are said through the console, in order with
+    // everything else drun and its workers write.
+    cli.config.rendezvous.say = [console = drun::agent::ConsoleWriter::standard()](const std::string& line) {
+      console->write(drun::agent::ConsoleStream::Err, "drun: " + line + "\n");
+    };
     auto rendezvous = drun::rdzv::makeRendezvous(cli.config.rendezvous);
     drun::agent::ElasticAgent agent(std::move(cli.config), std::move(rendezvous));
     code = agent.run();

@@ -22,9 +22,17 @@ std::string whyNotRunnable(const std::string& path) {
   return "";
 }
 
-std::string pythonInterpreter() {
-  if (auto v = env::get("PYTHON_EXEC"); v && !v->empty()) return *v;
-  return env::getString("DRUN_PYTHON");
+// The interpreter for .py programs and -m modules, and where the choice came from, so that a
+// message about it can say which knob to turn.
+struct Interpreter {
+  std::string name;
+  std::string source;
+};
+
+Interpreter pythonInterpreter() {
+  if (auto v = env::get("PYTHON_EXEC"); v && !v->empty()) return {*v, "PYTHON_EXEC"};
+  if (auto v = env::get("DRUN_PYTHON"); v && !v->empty()) return {*v, "DRUN_PYTHON"};
+  return {env::getString("DRUN_PYTHON"), "the default; PYTHON_EXEC picks another"};
 }
 
 }  // namespace
@@ -70,7 +78,16 @@ ResolvedProgram resolveProgram(const ProgramRequest& request) {
       if (S_ISDIR(st.st_mode)) throw UsageError("python program '" + program + "' is a directory");
     }
     out.isPython = true;
-    out.argv = {findExecutable(pythonInterpreter()), "-u"};
+    const Interpreter python = pythonInterpreter();
+    std::string path;
+    try {
+      path = findExecutable(python.name);
+    } catch (const UsageError& e) {
+      throw UsageError("python interpreter (" + python.source + "): " + e.what());
+    }
+    out.interpreter = path + " (" + (path == python.name ? "" : python.name + " from PATH, ") +
+                      python.source + ")";
+    out.argv = {path, "-u"};
     if (request.module) out.argv.push_back("-m");
     out.argv.push_back(program);
   } else {

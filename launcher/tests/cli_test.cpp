@@ -1,6 +1,8 @@
 #include <stdlib.h>
 
 #include <catch2/catch.hpp>
+#include <fstream>
+#include <regex>
 
 #include "drun/launcher/cli.hpp"
 
@@ -145,7 +147,9 @@ TEST_CASE("every bad input is a usage error naming what was wrong", "[launcher]"
   CHECK_THAT(usageError({"--nnodes", "a:b", "hostname"}), Catch::Contains("--nnodes"));
   CHECK_THAT(usageError({"--nnodes", "0", "hostname"}), Catch::Contains("--nnodes"));
   CHECK_THAT(usageError({"--nnodes", "2:70000", "hostname"}), Catch::Contains("--nnodes"));
-  CHECK_THAT(usageError({"--nnodes", "2", "hostname"}), Catch::Contains("--rdzv-endpoint"));
+  CHECK_THAT(usageError({"--nnodes", "2", "hostname"}), Catch::Contains("--node-rank"));
+  CHECK_THAT(usageError({"--nnodes", "2", "--rdzv-backend", "c10d", "hostname"}), Catch::Contains("--rdzv-endpoint"));
+  CHECK_THAT(usageError({"--nnodes", "1:2", "hostname"}), Catch::Contains("--rdzv-endpoint"));
   CHECK_THAT(usageError({"--run-path", "x.py"}), Catch::Contains("--run-path"));
   CHECK_THAT(usageError({"--max-restarts", "-1", "hostname"}), Catch::Contains("--max-restarts"));
   CHECK_THAT(usageError({"--redirects", "4", "hostname"}), Catch::Contains("--redirects"));
@@ -159,4 +163,84 @@ TEST_CASE("help is printed, not an error", "[launcher]") {
   auto r = parseCommandLine({"drun", "--help"});
   REQUIRE(r.printAndExit);
   CHECK_THAT(*r.printAndExit, Catch::Contains("--nproc-per-node"));
+}
+
+TEST_CASE("the classic static torchrun line runs with the static backend", "[launcher]") {
+  auto c = parse({"--nnodes=2", "--node_rank=1", "--master_addr=10.0.0.1", "--master_port=29555",
+                  "--nproc_per_node=2", "hostname"});
+  CHECK(c.rendezvous.backend == "static");
+  CHECK(c.rendezvous.nodeRank == 1);
+  CHECK(c.rendezvous.masterAddr == "10.0.0.1");
+  CHECK(c.rendezvous.masterPort == 29555);
+  CHECK(c.nprocPerNode == 2);
+  // An endpoint means the c10d rendezvous, as before.
+  CHECK(parse({"--nnodes", "2", "--rdzv-endpoint", "h:1", "hostname"}).rendezvous.backend == "c10d");
+}
+
+TEST_CASE("torchrun's lenient spellings are accepted with a warning where torchrun warns", "[launcher]") {
+  auto r = parseCommandLine({"drun", "--standalone", "--rdzv-endpoint", "h:5", "hostname"});
+  CHECK(r.config.rendezvous.endpointHost.empty());
+  CHECK(r.config.rendezvous.runId != "none");
+  REQUIRE(r.warnings.size() == 1);
+  CHECK_THAT(r.warnings[0], Catch::Contains("--standalone ignores --rdzv-endpoint h:5"));
+  CHECK(parseCommandLine({"drun", "--log_level", "debug", "hostname"}).logLevel == "debug");
+  CHECK(parseCommandLine({"drun", "--log-level=info", "hostname"}).logLevel == "info");
+}
+
+TEST_CASE("a prefix with an unknown macro is refused", "[launcher]") {
+  CHECK_THAT(usageError({"--prefix", "${bogus}", "hostname"}), Catch::Contains("${bogus}"));
+  CHECK_THAT(usageError({"--prefix", "[${rank", "hostname"}), Catch::Contains("unterminated"));
+  CHECK(parse({"--prefix", "${hostname}/${local_rank} ${role_name}:${rank}|", "hostname"}).prefixTemplate);
+}
+
+TEST_CASE("generated run ids always have 32 hex digits", "[launcher]") {
+  for (int i = 0; i < 200; ++i) {
+    const std::string id = parse({"--standalone", "hostname"}).rendezvous.runId;
+    REQUIRE(id.size() == 32);
+    REQUIRE(id.find_first_not_of("0123456789abcdef") == std::string::npos);
+  }
+}
+
+TEST_CASE("a missing interpreter names the variable that chose it", "[launcher]") {
+  {
+    ScopedEnv python("PYTHON_EXEC", "/nonexistent/python");
+    std::string e = usageError({"-m", "json.tool"});
+    CHECK_THAT(e, Catch::Contains("PYTHON_EXEC"));
+    CHECK_THAT(e, Catch::Contains("/nonexistent/python"));
+  }
+  ScopedEnv python("PYTHON_EXEC", "/bin/sh");
+  CHECK_THAT(parse({"-m", "json.tool"}).interpreter, Catch::Contains("/bin/sh (PYTHON_EXEC)"));
+}
+
+TEST_CASE("help shows value names, defaults, the rdzv-conf keys and the environment", "[launcher]") {
+  const std::string help = *parseCommandLine({"drun", "--help"}).printAndExit;
+  for (const char* text : {"N|MIN:MAX", "HOST[:PORT]", "N|auto|cpu|gpu", "join_timeout=DURATION (600s)",
+                           "last_call_timeout=DURATION (30s)", "heartbeat_timeout=DURATION (5s)",
+                           "PYTHON_EXEC", "DRUN_LOG_LEVEL", "PET_<OPTION>", "(default 29500)"})
+    CHECK_THAT(help, Catch::Contains(text));
+  CHECK_THAT(help, !Catch::Contains(" TEXT"));
+}
+
+// The README's option and environment tables stay true to --help: every long option and every
+// DRUN_ variable --help lists is documented there.
+TEST_CASE("the README documents every option and variable of --help", "[launcher]") {
+  std::ifstream in(std::string(DRUN_SOURCE_DIR) + "/README.md");
+  REQUIRE(in);
+  const std::string readme((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string help = *parseCommandLine({"drun", "--help"}).printAndExit;
+  std::regex option(R"((?:^|\s)(--[a-z][a-z-]+)[ ,=])");
+  int checked = 0;
+  for (auto it = std::sregex_iterator(help.begin(), help.end(), option); it != std::sregex_iterator(); ++it) {
+    const std::string name = (*it)[1];
+    if (name == "--help" || name == "--version") continue;
+    INFO(name);
+    CHECK(readme.find("`" + name) != std::string::npos);
+    ++checked;
+  }
+  CHECK(checked >= 25);
+  std::regex var(R"(\b(DRUN_[A-Z_]+|PYTHON_EXEC)\b)");
+  for (auto it = std::sregex_iterator(help.begin(), help.end(), var); it != std::sregex_iterator(); ++it) {
+    INFO((*it)[1]);
+    CHECK(readme.find((*it)[1].str()) != std::string::npos);
+  }
 }

@@ -54,6 +54,8 @@ std::unique_ptr<Rendezvous> makeC10dRendezvous(const RendezvousOptions& options)
   client.timeout = options.readTimeout;
   client.heartbeatInterval = options.heartbeatInterval;
   client.leaseTimeout = options.heartbeatTimeout;
+  client.onConnectWait = options.say;
+  client.progressInterval = options.progressInterval;
 
   access.endpoint = options.endpointHost + ":" + std::to_string(client.port);
   access.selfAddress = !options.localAddr.empty() ? options.localAddr

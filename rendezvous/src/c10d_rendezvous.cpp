@@ -108,16 +108,20 @@ class C10dRendezvous final : public Rendezvous {
     stopWatcher();
     Deadline deadline(options_.joinTimeout);
     const auto started = Clock::now();
+    spare_ = false;
+    joiningRunningJob_ = false;
     // A fresh MASTER_PORT every round (reserved before the old one is released, so it differs):
     // ranks of an old round, fenced off or not yet stopped, can never reach the new round's store.
     reservation_ = PortReservation::reserve(self_.addr);
     self_.masterPort = reservation_.port();
     self_.rejoining = lastRound_.has_value();
+    self_.previousRank = lastRound_ ? std::optional<int>(lastNodeRank_) : std::nullopt;
     descriptorLine_ = keys::encodeDescriptor(self_);
 
     for (int attempt = 0;; ++attempt) {
       if (storeLost_) reconnect(deadline);  // throws when the store is gone for good
       try {
+        if (!configChecked_) checkJobConfig();
         return joinFrom(startRound(), deadline, started);
       } catch (const NetworkError& e) {
         // The connection broke mid-join (the watcher may not have noticed yet): connect again
@@ -207,6 +211,38 @@ class C10dRendezvous final : public Rendezvous {
     std::string reason;
   };
 
+  // Every node of a job must be started with the same --nnodes: the first one to arrive records
+  // its values; a node started with others fails at once, naming both, instead of waiting out the
+  // join timeout. A job that has not formed yet fails for every waiting node with the same message
+  // (its open round is decided as an error); a running job goes on without the odd node.
+  void checkJobConfig() {
+    const keys::JobConfig mine{options_.minNodes, options_.maxNodes, self_.displayName()};
+    const std::string encoded = keys::encodeJobConfig(mine);
+    const keys::JobConfig job =
+        keys::parseJobConfig(store_->compareSet(keys::config(id()), "", encoded));
+    if (job.sameShape(mine)) {
+      configChecked_ = true;
+      return;
+    }
+    auto shape = [](const keys::JobConfig& c) {
+      return c.minNodes == c.maxNodes ? std::to_string(c.minNodes)
+                                      : std::to_string(c.minNodes) + ":" + std::to_string(c.maxNodes);
+    };
+    const std::string message = "nodes disagree on --nnodes: " + self_.displayName() + " has --nnodes " +
+                                shape(mine) + ", the job (first started on " + job.setBy +
+                                ") has --nnodes " + shape(job) + "; start every node with the same value";
+    const uint64_t current = keys::parseCounter(store_->tryGet(keys::currentRound(id()))).value_or(0);
+    if (current == 0) {
+      keys::RoundState failed;
+      failed.ok = false;
+      failed.error = message;
+      const std::string decision = keys::encodeState(failed);
+      if (store_->compareSet(keys::state(id(), 0), "", decision) == decision)
+        store_->set(keys::status(id(), 0), decision);  // wakes every joiner of round 0
+    }
+    throw InvalidArgument("rendezvous '" + id() + "': " + message);
+  }
+
   // Which round to join, and whom to tell.
   struct Start {
     uint64_t round = 0;
@@ -234,6 +270,7 @@ class C10dRendezvous final : public Rendezvous {
     throwIfJobEnded();
     auto state = closedRound(running);
     if (state && state->nodeCount >= options_.maxNodes) {
+      spare_ = true;
       spdlog::warn("rendezvous '{}': the job runs with {} node(s), the most it takes; {} waits as "
                    "a spare to replace a lost node",
                    id(), state->nodeCount, self_.displayName());
@@ -246,6 +283,7 @@ class C10dRendezvous final : public Rendezvous {
   RoundResult joinFrom(Start start, Deadline& deadline, Clock::time_point started) {
     uint64_t round = start.round;
     Announcement announce = std::move(start.announce);
+    joiningRunningJob_ = announce.round.has_value();
     for (;;) {
       if (auto result = joinRound(round, deadline, announce)) {
         lastRound_ = round;
@@ -264,6 +302,7 @@ class C10dRendezvous final : public Rendezvous {
       spdlog::debug("rendezvous '{}': round {} closed without this node; waiting for round {}",
                     id(), round, round + 1);
       announce = announcementFor(round);
+      joiningRunningJob_ = true;
       ++round;
     }
   }
@@ -297,6 +336,7 @@ class C10dRendezvous final : public Rendezvous {
 
     std::optional<Bytes> known;  // status as last seen (nullopt: absent)
     bool event = false;          // `known` came from a watch that returned: something happened
+    ProgressPacer progress(options_.progressInterval);
     for (;;) {
       if (known)
         if (auto state = keys::parseState(*known)) return finish(round, *state);
@@ -335,6 +375,10 @@ class C10dRendezvous final : public Rendezvous {
         deadline = Deadline(options_.joinTimeout);
       }
       milliseconds wait = deadline.remaining();
+      if (options_.say) {
+        if (progress.due()) options_.say(waitingText(round, arrivals, lastCallAt, deadline));
+        wait = std::min(wait, progress.untilDue());
+      }
       if (lastCallAt != kNever) {
         auto untilLastCall = std::chrono::duration_cast<milliseconds>(lastCallAt - Clock::now());
         wait = std::min(wait, std::max(untilLastCall + 1ms, 1ms));  // remaining() may be 0
@@ -346,6 +390,23 @@ class C10dRendezvous final : public Rendezvous {
       } catch (const TimeoutError&) {
       }
     }
+  }
+
+  // How a long join wait goes, for the progress line (no store calls: it says what is known).
+  std::string waitingText(uint64_t round, int64_t arrivals, Clock::time_point lastCallAt,
+                          const Deadline& deadline) const {
+    const std::string at = " at " + endpoint_;
+    if (spare_ || joiningRunningJob_)
+      return "waiting to join the running job (round " + std::to_string(round) + ")" + at;
+    if (lastCallAt != Clock::time_point::max()) {
+      auto left = std::chrono::duration_cast<milliseconds>(lastCallAt - Clock::now());
+      return std::to_string(arrivals) + " of at most " + std::to_string(options_.maxNodes) +
+             " node(s) joined" + at + "; last call for more, closing in " + humanDuration(left);
+    }
+    const int64_t missing = std::max<int64_t>(1, options_.minNodes - arrivals);
+    return "waiting for " + std::to_string(missing) + " more node(s) (" + std::to_string(arrivals) +
+           "/" + std::to_string(options_.minNodes) + " joined" + at + "), " +
+           humanDuration(deadline.remaining()) + " left";
   }
 
   // The decision header of `round` when it closed successfully (its `status`), else nullopt.
@@ -581,6 +642,7 @@ class C10dRendezvous final : public Rendezvous {
     changesAtClose_ = state.changesAtClose;
     leftAtClose_ = state.leftAtClose;
     lastNodeCount_ = state.nodeCount;
+    lastNodeRank_ = r.nodeRank;
     return r;
   }
 
@@ -630,6 +692,7 @@ class C10dRendezvous final : public Rendezvous {
         storeLost_ = false;
         lastRound_.reset();  // the old round counted this node gone: it comes back as a newcomer
         self_.rejoining = false;
+        self_.previousRank.reset();
         descriptorLine_ = keys::encodeDescriptor(self_);
         spdlog::info("rendezvous '{}': connected to the store at {} again", id(), endpoint_);
         return;
@@ -705,8 +768,12 @@ class C10dRendezvous final : public Rendezvous {
   int64_t changesAtClose_ = 0;
   int64_t leftAtClose_ = 0;
   int64_t lastNodeCount_ = 0;
+  int lastNodeRank_ = 0;
   std::atomic<bool> storeLost_{false};
   bool left_ = false;
+  bool configChecked_ = false;
+  bool spare_ = false;        // this join waits as a spare (the job runs with MAX nodes)
+  bool joiningRunningJob_ = false;  // this join waits for a running job's next round
 };
 
 }  // namespace

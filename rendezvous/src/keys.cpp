@@ -64,6 +64,7 @@ void validateRunId(std::string_view runId) {
                    c == '_' || c == '.' || c == ':' || c == '@' || c == '+' || c == '-';
     ok = ok && allowed;
   }
+  ok = ok && runId != "." && runId != "..";  // a run id names a directory under --log-dir too
   if (!ok)
     throw InvalidArgument("invalid --rdzv-id '" + std::string(runId) +
                           "': use 1 to 128 characters of letters, digits and _.:@+-");
@@ -118,6 +119,7 @@ std::string finished(std::string_view runId, uint64_t r) {
 }
 std::string failure(std::string_view runId, uint64_t r) { return cat(round(runId, r), "failure"); }
 std::string outcome(std::string_view runId) { return cat(job(runId), "outcome"); }
+std::string config(std::string_view runId) { return cat(job(runId), "config"); }
 
 Store::Will joinWill(std::string_view runId, uint64_t r, std::string_view node,
                      std::string_view displayName) {
@@ -153,7 +155,10 @@ std::string encodeDescriptor(const NodeDescriptor& node) {
   line.append("\t").append(std::to_string(node.localWorldSize)).append("\t");
   line.append(node.requestedRank ? std::to_string(*node.requestedRank) : "-");
   line.append("\t").append(std::to_string(node.masterPort));
-  line.append(node.rejoining ? "\tm\n" : "\t-\n");
+  if (node.previousRank && (*node.previousRank < 0 || *node.previousRank > kMaxNodeRank))
+    throw InvalidArgument("node rank " + std::to_string(*node.previousRank) + " out of range");
+  line.append(!node.rejoining ? "\t-" : node.previousRank ? "\tm" + std::to_string(*node.previousRank) : "\tm");
+  line.append("\n");
   return line;
 }
 
@@ -172,14 +177,18 @@ std::vector<NodeDescriptor> parseJoined(std::string_view blob, size_t* skipped) 
     start = nl + 1;
     auto f = splitTabs(line);
     NodeDescriptor d;
-    std::optional<int> lws, rank;
+    std::optional<int> lws, rank, previous;
     std::optional<uint16_t> port;
-    bool ok = f.size() == 7 && (f[6] == "m" || f[6] == "-") && isValidNodeId(f[0]) && isPlainField(f[1]) && isPlainField(f[2]) &&
+    bool ok = f.size() == 7 && !f[6].empty() && (f[6][0] == 'm' || f[6] == "-") && isValidNodeId(f[0]) && isPlainField(f[1]) && isPlainField(f[2]) &&
               (lws = parseInt<int>(f[3])) && *lws >= 1 && *lws <= kMaxLocalWorldSize &&
               (port = parseInt<uint16_t>(f[5]));
     if (ok && f[4] != "-") {
       rank = parseInt<int>(f[4]);
       ok = rank && *rank >= 0 && *rank <= kMaxNodeRank;
+    }
+    if (ok && f[6].size() > 1) {
+      previous = parseInt<int>(f[6].substr(1));
+      ok = previous && *previous >= 0 && *previous <= kMaxNodeRank;
     }
     if (!ok) {
       ++bad;
@@ -192,7 +201,8 @@ std::vector<NodeDescriptor> parseJoined(std::string_view blob, size_t* skipped) 
     d.localWorldSize = *lws;
     d.requestedRank = rank;
     d.masterPort = *port;
-    d.rejoining = f[6] == "m";
+    d.rejoining = f[6][0] == 'm';
+    d.previousRank = previous;
     d.arrival = nodes.size();
     nodes.push_back(std::move(d));
   }
@@ -444,6 +454,29 @@ std::optional<FailureRecord> parseOutcome(std::string_view value) {
   if (value.starts_with("failed\n")) return parseFailure(value.substr(7));
   throw ProtocolError("corrupt job outcome in the store: '" + std::string(value.substr(0, 80)) +
                       "'");
+}
+
+}  // namespace drun::rdzv::keys
+
+namespace drun::rdzv::keys {
+
+std::string encodeJobConfig(const JobConfig& config) {
+  if (!isPlainField(config.setBy)) throw InvalidArgument("invalid node name '" + config.setBy + "'");
+  return std::to_string(config.minNodes) + "\t" + std::to_string(config.maxNodes) + "\t" +
+         config.setBy + "\n";
+}
+
+JobConfig parseJobConfig(std::string_view value) {
+  auto f = splitTabs(value.substr(0, value.find('\n')));
+  JobConfig c;
+  std::optional<int> lo, hi;
+  if (f.size() != 3 || !value.ends_with('\n') || !(lo = parseInt<int>(f[0])) ||
+      !(hi = parseInt<int>(f[1])) || *lo < 1 || *hi < *lo || !isPlainField(f[2]))
+    throw ProtocolError("malformed job settings in the store: '" + std::string(value.substr(0, 80)) + "'");
+  c.minNodes = *lo;
+  c.maxNodes = *hi;
+  c.setBy = std::string(f[2]);
+  return c;
 }
 
 }  // namespace drun::rdzv::keys

@@ -63,6 +63,16 @@ RoundPlan planRound(const std::vector<NodeDescriptor>& members) {
     plan.memberAtRank[r] = i;
     plan.nodeRank[i] = r;
   }
+  // Members of the previous round get their old rank back when it is free and in range, so that
+  // the same nodes returning keep their ranks (prefixes, log paths and data shards stay put).
+  for (int i = 0; i < n; ++i) {
+    const auto& previous = members[i].previousRank;
+    if (plan.nodeRank[i] >= 0 || !members[i].rejoining || !previous || *previous >= n ||
+        plan.memberAtRank[*previous] >= 0)
+      continue;
+    plan.memberAtRank[*previous] = i;
+    plan.nodeRank[i] = *previous;
+  }
   std::vector<int> unranked;
   for (int i = 0; i < n; ++i)
     if (plan.nodeRank[i] < 0) unranked.push_back(i);

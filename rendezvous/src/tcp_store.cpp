@@ -157,8 +157,13 @@ class TcpStore::Connection {
     std::string lastError = "no attempt";
     int attempts = 0;
     auto started = Clock::now();
+    ProgressPacer progress(options_.progressInterval);
     for (;;) {
       ++attempts;
+      if (options_.onConnectWait && progress.due())
+        options_.onConnectWait("cannot reach the rendezvous store at " + endpoint_ + " yet (" +
+                               lastError + "); retrying for " +
+                               humanDuration(deadline.remaining()) + " more");
       if (tryConnect(deadline, lastError)) {
         spdlog::debug("store client: connected to {} after {} attempt(s), {}ms", endpoint_,
                       attempts,

@@ -325,6 +325,34 @@ TEST_CASE("planRound: node order by host then arrival, prefix sums, requested ra
   auto ranked = planRound({node("a", "h1", 1, 0), node("b", "h2", 1, 1, 0)});
   CHECK(ranked.nodeRank == std::vector<int>{1, 0});
 
+  // The same nodes re-forming keep their ranks, whatever the order they come back in: two nodes
+  // on one host arrive the other way round this time.
+  auto member = [&](std::string id, std::string host, uint64_t arrival, int previous) {
+    auto d = node(std::move(id), std::move(host), 1, arrival);
+    d.rejoining = true;
+    d.previousRank = previous;
+    return d;
+  };
+  auto stable = planRound({member("b", "h1", 0, 1), member("a", "h1", 1, 0), member("c", "h0", 2, 2)});
+  CHECK(stable.nodeRank == std::vector<int>{1, 0, 2});
+  // A newcomer takes the rank a lost member left free.
+  auto replaced = planRound({member("c", "h0", 0, 2), member("a", "h1", 1, 0), node("n", "h9", 1, 2)});
+  CHECK(replaced.nodeRank == std::vector<int>{2, 0, 1});
+  // The job shrank: a rank out of range now is given up for a free one.
+  auto shrunk = planRound({member("c", "h0", 0, 2), member("a", "h1", 1, 0)});
+  CHECK(shrunk.nodeRank == std::vector<int>{1, 0});
+  // A requested rank wins over a previous one.
+  auto requested = planRound({member("a", "h1", 0, 0), node("b", "h2", 1, 1, 0)});
+  CHECK(requested.nodeRank == std::vector<int>{1, 0});
+  // The previous rank travels in the descriptor; a garbled one makes the line malformed.
+  auto parsed = keys::parseJoined(keys::encodeDescriptor(member("x", "h1", 0, 7)));
+  REQUIRE(parsed.size() == 1);
+  CHECK(parsed[0].rejoining);
+  CHECK(parsed[0].previousRank == 7);
+  size_t skipped = 0;
+  CHECK(keys::parseJoined("x\th\th\t1\t-\t5\tmx\n", &skipped).empty());
+  CHECK(skipped == 1);
+
   auto decided = decideRound("j", 4, {node("a", "h2", 2, 0), node("b", "h1", 3, 1)}, {5, 1});
   REQUIRE(decided.state.ok);
   CHECK(decided.state.roster.size() == 2);
@@ -456,6 +484,32 @@ TEST_CASE("c10d: a node rank claimed twice is an error for every agent", "[rende
   REQUIRE(fb.wait_for(kHang) == std::future_status::ready);
   REQUIRE_THROWS_WITH(fa.get(), Catch::Contains("node rank 1 claimed by hostA and hostB"));
   REQUIRE_THROWS_WITH(fb.get(), Catch::Contains("node rank 1 claimed by hostA and hostB"));
+}
+
+TEST_CASE("c10d: nodes started with different --nnodes fail at once naming both values",
+          "[rendezvous]") {
+  MemoryCluster cluster;
+  auto a = cluster.agent(withNode(options(2, 2), "hostA"));
+  auto b = cluster.agent(withNode(options(3, 3), "hostB"));
+  const auto t0 = Clock::now();
+  auto fa = startNext(*a);
+  awaitArrivals(cluster.store(), "job", 0, 1);
+  auto fb = startNext(*b);
+  REQUIRE(fa.wait_for(kHang) == std::future_status::ready);
+  REQUIRE(fb.wait_for(kHang) == std::future_status::ready);
+  CHECK(Clock::now() - t0 < 5s);  // not the join timeout (15 s here)
+  for (auto* f : {&fa, &fb})
+    REQUIRE_THROWS_WITH(f->get(), Catch::Contains("nodes disagree on --nnodes: hostB has --nnodes 3, "
+                                                  "the job (first started on hostA) has --nnodes 2"));
+  // A job that runs goes on without the odd node.
+  MemoryCluster running;
+  auto x = running.agent(withNode(options(1, 2), "hostX"));
+  auto rx = x->next();
+  CHECK(rx.nodeCount == 1);
+  auto y = running.agent(withNode(options(1, 3), "hostY"));
+  REQUIRE_THROWS_WITH(y->next(), Catch::Contains("has --nnodes 1:2"));
+  CHECK_FALSE(running.store().check({keys::failure("job", 0)}));
+  x->leave();
 }
 
 TEST_CASE("c10d: 2:3 with two agents closes after the last call", "[rendezvous]") {

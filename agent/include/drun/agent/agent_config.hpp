@@ -28,6 +28,7 @@ struct AgentConfig {
   std::string hostname;                          // this node's name, for env and summaries
   rdzv::RendezvousOptions rendezvous;            // nnodes, endpoint, run id, timeouts, ...
   bool isPython = false;                         // set PYTHONUNBUFFERED=1 unless already set
+  std::string interpreter;  // Python workers: "<path> (<where the choice came from>)", for messages
   // Output.
   std::optional<std::filesystem::path> logDir;   // per-attempt, per-rank files
   OutputOptions output;                          // filter, redirects/tee (prefix set per round)

@@ -37,19 +37,22 @@ inline constexpr size_t kMaxErrorFileBytes = 1 << 20;
 // The evidence a summary shows for a failed worker: `source` is "error file <path>" (its message
 // in `detail`), "stderr" (the tail's lines in `detail`), "" (neither), or, when the error file is
 // unreadable or malformed, "error file <path> is malformed: <what is wrong>; last lines of stderr"
-// with the tail (or "(no stderr output)") in `detail`. Never throws but std::bad_alloc.
+// with the tail (or "(no stderr output)") in `detail`. With `showPath` false (the file is removed
+// when drun exits: no --log-dir), the path is left out: a summary never names a file that is gone.
+// Never throws but std::bad_alloc.
 struct FailureEvidence {
   std::string source;
   std::string detail;  // lines
 };
 FailureEvidence failureEvidence(const std::filesystem::path& errorFile,
-                                const std::deque<std::string>& stderrTail);
+                                const std::deque<std::string>& stderrTail, bool showPath = true);
 
 // The root-cause record of a failure on this node: rank, node, code or signal, time, and the
 // error file's message (else the last lines of stderr) as its detail. Every node of the job
 // prints the summary of the same record.
 rdzv::FailureRecord makeFailureRecord(const WorkerExit& rootCause, const std::string& node,
-                                      const std::filesystem::path& errorFile, int otherFailures);
+                                      const std::filesystem::path& errorFile, int otherFailures,
+                                      bool showPath = true);
 
 // Lines prefixed "drun: " (no trailing newline on the last).
 std::string formatFailureSummary(const rdzv::FailureRecord& cause);

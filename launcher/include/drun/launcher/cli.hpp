@@ -24,6 +24,7 @@ struct CliResult {
   agent::AgentConfig config;
   std::optional<std::string> logLevel;  // -v / --log-level
   std::optional<std::string> printAndExit;  // --help / --version text: print, exit 0
+  std::vector<std::string> warnings;        // accepted but worth saying (main prints them)
 };
 
 // argv[0] is the program name. Throws UsageError.

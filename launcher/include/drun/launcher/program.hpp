@@ -19,6 +19,8 @@ struct ProgramRequest {
 struct ResolvedProgram {
   std::vector<std::string> argv;  // argv[0] is an absolute or relative path that exists
   bool isPython = false;
+  // For messages about a Python worker: "/usr/bin/python3 ('python3', the default; ...)".
+  std::string interpreter;
 };
 
 // Throws launch::UsageError.

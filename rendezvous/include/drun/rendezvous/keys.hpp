@@ -35,6 +35,9 @@
 //                                    the first failure reported wins; its `final` says whether the
 //                                    job's restart budget is spent
 //   rdzv/<id>/outcome                the job's end: "succeeded", or "failed" + the final record
+//   rdzv/<id>/config                 the job's --nnodes as its first node set it (JobConfig):
+//                                    compare_set("" -> it); a node started with other values
+//                                    fails at once, naming both
 //
 // Job-wide state: the restart count lives in each closed round's state (RoundState::restartCount):
 // the closer of round r sets it to r-1's count, plus one when r-1 has a failure record. Every
@@ -83,6 +86,7 @@ std::string waiting(std::string_view runId, uint64_t round);
 std::string finished(std::string_view runId, uint64_t round);
 std::string failure(std::string_view runId, uint64_t round);
 std::string outcome(std::string_view runId);
+std::string config(std::string_view runId);
 
 // The will a joiner of `round` registers: its dead flag and the reason, changes+1, status+1
 // (skipped by the store once status holds the state), left+1, lost+1, and status+1 of round+1 (nodes
@@ -92,8 +96,9 @@ Store::Will joinWill(std::string_view runId, uint64_t round, std::string_view no
                      std::string_view displayName);
 
 // One joiner, as it describes itself in `joined`:
-//   "<id>\t<host>\t<addr>\t<local world size>\t<requested node rank or ->\t<master port>\t<m|->\n"
-// (m: the node was a member of the previous round: the closer takes members before newcomers).
+//   "<id>\t<host>\t<addr>\t<local world size>\t<requested node rank or ->\t<master port>\t<m[rank]|->\n"
+// (m: the node was a member of the previous round, with the node rank it had there: the closer
+// takes members before newcomers, and gives them their old rank back when it is free).
 struct NodeDescriptor {
   std::string id;          // unique per agent and job
   std::string host;        // --local-addr or hostname: identity for ordering and messages
@@ -102,6 +107,7 @@ struct NodeDescriptor {
   std::optional<int> requestedRank;  // --node-rank
   uint16_t masterPort = 0;           // port reserved on this node for MASTER_PORT
   bool rejoining = false;            // a member of the previous round
+  std::optional<int> previousRank;   // its node rank there (kept when free: stable log paths, shards)
   uint64_t arrival = 0;              // position in `joined` (set by parseJoined, not encoded)
 
   // "host" or "host(addr)" when they differ: how messages name the node.
@@ -168,6 +174,18 @@ FailureRecord parseFailure(std::string_view value);  // throws ProtocolError
 std::string encodeOutcome(const std::optional<FailureRecord>& failure);
 // nullopt: succeeded; a record: failed. Throws ProtocolError when corrupt.
 std::optional<FailureRecord> parseOutcome(std::string_view value);
+
+// What every node of a job must agree on: "<min nodes>\t<max nodes>\t<node that set it>\n".
+struct JobConfig {
+  int minNodes = 1;
+  int maxNodes = 1;
+  std::string setBy;  // display name of the node that wrote it
+  bool sameShape(const JobConfig& other) const {
+    return minNodes == other.minNodes && maxNodes == other.maxNodes;
+  }
+};
+std::string encodeJobConfig(const JobConfig& config);
+JobConfig parseJobConfig(std::string_view value);  // throws ProtocolError
 
 // Decimal int64 of a counter value; nullopt when absent; throws ProtocolError when not a number.
 std::optional<int64_t> parseCounter(const std::optional<std::string>& value);

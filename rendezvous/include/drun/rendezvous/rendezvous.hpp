@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "drun/common/error.hpp"
+#include "drun/common/progress.hpp"
 
 namespace drun::rdzv {
 
@@ -42,6 +43,8 @@ struct RendezvousOptions {
   milliseconds heartbeatInterval = 1s;
   milliseconds heartbeatTimeout = 5s;
   milliseconds readTimeout = 60s;      // deadline of one store call
+  milliseconds progressInterval = 30s; // a long wait is reported at this pace...
+  ProgressSink say;                    // ...here (the store connect, the join); unset = silent
 };
 
 // What one agent gets from a completed round.

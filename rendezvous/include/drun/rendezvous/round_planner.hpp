@@ -21,7 +21,8 @@ struct RoundPlan {
   std::string masterAddr;  // node rank 0's address
   uint16_t masterPort = 0; // node rank 0's reserved port
 };
-// Node ranks: requested ranks (--node-rank) are honoured, the other nodes fill the free ranks in
+// Node ranks: requested ranks (--node-rank) are honoured, then members of the previous round get
+// their old rank back when it is free and in range, the other nodes fill the free ranks in
 // (host, arrival) order; rank offsets are prefix sums of the local world sizes. Throws
 // InvalidArgument naming the nodes for a rank claimed twice or one out of range.
 RoundPlan planRound(const std::vector<keys::NodeDescriptor>& members);

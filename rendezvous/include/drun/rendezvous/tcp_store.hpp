@@ -27,6 +27,7 @@
 #include <memory>
 #include <string>
 
+#include "drun/common/progress.hpp"
 #include "drun/rendezvous/store.hpp"
 
 namespace drun::rdzv {
@@ -40,6 +41,8 @@ struct TcpStoreOptions {
   milliseconds timeout = 300s;          // deadline of a call that takes none (set, add, ...)
   milliseconds heartbeatInterval = 1s;  // 0 = send no heartbeats (tests of lease expiry)
   milliseconds leaseTimeout = 5s;       // server drops us after this much silence; 0 = server default
+  ProgressSink onConnectWait;           // a connect still retrying is said here, at this pace
+  milliseconds progressInterval = 30s;
 };
 
 class TcpStore final : public Store {
