@@ -343,10 +343,16 @@ Launch launch(const Host& host, const CompatCase& c, std::optional<Launcher> whi
   if (fs::exists(l.logDir)) {
     for (const auto& entry : fs::recursive_directory_iterator(l.logDir)) {
       if (!entry.is_regular_file()) continue;
-      // Below <log dir>/<run id>[_<random suffix>]/ (torchrun adds a random suffix per run).
+      // Compared from attempt_<n>/ down. Above it each launcher names the run's directory its
+      // own way: torchrun <run id>_<random>/ (one per agent), drun <run id>/node<group rank>/
+      // (nodes sharing a file system kept apart; README, "Files").
       fs::path rel = fs::relative(entry.path(), l.logDir);
       fs::path below;
-      for (auto it = std::next(rel.begin()); it != rel.end(); ++it) below /= *it;
+      bool seen = false;
+      for (const auto& part : rel) {
+        seen = seen || part.string().rfind("attempt_", 0) == 0;
+        if (seen) below /= part;
+      }
       for (const auto& s : compatLines(slurp(entry.path()), ""))
         l.files.insert(below.string() + ": " + s);
     }
@@ -481,25 +487,33 @@ TEST_CASE("torchrun compat: single-node lines (--standalone, = and space forms, 
       }),
       with(line("OMP_NUM_THREADS left unset", {{"--standalone", "--nproc_per_node", "2"}}),
            [](CompatCase& c) { c.env = {"OMP_NUM_THREADS"}; }),
+      // torchrun 1.13 replaces the endpoint with its own (localhost:29400); drun warns.
+      line("--standalone with an --rdzv_endpoint, which it ignores",
+           {{"--standalone", "--nproc_per_node", "2", "--rdzv_endpoint", "127.0.0.1:{PORT}"}}),
   };
   for (const auto& c : cases) checkCase(host, c);
 }
 
 TEST_CASE("torchrun compat: rendezvous lines (--nnodes MIN:MAX, --rdzv-backend -endpoint -id "
-          "-conf) and two agents", "[torch]") {
+          "-conf, nproc cpu) and two agents", "[torch]") {
   skipUnlessTorchrun();
   Host host;
   const std::vector<std::string> rdzv = {"--rdzv_backend", "c10d", "--rdzv_endpoint",
                                          "127.0.0.1:{PORT}"};
   std::vector<std::string> elastic = {"--nnodes", "1:2", "--nproc_per_node", "2", "--rdzv_id",
                                       "compat-elastic", "--rdzv_conf",
-                                      "join_timeout=30,last_call_timeout=1"};
+                                      "join_timeout=30,last_call_timeout=1,close_timeout=10,"
+                                      "read_timeout=60"};
   elastic.insert(elastic.end(), rdzv.begin(), rdzv.end());
   std::vector<std::string> two = {"--nnodes=2", "--nproc_per_node=2", "--rdzv_id=compat-two",
                                   "--max_restarts=1"};
   two.insert(two.end(), rdzv.begin(), rdzv.end());
   const std::vector<CompatCase> cases = {
       line("--nnodes 1:2 with c10d endpoint, id and conf", {elastic}),
+      // No --rdzv_id (run id "none"), the endpoint by name, a worker per CPU.
+      line("--nnodes=1:1 --nproc_per_node=cpu, endpoint localhost, no id",
+           {{"--nnodes=1:1", "--nproc_per_node=cpu", "--rdzv_backend=c10d",
+             "--rdzv_endpoint=localhost:{PORT}"}}),
       line("two agents of --nnodes=2 on one host", {two, two}),
   };
   for (const auto& c : cases) checkCase(host, c);
