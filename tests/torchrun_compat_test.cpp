@@ -478,14 +478,14 @@ TEST_CASE("torchrun compat: single-node lines (--standalone, = and space forms, 
   skipUnlessTorchrun();
   Host host;
   const std::vector<CompatCase> cases = {
-      line("--standalone --nproc_per_node=2", {{"--standalone", "--nproc_per_node=2"}}),
       line("--standalone --nnodes=1 with restarts, role, monitor interval, start method",
            {{"--standalone", "--nnodes=1", "--nproc_per_node", "3", "--max_restarts", "2", "--role",
              "trainer", "--monitor_interval", "0.5", "--start_method", "fork"}}),
       with(line("options from PET_ variables", {{"--rdzv_id", "from-pet"}}), [](CompatCase& c) {
         c.env = {"PET_STANDALONE=1", "PET_NPROC_PER_NODE=2", "PET_MAX_RESTARTS=1"};
       }),
-      with(line("OMP_NUM_THREADS left unset", {{"--standalone", "--nproc_per_node", "2"}}),
+      with(line("--standalone --nproc_per_node=2, OMP_NUM_THREADS left unset",
+                {{"--standalone", "--nproc_per_node=2"}}),
            [](CompatCase& c) { c.env = {"OMP_NUM_THREADS"}; }),
       // torchrun 1.13 replaces the endpoint with its own (localhost:29400); drun warns.
       line("--standalone with an --rdzv_endpoint, which it ignores",
@@ -532,8 +532,8 @@ TEST_CASE("torchrun compat: program forms (script with arguments, -m or --module
   for (const auto& c : cases) checkCase(host, c);
 }
 
-TEST_CASE("torchrun compat: output options (-r, --log-dir with -r, -t, per-rank --redirects, "
-          "--local-ranks-filter)", "[torch]") {
+TEST_CASE("torchrun compat: output options (-r, --log-dir with -r, per-rank --redirects and "
+          "--tee, --local-ranks-filter)", "[torch]") {
   skipUnlessTorchrun();
   Host host;
   auto logged = [](const char* name, std::vector<std::string> extra) {
@@ -546,14 +546,14 @@ TEST_CASE("torchrun compat: output options (-r, --log-dir with -r, -t, per-rank 
       line("-r 3 without --log_dir (a temporary one)",
            {{"--standalone", "--nproc_per_node", "2", "-r", "3"}}),
       logged("--log_dir -r 3", {"-r", "3"}),
-      logged("--log_dir -t 3", {"-t", "3"}),
-      logged("--log_dir --redirects 0:1,1:2 --tee 0:2",
-             {"--redirects", "0:1,1:2", "--tee", "0:2"}),
-      // torchrun 1.13 has no --local-ranks-filter (2.2 has): drun alone gets it.
-      with(logged("--local-ranks-filter 1 (drun only)", {}), [](CompatCase& c) {
-        c.drunOnly = {"--local-ranks-filter", "1"};
-        c.consoleLocalRanks = std::set<int>{1};
-      }),
+      // torchrun 1.13 has no --local-ranks-filter (2.2 has): drun alone gets it, and its console
+      // shows what torchrun's shows of local rank 0 (redirected and tee'd: the subtle one).
+      with(logged("--log_dir --redirects 0:1,1:2 --tee 0:3 (drun: --local-ranks-filter 0)",
+                  {"--redirects", "0:1,1:2", "--tee", "0:3"}),
+           [](CompatCase& c) {
+             c.drunOnly = {"--local-ranks-filter", "0"};
+             c.consoleLocalRanks = std::set<int>{0};
+           }),
   };
   for (const auto& c : cases) checkCase(host, c);
 }
