@@ -428,13 +428,18 @@ def fmt_cell(cell, unit_digits=0):
     return text
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def add_harness_arguments(p):
+    """What a Trial and a Launcher read: the launchers, the namespace script, the work dir."""
     p.add_argument("--drun-bin", required=True)
     p.add_argument("--netns", required=True)
     p.add_argument("--torchrun-compat", required=True)
     p.add_argument("--python", default="/usr/bin/python3")
     p.add_argument("--work-dir", required=True)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_harness_arguments(p)
     p.add_argument("--trials", type=int, default=5)
     p.add_argument("--torch-trials", type=int, default=5)
     p.add_argument("--torch", type=int, default=1, help="0: drun only")

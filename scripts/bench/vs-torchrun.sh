@@ -19,6 +19,12 @@
 #
 #   sudo scripts/bench/vs-torchrun.sh                # REPS=3: about 10 minutes on 2 cores
 #   REPS=1 DRUN_BIN_DIR=/tmp/bin scripts/bench/vs-torchrun.sh
+#   REPS=1 scripts/bench/vs-torchrun.sh --launchers drun --setups "two hosts" --modes fail
+#
+# Multi-node torchrun 1.13 needs each host to have a name of its own (it tells the workers
+# MASTER_ADDR = its FQDN): every agent, drun's too, runs with its host's address as hostname (a
+# UTS namespace). The fault happens once per trial, told by a file (not TORCHELASTIC_RESTART_COUNT,
+# which torchrun 1.13 counts per agent: the node that did not fail still says 0 after the restart).
 #
 # Needs root (scripts/netns.sh), the built drun (DRUN_BIN_DIR, default build/bin; nothing is
 # built here) and /usr/bin/python3 with torch (python3-torch; PYTHON overrides). The trials run

@@ -135,12 +135,8 @@ def ratio(a, b):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--drun-bin", required=True)
-    p.add_argument("--netns", required=True)
-    p.add_argument("--torchrun-compat", required=True)
-    p.add_argument("--python", default="/usr/bin/python3")
+    rb.add_harness_arguments(p)
     p.add_argument("--program", required=True)
-    p.add_argument("--work-dir", required=True)
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--max-restarts", type=int, default=1)
     p.add_argument("--launchers", default="drun,torchrun,torchrun mi0.1",
