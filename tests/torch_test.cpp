@@ -2,7 +2,8 @@
 // point-to-point, all_reduce + all_gather, barrier-synchronised tasks, group all_reduce,
 // distributed SGD), each with init_process_group("gloo") through env://, on one node and on two
 // network-namespace hosts; a program whose exception, recorded by torch's @record, must reach
-// drun's failure summary; a program that fails on its first attempt and succeeds after a restart.
+// drun's failure summary (one node, and both nodes of two); a program that fails on its first
+// attempt and succeeds after a restart (two hosts: TORCHELASTIC_RESTART_COUNT is the job's).
 //
 // The programs print `TAG rank=R ...` lines; the checks recompute what each rank must have got.
 // Debian's torch is for /usr/bin/python3 (`python3` on PATH may lack it): each test names its
@@ -229,6 +230,26 @@ TEST_CASE("torch: an exception recorded by @record reaches drun's failure summar
   CHECK_THAT(summary, Catch::Contains("drun:     ValueError: " + message));
   CHECK_THAT(summary, Catch::Contains("record_error.py"));  // the recorded call stack
   CHECK(marker.leftovers(5s).empty());
+}
+
+TEST_CASE("torch: @record's error from host 1 reaches the failure summary of both hosts",
+          "[torch][multinode]") {
+  skipWithoutTorch("@record on two hosts");
+  skipWithoutNetns("@record on two hosts");
+  const std::string message = "tutorial failure on host 1 " + randomHex(12);
+  TwoHosts job({"--nproc-per-node", "2"},
+               {"python3", torchProgram("record_error.py").string(), "3", message});
+  auto runs = job.run();
+  INFO(describe(runs));
+  for (const auto& r : runs) {
+    CHECK(r.status() == 1);
+    // Host 0 learns it through the store: the same root cause, the same recorded exception.
+    auto at = r.err.find("drun: root cause: rank 3 (local_rank 1) on ");
+    REQUIRE(at != std::string::npos);
+    CHECK_THAT(r.err.substr(at), Catch::Contains("drun:     ValueError: " + message));
+  }
+  CHECK(tagged(runs[0].out + runs[1].out, "RECORD").size() == 4);
+  CHECK(job.marker.leftovers(5s).empty());
 }
 
 TEST_CASE("torch: a program failing on its first attempt succeeds after one restart on two "
