@@ -11,6 +11,7 @@ packages=(
   libboost-dev libcli11-dev libspdlog-dev nlohmann-json3-dev libgloo-dev catch2
   iproute2 procps util-linux
   openmpi-bin libopenmpi-dev python3 python3-torch
+  slurmctld slurmd slurm-client munge   # the [slurm] tests' cluster (scripts/slurm/up.sh)
 )
 
 missing=()

@@ -20,6 +20,7 @@
 #include <sstream>
 #include <thread>
 
+#include "drun/common/test_skip.hpp"
 #include "process.hpp"
 
 namespace fs = std::filesystem;
@@ -495,6 +496,19 @@ TEST_CASE("${local_rank} in the program's arguments is substituted per worker", 
     std::string lr = std::to_string(rank);
     CHECK(d.args == std::vector<std::string>{"--out=/tmp/x" + lr + ".log", lr, "plain", "${rank}"});
   }
+}
+
+TEST_CASE("any program can bind MASTER_PORT even without SO_REUSEADDR", "[e2e]") {
+  MarkerScope marker;
+  // Rank 0 binds, in two rounds (a restart): the port is free for it each time.
+  auto r = run(drunCommand({"--nproc-per-node", "2", "--max-restarts", "1", behave(),
+                            "bind-master@rank=0", "exit:1@restart=0"},
+                           {marker.env()}));
+  INFO(r.describe());
+  CHECK(r.status() == 0);
+  int bound = 0;
+  for (const auto& l : parseConsole(r.out)) bound += l.text.rfind("BOUND ", 0) == 0;
+  CHECK(bound == 2);
 }
 
 TEST_CASE("two concurrent jobs get different MASTER_PORTs", "[e2e]") {
@@ -1314,4 +1328,18 @@ TEST_CASE("a malformed error file: exit 1, a summary that says so, no temporary 
   CHECK_FALSE(contains(r.err, "terminate called"));
   CHECK(fs::is_empty(tmp.path()));
   CHECK(marker.leftovers(2s).empty());
+}
+
+TEST_CASE("a failed Python job names the interpreter that ran it", "[e2e]") {
+  if (!fs::exists("/usr/bin/python3")) skipTest("no /usr/bin/python3");
+  MarkerScope marker;
+  auto r = run(drunCommand({"-m", "drun_no_such_module_xyz"}, {marker.env(), "PYTHON_EXEC=/usr/bin/python3"}));
+  INFO(r.describe());
+  CHECK(r.status() == 1);
+  CHECK(contains(r.err, "No module named"));
+  CHECK(contains(r.err, "drun:   python on this node: /usr/bin/python3 (PYTHON_EXEC)"));
+  auto missing = run(drunCommand({"-m", "json.tool"}, {"PYTHON_EXEC=/nonexistent/python"}));
+  INFO(missing.describe());
+  CHECK(missing.status() == 2);
+  CHECK(contains(missing.err, "python interpreter (PYTHON_EXEC): program '/nonexistent/python' not found"));
 }

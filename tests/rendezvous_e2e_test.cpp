@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <fstream>
 #include <set>
 #include <thread>
 
@@ -214,4 +215,63 @@ TEST_CASE("rendezvous: the classic static torchrun line runs a two-node job", "[
   CHECK(ranksPrinted(r0.out) == std::set<int>{0, 1});
   CHECK(ranksPrinted(r1.out) == std::set<int>{2, 3});
   CHECK_THAT(r0.out + r1.out, Catch::Contains("WORLD=4 MASTER=127.0.0.1:" + std::to_string(port)));
+}
+
+TEST_CASE("rendezvous: the same nodes keep their node ranks across restarts", "[e2e][rendezvous]") {
+  const uint16_t port = freePort();
+  const std::string id = "stable-" + randomHex(6);
+  // One worker per node; the job fails twice (rank 0, restarts 0 and 1) and succeeds on the third
+  // round. Node 1 re-joins at once and node 0 only after 200 ms: arrival order (the tie-break on
+  // one host) would give node 1 rank 0 in the next round.
+  std::vector<std::string> extra = {
+      "--nproc-per-node", "1", "--max-restarts", "2", "sh", "-c",
+      "echo G=$GROUP_RANK; if [ $GROUP_RANK = 0 ] && [ $TORCHELASTIC_RESTART_COUNT -lt 2 ]; then "
+      "sleep 0.2; exit 1; fi; sleep 0.5"};
+  auto args = [&] {
+    std::vector<std::string> a = {"--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:" + std::to_string(port),
+                                  "--rdzv-id", id};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  Process pa(drunCommand(args(), {}, 60s));
+  Process pb(drunCommand(args(), {}, 60s));
+  RunResult a = pa.wait(), b = pb.wait();
+  INFO(a.describe() << "\n" << b.describe());
+  CHECK(a.status() == 0);
+  CHECK(b.status() == 0);
+  for (const RunResult* r : {&a, &b}) {
+    std::set<std::string> ranks;
+    int rounds = 0;
+    for (const ConsoleLine& line : parseConsole(r->out))
+      if (line.text.rfind("G=", 0) == 0) {
+        ranks.insert(line.text);
+        ++rounds;
+      }
+    CHECK(rounds == 3);
+    CHECK(ranks.size() == 1);  // one node rank in every round
+  }
+}
+
+TEST_CASE("rendezvous: two nodes sharing a --log-dir never write the same file", "[e2e][rendezvous]") {
+  TempDir logs;
+  const std::string id = "shared-" + randomHex(6);
+  TwoAgents job(freePort(), id, {"--log-dir", logs.path().string(), "sh", "-c", "echo RANK=$RANK"});
+  INFO(job.describe());
+  REQUIRE(job.a.status() == 0);
+  REQUIRE(job.b.status() == 0);
+  // DIR/<run id>/node<N>/attempt_0/<local rank>/stdout.log: one file per global rank.
+  std::set<std::string> seen;
+  for (int node = 0; node < 2; ++node)
+    for (int local = 0; local < 2; ++local) {
+      const auto file = logs.path() / id / ("node" + std::to_string(node)) / "attempt_0" /
+                        std::to_string(local) / "stdout.log";
+      INFO(file);
+      std::ifstream in(file);
+      REQUIRE(in);
+      std::string line;
+      std::getline(in, line);
+      CHECK(line == "RANK=" + std::to_string(node * 2 + local));
+      seen.insert(line);
+    }
+  CHECK(seen.size() == 4);
 }

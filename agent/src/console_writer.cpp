@@ -38,6 +38,7 @@ struct ConsoleWriter::Lane {
     const void* owner;
     std::function<void()> resume;
   };
+  enum class Open { No, MidLine, AfterReturn };  // how the last bytes of `openSource` ended
 
   int fds[2] = {-1, -1};  // by ConsoleStream
   size_t highWater = 0;
@@ -50,8 +51,14 @@ struct ConsoleWriter::Lane {
   size_t queuedBytes = 0;    // in `queue`
   size_t inFlightBytes = 0;  // taken by the thread, in write(2)
   bool dropped = false;
+  bool broken = false;  // a write failed: the reader went away
   bool stopping = false;
   std::vector<Waiter> waiters;
+  std::vector<Waiter> brokenWaiters;
+  // The open line (partial-line rules, see the header), in queue order.
+  const LineSource* openSource = nullptr;
+  Open open = Open::No;
+  std::vector<const LineSource*> interrupted;  // their mid-line was ended by somebody else
   std::thread thread;
 
   bool congestedLocked() const { return !dropped && queuedBytes + inFlightBytes > highWater; }
@@ -63,12 +70,53 @@ struct ConsoleWriter::Lane {
     for (auto& w : ready) w.resume();
   }
 
-  void dropLocked() {
+  void dropLocked(bool writeFailed) {
     dropped = true;
     queue.clear();
     queuedBytes = 0;
     wakeWaitersLocked();
+    if (writeFailed) {
+      broken = true;
+      auto ready = std::move(brokenWaiters);
+      brokenWaiters.clear();
+      for (auto& w : ready) w.resume();
+    }
     idle.notify_all();
+  }
+
+  // Applies the partial-line rules to `bytes` about to be queued by `source` (nullptr: whole
+  // lines from a writer without a name).
+  void placeLocked(std::string& bytes, const LineSource* source) {
+    if (source) {
+      auto it = std::find(interrupted.begin(), interrupted.end(), source);
+      if (it != interrupted.end()) {
+        interrupted.erase(it);
+        // The rest of a line that somebody else ended: a line end now ends nothing, text gets
+        // the prefix again.
+        if (!bytes.empty() && (bytes.front() == '\n' || bytes.front() == '\r')) bytes.erase(0, 1);
+        else if (!bytes.empty()) bytes.insert(0, source->prefix);
+      }
+    }
+    if (bytes.empty()) return;
+    if (openSource && openSource != source) {
+      bytes.insert(0, 1, '\n');  // end the other source's line: lines never glue together
+      if (open == Open::MidLine) interrupted.push_back(openSource);
+      openSource = nullptr;
+      open = Open::No;
+    }
+    if (source) {
+      openSource = bytes.back() == '\n' ? nullptr : source;
+      open = bytes.back() == '\n'   ? Open::No
+             : bytes.back() == '\r' ? Open::AfterReturn
+                                    : Open::MidLine;
+    }
+  }
+
+  void queueLocked(ConsoleStream stream, std::string bytes) {
+    if (bytes.empty()) return;
+    queuedBytes += bytes.size();
+    queue.push_back({stream, std::move(bytes)});
+    work.notify_one();
   }
 
   // The lane's thread: FIFO order, one blocking write(2) per batch, nothing else (no logging: an
@@ -93,7 +141,7 @@ struct ConsoleWriter::Lane {
       int error = detail::writeAll(l.fds[static_cast<int>(stream)], batch.data(), batch.size());
       lock.lock();
       l.inFlightBytes = 0;
-      if (error != 0 && !l.dropped) l.dropLocked();  // EPIPE: nobody reads; or worse
+      if (error != 0 && !l.dropped) l.dropLocked(true);  // EPIPE: nobody reads; or worse
       if (!l.congestedLocked() && l.queuedBytes <= l.lowWater) l.wakeWaitersLocked();
       if (l.emptyLocked()) l.idle.notify_all();
     }
@@ -136,6 +184,7 @@ ConsoleWriter::~ConsoleWriter() {
       std::lock_guard lock(l.mutex);
       l.stopping = true;
       l.waiters.clear();
+      l.brokenWaiters.clear();
       stuck = l.inFlightBytes > 0;  // abandoned by drain() inside a write(2) nobody reads
       l.work.notify_all();
     }
@@ -155,15 +204,24 @@ ConsoleWriter::Lane& ConsoleWriter::lane(ConsoleStream stream) const {
   return *lanes_[static_cast<int>(stream)];
 }
 
-bool ConsoleWriter::write(ConsoleStream stream, std::string bytes) {
+bool ConsoleWriter::write(ConsoleStream stream, std::string bytes, const LineSource* source) {
   Lane& l = lane(stream);
   std::lock_guard lock(l.mutex);
   if (l.dropped) return false;
   if (bytes.empty()) return true;
-  l.queuedBytes += bytes.size();
-  l.queue.push_back({stream, std::move(bytes)});
-  l.work.notify_one();
+  l.placeLocked(bytes, source);
+  l.queueLocked(stream, std::move(bytes));
   return true;
+}
+
+void ConsoleWriter::endLine(ConsoleStream stream, const LineSource* source) {
+  Lane& l = lane(stream);
+  std::lock_guard lock(l.mutex);
+  std::erase(l.interrupted, source);
+  if (l.openSource != source) return;
+  l.openSource = nullptr;
+  l.open = Lane::Open::No;
+  if (!l.dropped) l.queueLocked(stream, "\n");
 }
 
 bool ConsoleWriter::congested(ConsoleStream stream) const {
@@ -181,11 +239,43 @@ bool ConsoleWriter::whenWritable(ConsoleStream stream, const void* owner,
   return true;
 }
 
+void ConsoleWriter::lineEndedOutside() {
+  for (int i = 0; i < 2; ++i) {
+    if (i == 1 && lanes_[1] == lanes_[0]) break;
+    Lane& l = *lanes_[i];
+    std::lock_guard lock(l.mutex);
+    if (l.openSource && l.open == Lane::Open::MidLine) l.interrupted.push_back(l.openSource);
+    l.openSource = nullptr;
+    l.open = Lane::Open::No;
+  }
+}
+
+bool ConsoleWriter::whenBroken(ConsoleStream stream, const void* owner,
+                               std::function<void()> onBroken) {
+  Lane& l = lane(stream);
+  std::lock_guard lock(l.mutex);
+  if (l.broken) return false;
+  l.brokenWaiters.push_back({owner, std::move(onBroken)});
+  return true;
+}
+
 void ConsoleWriter::cancel(const void* owner) {
   for (auto& lane : lanes_) {
     std::lock_guard lock(lane->mutex);
-    std::erase_if(lane->waiters, [&](const Lane::Waiter& w) { return w.owner == owner; });
+    auto ownedBy = [&](const Lane::Waiter& w) { return w.owner == owner; };
+    std::erase_if(lane->waiters, ownedBy);
+    std::erase_if(lane->brokenWaiters, ownedBy);
   }
+}
+
+bool ConsoleWriter::broken(ConsoleStream stream) const {
+  Lane& l = lane(stream);
+  std::lock_guard lock(l.mutex);
+  return l.broken;
+}
+
+int ConsoleWriter::fd(ConsoleStream stream) const {
+  return stream == ConsoleStream::Err ? options_.stderrFd : options_.stdoutFd;
 }
 
 bool ConsoleWriter::dropped(ConsoleStream stream) const {
@@ -207,7 +297,7 @@ bool ConsoleWriter::waitWritten(std::chrono::milliseconds timeout, bool abandon)
     std::unique_lock lock(l.mutex);
     if (l.idle.wait_until(lock, deadline, [&] { return l.dropped || l.emptyLocked(); })) continue;
     complete = false;
-    if (abandon) l.dropLocked();  // the reader is not reading, and drun does not wait any longer
+    if (abandon) l.dropLocked(false);  // the reader is not reading, and drun does not wait any longer
   }
   return complete;
 }

@@ -210,6 +210,10 @@ struct ElasticAgent::Impl {
     console->write(ConsoleStream::Err, std::move(text));
   }
 
+  bool consoleGone() const {
+    return console->broken(ConsoleStream::Out) || console->broken(ConsoleStream::Err);
+  }
+
   // ---- the machine -------------------------------------------------------------------------
   void dispatch(Event event, const Input& input = {}) {
     const Rule* rule = nullptr;
@@ -413,7 +417,9 @@ struct ElasticAgent::Impl {
     FailureRecord record = makeFailureRecord(
         cause, config.hostname, errorFilePath(attemptDir, cause.localRank), otherFailures,
         /*showPath=*/!jobDir.temporary);
-    const int budget = config.maxRestarts;
+    // A console that is gone (`drun ... | head`: its workers died of SIGPIPE) is not a failure to
+    // retry: the job ends, as a shell pipeline does once its reader exits.
+    const int budget = consoleGone() ? 0 : config.maxRestarts;
     offLoopCall([this, record, budget] { return rendezvous->reportFailure(record, budget); },
                 [this](const FailureRecord& verdict) {
                   Input in;
@@ -506,6 +512,12 @@ struct ElasticAgent::Impl {
   void printFinalCause() {
     if (!finalCause) {
       exitCode = 1;
+      return;
+    }
+    if (consoleGone()) {
+      say("drun: the console was closed (broken pipe); the job ends without restarts (rank %d: "
+          "%s)\n", finalCause->rank, describeStatus(*finalCause).c_str());
+      exitCode = finalCause->statusCode();
       return;
     }
     say("%s\n", formatFailureSummary(*finalCause).c_str());

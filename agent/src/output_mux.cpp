@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <cerrno>
 #include <cstring>
 #include <string_view>
@@ -64,7 +66,15 @@ struct OutputMux::Impl {
     bool isStderr = false;
     std::optional<asio::posix::stream_descriptor> pipe;
     std::vector<char> buffer;
-    std::string partial;  // the line being assembled across reads
+    std::string partial;  // the segment being assembled across reads, not sent yet
+    LineSource line;      // this stream's identity and prefix for the console
+    bool segmentOpen = false;  // the prefix and part of the current segment were sent
+    bool afterReturn = false;  // the last segment sent ended with '\r'
+    std::optional<asio::steady_timer> partialTimer;
+    bool timerArmed = false;
+    std::chrono::steady_clock::time_point lastBytes;  // the last read that left a partial line
+    std::string tailLine;       // the stderr tail's line being assembled
+    bool tailRedrawn = false;   // a '\r' ended it: new text replaces it
     int fileFd = -1;      // raw bytes, as the worker wrote them
     bool toConsole = true;
     bool eof = false;
@@ -89,7 +99,17 @@ struct OutputMux::Impl {
   Impl(asio::io_context& io, OutputOptions options)
       : io(io),
         options(std::move(options)),
-        console(this->options.console ? this->options.console : ConsoleWriter::standard()) {}
+        console(this->options.console ? this->options.console : ConsoleWriter::standard()) {
+    for (ConsoleStream target : {ConsoleStream::Out, ConsoleStream::Err}) {
+      auto broken = [this, target, executor = io.get_executor(), life = std::weak_ptr<int>(life)] {
+        // On the console's thread, its lock held: only post.
+        asio::post(executor, [this, target, life] {
+          if (!life.expired()) detail::guarded("worker output", [&] { consoleBroken(target); });
+        });
+      };
+      if (!console->whenBroken(target, this, broken)) broken();
+    }
+  }
 
   ~Impl() {
     // What the workers left in pipes paused by back-pressure still goes to the files and the
@@ -99,10 +119,11 @@ struct OutputMux::Impl {
         for (Stream* stream : {&src->out, &src->err}) {
           sweep(*stream);
           if (!stream->eof && !stream->partial.empty()) {
-            emitLine(*stream, stream->partial);
+            emitSegment(*stream, stream->partial, '\n');
             stream->partial.clear();
             flushBatch(*stream);
           }
+          console->endLine(stream->target(), &stream->line);  // the source goes away
         }
     });
     console->cancel(this);  // no resume callback runs once this returns
@@ -129,6 +150,7 @@ struct OutputMux::Impl {
     src->localRank = localRank;
     src->globalRank = globalRank;
     src->prefix = expandPrefix(options.prefixTemplate, options, localRank, globalRank);
+    src->out.line.prefix = src->err.line.prefix = src->prefix;
     src->out.source = src->err.source = src.get();
     src->err.isStderr = true;
     StdRouting routing = options.defaultRouting;
@@ -155,6 +177,7 @@ struct OutputMux::Impl {
 
   void startReading(Stream& stream, int fd) {
     stream.buffer.resize(kReadChunkBytes);
+    stream.partialTimer.emplace(io);
     stream.pipe.emplace(io, fd);
     read(stream);
   }
@@ -231,29 +254,113 @@ struct OutputMux::Impl {
         }
   }
 
-  void emitLine(Stream& stream, std::string_view line) {
-    if (stream.toConsole) {
-      batch += stream.source->prefix;
-      batch += line;
-      batch += '\n';
+  // One segment of a line: `text` then `end`, which is '\n', '\r' (a redraw: the console gets it
+  // too, so a progress bar redraws in place, each redraw prefixed) or '\0' (a piece of a line
+  // that is still open: the partial-line timer flushed it, the rest comes later, unprefixed).
+  void emitSegment(Stream& stream, std::string_view text, char end) {
+    // "\r\n" (or a lone '\r' before the line end): the '\n' ends the segment the '\r' ended.
+    const bool lineEndAfterReturn = end == '\n' && text.empty() && stream.afterReturn;
+    // A '\r' or an empty piece at the start of a segment shows nothing: nothing to send.
+    const bool nothing = text.empty() && !stream.segmentOpen && end != '\n';
+    if (stream.toConsole && !nothing) {
+      if (!stream.segmentOpen && !lineEndAfterReturn) batch += stream.line.prefix;
+      batch += text;
+      if (end) batch += end;
     }
-    if (stream.isStderr && options.stderrTailLines > 0) {
-      auto& tail = stream.source->tail;
-      tail.emplace_back(line.substr(0, kMaxTailLineBytes));
-      while (tail.size() > options.stderrTailLines) tail.pop_front();
+    if (!nothing) {
+      stream.segmentOpen = end == '\0';
+      stream.afterReturn = end == '\r';
     }
+    if (stream.isStderr && options.stderrTailLines > 0) addToTail(stream, text, end);
+  }
+
+  // The stderr tail holds lines as a terminal would show them: the last redraw of a '\r' line.
+  void addToTail(Stream& stream, std::string_view text, char end) {
+    if (stream.tailRedrawn && !text.empty()) {
+      stream.tailLine.clear();
+      stream.tailRedrawn = false;
+    }
+    stream.tailLine.append(text.substr(0, kMaxTailLineBytes - std::min(kMaxTailLineBytes, stream.tailLine.size())));
+    if (end == '\r') stream.tailRedrawn = true;
+    if (end != '\n') return;
+    auto& tail = stream.source->tail;
+    tail.push_back(std::move(stream.tailLine));
+    stream.tailLine.clear();
+    stream.tailRedrawn = false;
+    while (tail.size() > options.stderrTailLines) tail.pop_front();
   }
 
   void flushBatch(Stream& stream) {
     if (batch.empty()) return;
     ConsoleStream target = stream.target();
-    if (!console->write(target, std::move(batch)) && !consoleDropped[static_cast<int>(target)]) {
-      // EPIPE (nobody reads drun's output) or abandoned at exit: the workers are still drained.
+    if (!console->write(target, std::move(batch), &stream.line) &&
+        !consoleDropped[static_cast<int>(target)]) {
+      // EPIPE (nobody reads drun's output) or abandoned at exit.
       consoleDropped[static_cast<int>(target)] = true;
       spdlog::debug("worker output: console {} dropped",
                     target == ConsoleStream::Err ? "stderr" : "stdout");
     }
     batch.clear();
+  }
+
+  // A partial line (a progress bar, a prompt) goes out as it is once its worker was quiet for
+  // OutputOptions::partialLineDelay: no byte arrived meanwhile and none waits in either of its
+  // pipes (a long line still arriving, one the loop has not read yet, or a worker blocked on its
+  // other stream is not cut). One-shot, armed only when a read leaves a partial line: whole-line
+  // output never wakes the loop.
+  void armPartialTimer(Stream& stream, std::chrono::steady_clock::duration after) {
+    if (stream.timerArmed || !stream.toConsole) return;
+    stream.timerArmed = true;
+    stream.partialTimer->expires_after(after);
+    stream.partialTimer->async_wait(
+        [this, &stream, life = std::weak_ptr<int>(life)](const boost::system::error_code& ec) {
+          if (life.expired()) return;
+          stream.timerArmed = false;
+          // Paused by back-pressure: the stream is not quiet, we are; the next read arms again.
+          if (ec || stream.partial.empty() || stream.paused || stream.eof) return;
+          detail::guarded("worker output", [&] {
+            auto idle = std::chrono::steady_clock::now() - stream.lastBytes;
+            Stream& sibling = &stream == &stream.source->out ? stream.source->err : stream.source->out;
+            if (holdsBytes(stream) || holdsBytes(sibling))
+              return armPartialTimer(stream, options.partialLineDelay);
+            if (idle < options.partialLineDelay)
+              return armPartialTimer(stream, options.partialLineDelay - idle);
+            emitSegment(stream, stream.partial, '\0');
+            stream.partial.clear();
+            flushBatch(stream);
+          });
+        });
+  }
+
+  // Bytes wait in the stream's pipe, or would if we read it (paused by back-pressure).
+  static bool holdsBytes(Stream& stream) {
+    if (stream.paused) return true;
+    if (stream.eof || !stream.pipe || !stream.pipe->is_open()) return false;
+    int pending = 0;
+    return ::ioctl(stream.pipe->native_handle(), FIONREAD, &pending) == 0 && pending > 0;
+  }
+
+  // The console's reader went away (EPIPE): as in a shell pipeline, the workers writing to it
+  // must see a broken pipe on their next write, so their pipes (pty masters) are closed.
+  void consoleBroken(ConsoleStream target) {
+    std::weak_ptr<int> alive = life;
+    std::vector<Stream*> affected;
+    for (auto& [rank, src] : sources)
+      for (Stream* stream : {&src->out, &src->err})
+        if (stream->toConsole && stream->target() == target && !stream->eof && stream->pipe)
+          affected.push_back(stream);
+    if (!affected.empty())
+      spdlog::debug("worker output: console {} broken: closing {} worker stream(s)",
+                    target == ConsoleStream::Err ? "stderr" : "stdout", affected.size());
+    for (Stream* stream : affected) {
+      boost::system::error_code ignored;
+      stream->pipe->close(ignored);  // a read in flight completes (aborted) and finishes it
+      if (stream->paused) {
+        stream->paused = false;
+        finish(*stream);  // may destroy the mux
+        if (alive.expired()) return;
+      }
+    }
   }
 
   void writeFile(Stream& stream, const char* data, size_t size) {
@@ -266,37 +373,45 @@ struct OutputMux::Impl {
     }
   }
 
-  // Cuts [data, data+size) into lines; whole lines go out now, the rest waits for more bytes.
+  // Cuts [data, data+size) into segments ending in '\n' or '\r'; they go out now, the rest waits
+  // for more bytes (or for the partial-line timer).
   void consume(Stream& stream, const char* data, size_t size) {
     writeFile(stream, data, size);
+    std::string_view bytes(data, size);
     size_t pos = 0;
     while (pos < size) {
-      const void* nl = std::memchr(data + pos, '\n', size - pos);
-      size_t lineEnd = nl ? static_cast<size_t>(static_cast<const char*>(nl) - data) : size;
+      size_t found = bytes.find_first_of("\n\r", pos);
+      size_t lineEnd = found == std::string_view::npos ? size : found;
       size_t take = std::min(lineEnd - pos, kMaxLineBytes - stream.partial.size());
-      bool complete = nl && take == lineEnd - pos;
+      bool complete = found != std::string_view::npos && take == lineEnd - pos;
       if (complete && stream.partial.empty()) {
-        emitLine(stream, std::string_view(data + pos, take));
+        emitSegment(stream, bytes.substr(pos, take), data[lineEnd]);
       } else {
         stream.partial.append(data + pos, take);
         if (complete || stream.partial.size() >= kMaxLineBytes) {
-          emitLine(stream, stream.partial);
+          emitSegment(stream, stream.partial, complete ? data[lineEnd] : '\n');
           stream.partial.clear();
         }
       }
       pos += take + (complete ? 1 : 0);
     }
     flushBatch(stream);
+    if (!stream.partial.empty()) {
+      stream.lastBytes = std::chrono::steady_clock::now();
+      armPartialTimer(stream, options.partialLineDelay);
+    }
   }
 
   void finish(Stream& stream) {
     if (stream.eof) return;
     stream.eof = true;
     if (!stream.partial.empty()) {
-      emitLine(stream, stream.partial);  // the newline the worker did not write
+      emitSegment(stream, stream.partial, '\n');  // the newline the worker did not write
       stream.partial.clear();
       flushBatch(stream);
     }
+    console->endLine(stream.target(), &stream.line);  // a flushed piece or a '\r' left open
+    if (stream.partialTimer) stream.partialTimer->cancel();
     boost::system::error_code ignored;
     stream.pipe->close(ignored);
     Source& src = *stream.source;
@@ -307,7 +422,6 @@ struct OutputMux::Impl {
     }
   }
 };
-
 OutputMux::OutputMux(asio::io_context& io, OutputOptions options)
     : impl_(std::make_unique<Impl>(io, std::move(options))) {}
 

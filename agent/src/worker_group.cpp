@@ -19,6 +19,8 @@
 #include "drun/common/deadline.hpp"
 #include "drun/common/error.hpp"
 #include "process_spawn.hpp"
+#include "pty.hpp"
+#include "stdin_forwarder.hpp"
 
 namespace drun::agent {
 
@@ -50,6 +52,7 @@ void restartSyscallsOnSigchld() {
   ::sigaction(SIGCHLD, &sa, nullptr);
 }
 
+// A worker's stdio channel: a pipe, or a pseudo-terminal (read = master, write = slave).
 struct Pipe {
   int read = -1;
   int write = -1;
@@ -60,17 +63,31 @@ struct Pipe {
     read = fds[0];
     write = fds[1];
   }
+  // A pty when `tty` and the system gives one, else a pipe.
+  static Pipe output(bool tty, const std::optional<winsize>& size) {
+    if (tty) {
+      if (auto pty = detail::openPty(size)) return Pipe(pty->master, pty->slave);
+      spdlog::debug("no pseudo-terminal for a worker ({}): a pipe instead", std::strerror(errno));
+    }
+    return Pipe();
+  }
+  Pipe(Pipe&& other) noexcept
+      : read(std::exchange(other.read, -1)), write(std::exchange(other.write, -1)) {}
   ~Pipe() {
     closeRead();
     closeWrite();
   }
   int releaseRead() { return std::exchange(read, -1); }
+  int releaseWrite() { return std::exchange(write, -1); }
   void closeRead() {
     if (read >= 0) ::close(std::exchange(read, -1));
   }
   void closeWrite() {
     if (write >= 0) ::close(std::exchange(write, -1));
   }
+
+ private:
+  Pipe(int r, int w) : read(r), write(w) {}
 };
 
 bool hasJobToken(const std::vector<std::string>& env) {
@@ -92,6 +109,8 @@ struct WorkerGroup::Impl {
     std::chrono::system_clock::time_point when;
     bool reported = false;
     bool groupGone = false;  // its process group was empty once it was reported
+    std::unique_ptr<detail::StdinForwarder> stdinForwarder;  // drun's stdin, while it runs
+    int ptyControl[2] = {-1, -1};  // dups of its stdout / stderr pty masters: window sizes
     std::optional<asio::steady_timer> drainTimer;  // the bound on pipes held by descendants
   };
 
@@ -100,6 +119,7 @@ struct WorkerGroup::Impl {
         options(std::move(options)),
         mux(io, this->options.output),
         sigchld(io, SIGCHLD),
+        winch(io),
         killTimer(io) {
     ensureStandardFdsOpen();
     devNull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -129,13 +149,19 @@ struct WorkerGroup::Impl {
       for (auto& w : workers)
         if (w->pid > 0 && !w->groupGone) options.jobGuard->removeProcessGroup(w->pid);
     if (devNull >= 0) ::close(devNull);
+    for (auto& w : workers)
+      for (int fd : w->ptyControl)
+        if (fd >= 0) ::close(fd);
   }
 
   asio::io_context& io;
   GroupOptions options;
   OutputMux mux;
   asio::signal_set sigchld;
+  asio::signal_set winch;  // SIGWINCH, while workers have ptys sized after drun's terminal
   asio::steady_timer killTimer;
+  bool ttyOut = false;  // worker stdout / stderr are ptys (TtyMode, resolved at start)
+  bool ttyErr = false;
   std::vector<std::unique_ptr<Worker>> workers;
   std::unordered_map<pid_t, Worker*> byPid;
   ExitHandler onExit;
@@ -167,6 +193,7 @@ struct WorkerGroup::Impl {
   void start(const std::vector<WorkerSpec>& specs) {
     if (started) throw std::logic_error("WorkerGroup::start called twice");
     started = true;
+    resolveTty();
     workers.reserve(specs.size());
     try {
       for (const auto& spec : specs) startOne(spec);
@@ -178,11 +205,59 @@ struct WorkerGroup::Impl {
     detail::ChildReaper::instance().reapAll();
   }
 
+  ConsoleWriter& console() const {
+    return options.output.console ? *options.output.console : *ConsoleWriter::standard();
+  }
+
+  // TtyMode::Auto: a pty for each stream whose console is a terminal (as a worker started from
+  // the shell would have).
+  void resolveTty() {
+    const OutputOptions& o = options.output;
+    ttyOut = o.tty == TtyMode::Always ||
+             (o.tty == TtyMode::Auto && ::isatty(console().fd(ConsoleStream::Out)) == 1);
+    ttyErr = o.tty == TtyMode::Always ||
+             (o.tty == TtyMode::Auto && ::isatty(console().fd(ConsoleStream::Err)) == 1);
+    if ((ttyOut || ttyErr) && windowSize()) {
+      winch.add(SIGWINCH);
+      watchWindowSize();
+    }
+  }
+
+  // The size of drun's terminal (stdout's, else stderr's), which the workers' ptys copy.
+  std::optional<winsize> windowSize() const {
+    if (auto size = detail::terminalSize(console().fd(ConsoleStream::Out))) return size;
+    return detail::terminalSize(console().fd(ConsoleStream::Err));
+  }
+
+  // The ptys are nobody's controlling terminal (pty.hpp), so the kernel signals nobody when their
+  // size changes: drun passes its terminal's new size on and tells each worker's group.
+  void watchWindowSize() {
+    winch.async_wait([this, alive = guard()](const boost::system::error_code& ec, int) {
+      if (alive.expired() || ec) return;
+      detail::guarded("a window-size change", [&] {
+        auto size = windowSize();
+        for (auto& w : workers) {
+          if (w->reported || !size) continue;
+          for (int fd : w->ptyControl)
+            if (fd >= 0) ::ioctl(fd, TIOCSWINSZ, &*size);
+          killGroup(*w, SIGWINCH);
+        }
+        watchWindowSize();
+      });
+    });
+  }
+
   void startOne(const WorkerSpec& spec) {
     if (spec.argv.empty())
       throw InvalidArgument("worker local rank " + std::to_string(spec.localRank) + ": empty argv");
     mux.prepare(spec.localRank, spec.globalRank);  // log files exist before the worker runs
-    Pipe out, err;
+    const auto size = ttyOut || ttyErr ? windowSize() : std::nullopt;
+    Pipe out = Pipe::output(ttyOut, size);
+    Pipe err = Pipe::output(ttyErr, size);
+    // drun's stdin goes to one rank (through a pipe even when stdout is a pty: drun's terminal
+    // already does the line editing and echo); every other worker reads /dev/null.
+    std::optional<Pipe> in;
+    if (options.output.stdinRank == spec.globalRank) in.emplace();
 
     detail::SpawnRequest request;
     int resolveError = 0;
@@ -191,7 +266,7 @@ struct WorkerGroup::Impl {
     request.env = spec.env;
     if (options.jobGuard && !hasJobToken(spec.env))
       request.env.push_back(options.jobGuard->envEntry());
-    request.stdinFd = devNull;
+    request.stdinFd = in ? in->read : devNull;
     request.stdoutFd = out.write;
     request.stderrFd = err.write;
 
@@ -228,6 +303,15 @@ struct WorkerGroup::Impl {
     }
     out.closeWrite();
     err.closeWrite();
+    if (in) {
+      in->closeRead();
+      auto console = options.output.console ? options.output.console : ConsoleWriter::standard();
+      w->stdinForwarder = std::make_unique<detail::StdinForwarder>(
+          io, options.output.stdinFd, in->releaseWrite(),
+          [console] { console->lineEndedOutside(); });
+    }
+    if (ttyOut) w->ptyControl[0] = ::fcntl(out.read, F_DUPFD_CLOEXEC, 3);
+    if (ttyErr) w->ptyControl[1] = ::fcntl(err.read, F_DUPFD_CLOEXEC, 3);
     if (options.jobGuard) options.jobGuard->addProcessGroup(w->pid);
     mux.attach(spec.localRank, spec.globalRank, out.releaseRead(), err.releaseRead(),
                [this, w, alive = guard()] {
@@ -250,6 +334,7 @@ struct WorkerGroup::Impl {
       w.exitCode = WEXITSTATUS(status);
     spdlog::debug("worker local rank {} pid {} exited: code {} signal {}", w.localRank, pid,
                   w.exitCode, w.signal);
+    w.stdinForwarder.reset();  // the worker reads no more: neither does drun
     mux.sweep(w.localRank);  // its last lines, even from pipes paused by back-pressure
     if (mux.closed(w.localRank)) return report(w);
     // A descendant may hold the pipes open: report after a short bound anyway (reading goes on).

@@ -176,3 +176,70 @@ TEST_CASE("EPIPE drops the console's lane, not the process", "[agent]") {
   CHECK_FALSE(writer.whenWritable(ConsoleStream::Out, &out, [] {}));
   CHECK(writer.drain(0ms));  // nothing left to wait for
 }
+
+TEST_CASE("partial lines: another writer ends an open line and its rest gets a fresh prefix",
+          "[agent]") {
+  TestPipe out;
+  out.readAll();
+  {
+    ConsoleWriter writer(ConsoleWriterOptions{out.writeFd, out.writeFd});
+    LineSource a{"[0]:"}, b{"[1]:"};
+    writer.write(ConsoleStream::Out, "[0]:Loading", &a);
+    writer.write(ConsoleStream::Out, " 50%", &a);           // the same source: the same line
+    writer.write(ConsoleStream::Err, "[1]:other line\n", &b);  // breaks in: a's line ends first
+    writer.write(ConsoleStream::Out, " done\n", &a);          // a's rest: prefixed again
+    writer.write(ConsoleStream::Out, "[0]:10%\r", &a);        // a redraw, open after '\r'
+    writer.write(ConsoleStream::Out, "[0]:20%\r", &a);        // same source: redraws in place
+    writer.write(ConsoleStream::Err, "drun: note\n");         // a writer without a name
+    writer.write(ConsoleStream::Out, "[0]:30%", &a);
+    writer.endLine(ConsoleStream::Out, &a);                   // the source goes away
+    writer.endLine(ConsoleStream::Out, &b);                   // nothing open: nothing written
+    writer.write(ConsoleStream::Out, "[1]:last\n", &b);
+  }
+  CHECK(out.waitText() ==
+        "[0]:Loading 50%\n[1]:other line\n[0]: done\n[0]:10%\r[0]:20%\r\ndrun: note\n[0]:30%\n"
+        "[1]:last\n");
+}
+
+TEST_CASE("a write error breaks the lane once and tells whoever asked", "[agent]") {
+  TestPipe out;
+  out.closeRead();
+  ConsoleWriter writer(ConsoleWriterOptions{out.writeFd, out.writeFd});
+  std::atomic<int> told{0};
+  int owner = 0;
+  CHECK(writer.whenBroken(ConsoleStream::Out, &owner, [&] { ++told; }));
+  CHECK_FALSE(writer.broken(ConsoleStream::Out));
+  writer.write(ConsoleStream::Out, "lost\n");
+  REQUIRE(eventually([&] { return told.load() == 1; }));
+  CHECK(writer.broken(ConsoleStream::Err));  // the same file: the same lane
+  CHECK_FALSE(writer.whenBroken(ConsoleStream::Out, &owner, [&] { ++told; }));
+  CHECK(told.load() == 1);
+}
+
+TEST_CASE("drain abandons a lane without breaking it", "[agent]") {
+  TestPipe out;  // nobody reads: the writer blocks once the pipe is full
+  ConsoleWriterOptions options{out.writeFd, out.writeFd};
+  options.drainOnDestroy = 0ms;
+  ConsoleWriter writer(options);
+  writer.write(ConsoleStream::Out, std::string(256 * 1024, 'x') + "\n");
+  CHECK_FALSE(writer.drain(50ms));
+  CHECK(writer.dropped(ConsoleStream::Out));
+  CHECK_FALSE(writer.broken(ConsoleStream::Out));
+  out.closeRead();  // the abandoned thread's write fails: it ends
+}
+
+TEST_CASE("a line ended outside (a typed line's echo) gives the open line's rest a prefix",
+          "[agent]") {
+  TestPipe out;
+  out.readAll();
+  {
+    ConsoleWriter writer(ConsoleWriterOptions{out.writeFd, out.writeFd});
+    LineSource a{"[0]:"};
+    writer.write(ConsoleStream::Out, "[0]:(Pdb) ", &a);
+    writer.lineEndedOutside();  // the user typed "p x\n": the terminal is on a new line
+    writer.write(ConsoleStream::Out, "42\n", &a);
+    writer.write(ConsoleStream::Out, "[0]:(Pdb) ", &a);
+    writer.endLine(ConsoleStream::Out, &a);
+  }
+  CHECK(out.waitText() == "[0]:(Pdb) [0]:42\n[0]:(Pdb) \n");
+}

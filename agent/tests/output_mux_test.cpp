@@ -14,6 +14,7 @@
 
 using namespace drun::agent;
 using namespace drun::agent::test;
+using Clock = std::chrono::steady_clock;
 
 namespace {
 
@@ -184,28 +185,85 @@ TEST_CASE_METHOD(CapturedConsole,
   REQUIRE(runUntil(io, [&] { return group.running() == 0; }));
 }
 
-TEST_CASE("a closed console does not kill drun and files and reports go on", "[agent]") {
+TEST_CASE("a closed console: its workers get SIGPIPE and the other console and files go on",
+          "[agent]") {
   TempDir dir;
   int fds[2];
   REQUIRE(::pipe2(fds, O_CLOEXEC) == 0);
-  ::close(fds[0]);  // nobody reads drun's stdout any more
+  ::close(fds[0]);  // nobody reads drun's stdout any more (`drun ... | head` after head exited)
   boost::asio::io_context io;
   ConsoleCapture err(io);
   GroupOptions options = consoleOptions(fds[1], err.fd());
   err.feedBy(options.output.console);
   options.output.attemptDir = dir.path();
+  options.output.routing[2] = StdRouting{1, 0};  // rank 2's stdout goes to its file only
   auto group = std::make_unique<WorkerGroup>(io, options);
-  int exits = 0;
-  group->onExit([&](const WorkerExit& e) { exits += e.succeeded(); });
-  group->start({lineWriter(0, 200, 100, 5000, "out"), shellWorker(1, "echo still-here >&2")});
+  std::map<int, WorkerExit> exits;
+  group->onExit([&](const WorkerExit& e) { exits[e.localRank] = e; });
+  // Rank 0 writes until its pipe breaks (bounded: 100000 lines).
+  group->start({shellWorker(0, "i=0; while [ $i -lt 100000 ]; do echo line $i; i=$((i+1)); done"),
+                shellWorker(1, "echo still-here >&2"),
+                lineWriter(2, 200, 100, 5000, "out")});
   REQUIRE(runUntil(io, [&] { return group->running() == 0; }));
-  CHECK(exits == 2);
+  CHECK(exits[0].signal == SIGPIPE);  // as the writer of a broken shell pipeline
+  CHECK(exits[1].succeeded());
+  CHECK(exits[2].succeeded());
   CHECK(err.waitAll() == "still-here\n");  // stderr, a different console, still works
+  CHECK(options.output.console->broken(ConsoleStream::Out));
   group.reset();
   options.output.console.reset();  // the writer goes before its fd
   ::close(fds[1]);
-  auto file = readFile(dir.path() / "0" / "stdout.log");
-  CHECK(std::count(file.begin(), file.end(), '\n') == 200);
+  auto file0 = readFile(dir.path() / "0" / "stdout.log");
+  CHECK(std::count(file0.begin(), file0.end(), '\n') < 100000);
+  auto file2 = readFile(dir.path() / "2" / "stdout.log");
+  CHECK(std::count(file2.begin(), file2.end(), '\n') == 200);
+}
+
+TEST_CASE_METHOD(CapturedConsole,
+                 "a partial line reaches the console while the worker waits and its rest follows",
+                 "[agent]") {
+  options.output.prefixTemplate = "[${rank}]:";
+  WorkerGroup group(io, options);
+  group.start({shellWorker(0, "printf Loading; sleep 1; echo ' done'")});
+  auto start = Clock::now();
+  // The worker sleeps 1 s after the partial line: it is on the console well before that.
+  REQUIRE(runUntil(io, [&] { return out.text() == "[0]:Loading"; }, 5s));
+  CHECK(Clock::now() - start < 900ms);
+  CHECK(group.running() == 1);
+  REQUIRE(runUntil(io, [&] { return group.running() == 0; }));
+  CHECK(out.waitAll() == "[0]:Loading done\n");
+}
+
+TEST_CASE_METHOD(CapturedConsole,
+                 "progress bars: each carriage-return segment is prefixed and keeps its return",
+                 "[agent]") {
+  options.output.prefixTemplate = "[${rank}]:";
+  WorkerGroup group(io, options);
+  group.start({shellWorker(0, "printf '10%%\\r20%%\\r100%%\\nline\\r\\n\\rend\\n'")});
+  REQUIRE(runUntil(io, [&] { return group.running() == 0; }));
+  CHECK(out.waitAll() == "[0]:10%\r[0]:20%\r[0]:100%\n[0]:line\r\n[0]:end\n");
+}
+
+TEST_CASE_METHOD(CapturedConsole,
+                 "a partial line broken into by another rank: its rest gets a fresh prefix",
+                 "[agent]") {
+  TempDir dir;
+  const std::string otherGo = (dir.path() / "other-go").string();
+  const std::string restGo = (dir.path() / "rest-go").string();
+  // Each waits (bounded: 20 s) for the test's go, so the order is the test's, not the clock's.
+  auto waitFor = [](const std::string& path) {
+    return "i=0; while [ ! -e " + path + " ] && [ $i -lt 2000 ]; do sleep 0.01; i=$((i+1)); done; ";
+  };
+  options.output.prefixTemplate = "[${rank}]:";
+  WorkerGroup group(io, options);
+  group.start({shellWorker(0, "printf Loading; " + waitFor(restGo) + "echo ' done'"),
+               shellWorker(1, waitFor(otherGo) + "echo other")});
+  REQUIRE(runUntil(io, [&] { return out.text() == "[0]:Loading"; }));
+  std::ofstream{otherGo};
+  REQUIRE(runUntil(io, [&] { return out.text() == "[0]:Loading\n[1]:other\n"; }));
+  std::ofstream{restGo};
+  REQUIRE(runUntil(io, [&] { return group.running() == 0; }));
+  CHECK(out.waitAll() == "[0]:Loading\n[1]:other\n[0]: done\n");
 }
 
 namespace {

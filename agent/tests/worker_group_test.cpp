@@ -340,3 +340,63 @@ TEST_CASE_METHOD(CapturedConsole, "an exception thrown by a callback never leave
   CHECK(done);
   CHECK(group.running() == 0);
 }
+
+TEST_CASE_METHOD(CapturedConsole,
+                 "tty always: stdout and stderr are terminals of their own and lines stay clean",
+                 "[agent]") {
+  options.output.tty = TtyMode::Always;
+  options.output.prefixTemplate = "${local_rank}|";
+  WorkerGroup group(io, options);
+  const std::string probe =
+      "test -t 1 && echo out-tty; test -t 2 && echo err-tty >&2; test -t 0 || echo in-not-tty; "
+      "printf 'a\\nb\\n'; readlink /proc/$$/fd/1 | cut -c1-9";
+  group.start({shellWorker(0, probe), shellWorker(1, probe)});
+  REQUIRE(runUntil(io, [&] { return group.running() == 0; }));
+  auto text = out.waitAll();
+  CHECK(text.find('\r') == std::string::npos);  // no ONLCR: "\n" stays "\n"
+  auto lines = splitLines(text);
+  for (std::string rank : {"0", "1"}) {
+    for (std::string line : {"out-tty", "in-not-tty", "a", "b", "/dev/pts/"})
+      CHECK(std::count(lines.begin(), lines.end(), rank + "|" + line) == 1);
+  }
+  auto errLines = splitLines(err.waitAll());
+  CHECK(std::count(errLines.begin(), errLines.end(), "0|err-tty") == 1);
+  CHECK(std::count(errLines.begin(), errLines.end(), "1|err-tty") == 1);
+}
+
+TEST_CASE_METHOD(CapturedConsole, "tty never and auto without a terminal: pipes", "[agent]") {
+  auto mode = GENERATE(TtyMode::Never, TtyMode::Auto);  // the console here is a pipe
+  options.output.tty = mode;
+  WorkerGroup group(io, options);
+  group.start({shellWorker(0, "test -t 1 || echo out-pipe; test -t 2 || echo err-pipe >&2")});
+  REQUIRE(runUntil(io, [&] { return group.running() == 0; }));
+  CHECK(out.waitAll() == "out-pipe\n");
+  CHECK(err.waitAll() == "err-pipe\n");
+}
+
+TEST_CASE_METHOD(CapturedConsole, "stdin: the chosen rank reads drun's stdin to EOF, the others /dev/null",
+                 "[agent]") {
+  int input[2];
+  REQUIRE(::pipe2(input, O_CLOEXEC) == 0);
+  options.output.stdinRank = 11;  // a global rank
+  options.output.stdinFd = input[0];
+  options.output.prefixTemplate = "${rank}|";
+  WorkerGroup group(io, options);
+  const std::string echoInput = "while read l; do echo \"got:$l\"; done; echo eof";
+  group.start({shellWorker(0, echoInput, 10), shellWorker(1, echoInput, 11)});
+  bool sawFirst = false;
+  out.onLine([&](const std::string& line) { sawFirst = sawFirst || line == "11|got:hello"; });
+  REQUIRE(::write(input[1], "hello\n", 6) == 6);
+  REQUIRE(runUntil(io, [&] { return sawFirst; }));  // forwarded while drun's stdin stays open
+  REQUIRE(runUntil(io, [&] { return group.running() == 1; }));  // rank 10 read EOF at once
+  REQUIRE(::write(input[1], "world\n", 6) == 6);
+  ::close(input[1]);  // EOF on drun's stdin: the worker reads EOF
+  REQUIRE(runUntil(io, [&] { return group.running() == 0; }));
+  ::close(input[0]);
+  auto lines = splitLines(out.waitAll());
+  CHECK(lines.size() == 4);
+  CHECK(std::count(lines.begin(), lines.end(), "10|eof") == 1);
+  CHECK(std::count(lines.begin(), lines.end(), "11|got:hello") == 1);
+  CHECK(std::count(lines.begin(), lines.end(), "11|got:world") == 1);
+  CHECK(std::count(lines.begin(), lines.end(), "11|eof") == 1);
+}

@@ -7,12 +7,14 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <random>
 #include <set>
 #include <sstream>
 
 #include "drun/common/env.hpp"
 #include "drun/launcher/program.hpp"
+#include "drun/launcher/slurm_env.hpp"
 #include "drun/rendezvous/keys.hpp"
 
 namespace drun::launch {
@@ -252,6 +254,16 @@ std::string thisHostname() {
   return host;
 }
 
+// --tty auto|always|never, --stdin RANK|none.
+void parseTerminalOptions(const std::string& tty, const std::string& stdinRank, agent::OutputOptions& out) {
+  if (tty == "auto") out.tty = agent::TtyMode::Auto;
+  else if (tty == "always") out.tty = agent::TtyMode::Always;
+  else if (tty == "never") out.tty = agent::TtyMode::Never;
+  else throw UsageError("--tty: expected auto, always or never, got '" + tty + "'");
+  if (stdinRank == "none") out.stdinRank.reset();
+  else out.stdinRank = static_cast<int>(usage([&] { return env::parseInt(stdinRank, "--stdin (a global rank >= 0, or none)", 0, 1 << 30); }));
+}
+
 }  // namespace
 
 CliResult parseCommandLine(const std::vector<std::string>& args) {
@@ -267,6 +279,7 @@ CliResult parseCommandLine(const std::vector<std::string>& args) {
               masterPort, localAddr, startMethod = "spawn", logLevel;
   std::optional<std::string> prefix;
   bool standalone = false, module = false, noPython = false, runPath = false, verbose = false;
+  bool noSlurm = false;
 
   // Every option: both spellings, a value name, PET_<NAME> from the environment.
   auto opt = [&](const std::string& name, std::string& target, const std::string& valueName,
@@ -310,9 +323,15 @@ CliResult parseCommandLine(const std::vector<std::string>& args) {
   auto* masterAddrOption = opt("master-addr", masterAddr, "HOST", "static backend: MASTER_ADDR (default 127.0.0.1)");
   auto* masterPortOption = opt("master-port", masterPort, "PORT", "static backend: MASTER_PORT (default 29500)");
   opt("local-addr", localAddr, "ADDR", "this node's address as the other nodes reach it (default: the route to the endpoint)");
+  flag(spellings("no-slurm"), "", noSlurm,
+       "ignore SLURM_* (by default an srun step fills --nnodes, --node-rank, --rdzv-endpoint, --rdzv-id)");
   flag("-v,--verbose", "", verbose, "debug logging (same as DRUN_LOG_LEVEL=debug)");
   app.add_option(spellings("log-level"), logLevel, "drun's own log level (default warn; DRUN_LOG_LEVEL)")
       ->type_name("trace|debug|info|warn|error|off");
+  // The user's terminal (agent/README.md "The terminal"): ptys for the workers, stdin to a rank.
+  std::string tty = "auto", stdinRank = "0";
+  opt("tty", tty, "auto|always|never", "worker stdout/stderr on pseudo-terminals of their own (default auto: where drun's are terminals)");
+  opt("stdin", stdinRank, "RANK|none", "the global rank that reads drun's stdin (default 0); none: every worker reads /dev/null");
 
   std::string footer =
       "\nUsage: drun [OPTIONS] PROGRAM [ARGS...]   or   drun [OPTIONS] -m MODULE [ARGS...]\n"
@@ -356,6 +375,23 @@ CliResult parseCommandLine(const std::vector<std::string>& args) {
     throw UsageError("--start-method: expected spawn, fork or forkserver, got '" + startMethod + "'");
   usage([&] { return env::parseDuration(monitorInterval, "--monitor-interval"); });
 
+  // ---- SLURM hook (launcher/src/slurm_env.cpp): under an srun step, each option given neither
+  // on the command line nor by PET_* (CLI11's count() counts both) takes the step's value.
+  std::optional<bool> slurmIsHost;
+  if (!noSlurm && !standalone) {
+    const EnvMap env = currentEnvironment();
+    if (auto warning = slurmOutsideStepWarning(env)) result.warnings.push_back(*warning);
+    if (auto step = detectSlurmStep(env)) {
+      const std::map<std::string, std::string*> targets = {
+          {"nnodes", &nnodes}, {"node-rank", &nodeRank}, {"rdzv-endpoint", &rdzvEndpoint}, {"rdzv-id", &rdzvId}};
+      SlurmFill fill = slurmFill(*step, [&](const std::string& name) { return app.get_option("--" + name)->count() > 0; });
+      for (const auto& [name, value] : fill.options) *targets.at(name) = value;
+      slurmIsHost = fill.isHost;
+      result.notes.push_back(fill.describe(*step));
+    }
+  }
+  // ---- end of the SLURM hook
+
   AgentConfig& c = result.config;
   c.nprocPerNode = parseNproc(nproc);
   auto [minNodes, maxNodes] = parseNnodes(nnodes);
@@ -382,6 +418,7 @@ CliResult parseCommandLine(const std::vector<std::string>& args) {
   }
   if (!rdzvEndpoint.empty()) parseEndpoint(rdzvEndpoint, r);
   parseRdzvConf(rdzvConf, r);
+  if (!r.isHost) r.isHost = slurmIsHost;  // SLURM hook: the step's first node hosts the store
   if (!nodeRank.empty())
     r.nodeRank = static_cast<int>(usage([&] { return env::parseInt(nodeRank, "--node-rank", 0, maxNodes - 1); }));
   r.masterAddr = masterAddr;
@@ -419,6 +456,7 @@ CliResult parseCommandLine(const std::vector<std::string>& args) {
   c.prefixTemplate = prefix;
   c.output.roleName = c.role;
   c.output.hostname = c.hostname;
+  parseTerminalOptions(tty, stdinRank, c.output);
 
   ResolvedProgram program = resolveProgram({rest, module, noPython});
   c.program = std::move(program.argv);

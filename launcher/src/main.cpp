@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
     }
     drun::log::init("drun", cli.logLevel.value_or(""));
     for (const std::string& warning : cli.warnings) std::fprintf(stderr, "drun: warning: %s\n", warning.c_str());
+    for (const std::string& note : cli.notes) spdlog::info("{}", note);
   } catch (const drun::InvalidArgument& e) {
     std::fprintf(stderr, "drun: error: %s\n", e.what());
     return 2;

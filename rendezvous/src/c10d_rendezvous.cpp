@@ -110,9 +110,9 @@ class C10dRendezvous final : public Rendezvous {
     const auto started = Clock::now();
     spare_ = false;
     joiningRunningJob_ = false;
-    // A fresh MASTER_PORT every round (reserved before the old one is released, so it differs):
-    // ranks of an old round, fenced off or not yet stopped, can never reach the new round's store.
-    reservation_ = PortReservation::reserve(self_.addr);
+    // A fresh MASTER_PORT every round: ranks of an old round, fenced off or not yet stopped, can
+    // never reach the new round's store. Held while the round forms, released once it has.
+    reservation_ = PortReservation::reserveOtherThan(self_.addr, self_.masterPort);
     self_.masterPort = reservation_.port();
     self_.rejoining = lastRound_.has_value();
     self_.previousRank = lastRound_ ? std::optional<int>(lastNodeRank_) : std::nullopt;
@@ -122,7 +122,10 @@ class C10dRendezvous final : public Rendezvous {
       if (storeLost_) reconnect(deadline);  // throws when the store is gone for good
       try {
         if (!configChecked_) checkJobConfig();
-        return joinFrom(startRound(), deadline, started);
+        RoundResult result = joinFrom(startRound(), deadline, started);
+        // Any program must be able to bind MASTER_PORT, with SO_REUSEADDR or without.
+        reservation_.release();
+        return result;
       } catch (const NetworkError& e) {
         // The connection broke mid-join (the watcher may not have noticed yet): connect again
         // and join afresh, within the same deadline.

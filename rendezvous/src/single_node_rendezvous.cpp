@@ -25,10 +25,12 @@ class SingleNodeRendezvous final : public LocalJob {
     if (options_.masterPort) {
       r.masterPort = *options_.masterPort;
     } else {
-      // Keep the port of the first round across restarts: the reservation still holds it, and
-      // workers that cache MASTER_PORT (or a store left in TIME_WAIT) keep working.
-      if (reservation_.port() == 0) reservation_ = PortReservation::reserve(r.masterAddr);
-      r.masterPort = reservation_.port();
+      // The same port across restarts when it is still free (workers that cache MASTER_PORT
+      // keep working), released before the workers start: any program can bind it.
+      auto same = port_ ? PortReservation::tryReserve(r.masterAddr, port_) : std::nullopt;
+      PortReservation reservation = same ? std::move(*same) : PortReservation::reserve(r.masterAddr);
+      port_ = reservation.port();
+      r.masterPort = port_;
     }
     char host[256] = {};
     ::gethostname(host, sizeof host - 1);
@@ -36,11 +38,11 @@ class SingleNodeRendezvous final : public LocalJob {
     return r;
   }
 
-  void leave() override { reservation_.release(); }
+  void leave() override {}
 
  private:
   RendezvousOptions options_;
-  PortReservation reservation_;
+  uint16_t port_ = 0;  // the previous round's MASTER_PORT
 };
 
 }  // namespace

@@ -18,11 +18,16 @@
 //   touch:PATH        create PATH          append:PATH   append "rank=<r> restart=<k>\n" to PATH
 //   await:PATH        wait until PATH exists (inotify, bounded: 60 s, then exit 98); with touch,
 //                     orders steps across workers (e.g. rank 1 fails only once rank 0 is ready)
+//   bind-master       bind and listen on MASTER_ADDR's host, port MASTER_PORT, *without*
+//                     SO_REUSEADDR (as a plain program would); prints "BOUND <port>" or exits 96
 //   gate:FIFO         open FIFO (made by the test) for reading, print READY (as above), then wait
 //                     until a writer has opened and closed it (bounded: 60 s, then exit 98)
 //
 // Writes use one write(2) per line. An unknown step exits 97 with a message on stderr.
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/inotify.h>
@@ -207,6 +212,22 @@ void await(const std::string& path) {
   ::close(fd);
 }
 
+void bindMaster() {
+  const char* port = std::getenv("MASTER_PORT");
+  if (!port) fail("MASTER_PORT unset");
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(std::atoi(port)));
+  a.sin_addr.s_addr = htonl(INADDR_ANY);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd, 1) != 0) {
+    writeAll(2, std::string("bind MASTER_PORT ") + port + ": " + std::strerror(errno) + "\n");
+    std::_Exit(96);
+  }
+  writeAll(1, std::string("BOUND ") + port + "\n");
+  ::close(fd);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -268,6 +289,8 @@ int main(int argc, char** argv) {
       await(arg);
     } else if (name == "gate") {
       gate(arg);
+    } else if (name == "bind-master") {
+      bindMaster();
     } else {
       fail("unknown step '" + step + "'");
     }

@@ -5,11 +5,14 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -19,6 +22,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <system_error>
+#include <utility>
 
 extern char** environ;
 
@@ -57,6 +61,28 @@ std::vector<std::string> childEnvironment(const std::vector<std::string>& change
     if (change.find('=') != std::string::npos) env.push_back(change);
   }
   return env;
+}
+
+// A pseudo-terminal pair standing in for the user's terminal: bytes pass as written (no OPOST, so
+// no "\r\n"), nothing is echoed, 40 rows x 120 columns. Both ends O_CLOEXEC.
+std::pair<int, int> openTerminal() {
+  int master = ::posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+  if (master < 0) throwErrno("posix_openpt");
+  char name[128];
+  if (::grantpt(master) != 0 || ::unlockpt(master) != 0 || ::ptsname_r(master, name, sizeof name) != 0)
+    throwErrno("grantpt/unlockpt/ptsname_r");
+  int slave = ::open(name, O_RDWR | O_NOCTTY | O_CLOEXEC);
+  if (slave < 0) throwErrno(std::string("open ") + name);
+  termios tio;
+  if (::tcgetattr(slave, &tio) != 0) throwErrno("tcgetattr");
+  tio.c_oflag &= ~static_cast<tcflag_t>(OPOST);
+  tio.c_lflag &= ~static_cast<tcflag_t>(ECHO | ECHONL);
+  if (::tcsetattr(slave, TCSANOW, &tio) != 0) throwErrno("tcsetattr");
+  winsize size{};
+  size.ws_row = 40;
+  size.ws_col = 120;
+  ::ioctl(slave, TIOCSWINSZ, &size);
+  return {master, slave};
 }
 
 int pidfdOpen(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
@@ -102,18 +128,34 @@ Process::Process(RunOptions options) : options_(std::move(options)) {
   envPtrs.push_back(nullptr);
   std::string cwd = options_.cwd.string();
 
-  int outPipe[2], errPipe[2];
-  if (::pipe2(outPipe, O_CLOEXEC) != 0) throwErrno("pipe2");
+  int outPipe[2], errPipe[2], inPipe[2] = {-1, -1};
+  if (options_.stdoutTerminal) {
+    auto [master, slave] = openTerminal();
+    outPipe[0] = master;
+    outPipe[1] = slave;
+  } else if (::pipe2(outPipe, O_CLOEXEC) != 0) {
+    throwErrno("pipe2");
+  }
   if (::pipe2(errPipe, O_CLOEXEC) != 0) throwErrno("pipe2");
+  if (options_.stdinPipe && ::pipe2(inPipe, O_CLOEXEC) != 0) throwErrno("pipe2");
   if (::pipe2(wakeFd_, O_CLOEXEC) != 0) throwErrno("pipe2");
+  const bool terminal = options_.stdoutTerminal;
+  const int errTarget = terminal && options_.stderrTerminal ? outPipe[1] : errPipe[1];
+  const int inTarget = terminal && options_.stdinTerminal ? outPipe[1] : inPipe[0];
   pid_t parent = ::getpid();
 
   started_ = Clock::now();
   pid_ = ::fork();
   if (pid_ < 0) throwErrno("fork");
   if (pid_ == 0) {
-    // Own process group, so signals we send reach only this child; die with the test binary.
-    ::setpgid(0, 0);
+    // Own process group, so signals we send reach only this child; die with the test binary. With
+    // a terminal: a session of its own, whose controlling terminal it is (as a login shell's).
+    if (terminal) {
+      ::setsid();
+      ::ioctl(outPipe[1], TIOCSCTTY, 0);
+    } else {
+      ::setpgid(0, 0);
+    }
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent) ::_exit(127);
     // Signal dispositions and the mask are inherited through exec: start from a clean state.
@@ -124,9 +166,10 @@ Process::Process(RunOptions options) : options_(std::move(options)) {
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
     int devnull = ::open("/dev/null", O_RDONLY);
-    if (devnull >= 0) ::dup2(devnull, 0);
+    if (inTarget >= 0) ::dup2(inTarget, 0);
+    else if (devnull >= 0) ::dup2(devnull, 0);
     ::dup2(outPipe[1], 1);
-    ::dup2(errPipe[1], 2);
+    ::dup2(errTarget, 2);
     if (!cwd.empty() && ::chdir(cwd.c_str()) != 0) {
       const char msg[] = "e2e harness: chdir failed\n";
       (void)!::write(2, msg, sizeof msg - 1);
@@ -142,6 +185,9 @@ Process::Process(RunOptions options) : options_(std::move(options)) {
   }
   ::close(outPipe[1]);
   ::close(errPipe[1]);
+  if (inPipe[0] >= 0) ::close(inPipe[0]);
+  inFd_ = inPipe[1];
+  if (terminal && options_.stdinTerminal) inFd_ = ::fcntl(outPipe[0], F_DUPFD_CLOEXEC, 3);
   outFd_ = outPipe[0];
   errFd_ = errPipe[0];
   pidfd_ = pidfdOpen(pid_);
@@ -161,13 +207,14 @@ Process::~Process() {
     (void)!::write(wakeFd_[1], "x", 1);
     reader_.join();
   }
-  for (int fd : {pidfd_, outFd_, errFd_, wakeFd_[0], wakeFd_[1]})
+  for (int fd : {pidfd_, outFd_, errFd_, inFd_, wakeFd_[0], wakeFd_[1]})
     if (fd >= 0) ::close(fd);
 }
 
 void Process::readLoop() {
   char buf[65536];
   bool outOpen = true, errOpen = true;
+  size_t outLines = 0;
   while (outOpen || errOpen) {
     pollfd fds[3] = {{outOpen ? outFd_ : -1, POLLIN, 0},
                      {errOpen ? errFd_ : -1, POLLIN, 0},
@@ -183,9 +230,15 @@ void Process::readLoop() {
       if (n < 0 && errno == EINTR) continue;
       std::lock_guard lock(mutex_);
       if (n <= 0) {
-        (i == 0 ? outOpen : errOpen) = false;
+        (i == 0 ? outOpen : errOpen) = false;  // a terminal's EIO (no writer left) is its EOF
       } else {
         (i == 0 ? out_ : err_).append(buf, static_cast<size_t>(n));
+        if (i == 0) outLines += static_cast<size_t>(std::count(buf, buf + n, '\n'));
+      }
+      if (i == 0 && outOpen && options_.closeStdoutAfterLines &&
+          outLines >= *options_.closeStdoutAfterLines) {
+        ::close(std::exchange(outFd_, -1));  // `| head -N`: the reader goes away
+        outOpen = false;
       }
       changed_.notify_all();
     }
@@ -193,6 +246,31 @@ void Process::readLoop() {
   std::lock_guard lock(mutex_);
   pipesClosed_ = true;
   changed_.notify_all();
+}
+
+void Process::writeStdin(const std::string& text) {
+  if (inFd_ < 0) throw std::logic_error("Process::writeStdin: no stdin pipe or terminal");
+  size_t done = 0;
+  while (done < text.size()) {
+    ssize_t n = ::write(inFd_, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) throwErrno("writing the child's stdin");
+    done += static_cast<size_t>(n);
+  }
+}
+
+void Process::closeStdin() {
+  if (options_.stdinTerminal) return writeStdin("\x04");  // VEOF at the start of a line
+  if (inFd_ >= 0) ::close(std::exchange(inFd_, -1));
+}
+
+void Process::resizeTerminal(unsigned short rows, unsigned short cols) {
+  if (!options_.stdoutTerminal) throw std::logic_error("Process::resizeTerminal: no terminal");
+  winsize size{};
+  size.ws_row = rows;
+  size.ws_col = cols;
+  std::lock_guard lock(mutex_);  // outFd_ may be closed by the reader once the child is gone
+  if (outFd_ >= 0 && ::ioctl(outFd_, TIOCSWINSZ, &size) != 0) throwErrno("TIOCSWINSZ");
 }
 
 void Process::signal(int sig) const {

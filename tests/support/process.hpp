@@ -43,6 +43,17 @@ struct RunOptions {
   std::vector<std::string> env;
   std::filesystem::path cwd;  // empty = the test's cwd
   std::chrono::milliseconds timeout = 30s;
+  // The user's terminal: stdout on a pseudo-terminal the harness opens (the child's controlling
+  // terminal, its session's foreground, as in an interactive shell; window size 40x120; no output
+  // post-processing and no echo, so `out` holds exactly the bytes written). stderr and stdin can
+  // share it; what stdin reads is typed with Process::writeStdin (a line at a time: canonical mode).
+  bool stdoutTerminal = false;
+  bool stderrTerminal = false;  // stderr on the same terminal (needs stdoutTerminal)
+  bool stdinTerminal = false;   // stdin from the same terminal (needs stdoutTerminal)
+  // stdin from a pipe the test writes with Process::writeStdin (default: /dev/null).
+  bool stdinPipe = false;
+  // `| head -N`: the harness reads N lines of stdout, then closes its read end.
+  std::optional<size_t> closeStdoutAfterLines = std::nullopt;
 };
 
 struct RunResult {
@@ -68,6 +79,15 @@ class Process {
   pid_t pid() const { return pid_; }
   void signal(int sig) const;  // kill(pid, sig); only while it has not been reaped
 
+  // stdin (RunOptions::stdinPipe or stdinTerminal): writes `text` (blocking), or closes the pipe
+  // (on a terminal: types the end-of-file character, Ctrl-D).
+  void writeStdin(const std::string& text);
+  void closeStdin();
+
+  // RunOptions::stdoutTerminal: resizes the terminal, as a user resizing the window (the kernel
+  // sends SIGWINCH to the child's session's foreground).
+  void resizeTerminal(unsigned short rows, unsigned short cols);
+
   // Waits until pred(stdout so far, stderr so far) holds, the process exited (pred is checked one
   // last time), or the timeout passed. Returns whether pred held.
   bool waitForOutput(const std::function<bool(const std::string& out, const std::string& err)>& pred,
@@ -88,6 +108,7 @@ class Process {
   int pidfd_ = -1;
   int outFd_ = -1;
   int errFd_ = -1;
+  int inFd_ = -1;  // the stdin pipe's write end, or the terminal's master
   int wakeFd_[2] = {-1, -1};  // tells the reader to give up on pipes a leaked process holds
   std::chrono::steady_clock::time_point started_;
   std::thread reader_;

@@ -17,7 +17,16 @@
 // congested(stream) holds while the lane has more than highWaterBytes queued; producers then stop
 // reading their sources (the workers block on their own pipes) and register whenWritable(), called
 // once the lane is down to lowWaterBytes. A write error (EPIPE: nobody reads the console any more)
-// drops the lane: what was queued and everything written to it later is discarded.
+// drops the lane: what was queued and everything written to it later is discarded, and the lane
+// is `broken`: whenBroken() callbacks run, so that producers can pass the broken pipe on to the
+// workers feeding it (as a shell pipeline would).
+//
+// Partial lines (a progress bar redrawn with '\r', a prompt waiting for input): a producer that
+// sends bytes not ending in '\n' names itself (a LineSource); the lane then holds that line
+// "open" for it. Bytes from anybody else first end the open line with "\n", so lines never glue
+// together, and when the interrupted source goes on with the rest of its line, the lane puts the
+// source's prefix before it (a fresh prefix for the continuation). endLine() ends a source's open
+// line and forgets the source.
 //
 // Threading: every member function may be called from any thread. whenWritable() callbacks run on
 // a lane's thread *with the lane's lock held*: they must be short and must not call the writer
@@ -35,6 +44,12 @@
 namespace drun::agent {
 
 enum class ConsoleStream { Out = 0, Err = 1 };
+
+// A producer whose lines may reach the console in pieces (see the partial-line rules above).
+// Identified by address: it must call endLine() before it goes away.
+struct LineSource {
+  std::string prefix;  // put before the rest of its line when somebody else broke into it
+};
 
 struct ConsoleWriterOptions {
   int stdoutFd = 1;
@@ -59,9 +74,18 @@ class ConsoleWriter {
   // ConsoleWriter: a closed console pipe must cost drun its console, not its life.
   static std::shared_ptr<ConsoleWriter> standard();
 
-  // Queues `bytes` (whole lines) for `stream`; never blocks. Returns false, discarding them, when
-  // the stream's lane was dropped (write error, or abandoned by drain()).
-  bool write(ConsoleStream stream, std::string bytes);
+  // Queues `bytes` for `stream`; never blocks. Returns false, discarding them, when the stream's
+  // lane was dropped (write error, or abandoned by drain()). Without a `source`, `bytes` are whole
+  // lines. With one, they may end inside a line (or after a '\r'): the line stays open for the
+  // source until it ends it, or somebody else writes (see above).
+  bool write(ConsoleStream stream, std::string bytes, const LineSource* source = nullptr);
+
+  // Ends `source`'s open line on `stream` with "\n" (if it has one) and forgets the source.
+  void endLine(ConsoleStream stream, const LineSource* source);
+
+  // The terminal moved to a new line by itself (it echoed a line the user typed): every open line
+  // counts as ended, without writing anything, and the rest of each gets its prefix again.
+  void lineEndedOutside();
 
   // True while the stream's lane holds more than highWaterBytes (never for a dropped lane).
   bool congested(ConsoleStream stream) const;
@@ -71,11 +95,22 @@ class ConsoleWriter {
   // congested any more (resume yourself). `owner` identifies the registration for cancel().
   bool whenWritable(ConsoleStream stream, const void* owner, std::function<void()> resume);
 
+  // Registers `onBroken`, called once when a write to the stream's file fails (EPIPE: its reader
+  // went away), under the same rules as whenWritable() callbacks. Returns false and keeps nothing
+  // when the lane is broken already.
+  bool whenBroken(ConsoleStream stream, const void* owner, std::function<void()> onBroken);
+
   // Forgets every callback `owner` registered. Once it returns, none of them runs or is running.
   void cancel(const void* owner);
 
   // True once the stream's lane was dropped (write error or abandoned).
   bool dropped(ConsoleStream stream) const;
+
+  // True once a write to the stream's file failed (its reader went away); not set by drain().
+  bool broken(ConsoleStream stream) const;
+
+  // The stream's file descriptor (not owned), e.g. to ask whether it is a terminal.
+  int fd(ConsoleStream stream) const;
 
   // Blocks until everything queued so far is written (or discarded by a write error), or
   // `timeout`; returns whether it was. Changes nothing on a timeout: what is queued stays queued.

@@ -1,11 +1,16 @@
 // OutputMux: carries the workers' stdout/stderr to drun's console and to per-rank log files.
 //
 // Every worker line reaches the console whole: lines are cut at '\n', prefixed
-// (OutputOptions::prefixTemplate) and handed, a batch of whole lines per read, to the
-// ConsoleWriter, which writes them off the event loop in order (worker stdout to drun's stdout,
-// stderr to drun's stderr). A line is queued as soon as it arrives (no timers). A partial line is
-// flushed at EOF with a newline appended; a line longer than kMaxLineBytes is cut into
-// kMaxLineBytes pieces.
+// (OutputOptions::prefixTemplate) and handed, a batch of lines per read, to the ConsoleWriter,
+// which writes them off the event loop in order (worker stdout to drun's stdout, stderr to drun's
+// stderr). A line is queued as soon as it arrives. '\r' ends a segment too (progress bars redraw
+// with it): each '\r'-segment is prefixed and keeps its '\r', so a bar redraws in place on a
+// terminal, prefixed. A partial line (no '\n' or '\r' yet: a bar, a prompt) that waited
+// OutputOptions::partialLineDelay goes out as it is, prefixed; its rest follows unprefixed, or
+// with a fresh prefix when another line came in between (the ConsoleWriter's LineSource rules: no
+// line is ever glued to another). That one-shot timer is armed only when a read leaves a partial
+// line: whole-line output costs no wakeup. At EOF a partial line gets the newline it lacked; a line
+// longer than kMaxLineBytes is cut into kMaxLineBytes pieces.
 //
 // Back-pressure: when the console is congested (its reader is slow or stopped), the mux stops
 // reading the pipes that feed it, so the workers block on their own writes; it resumes when the
@@ -22,8 +27,10 @@
 //     with torchrun, whose tee is a redirect plus a copy to the console).
 //   - attemptDir unset: console only; redirect/tee are ignored (nowhere to write).
 //   - consoleLocalRanks filters the console only; files and the stderr tail get everything.
-// If the console is a closed pipe (EPIPE), the ConsoleWriter drops it and the workers keep being
-// drained (files and tail still fill).
+// If the console is a closed pipe (EPIPE: `drun ... | head`), the workers writing to it see what
+// they would see in a shell pipeline: the mux closes the pipes (pty masters) whose stream goes to
+// that console, so their next write fails (SIGPIPE, or EPIPE when ignored; EIO on a pty).
+// Streams going to files only are unaffected.
 //
 // Threading: all on the io_context passed in (single-threaded); no exception leaves its handlers
 // (one is logged as an internal error). Ownership: owns the pipe read ends handed to attach() and
@@ -32,6 +39,7 @@
 #pragma once
 
 #include <boost/asio/io_context.hpp>
+#include <chrono>
 #include <cstddef>
 #include <deque>
 #include <filesystem>
@@ -45,6 +53,8 @@
 #include "drun/agent/console_writer.hpp"
 
 namespace drun::agent {
+
+enum class TtyMode { Auto, Always, Never };
 
 // Where a local rank's stdout/stderr go, torchrun's --redirects/--tee bits: 1 = stdout, 2 = stderr.
 struct StdRouting {
@@ -72,6 +82,15 @@ struct OutputOptions {
   // The console: where worker stdout / stderr lines go. nullptr = ConsoleWriter::standard()
   // (drun's fds 1 and 2). Shared by every attempt's mux; tests point it at their own pipes.
   std::shared_ptr<ConsoleWriter> console;
+  // How long a partial line waits for its end before it goes to the console as it is.
+  std::chrono::milliseconds partialLineDelay{50};
+  // Whether a worker's stdout/stderr is a pseudo-terminal of its own (isatty() true in the
+  // worker) or a pipe. Auto: a pty for the streams whose console is a terminal.
+  TtyMode tty = TtyMode::Auto;
+  // The global rank whose stdin is drun's stdin (forwarded by the WorkerGroup); nullopt = none.
+  // Every other worker's stdin is /dev/null. drun's stdin is read only while that rank runs here.
+  std::optional<int> stdinRank;
+  int stdinFd = 0;  // drun's stdin (tests hand a pipe of their own)
 };
 
 // Expands ${rank}, ${local_rank}, ${role_name}, ${hostname} in `tmpl`; other text is kept as is.

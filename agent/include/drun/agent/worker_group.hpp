@@ -2,8 +2,12 @@
 //
 // Starts N processes (clone(CLONE_VM|CLONE_VFORK) + execve, like posix_spawn), each in its own
 // process group, parent-death signal SIGKILL, default signal dispositions and an empty signal
-// mask, stdin from /dev/null, stdout and stderr through pipes into the OutputMux (whole lines,
-// prefixed, filtered, logged to files), and no other inherited fd (fds >= 3 are closed). An exec
+// mask, stdout and stderr into the OutputMux (whole lines, prefixed, filtered, logged to files)
+// through pipes, or through pseudo-terminals of their own (OutputOptions::tty; Auto: where the
+// console is a terminal; isatty() is then true in the worker, the pty copies the console's window
+// size and SIGWINCH is passed on), and no other inherited fd (fds >= 3 are closed). stdin is
+// /dev/null, except for the worker whose global rank is OutputOptions::stdinRank: drun's stdin is
+// forwarded to it through a pipe while it runs (stdin_forwarder.hpp). An exec
 // failure is reported as an exit with code 127 (not found) or 126 (not executable) and the reason
 // as a stderr line. Reports each worker's exit through the onExit callback as soon as SIGCHLD
 // arrives (no polling), and stops the group on request: a signal to every worker's process

@@ -25,6 +25,7 @@ struct CliResult {
   std::optional<std::string> logLevel;  // -v / --log-level
   std::optional<std::string> printAndExit;  // --help / --version text: print, exit 0
   std::vector<std::string> warnings;        // accepted but worth saying (main prints them)
+  std::vector<std::string> notes;           // info for the log once it is set up (what came from SLURM)
 };
 
 // argv[0] is the program name. Throws UsageError.

@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""MASTER_PORT: holding the reserved port while workers run, versus releasing it at spawn.
+
+    python3 scripts/bench/master_port.py [TRIALS] [NEIGHBOUR_PORTS]
+
+drun reserves MASTER_PORT with a SO_REUSEADDR socket that never listens. Held while the workers
+run, a program that binds the port without SO_REUSEADDR gets EADDRINUSE; released at spawn (what
+drun does now, like torchrun), any program can bind it, but until the worker binds, another
+process on the host could be handed the same port by the kernel. This measures both sides:
+
+  plain bind ok   a plain bind()+listen() (no SO_REUSEADDR) on the port succeeds
+  stolen          the port is among NEIGHBOUR_PORTS ports the kernel hands out (bind to port 0,
+                  as every outgoing connection and every port-0 server does) right after the
+                  release and before the worker binds: the race the release opens. Expected about
+                  NEIGHBOUR_PORTS / size of the ephemeral range.
+Loopback only; every loop bounded by TRIALS.
+"""
+import socket
+import sys
+import time
+
+TRIALS = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
+NEIGHBOURS = int(sys.argv[2]) if len(sys.argv) > 2 else 50
+
+
+def reserve():
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("127.0.0.1", 0))
+    return s
+
+
+def plain_bind(port):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        s.bind(("0.0.0.0", port))
+        s.listen(1)
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+def neighbour_ports(count):
+    socks = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return {s.getsockname()[1] for s in socks}
+    finally:
+        for s in socks:
+            s.close()
+
+
+def trial(hold):
+    r = reserve()
+    port = r.getsockname()[1]
+    if not hold:
+        r.close()
+    stolen = port in neighbour_ports(NEIGHBOURS)
+    ok = plain_bind(port)
+    if hold:
+        r.close()
+    return ok, stolen
+
+
+def main():
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        lo, hi = map(int, f.read().split())
+    rows = []
+    for mode, hold in (("hold while running", True), ("release at spawn", False)):
+        t0 = time.monotonic()
+        ok = stolen = 0
+        for _ in range(TRIALS):
+            o, s = trial(hold)
+            ok += o
+            stolen += s
+        rows.append((mode, ok, stolen, time.monotonic() - t0))
+    print(f"MASTER_PORT trade-off: {TRIALS} trials, {NEIGHBOURS} neighbour port(s) handed out in "
+          f"each window, ephemeral range {lo}-{hi} ({hi - lo + 1} ports)")
+    print(f"{'mode':<20} {'plain bind ok':>14} {'stolen':>8} {'expected stolen':>16}")
+    for mode, ok, stolen, _ in rows:
+        expected = 0.0 if mode.startswith("hold") else 100.0 * NEIGHBOURS / (hi - lo + 1)
+        print(f"{mode:<20} {100.0 * ok / TRIALS:>13.1f}% {100.0 * stolen / TRIALS:>7.2f}% {expected:>15.2f}%")
+
+
+if __name__ == "__main__":
+    main()
