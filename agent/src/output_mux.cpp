@@ -167,8 +167,9 @@ struct OutputMux::Impl {
         throw Error("cannot create worker log directory " + dir.string() + ": " + ec.message());
       src->out.fileFd = openLogFile(dir / "stdout.log");
       src->err.fileFd = openLogFile(dir / "stderr.log");
-      src->out.toConsole = console && !(routing.redirect & 1);
-      src->err.toConsole = console && !(routing.redirect & 2);
+      // A redirected stream stays off the console unless it is also tee'd (torchrun: tee wins).
+      src->out.toConsole = console && (!(routing.redirect & 1) || (routing.tee & 1));
+      src->err.toConsole = console && (!(routing.redirect & 2) || (routing.tee & 2));
     }
     // Entered only now: a rank whose files could not be opened leaves no empty entry behind.
     return *sources.emplace(localRank, std::move(src)).first->second;

@@ -108,10 +108,11 @@ TEST_CASE_METHOD(CapturedConsole,
   options.output.routing[1] = StdRouting{1, 0};  // stdout to file only, stderr to both
   options.output.routing[2] = StdRouting{0, 3};  // tee both
   // rank 3: default routing (none): console and files
-  options.output.consoleLocalRanks = std::vector<int>{0, 1, 2, 3};  // rank 4 filtered out
+  options.output.routing[5] = StdRouting{3, 1};  // both redirected, stdout tee'd: tee wins
+  options.output.consoleLocalRanks = std::vector<int>{0, 1, 2, 3, 5};  // rank 4 filtered out
   WorkerGroup group(io, options);
   std::vector<WorkerSpec> specs;
-  for (int r = 0; r < 5; ++r) {
+  for (int r = 0; r < 6; ++r) {
     std::string n = std::to_string(r);
     specs.push_back(shellWorker(r, "echo out-" + n + "; echo err-" + n + " >&2"));
   }
@@ -121,9 +122,9 @@ TEST_CASE_METHOD(CapturedConsole,
   auto errLines = splitLines(err.waitAll());
   std::set<std::string> consoleOut(outLines.begin(), outLines.end());
   std::set<std::string> consoleErr(errLines.begin(), errLines.end());
-  CHECK(consoleOut == std::set<std::string>{"2:out-2", "3:out-3"});
+  CHECK(consoleOut == std::set<std::string>{"2:out-2", "3:out-3", "5:out-5"});
   CHECK(consoleErr == std::set<std::string>{"1:err-1", "2:err-2", "3:err-3"});
-  for (int r = 0; r < 5; ++r) {
+  for (int r = 0; r < 6; ++r) {
     auto rankDir = dir.path() / "attempt_0" / std::to_string(r);
     CHECK(readFile(rankDir / "stdout.log") == "out-" + std::to_string(r) + "\n");  // raw, no prefix
     CHECK(readFile(rankDir / "stderr.log") == "err-" + std::to_string(r) + "\n");

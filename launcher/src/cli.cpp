@@ -108,12 +108,16 @@ std::vector<std::string> split(const std::string& text, char sep) {
   return out;
 }
 
-// torchrun's --redirects/--tee: "3" for every rank, or "0:1,2:3" per local rank.
+// torchrun's --redirects/--tee: "3" for every rank, or "0:1,2:3" per local rank. The two options
+// combine per local rank whichever form each has (-r 0:1 -t 3: rank 0's stdout redirected, every
+// rank tee'd), so a single value reaches the per-rank entries the other option made, and a new
+// entry starts from the single value of the other.
 void parseStdSpec(const std::string& text, const char* option, int nproc,
                   int StdRouting::*field, agent::OutputOptions& out) {
   std::string what = std::string(option) + " (0-3, or LOCAL_RANK:0-3,... e.g. 0:1,1:2)";
   if (text.find(':') == std::string::npos) {
     out.defaultRouting.*field = static_cast<int>(usage([&] { return env::parseInt(text, what, 0, 3); }));
+    for (auto& [rank, routing] : out.routing) routing.*field = out.defaultRouting.*field;
     return;
   }
   for (const std::string& pair : split(text, ',')) {
@@ -121,7 +125,7 @@ void parseStdSpec(const std::string& text, const char* option, int nproc,
     if (colon == std::string::npos) throw UsageError(what + ": '" + pair + "' is not LOCAL_RANK:VALUE");
     int rank = static_cast<int>(usage([&] { return env::parseInt(pair.substr(0, colon), what, 0, nproc - 1); }));
     int value = static_cast<int>(usage([&] { return env::parseInt(pair.substr(colon + 1), what, 0, 3); }));
-    out.routing[rank].*field = value;
+    out.routing.try_emplace(rank, out.defaultRouting).first->second.*field = value;
   }
 }
 

@@ -125,6 +125,14 @@ TEST_CASE("redirects, tee and the console filter parse torchrun's formats", "[la
   CHECK(c.output.defaultRouting.redirect == 3);
   CHECK(c.output.routing.at(0).tee == 1);
   CHECK(c.output.routing.at(2).tee == 2);
+  CHECK(c.output.routing.at(0).redirect == 3);  // a per-rank entry keeps the other option's value
+  CHECK(c.output.routing.at(2).redirect == 3);
+  // The other way round: a single value reaches the per-rank entries made before it.
+  auto d = parse({"--nproc-per-node", "2", "-r", "0:1", "-t", "3", "hostname"});
+  CHECK(d.output.routing.at(0).redirect == 1);
+  CHECK(d.output.routing.at(0).tee == 3);
+  CHECK(d.output.defaultRouting.redirect == 0);
+  CHECK(d.output.defaultRouting.tee == 3);
   REQUIRE(c.output.consoleLocalRanks);
   CHECK(*c.output.consoleLocalRanks == std::vector<int>{0, 2});
   CHECK(parse({"--prefix", "", "hostname"}).prefixTemplate == std::string());

@@ -151,9 +151,12 @@ class Trial:
         self.netns("down")
         self.netns("up", str(self.sc.hosts))
 
-    def start_agent(self, host, mode="run"):
-        hold = self.exit_hold if mode == "exit" else self.args.hold
-        worker_argv = [self.args.worker, mode, str(hold)]
+    def start_agent(self, host, mode="run", worker_argv=None):
+        """Starts the launcher on `host` with this benchmark's worker, or `worker_argv` (another
+        benchmark's program that logs the same START/END lines, e.g. vs_torchrun_bench.py)."""
+        if worker_argv is None:
+            hold = self.exit_hold if mode == "exit" else self.args.hold
+            worker_argv = [self.args.worker, mode, str(hold)]
         argv = self.launcher.argv(self.sc, host, self.run_id, worker_argv, self.dir)
         env = dict(os.environ, RECOV_HOST=str(host), RECOV_LOG=self.log)
         out = open(os.path.join(self.dir, f"agent{host}.log"), "w")
@@ -425,13 +428,18 @@ def fmt_cell(cell, unit_digits=0):
     return text
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def add_harness_arguments(p):
+    """What a Trial and a Launcher read: the launchers, the namespace script, the work dir."""
     p.add_argument("--drun-bin", required=True)
     p.add_argument("--netns", required=True)
     p.add_argument("--torchrun-compat", required=True)
     p.add_argument("--python", default="/usr/bin/python3")
     p.add_argument("--work-dir", required=True)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_harness_arguments(p)
     p.add_argument("--trials", type=int, default=5)
     p.add_argument("--torch-trials", type=int, default=5)
     p.add_argument("--torch", type=int, default=1, help="0: drun only")

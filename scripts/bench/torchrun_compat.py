@@ -3,9 +3,10 @@
 
     /usr/bin/python3 scripts/bench/torchrun_compat.py [torchrun options] PROGRAM [ARGS...]
 
-1.13's Std.from_str maps "0" to None on Python 3.11 (iterating an IntFlag no longer yields the
-zero member), and torchrun then crashes while parsing the default --redirects/--tee. This wrapper
-maps None to Std.NONE and calls torch.distributed.run.main with the arguments unchanged.
+1.13's Std.from_str maps "0" and "3" to None on Python 3.11 (iterating an IntFlag no longer
+yields the zero member nor composite ones): torchrun then crashes while parsing the default
+--redirects/--tee, and -r 3 / -t 3 would do nothing. This wrapper computes Std(value) and calls
+torch.distributed.run.main with the arguments unchanged.
 """
 import sys
 
@@ -15,12 +16,12 @@ _original_from_str = api.Std.from_str.__func__
 
 
 def _from_str(cls, vm):
-    value = _original_from_str(cls, vm)
-    if value is None:
-        return api.Std.NONE
+    value = _original_from_str(cls, vm)  # checks the syntax (ValueError), as in 1.13
+    # Iterating Std on 3.11 yields neither NONE (0) nor ALL (3, a composite): 1.13 maps both to
+    # None. Std(int) gives every value.
     if isinstance(value, dict):
-        return {rank: api.Std.NONE if std is None else std for rank, std in value.items()}
-    return value
+        return {int(i): api.Std(int(v)) for i, v in (m.split(":") for m in vm.split(","))}
+    return api.Std(int(vm))
 
 
 api.Std.from_str = classmethod(_from_str)

@@ -23,7 +23,8 @@
 // Routing, per local rank and stream (torchrun's --redirects/--tee bits, 1 = stdout, 2 = stderr):
 //   - attemptDir set: <attemptDir>/<local_rank>/{stdout,stderr}.log always get the raw bytes
 //     (drun's --log-dir always keeps files); the console also gets the stream unless its
-//     `redirect` bit is set (`tee` is then what happens anyway, kept for torchrun compatibility).
+//     `redirect` bit is set and its `tee` bit is not (a stream in both reaches the console, as
+//     with torchrun, whose tee is a redirect plus a copy to the console).
 //   - attemptDir unset: console only; redirect/tee are ignored (nowhere to write).
 //   - consoleLocalRanks filters the console only; files and the stderr tail get everything.
 // If the console is a closed pipe (EPIPE: `drun ... | head`), the workers writing to it see what
