@@ -51,12 +51,14 @@ TEST_CASE("comm: a peer SIGKILLed mid-collective fails every survivor with its n
     for (int victim : {0, n - 1}) {  // rank 0 also hosts the store
       DYNAMIC_SECTION("world " << n << " victim " << victim) {
         auto port = drun::rdzv::PortReservation::reserve("127.0.0.1");
+        const uint16_t masterPort = port.port();
+        port.release();  // rank 0's store binds it, as a worker's server binds MASTER_PORT
         MarkerScope marker;
         std::vector<std::unique_ptr<Process>> ranks;
         for (int r = 0; r < n; ++r) {
           RunOptions o;
           o.argv = {helperPath("comm_worker").string(), "victim", std::to_string(victim)};
-          o.env = {marker.env(), "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(port.port()),
+          o.env = {marker.env(), "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(masterPort),
                    "RANK=" + std::to_string(r), "WORLD_SIZE=" + std::to_string(n), "LOCAL_RANK=0"};
           o.timeout = 30s;
           ranks.push_back(std::make_unique<Process>(o));

@@ -280,6 +280,7 @@ TEST_CASE("comm: with DRUN_COMM_CHECK, mismatched collectives fail on every rank
 TEST_CASE("comm: the C API over tcp:// init: statuses, requests, groups, per-thread errors", "[comm]") {
   auto port = drun::rdzv::PortReservation::reserve("127.0.0.1");
   const std::string method = "tcp://127.0.0.1:" + std::to_string(port.port());
+  port.release();  // rank 0's store binds it, as a worker's server binds MASTER_PORT
   std::vector<std::future<void>> ranks;
   for (int r = 0; r < 2; ++r)
     ranks.push_back(std::async(std::launch::async, [&, r] {
