@@ -2,6 +2,8 @@
 // job's keys live under rdzv/<run_id>/, removed by the job's last agent via deletePrefix).
 //
 //   drun-rendezvous [--host 0.0.0.0] [--port 29400] [--lease-timeout 10s] [--log-level info]
+//                   [--max-connections N] [--max-connections-per-peer N] [--max-lease-timeout 5m]
+//                   [--stalled-frame-timeout 30s]
 //
 // Prints "drun-rendezvous listening on HOST:PORT" on stdout once it accepts connections (with
 // --port 0, PORT is the one chosen). SIGINT/SIGTERM stop it gracefully.
@@ -23,6 +25,8 @@ int main(int argc, char** argv) {
   std::string leaseTimeout = "10s";
   std::string logLevel;
   std::string orphanTtl = "60s";
+  std::string maxLeaseTimeout = "5m";
+  std::string stalledFrameTimeout = "30s";
   app.add_option("--host", options.host, "address to listen on")->capture_default_str();
   app.add_option("--port", options.port, "port to listen on (0 = any; the chosen one is printed)")
       ->capture_default_str();
@@ -32,6 +36,20 @@ int main(int argc, char** argv) {
   app.add_option("--orphan-ttl", orphanTtl,
                  "remove a job's keys this long after its last agent died (0 = never)")
       ->capture_default_str();
+  app.add_option("--max-connections", options.maxConnections,
+                 "open connections in all; more are refused")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--max-connections-per-peer", options.maxConnectionsPerPeer,
+                 "open connections from one address; more are refused")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--max-lease-timeout", maxLeaseTimeout,
+                 "the longest lease a client may ask for (its will runs at most this late)")
+      ->capture_default_str();
+  app.add_option("--stalled-frame-timeout", stalledFrameTimeout,
+                 "drop a client whose frame is not whole this long after its first byte")
+      ->capture_default_str();
   app.add_option("--log-level", logLevel,
                  "trace, debug, info, warn, error or off (default: DRUN_LOG_LEVEL)");
   CLI11_PARSE(app, argc, argv);
@@ -40,6 +58,14 @@ int main(int argc, char** argv) {
     drun::log::init("drun-rendezvous", logLevel);
     options.leaseTimeout = drun::env::parseDuration(leaseTimeout, "--lease-timeout");
     options.orphanTtl = drun::env::parseDuration(orphanTtl, "--orphan-ttl");
+    options.maxLeaseTimeout = drun::env::parseDuration(maxLeaseTimeout, "--max-lease-timeout");
+    options.stalledFrameTimeout =
+        drun::env::parseDuration(stalledFrameTimeout, "--stalled-frame-timeout");
+    if (options.maxLeaseTimeout < options.minLeaseTimeout)
+      throw drun::InvalidArgument("--max-lease-timeout: must be at least " +
+                                  std::to_string(options.minLeaseTimeout.count()) + "ms");
+    if (options.stalledFrameTimeout.count() <= 0)
+      throw drun::InvalidArgument("--stalled-frame-timeout: must be more than 0");
     if (options.leaseTimeout < options.minLeaseTimeout)
       throw drun::InvalidArgument("--lease-timeout: must be at least " +
                                   std::to_string(options.minLeaseTimeout.count()) + "ms");

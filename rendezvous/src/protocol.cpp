@@ -261,6 +261,7 @@ DecodeResult frame(std::string_view in, const Limits& l, Header& h, std::string_
   }
   if (in.size() - kHeaderBytes < h.length) {
     r.status = DecodeStatus::NeedMore;
+    r.needed = kHeaderBytes + h.length;
     return r;
   }
   body = in.substr(kHeaderBytes, h.length);
@@ -352,7 +353,7 @@ DecodeResult decodeHelloReply(std::string_view in, HelloReply& out) {
   HelloLayout h;
   DecodeResult r =
       decodeHelloLayout(in, "server", "hello status",
-                        static_cast<uint16_t>(HelloStatus::VersionMismatch), h);
+                        static_cast<uint16_t>(HelloStatus::Busy), h);
   out.version = h.version;
   out.status = static_cast<HelloStatus>(h.word);
   out.leaseMs = h.leaseMs;

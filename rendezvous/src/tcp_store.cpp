@@ -256,6 +256,10 @@ class TcpStore::Connection {
                            std::to_string(options_.connectTimeout.count()) + "ms");
       receive();
     }
+    if (reply.status == wire::HelloStatus::Busy)
+      throw NetworkError("store at " + endpoint_ +
+                         " refused the connection: it is at its connection limit (in all or for "
+                         "this address)");
     if (reply.status == wire::HelloStatus::VersionMismatch)
       throw ProtocolError("store at " + endpoint_ + " speaks protocol version " +
                           std::to_string(reply.version) + ", this client version " +

@@ -74,6 +74,7 @@ inline constexpr uint8_t kMaxStatus = 4;
 enum class HelloStatus : uint16_t {
   Ok = 0,
   VersionMismatch = 1,  // the server speaks `version` only; it closes the connection
+  Busy = 2,             // the server is at its connection limit (total or for this peer address)
 };
 
 struct Hello {
@@ -113,6 +114,10 @@ enum class DecodeStatus { NeedMore, Ok, Bad };
 struct DecodeResult {
   DecodeStatus status = DecodeStatus::NeedMore;
   size_t consumed = 0;  // Ok: bytes of the decoded message
+  // NeedMore: the bytes the whole message takes once its header is in (0 = not known yet), so
+  // that a reader sizes its reads without decoding the length itself. A claimed length is only a
+  // claim: readers grow their buffer with the bytes that arrive, never by this number.
+  size_t needed = 0;
   std::string error;    // Bad: why
 };
 
