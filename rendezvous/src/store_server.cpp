@@ -27,6 +27,7 @@
 #include <unordered_map>
 
 #include "drun/common/error.hpp"
+#include "drun/common/safe_text.hpp"
 #include "drun/rendezvous/protocol.hpp"
 #include "drun/rendezvous/store_core.hpp"
 
@@ -75,7 +76,7 @@ wire::Response answer(wire::Op op, uint64_t id, wire::Status status) {
 struct Counters {
   std::atomic<uint64_t> accepted{0}, open{0}, requests{0}, protocolErrors{0}, leasesExpired{0},
       slowDropped{0}, wills{0}, waiters{0}, orphansRemoved{0}, refused{0}, stalled{0},
-      inputBuffered{0};
+      inputBuffered{0}, authRefused{0};
 };
 
 }  // namespace
@@ -158,6 +159,10 @@ class StoreServer::Impl::Session : public std::enable_shared_from_this<Session> 
   void close(const std::string& reason) {
     if (closed_) return;
     closed_ = true;
+    if (tokenRequired_ && !authenticated_ && !draining_ && !server_.stopping_) {
+      server_.counters_.authRefused++;
+      spdlog::warn("store server: {} left without proving the token ({})", peer_, reason);
+    }
     spdlog::debug("store server: {} closed ({}), {} call(s) pending", peer_, reason,
                   pending_.size());
     boost::system::error_code ec;
@@ -209,7 +214,18 @@ class StoreServer::Impl::Session : public std::enable_shared_from_this<Session> 
         if (!answerHello(hello)) co_return;
         break;
       }
-      if (!co_await readSome(wire::kHelloBytes, ec)) co_return;
+      if (!co_await readSome(handshakeWant(r.needed), ec)) co_return;
+    }
+    // Then, when the server has a token, the client's proof, before anything else is read.
+    while (tokenRequired_ && !authenticated_) {
+      wire::Mac mac{};
+      auto r = wire::decodeAuth(in_.data(), mac);
+      if (r.status == wire::DecodeStatus::Ok) {
+        in_.consume(r.consumed);
+        if (!checkProof(mac)) co_return;
+        break;
+      }
+      if (!co_await readSome(handshakeWant(r.needed), ec)) co_return;
     }
     size_t served = 0;  // requests since the io thread last served the others
     while (!closed_ && !draining_) {
@@ -299,6 +315,13 @@ class StoreServer::Impl::Session : public std::enable_shared_from_this<Session> 
     }
   }
 
+  // Reads of the handshake: only what the message still lacks, so that nothing of the first
+  // frame is taken before the client is known.
+  size_t handshakeWant(size_t needed) const {
+    size_t have = in_.size();
+    return needed > have ? needed - have : wire::kHelloBytes;
+  }
+
   bool answerHello(const wire::Hello& hello) {
     wire::HelloReply reply;
     if (hello.version != wire::kVersion) {
@@ -306,19 +329,89 @@ class StoreServer::Impl::Session : public std::enable_shared_from_this<Session> 
       std::string out;
       wire::encodeHelloReply(reply, out);
       queue(std::move(out));
+      spdlog::warn("store server: refused {}: it speaks protocol version {}, this server {}",
+                   peer_, hello.version, wire::kVersion);
       drain("client speaks protocol version " + std::to_string(hello.version));
       return false;
     }
     const auto& o = server_.options_;
     milliseconds lease = hello.leaseMs == 0 ? o.leaseTimeout : milliseconds(hello.leaseMs);
-    lease_ = std::clamp(lease, o.minLeaseTimeout, o.maxLeaseTimeout);
-    reply.leaseMs = clampMs(lease_);
-    armLease();  // from the handshake deadline to the client's lease
+    lease = std::clamp(lease, o.minLeaseTimeout, o.maxLeaseTimeout);
+    reply.leaseMs = clampMs(lease);
+    scope_ = hello.scope;
+    clientNonce_ = hello.nonce;
+    tokenRequired_ = !o.token.empty() || !o.jobTokens.empty();
+    if (auto job = o.jobTokens.find(scope_); !scope_.empty() && job != o.jobTokens.end()) {
+      token_ = job->second;
+      keyPrefix_ = o.orphanRoot + scope_ + "/";
+    } else {
+      token_ = o.token;  // empty with jobTokens only: no proof can succeed
+    }
+    if (tokenRequired_) {
+      serverNonce_ = wire::randomNonce();
+      reply.nonce = serverNonce_;
+      reply.tokenRequired = true;
+      pendingLease_ = lease;  // granted once the proof is in; until then the handshake deadline
+    } else {
+      lease_ = lease;
+      armLease();  // from the handshake deadline to the client's lease
+    }
     std::string out;
     wire::encodeHelloReply(reply, out);
     queue(std::move(out));
-    spdlog::debug("store server: {} connected (lease {}ms)", peer_, lease_.count());
+    spdlog::debug("store server: {} connected (lease {}ms, job '{}', token {})", peer_,
+                  lease.count(), scope_, tokenRequired_ ? "required" : "none");
     return true;
+  }
+
+  // The client's proof of the token: the connection goes on with the lease it asked for, or is
+  // refused (logged, counted) and closed once told.
+  bool checkProof(const wire::Mac& mac) {
+    wire::AuthReply reply;
+    const bool ok = !token_.empty() &&
+                    wire::equalMacs(mac, wire::clientProof(token_, clientNonce_, serverNonce_, scope_));
+    if (ok) {
+      authenticated_ = true;
+      reply.mac = wire::serverProof(token_, clientNonce_, serverNonce_, scope_);
+      lease_ = pendingLease_;
+      armLease();
+    } else {
+      reply.status = wire::AuthStatus::Refused;
+      server_.counters_.authRefused++;
+    }
+    std::string out;
+    wire::encodeAuthReply(reply, out);
+    queue(std::move(out));
+    if (ok) return true;
+    const std::string why =
+        token_.empty() ? "no token on this server for job '" + printableScope() + "'"
+                       : "wrong token" + (scope_.empty() ? "" : " for job '" + printableScope() + "'");
+    spdlog::warn("store server: refused {}: {}", peer_, why);
+    drain("refused: " + why);
+    return false;
+  }
+
+  std::string printableScope() const { return text::printable(scope_, {wire::kMaxScopeBytes}); }
+
+  // Why request `q` is outside the keys this connection may touch ("" = it is not).
+  std::string outOfScope(const wire::Request& q) const {
+    if (keyPrefix_.empty()) return "";
+    const std::string job = "a client of job '" + printableScope() + "'";
+    if (q.op == wire::Op::NumKeys) return job + " cannot count the whole store";
+    auto inside = [&](const std::string& key) { return key.starts_with(keyPrefix_); };
+    auto outside = [&](const std::string& key) {
+      return job + " may only touch keys under " + keyPrefix_ + ", not " +
+             text::printable(key, {128});
+    };
+    for (const auto& k : q.keys)
+      if (!inside(k)) return outside(k);
+    for (const auto& [k, v] : q.will.sets)
+      if (!inside(k)) return outside(k);
+    for (const auto& [k, d] : q.will.adds)
+      if (!inside(k)) return outside(k);
+    for (const auto& k : q.will.deletes)
+      if (!inside(k)) return outside(k);
+    return "";
   }
 
   void protocolError(const std::string& why) {
@@ -452,6 +545,12 @@ class StoreServer::Impl::Session : public std::enable_shared_from_this<Session> 
     server_.counters_.requests++;
     if (q.op == wire::Op::Heartbeat) return;  // reading it renewed the lease
     wire::Response p = answer(q.op, q.id, wire::Status::Ok);
+    if (std::string why = outOfScope(q); !why.empty()) {
+      p = answer(q.op, q.id, wire::Status::InvalidArgument);
+      p.message = why;
+      send(p);
+      return;
+    }
     StoreCore& core = server_.core_;
     try {
       switch (q.op) {
@@ -611,6 +710,13 @@ class StoreServer::Impl::Session : public std::enable_shared_from_this<Session> 
   tcp::socket socket_;
   uint64_t id_;
   std::string address_;  // the peer's address, for the per-peer connection count
+  std::string scope_;      // the run id the client named in its hello
+  std::string keyPrefix_;  // with a job's own token: the only keys it may touch ("" = all)
+  std::string token_;      // what this client must prove ("" with tokenRequired_: nothing can)
+  bool tokenRequired_ = false;
+  bool authenticated_ = false;
+  milliseconds pendingLease_{0};
+  wire::Nonce clientNonce_{}, serverNonce_{};
   StoreCore::ClientId client_;
   std::string peer_;
   wire::ReceiveBuffer in_;
@@ -842,6 +948,7 @@ StoreServerStats StoreServer::stats() const {
   s.connectionsRefused = c.refused;
   s.stalledDropped = c.stalled;
   s.inputBytesBuffered = c.inputBuffered;
+  s.authRefused = c.authRefused;
   return s;
 }
 

@@ -760,3 +760,83 @@ TEST_CASE("server: too many blocking calls on one connection are refused", "[ser
   CHECK_THAT(p->message, Catch::Contains("over 4 blocking calls"));
   CHECK(server.stats().waitersPending == 4);
 }
+
+TEST_CASE("server: with a token every client proves it and a wrong or missing one is refused",
+          "[server][access]") {
+  StoreServerOptions options = localOptions();
+  options.token = "s3cret-token-0123456789";
+  StoreServer server(options);
+  server.start();
+  TcpStoreOptions o = clientOptions(server.port());
+  o.token = options.token;
+  TcpStore good(o);
+  good.set("k", "v");
+  CHECK(good.get("k", 1s) == "v");
+
+  auto refusedWith = [&](const std::string& token) -> std::string {
+    TcpStoreOptions c = clientOptions(server.port());
+    c.token = token;
+    try {
+      TcpStore s(c);
+      s.set("k", "forged");
+    } catch (const drun::AuthError& e) {
+      return e.what();
+    }
+    return "connected";
+  };
+  CHECK_THAT(refusedWith("wrong-token-0123456789"), Catch::Contains("refused this client's token"));
+  CHECK_THAT(refusedWith(""), Catch::Contains("requires a token"));
+  CHECK(eventually([&] { return server.stats().authRefused == 2; }));
+  // Frames sent without the proof are taken for one, and refused: nothing reaches the store.
+  RawClient raw(server.port());
+  raw.hello();
+  wire::Request set = request(wire::Op::Set, {"k"}, 1);
+  set.values = {"forged"};
+  std::string frame;
+  wire::encodeRequest(set, frame);
+  REQUIRE(frame.size() <= wire::kMacBytes);
+  raw.send(frame + std::string(wire::kMacBytes - frame.size(), 'x'));  // as long as a proof
+  auto reply = raw.helloReply();
+  CHECK(reply.status == wire::HelloStatus::Ok);
+  CHECK(reply.tokenRequired);
+  CHECK(raw.closedByServer());
+  CHECK(good.get("k", 1s) == "v");
+  CHECK(eventually([&] { return server.stats().authRefused == 3; }));
+  // An old client is told the version; a client with a token refuses a store without one.
+  RawClient old(server.port());
+  old.hello(1);
+  CHECK(old.helloReply().status == wire::HelloStatus::VersionMismatch);
+  StoreServer open(localOptions());
+  open.start();
+  TcpStoreOptions toOpen = clientOptions(open.port());
+  toOpen.token = options.token;
+  CHECK_THROWS_AS(TcpStore(toOpen), drun::AuthError);
+}
+
+TEST_CASE("server: per-job tokens: a client of one job touches no other", "[server][access]") {
+  StoreServerOptions options = localOptions();
+  options.jobTokens = {{"jobA", "token-of-job-A-0123456789"}, {"jobB", "token-of-job-B-0123456789"}};
+  StoreServer server(options);
+  server.start();
+  auto client = [&](const std::string& scope, const std::string& token) {
+    TcpStoreOptions o = clientOptions(server.port());
+    o.scope = scope;
+    o.token = token;
+    return std::make_unique<TcpStore>(o);
+  };
+  auto a = client("jobA", "token-of-job-A-0123456789");
+  auto b = client("jobB", "token-of-job-B-0123456789");
+  a->set("rdzv/jobA/round", "1");
+  b->set("rdzv/jobB/round", "7");
+  CHECK(a->get("rdzv/jobA/round", 1s) == "1");
+  CHECK_THROWS_AS(a->get("rdzv/jobB/round", 1s), drun::InvalidArgument);
+  CHECK_THROWS_AS(a->set("rdzv/jobB/round", "forged"), drun::InvalidArgument);
+  CHECK_THROWS_AS(a->deletePrefix("rdzv/"), drun::InvalidArgument);
+  CHECK_THROWS_AS(a->numKeys(), drun::InvalidArgument);
+  CHECK(b->get("rdzv/jobB/round", 1s) == "7");
+  // Another job's token, a job without one, no job: refused.
+  CHECK_THROWS_AS(client("jobA", "token-of-job-B-0123456789"), drun::AuthError);
+  CHECK_THROWS_AS(client("jobC", "token-of-job-A-0123456789"), drun::AuthError);
+  CHECK_THROWS_AS(client("", "token-of-job-A-0123456789"), drun::AuthError);
+  CHECK(eventually([&] { return server.stats().authRefused == 3; }));
+}

@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -51,6 +52,13 @@ struct StoreServerOptions {
   milliseconds stalledFrameTimeout = 30s; // a frame must arrive whole within this of its start
   size_t maxWaitersPerConnection = 256;   // blocking calls pending on one connection
   size_t maxRequestsPerBatch = 64;        // requests served before the io thread serves others
+  // Access (rendezvous/README.md, "Access"). With a token, every connection proves it in the
+  // hello (challenge-response; the token never goes on the wire) before any key is touched.
+  // jobTokens: a client naming run id R in its hello proves jobTokens[R] instead and may touch
+  // only "<orphanRoot>R/..."; when jobTokens is set and `token` is not, a client of any other run
+  // id is refused. Both empty: anyone who can reach the port may use the store.
+  std::string token;
+  std::map<std::string, std::string> jobTokens;
   StoreLimits limits = kStoreLimits;      // key, value, keys per request
   size_t maxFrameBytes = 64u << 20;       // one frame body
 };
@@ -69,6 +77,7 @@ struct StoreServerStats {
   uint64_t connectionsRefused = 0; // over maxConnections / maxConnectionsPerPeer
   uint64_t stalledDropped = 0;     // connections closed for a frame not whole in time
   uint64_t inputBytesBuffered = 0; // received, not yet decoded, all connections
+  uint64_t authRefused = 0;        // connections that did not prove the token
 };
 
 class StoreServer {
