@@ -18,6 +18,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// A port nothing listens on right now (the kernel's pick, closed again at once). The same as
+// rendezvous_e2e_test.cpp's freePort(): e2e_tests links no rendezvous library to share one from.
 uint16_t freeLoopbackPort() {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
@@ -37,6 +39,14 @@ std::vector<std::string> job(uint16_t port, const std::string& id, int nnodes,
                                    "--rdzv-id", id, "--rdzv-conf", conf};
   args.insert(args.end(), program.begin(), program.end());
   return args;
+}
+
+// Two agents of one job started together, both run to the end.
+std::pair<RunResult, RunResult> runTwo(const std::vector<std::string>& args) {
+  Process a(drunCommand(args, {}, 30s));
+  Process b(drunCommand(args, {}, 30s));
+  RunResult ra = a.wait();
+  return {ra, b.wait()};
 }
 
 }  // namespace
@@ -62,9 +72,7 @@ TEST_CASE("access: a job with a token runs and a wrong or missing token is refus
   // Two agents with the token: the job runs; the workers are told the token file.
   const std::string conf = "is_host=0,join_timeout=20s,token_file=" + token.string();
   std::vector<std::string> program = {"sh", "-c", "echo RANK=$RANK TOKEN=$DRUN_RDZV_TOKEN_FILE"};
-  Process a(drunCommand(job(port, id, 2, conf, program), {}, 30s));
-  Process b(drunCommand(job(port, id, 2, conf, program), {}, 30s));
-  RunResult ra = a.wait(), rb = b.wait();
+  auto [ra, rb] = runTwo(job(port, id, 2, conf, program));
   INFO(ra.describe() << "\n" << rb.describe());
   CHECK(ra.status() == 0);
   CHECK(rb.status() == 0);
@@ -102,9 +110,7 @@ TEST_CASE("access: the embedded store takes the token and a readable token file 
   const std::string conf = "join_timeout=20s,token_file=" + token.string();
   std::vector<std::string> program = {"sh", "-c", "echo RANK=$RANK"};
   const std::string id = "embedded-" + randomHex(6);
-  Process a(drunCommand(job(port, id, 2, conf, program), {}, 30s));
-  Process b(drunCommand(job(port, id, 2, conf, program), {}, 30s));
-  RunResult ra = a.wait(), rb = b.wait();
+  auto [ra, rb] = runTwo(job(port, id, 2, conf, program));
   INFO(ra.describe() << "\n" << rb.describe());
   CHECK(ra.status() == 0);
   CHECK(rb.status() == 0);

@@ -663,32 +663,26 @@ TEST_CASE("server: connections over the caps are refused with Busy (per peer and
   StoreServer server(options);
   server.start();
   constexpr uint32_t kPeerA = 0x7f000001, kPeerB = 0x7f000002;  // 127.0.0.1, 127.0.0.2
-  std::vector<std::unique_ptr<RawClient>> open;
-  for (int i = 0; i < 3; ++i) {
-    open.push_back(std::make_unique<RawClient>(server.port(), 0, kPeerA));
-    open.back()->hello();
-    CHECK(open.back()->helloReply().status == wire::HelloStatus::Ok);
-  }
+  // A connection from `source` that says hello; the server's answer.
+  auto connect = [&](uint32_t source, std::vector<std::unique_ptr<RawClient>>& into) {
+    into.push_back(std::make_unique<RawClient>(server.port(), 0, source));
+    into.back()->hello();
+    return into.back()->helloReply().status;
+  };
+  std::vector<std::unique_ptr<RawClient>> open, refused;
+  for (int i = 0; i < 3; ++i) CHECK(connect(kPeerA, open) == wire::HelloStatus::Ok);
   // A fourth from the same address is refused, with a reply that says why.
-  RawClient fourth(server.port(), 0, kPeerA);
-  fourth.hello();
-  CHECK(fourth.helloReply().status == wire::HelloStatus::Busy);
-  CHECK(fourth.closedByServer());
+  CHECK(connect(kPeerA, refused) == wire::HelloStatus::Busy);
+  CHECK(refused.back()->closedByServer());
   try {
-    TcpStore refused(clientOptions(server.port()));  // also from 127.0.0.1
+    TcpStore tooMany(clientOptions(server.port()));  // also from 127.0.0.1
     FAIL("connected over the per-peer limit");
   } catch (const drun::NetworkError& e) {
     CHECK_THAT(e.what(), Catch::Contains("connection limit"));
   }
   // Another address gets its own share, up to the total.
-  for (int i = 0; i < 2; ++i) {
-    open.push_back(std::make_unique<RawClient>(server.port(), 0, kPeerB));
-    open.back()->hello();
-    CHECK(open.back()->helloReply().status == wire::HelloStatus::Ok);
-  }
-  RawClient overTotal(server.port(), 0, kPeerB);
-  overTotal.hello();
-  CHECK(overTotal.helloReply().status == wire::HelloStatus::Busy);
+  for (int i = 0; i < 2; ++i) CHECK(connect(kPeerB, open) == wire::HelloStatus::Ok);
+  CHECK(connect(kPeerB, refused) == wire::HelloStatus::Busy);
   CHECK(server.stats().connectionsRefused == 3);
   CHECK(server.stats().connectionsOpen == 5);
   // A closed connection frees its place.
