@@ -1,6 +1,7 @@
 #include "drun/agent/worker_env.hpp"
 
 #include <algorithm>
+#include <filesystem>
 #include <map>
 
 namespace drun::agent {
@@ -51,6 +52,9 @@ std::vector<WorkerSpec> buildWorkerSpecs(const AgentConfig& config, const rdzv::
     common["OMP_NUM_THREADS"] = std::to_string(defaultOmpThreads(attempt.cpuCount, local));
   if (config.isPython && !common.count("PYTHONUNBUFFERED")) common["PYTHONUNBUFFERED"] = "1";
   if (!common.count("NCCL_ASYNC_ERROR_HANDLING")) common["NCCL_ASYNC_ERROR_HANDLING"] = "1";
+  // The workers' comm bootstrap store proves the same secret as the rendezvous store.
+  if (!config.rendezvous.tokenFile.empty())
+    common["DRUN_RDZV_TOKEN_FILE"] = std::filesystem::absolute(config.rendezvous.tokenFile).string();
   // DRUN_JOB_TOKEN is the WorkerGroup's to add: it belongs to the JobGuard the group reports to.
 
   std::vector<WorkerSpec> specs;

@@ -6,6 +6,7 @@
 #include "drun/common/env.hpp"
 #include "drun/rendezvous/prefix_store.hpp"
 #include "drun/rendezvous/tcp_store.hpp"
+#include "drun/rendezvous/token_file.hpp"
 #include "file_store.hpp"
 #include "store_host.hpp"
 
@@ -136,8 +137,11 @@ std::shared_ptr<Communicator> init(const InitOptions& options) {
                           "' (expected env://, tcp://host:port or file:///path)");
   }
   // Rank 0 serves the store unless something already does (PyTorch's env:// does the same).
-  std::shared_ptr<StoreHost> host = r.rank == 0 ? StoreHost::tryHost(master.port) : nullptr;
+  // DRUN_RDZV_TOKEN_FILE (set by the agent when the job has a token): the store proves it too.
+  const std::string token = rdzv::tokenFromEnvironment();
+  std::shared_ptr<StoreHost> host = r.rank == 0 ? StoreHost::tryHost(master.port, token) : nullptr;
   rdzv::TcpStoreOptions so;
+  so.token = token;
   so.host = master.host;
   so.port = master.port;
   so.connectTimeout = r.timeout;

@@ -10,9 +10,10 @@ namespace drun::comm {
 StoreHost::StoreHost(std::unique_ptr<rdzv::StoreServer> server) : server_(std::move(server)) {}
 StoreHost::~StoreHost() { server_->stop(); }
 
-std::shared_ptr<StoreHost> StoreHost::tryHost(uint16_t port) {
+std::shared_ptr<StoreHost> StoreHost::tryHost(uint16_t port, const std::string& token) {
   rdzv::StoreServerOptions options;
   options.port = port;
+  options.token = token;
   try {
     auto server = std::make_unique<rdzv::StoreServer>(options);
     server->start();

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 namespace drun::rdzv {
 class StoreServer;
@@ -23,7 +24,8 @@ class StoreHost {
  public:
   // Serves on port (all interfaces). Returns null when the port is already served by someone
   // else (drun's agent, another store): the caller then connects as a client like every rank.
-  static std::shared_ptr<StoreHost> tryHost(uint16_t port);
+  // With a token, every client must prove it (rdzv::StoreServerOptions::token).
+  static std::shared_ptr<StoreHost> tryHost(uint16_t port, const std::string& token = "");
   ~StoreHost();
 
  private:

@@ -200,3 +200,16 @@ TEST_CASE("comm: an installed drun serves find_package(drun) and drun::comm to a
   INFO(c.describe());
   CHECK(c.out.find("user_c rank 0: 2") != std::string::npos);
 }
+
+TEST_CASE("comm: the bootstrap store requires and proves the job's token", "[comm]") {
+  TempDir dir;
+  const auto token = dir.write("token", "comm-token-0123456789abcdef");
+  MarkerScope marker;
+  // The agent hands the workers DRUN_RDZV_TOKEN_FILE (store_access_e2e_test checks the
+  // variable); rank 0's store then requires the token and every rank proves it.
+  std::vector<std::string> argv = {"--standalone", "--nproc-per-node", "2", "--rdzv-conf",
+                                   "token_file=" + token.string(),
+                                   helperPath("comm_worker").string(), "matrix", "--quick"};
+  auto withToken = run(drunCommand(argv, {marker.env(), "OMP_NUM_THREADS=1"}, 90s));
+  requireAllRanks(withToken, 2, ": ok");
+}

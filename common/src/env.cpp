@@ -21,6 +21,9 @@ constexpr VarDoc kDrunEnvVars[] = {
      "log level of drun itself: trace, debug, info, warn, error, off (-v sets debug)"},
     {"DRUN_PYTHON", VarType::String, "python3",
      "interpreter for .py programs and -m modules (PYTHON_EXEC is honoured too, as torchrun)"},
+    {"DRUN_RDZV_TOKEN_FILE", VarType::String, "",
+     "the rendezvous store's shared secret, a file of mode 600 (as --rdzv-conf token_file): the "
+     "store and every client of it prove it; workers' comm bootstrap store too"},
     {"DRUN_SOCKET_IFNAME", VarType::String, "",
      "libdrun_comm (gloo): network interface for worker traffic (GLOO_SOCKET_IFNAME is honoured too)"},
 };

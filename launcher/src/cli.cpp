@@ -169,6 +169,7 @@ struct ConfKey {
   const char* name;
   const char* doc;
   std::chrono::milliseconds rdzv::RendezvousOptions::*duration;  // null: not a duration
+  std::string rdzv::RendezvousOptions::*path = nullptr;          // a file name
 };
 const ConfKey kConfKeys[] = {
     {"join_timeout", "how long a node waits for the job to form (alias: timeout)",
@@ -184,6 +185,8 @@ const ConfKey kConfKeys[] = {
     {"progress_interval", "a waiting node says so at this pace (the first line after 1s)",
      &rdzv::RendezvousOptions::progressInterval},
     {"is_host", "this node hosts the store (default: when the endpoint is one of its addresses)", nullptr},
+    {"token_file", "the store's shared secret, a file of mode 600 (also DRUN_RDZV_TOKEN_FILE)",
+     nullptr, &rdzv::RendezvousOptions::tokenFile},
 };
 
 std::string confKeysHelp() {
@@ -192,6 +195,7 @@ std::string confKeysHelp() {
   for (const ConfKey& key : kConfKeys) {
     std::string line = std::string("  ") + key.name;
     if (key.duration) line += "=DURATION (" + durationText(defaults.*key.duration) + ")";
+    else if (key.path) line += "=PATH";
     else line += "=BOOL";
     line.resize(std::max<size_t>(line.size() + 1, 36), ' ');
     out += line + key.doc + "\n";
@@ -216,11 +220,16 @@ void parseRdzvConf(const std::string& text, rdzv::RendezvousOptions& out) {
     }
     const ConfKey* known = nullptr;
     for (const ConfKey& k : kConfKeys)
-      if (key == k.name && k.duration) known = &k;
+      if (key == k.name && (k.duration || k.path)) known = &k;
     if (!known) {
       std::string names;
       for (const ConfKey& k : kConfKeys) names += (names.empty() ? "" : ", ") + std::string(k.name);
       throw UsageError("--rdzv-conf: unknown key '" + key + "' (known: " + names + ")");
+    }
+    if (known->path) {
+      if (value.empty()) throw UsageError(what + ": needs a file name");
+      out.*(known->path) = value;
+      continue;
     }
     out.*(known->duration) = usage([&] { return env::parseDuration(value, what); });
   }

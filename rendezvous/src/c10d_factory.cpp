@@ -11,8 +11,31 @@
 #include "drun/rendezvous/network.hpp"
 #include "drun/rendezvous/store_server.hpp"
 #include "drun/rendezvous/tcp_store.hpp"
+#include "drun/rendezvous/token_file.hpp"
+
+#include <arpa/inet.h>
+
+#include <mutex>
 
 namespace drun::rdzv {
+namespace {
+
+// The address the embedded server listens on: the endpoint's own address when it is one, so the
+// store is not offered on every interface; "" (all) for a host name, which may resolve to
+// another address here (127.0.1.1 on Debian) than on the other nodes.
+std::string bindAddress(const std::string& endpointHost) {
+  unsigned char binary[16];
+  if (::inet_pton(AF_INET, endpointHost.c_str(), binary) == 1 ||
+      ::inet_pton(AF_INET6, endpointHost.c_str(), binary) == 1)
+    return endpointHost;
+  return "";
+}
+
+bool isLoopback(const std::string& address) {
+  return address.rfind("127.", 0) == 0 || address == "::1";
+}
+
+}  // namespace
 
 std::unique_ptr<Rendezvous> makeC10dRendezvous(const RendezvousOptions& options) {
   keys::validateRunId(options.runId);
@@ -21,21 +44,51 @@ std::unique_ptr<Rendezvous> makeC10dRendezvous(const RendezvousOptions& options)
   const bool wantHost = options.isHost.value_or(
       isLocalEndpoint(options.endpointHost, options.localAddr));
 
+  // The store's shared secret: every connection proves it (the host's server included).
+  const std::string token = options.tokenFile.empty()
+                                ? tokenFromEnvironment()
+                                : readTokenFile(options.tokenFile, "--rdzv-conf token_file");
   C10dStoreAccess access;
   TcpStoreOptions client;
   client.host = options.endpointHost;
   client.port = options.endpointPort;
+  client.token = token;
+  client.scope = options.runId;
   if (wantHost) {
     try {
       StoreServerOptions serverOptions;
       serverOptions.port = options.endpointPort;
+      serverOptions.token = token;
+      serverOptions.host = bindAddress(options.endpointHost);
+      if (serverOptions.host.empty()) serverOptions.host = "0.0.0.0";
       serverOptions.maxLeaseTimeout = std::max<milliseconds>(serverOptions.maxLeaseTimeout,
                                                              options.heartbeatTimeout);
-      access.server = std::make_unique<StoreServer>(serverOptions);
+      try {
+        access.server = std::make_unique<StoreServer>(serverOptions);
+      } catch (const NetworkError& e) {
+        // is_host=1 with an endpoint that is not an address of this machine (NAT, a VIP).
+        if (std::string_view(e.what()).find(std::strerror(EADDRNOTAVAIL)) == std::string_view::npos)
+          throw;
+        serverOptions.host = "0.0.0.0";
+        access.server = std::make_unique<StoreServer>(serverOptions);
+      }
       access.server->start();
-      client.host = "127.0.0.1";
+      client.host = serverOptions.host == "0.0.0.0" ? "127.0.0.1" : serverOptions.host;
       client.port = access.server->port();
-      spdlog::info("rendezvous '{}': hosting the store on port {}", options.runId, client.port);
+      spdlog::info("rendezvous '{}': hosting the store on {}:{}", options.runId,
+                   serverOptions.host, client.port);
+      if (token.empty()) {
+        static std::once_flag said;
+        std::call_once(said, [&] {
+          // Loopback: only this machine's users can reach it; else anyone on the network.
+          auto level = isLoopback(serverOptions.host) ? spdlog::level::info : spdlog::level::warn;
+          spdlog::log(level,
+                      "the rendezvous store on {}:{} is open to anyone who can reach the port "
+                      "(no token): give the job one with --rdzv-conf token_file=PATH (mode 600) "
+                      "or DRUN_RDZV_TOKEN_FILE",
+                      serverOptions.host, client.port);
+        });
+      }
     } catch (const NetworkError& e) {
       // Another agent on this host, or a drun-rendezvous daemon, serves the endpoint already.
       // Anything else (a privileged port, no such address) would only end in a join timeout.

@@ -1,9 +1,12 @@
 #include "drun/rendezvous/keys.hpp"
 
+#include <arpa/inet.h>
+
 #include <charconv>
 #include <unordered_set>
 
 #include "drun/common/error.hpp"
+#include "drun/common/safe_text.hpp"
 
 namespace drun::rdzv::keys {
 namespace {
@@ -55,7 +58,36 @@ bool isPlainField(std::string_view s, size_t maxSize = kMaxField) {
   return true;
 }
 
+// A round's error text is told to every joiner and printed: one bounded, printable line.
+constexpr size_t kMaxStateError = 4096;
+
 }  // namespace
+
+bool isHostOrAddress(std::string_view s) {
+  if (s.empty() || s.size() > 253 + 1) return false;
+  std::string text(s);
+  unsigned char binary[16];
+  if (::inet_pton(AF_INET, text.c_str(), binary) == 1) return true;
+  if (::inet_pton(AF_INET6, text.c_str(), binary) == 1) return true;
+  // A host name (RFC 1123; '_' tolerated, as resolvers do): dot-separated labels of 1 to 63
+  // letters, digits, '-' and '_', not starting or ending with '-'; one trailing dot allowed.
+  if (s.back() == '.') s.remove_suffix(1);
+  if (s.empty() || s.size() > 253) return false;
+  size_t start = 0;
+  for (;;) {
+    size_t dot = s.find('.', start);
+    std::string_view label = s.substr(start, dot == std::string_view::npos ? s.npos : dot - start);
+    if (label.empty() || label.size() > 63 || label.front() == '-' || label.back() == '-')
+      return false;
+    for (char c : label) {
+      bool allowed = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+                     (c >= '0' && c <= '9') || c == '-' || c == '_';
+      if (!allowed) return false;
+    }
+    if (dot == std::string_view::npos) return true;
+    start = dot + 1;
+  }
+}
 
 void validateRunId(std::string_view runId) {
   bool ok = !runId.empty() && runId.size() <= 128;
@@ -144,7 +176,9 @@ std::string NodeDescriptor::displayName() const {
 std::string encodeDescriptor(const NodeDescriptor& node) {
   if (!isValidNodeId(node.id)) throw InvalidArgument("invalid node id '" + node.id + "'");
   if (!isPlainField(node.host)) throw InvalidArgument("invalid host name '" + node.host + "'");
-  if (!isPlainField(node.addr)) throw InvalidArgument("invalid node address '" + node.addr + "'");
+  if (!isHostOrAddress(node.addr))
+    throw InvalidArgument("invalid node address '" + text::printable(node.addr, {kMaxField}) +
+                          "': not a host name or an IP address");
   if (node.localWorldSize < 1 || node.localWorldSize > kMaxLocalWorldSize)
     throw InvalidArgument("local world size " + std::to_string(node.localWorldSize) +
                           " out of range");
@@ -179,7 +213,7 @@ std::vector<NodeDescriptor> parseJoined(std::string_view blob, size_t* skipped) 
     NodeDescriptor d;
     std::optional<int> lws, rank, previous;
     std::optional<uint16_t> port;
-    bool ok = f.size() == 7 && !f[6].empty() && (f[6][0] == 'm' || f[6] == "-") && isValidNodeId(f[0]) && isPlainField(f[1]) && isPlainField(f[2]) &&
+    bool ok = f.size() == 7 && !f[6].empty() && (f[6][0] == 'm' || f[6] == "-") && isValidNodeId(f[0]) && isPlainField(f[1]) && isHostOrAddress(f[2]) &&
               (lws = parseInt<int>(f[3])) && *lws >= 1 && *lws <= kMaxLocalWorldSize &&
               (port = parseInt<uint16_t>(f[5]));
     if (ok && f[4] != "-") {
@@ -233,11 +267,12 @@ std::optional<RoundState> parseState(std::string_view value) {
   RoundState s;
   if (value.starts_with("error\t")) {
     s.ok = false;
-    s.error = std::string(value.substr(6));
+    s.error = text::printable(value.substr(6), {kMaxStateError});
     return s;
   }
   auto corrupt = [&] {
-    return ProtocolError("corrupt rendezvous state '" + std::string(value.substr(0, 80)) + "'");
+    return ProtocolError("corrupt rendezvous state '" + text::printable(value.substr(0, 80)) +
+                         "'");
   };
   if (!value.starts_with("ok\t")) {
     if (parseInt<int64_t>(value)) return std::nullopt;  // the open round's event counter
@@ -250,10 +285,14 @@ std::optional<RoundState> parseState(std::string_view value) {
   std::optional<uint16_t> port;
   std::optional<int64_t> changes, left;
   std::optional<int> restarts;
+  // MASTER_ADDR goes to every worker (torch connects to it and unpickles what it serves): a host
+  // name or an address, nothing else. Counts are within what a round can hold.
   if (f.size() != 8 || !(nodes = parseInt<int>(f[1])) || *nodes < 1 || *nodes > kMaxNodes ||
-      !(world = parseInt<int>(f[2])) || *world < *nodes || !isPlainField(f[3]) ||
+      !(world = parseInt<int>(f[2])) || *world < *nodes ||
+      int64_t{*world} > int64_t{*nodes} * kMaxLocalWorldSize || !isHostOrAddress(f[3]) ||
       !(port = parseInt<uint16_t>(f[4])) || !(changes = parseInt<int64_t>(f[5])) ||
-      !(left = parseInt<int64_t>(f[6])) || !(restarts = parseInt<int>(f[7])) || *restarts < 0)
+      *changes < 0 || !(left = parseInt<int64_t>(f[6])) || *left < 0 ||
+      !(restarts = parseInt<int>(f[7])) || *restarts < 0)
     throw corrupt();
   s.nodeCount = *nodes;
   s.worldSize = *world;
@@ -287,9 +326,9 @@ std::string encodeAssignment(const Assignment& a) {
 Assignment parseAssignment(std::string_view value) {
   auto f = splitTabs(value);
   std::optional<int> rank, offset;
-  if (f.size() != 2 || !(rank = parseInt<int>(f[0])) || *rank < 0 ||
+  if (f.size() != 2 || !(rank = parseInt<int>(f[0])) || *rank < 0 || *rank > kMaxNodeRank ||
       !(offset = parseInt<int>(f[1])) || *offset < 0)
-    throw ProtocolError("corrupt rank assignment '" + std::string(value.substr(0, 80)) + "'");
+    throw ProtocolError("corrupt rank assignment '" + text::printable(value.substr(0, 80)) + "'");
   return {*rank, *offset};
 }
 
@@ -354,7 +393,7 @@ std::string encodeHostList(const std::vector<std::string>& names) {
 std::vector<std::string> parseHostList(std::string_view value, size_t expected) {
   auto corrupt = [&](const std::string& why) {
     return ProtocolError("corrupt hosts list (" + why + "): '" +
-                         std::string(value.substr(0, 80)) + "'");
+                         text::printable(value.substr(0, 80)) + "'");
   };
   std::vector<std::string> names;
   names.reserve(expected);
@@ -392,7 +431,7 @@ std::vector<std::string> parseHostList(std::string_view value, size_t expected) 
 std::optional<int64_t> parseCounter(const std::optional<std::string>& value) {
   if (!value) return std::nullopt;
   auto v = parseInt<int64_t>(*value);
-  if (!v) throw ProtocolError("corrupt counter value '" + value->substr(0, 80) + "'");
+  if (!v) throw ProtocolError("corrupt counter value '" + text::printable(value->substr(0, 80)) + "'");
   return v;
 }
 
@@ -415,7 +454,7 @@ std::string encodeFailure(const FailureRecord& f) {
 FailureRecord parseFailure(std::string_view value) {
   auto corrupt = [&] {
     return ProtocolError("corrupt failure record in the store: '" +
-                         std::string(value.substr(0, 80)) + "'");
+                         text::printable(value.substr(0, 80)) + "'");
   };
   size_t nl = value.find('\n');
   if (nl == std::string_view::npos || value.size() - nl - 1 > kMaxFailureDetail) throw corrupt();
@@ -426,8 +465,9 @@ FailureRecord parseFailure(std::string_view value) {
   std::optional<int> rank, local, code, signal, final, others;
   std::optional<int64_t> pid, time;
   if (!(rank = parseInt<int>(f[0])) || !(local = parseInt<int>(f[1])) ||
-      !(code = parseInt<int>(f[2])) || !(signal = parseInt<int>(f[3])) || *signal < 0 ||
-      *signal > 255 || !(pid = parseInt<int64_t>(f[4])) || !(time = parseInt<int64_t>(f[5])) ||
+      !(code = parseInt<int>(f[2])) || *code < -1 || *code > 255 ||
+      !(signal = parseInt<int>(f[3])) || *signal < 0 || *signal > 255 ||
+      !(pid = parseInt<int64_t>(f[4])) || *pid < 0 || !(time = parseInt<int64_t>(f[5])) ||
       !(final = parseInt<int>(f[6])) || (*final != 0 && *final != 1) ||
       !(others = parseInt<int>(f[7])) || *others < 0)
     throw corrupt();
@@ -441,7 +481,8 @@ FailureRecord parseFailure(std::string_view value) {
   r.otherFailures = *others;
   r.node = std::string(f[8]);
   if (f[9] != "-") r.detailSource = std::string(f[9]);
-  r.detail = std::string(value.substr(nl + 1));
+  // Another node's worker wrote it (its stderr, its error file): printed on every node's terminal.
+  r.detail = text::printable(value.substr(nl + 1), {kMaxFailureDetail, /*multiLine=*/true});
   return r;
 }
 
@@ -452,7 +493,7 @@ std::string encodeOutcome(const std::optional<FailureRecord>& failure) {
 std::optional<FailureRecord> parseOutcome(std::string_view value) {
   if (value == "succeeded") return std::nullopt;
   if (value.starts_with("failed\n")) return parseFailure(value.substr(7));
-  throw ProtocolError("corrupt job outcome in the store: '" + std::string(value.substr(0, 80)) +
+  throw ProtocolError("corrupt job outcome in the store: '" + text::printable(value.substr(0, 80)) +
                       "'");
 }
 
@@ -472,7 +513,7 @@ JobConfig parseJobConfig(std::string_view value) {
   std::optional<int> lo, hi;
   if (f.size() != 3 || !value.ends_with('\n') || !(lo = parseInt<int>(f[0])) ||
       !(hi = parseInt<int>(f[1])) || *lo < 1 || *hi < *lo || !isPlainField(f[2]))
-    throw ProtocolError("malformed job settings in the store: '" + std::string(value.substr(0, 80)) + "'");
+    throw ProtocolError("malformed job settings in the store: '" + text::printable(value.substr(0, 80)) + "'");
   c.minNodes = *lo;
   c.maxNodes = *hi;
   c.setBy = std::string(f[2]);

@@ -3,6 +3,7 @@
 #include <thread>
 
 #include "drun/common/error.hpp"
+#include "drun/common/safe_text.hpp"
 #include "drun/rendezvous/keys.hpp"
 
 namespace drun::rdzv {
@@ -72,9 +73,11 @@ void classify(Store& store, const WatchedRound& w, Reported& seen, EventSlot& sl
   const int64_t waiting =
       keys::parseCounter(store.tryGet(keys::waiting(w.runId, w.round))).value_or(0);
   if (gone <= seen.gone && waiting <= seen.waiting) return;
-  const std::string reason = store.tryGet(keys::lastChange(w.runId, w.round))
-                                 .value_or("the membership of round " + std::to_string(w.round) +
-                                           " changed");
+  // Written by any client of the store (a will's text): printed, so made printable first.
+  const std::string reason = text::printable(
+      store.tryGet(keys::lastChange(w.runId, w.round))
+          .value_or("the membership of round " + std::to_string(w.round) + " changed"),
+      {512});
   if (gone > seen.gone) {
     seen.gone = gone;
     seen.waiting = std::max(seen.waiting, waiting);  // re-forming takes the waiting nodes in too

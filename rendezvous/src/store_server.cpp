@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
@@ -21,10 +22,12 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <deque>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 
 #include "drun/common/error.hpp"
+#include "drun/common/safe_text.hpp"
 #include "drun/rendezvous/protocol.hpp"
 #include "drun/rendezvous/store_core.hpp"
 
@@ -35,10 +38,13 @@ namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
 
-// A client may keep this many blocking calls pending at once (the client library keeps one);
-// more is a misbehaving peer and is refused, so waiters cannot grow without bound.
-constexpr size_t kMaxPendingPerSession = 1024;
-constexpr size_t kReadChunk = 4096;  // per read; a larger frame is read whole
+// The smallest read; a frame larger than what has arrived is read in windows that double with
+// the bytes received, so the buffer never holds more than twice what a peer actually sent.
+constexpr size_t kReadChunk = 4096;
+// A refused connection gets its Busy reply and is closed after this (or at the peer's EOF); at
+// most kMaxRefusing are kept that long, the others are closed at once.
+constexpr auto kRefuseLinger = std::chrono::milliseconds(500);
+constexpr size_t kMaxRefusing = 64;
 constexpr size_t kMaxWriteBatch = 64;  // buffers per gathered write
 constexpr auto kDrainGrace = std::chrono::seconds(1);
 
@@ -69,7 +75,8 @@ wire::Response answer(wire::Op op, uint64_t id, wire::Status status) {
 
 struct Counters {
   std::atomic<uint64_t> accepted{0}, open{0}, requests{0}, protocolErrors{0}, leasesExpired{0},
-      slowDropped{0}, wills{0}, waiters{0}, orphansRemoved{0};
+      slowDropped{0}, wills{0}, waiters{0}, orphansRemoved{0}, refused{0}, stalled{0},
+      inputBuffered{0}, authRefused{0};
 };
 
 }  // namespace
@@ -84,12 +91,16 @@ class StoreServer::Impl {
   void stop();
 
   StoreServerOptions options_;
+  wire::Limits wireLimits_;
   asio::io_context ioc_;
   tcp::acceptor acceptor_{ioc_};
   asio::steady_timer acceptRetry_{ioc_};
   uint16_t port_ = 0;
   StoreCore core_;
   std::unordered_map<uint64_t, std::shared_ptr<Session>> sessions_;  // io thread only
+  std::unordered_map<std::string, size_t> perPeer_;  // open sessions by peer address; io thread
+  size_t inputBytes_ = 0;  // buffered input of all sessions; io thread only
+  size_t refusing_ = 0;    // refused connections lingering; io thread only
   uint64_t lastSession_ = 0;
   bool stopping_ = false;  // io thread only
   std::atomic<bool> stopRequested_{false};
@@ -102,6 +113,8 @@ class StoreServer::Impl {
   std::map<std::string, std::chrono::steady_clock::time_point> orphanSince_;  // io thread only
 
   asio::awaitable<void> acceptLoop();
+  std::string refusal(const std::string& address) const;
+  asio::awaitable<void> refuse(tcp::socket socket);
   asio::awaitable<void> sweepLoop();
   void sweepOrphans();
   void noteWaiters() { counters_.waiters = core_.waiterCount(); }
@@ -112,10 +125,11 @@ class StoreServer::Impl {
 
 class StoreServer::Impl::Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(Impl& server, tcp::socket socket, uint64_t id)
+  Session(Impl& server, tcp::socket socket, uint64_t id, std::string address)
       : server_(server),
         socket_(std::move(socket)),
         id_(id),
+        address_(std::move(address)),
         client_(server.core_.newClient()),
         writeSignal_(server.ioc_),
         leaseTimer_(server.ioc_) {
@@ -145,6 +159,10 @@ class StoreServer::Impl::Session : public std::enable_shared_from_this<Session> 
   void close(const std::string& reason) {
     if (closed_) return;
     closed_ = true;
+    if (tokenRequired_ && !authenticated_ && !draining_ && !server_.stopping_) {
+      server_.counters_.authRefused++;
+      spdlog::warn("store server: {} left without proving the token ({})", peer_, reason);
+    }
     spdlog::debug("store server: {} closed ({}), {} call(s) pending", peer_, reason,
                   pending_.size());
     boost::system::error_code ec;
@@ -160,7 +178,10 @@ class StoreServer::Impl::Session : public std::enable_shared_from_this<Session> 
       spdlog::debug("store server: ran the will of {}", peer_);
     }
     server_.noteWaiters();
+    account(0);
     server_.counters_.open--;
+    if (auto it = server_.perPeer_.find(address_); it != server_.perPeer_.end() && --it->second == 0)
+      server_.perPeer_.erase(it);
     server_.sessions_.erase(id_);  // coroutines still hold `this` alive until they return
   }
 
@@ -193,36 +214,73 @@ class StoreServer::Impl::Session : public std::enable_shared_from_this<Session> 
         if (!answerHello(hello)) co_return;
         break;
       }
-      if (!co_await readSome(wire::kHelloBytes, ec)) co_return;
+      if (!co_await readSome(handshakeWant(r.needed), ec)) co_return;
     }
+    // Then, when the server has a token, the client's proof, before anything else is read.
+    while (tokenRequired_ && !authenticated_) {
+      wire::Mac mac{};
+      auto r = wire::decodeAuth(in_.data(), mac);
+      if (r.status == wire::DecodeStatus::Ok) {
+        in_.consume(r.consumed);
+        if (!checkProof(mac)) co_return;
+        break;
+      }
+      if (!co_await readSome(handshakeWant(r.needed), ec)) co_return;
+    }
+    size_t served = 0;  // requests since the io thread last served the others
     while (!closed_ && !draining_) {
+      size_t needed = 0;
+      bool consumed = false;
       for (;;) {
         wire::Request request;
-        auto r = wire::decodeRequest(in_.data(), request);
-        if (r.status == wire::DecodeStatus::NeedMore) break;
+        auto r = wire::decodeRequest(in_.data(), request, server_.wireLimits_);
+        if (r.status == wire::DecodeStatus::NeedMore) {
+          needed = r.needed;
+          break;
+        }
         if (r.status == wire::DecodeStatus::Bad) {
           protocolError(r.error);
           co_return;
         }
         in_.consume(r.consumed);
+        consumed = true;
         handle(std::move(request));
         if (closed_ || draining_) co_return;
+        if (++served >= server_.options_.maxRequestsPerBatch) {
+          // One busy client must not hold the io thread: let the others' handlers run.
+          served = 0;
+          co_await asio::post(server_.ioc_, asio::use_awaitable);
+          if (closed_ || draining_) co_return;
+        }
       }
+      account(in_.size());
+      notePartialFrame(consumed);
       server_.noteWaiters();
-      if (!co_await readSome(bytesWanted(), ec)) co_return;
+      if (needed > server_.options_.maxInputBytesPerConnection) {
+        protocolError("frame of " + std::to_string(needed) +
+                      " bytes is over this server's input budget of " +
+                      std::to_string(server_.options_.maxInputBytesPerConnection) +
+                      " bytes per connection");
+        co_return;
+      }
+      if (!co_await readSome(bytesWanted(needed), ec)) co_return;
+      served = 0;  // the read yielded to the others
+      if (server_.inputBytes_ + in_.size() - accounted_ > server_.options_.maxInputBytes) {
+        server_.counters_.protocolErrors++;
+        close("the server's input budget of " + std::to_string(server_.options_.maxInputBytes) +
+              " bytes is spent (" + std::to_string(in_.size()) + " bytes buffered here)");
+        co_return;
+      }
     }
   }
 
-  // The rest of the frame being read when its header is in, else a chunk.
-  size_t bytesWanted() const {
-    std::string_view data = in_.data();
-    if (data.size() < wire::kHeaderBytes) return kReadChunk;
-    uint32_t length = 0;
-    for (int i = 0; i < 4; ++i)
-      length |= static_cast<uint32_t>(static_cast<unsigned char>(data[i])) << (8 * i);
-    // decodeRequest answered NeedMore, so `length` passed the frame limit check.
-    size_t total = wire::kHeaderBytes + length;
-    return std::max(kReadChunk, total - data.size());
+  // How much to read next: a chunk, or the rest of a frame whose header is in (`needed` comes
+  // from the codec), but never more than has arrived so far: a peer claiming a large frame gets
+  // buffer space only as fast as it really sends.
+  size_t bytesWanted(size_t needed) const {
+    size_t have = in_.size();
+    if (needed <= have) return kReadChunk;
+    return std::clamp(needed - have, kReadChunk, std::max(kReadChunk, have));
   }
 
   asio::awaitable<bool> readSome(size_t want, boost::system::error_code& ec) {
@@ -239,6 +297,31 @@ class StoreServer::Impl::Session : public std::enable_shared_from_this<Session> 
     co_return true;
   }
 
+  // Keeps the server's total of buffered input in step with this session's.
+  void account(size_t buffered) {
+    server_.inputBytes_ = server_.inputBytes_ - accounted_ + buffered;
+    accounted_ = buffered;
+    server_.counters_.inputBuffered = server_.inputBytes_;
+  }
+
+  // Starts the stalled-frame clock when a frame is begun (bytes left over after the whole
+  // messages), stops it when nothing partial is left.
+  void notePartialFrame(bool consumedSome) {
+    if (in_.size() == 0) {
+      partialSince_.reset();
+    } else if (consumedSome || !partialSince_) {
+      partialSince_ = Clock::now();
+      armLease();
+    }
+  }
+
+  // Reads of the handshake: only what the message still lacks, so that nothing of the first
+  // frame is taken before the client is known.
+  size_t handshakeWant(size_t needed) const {
+    size_t have = in_.size();
+    return needed > have ? needed - have : wire::kHelloBytes;
+  }
+
   bool answerHello(const wire::Hello& hello) {
     wire::HelloReply reply;
     if (hello.version != wire::kVersion) {
@@ -246,19 +329,89 @@ class StoreServer::Impl::Session : public std::enable_shared_from_this<Session> 
       std::string out;
       wire::encodeHelloReply(reply, out);
       queue(std::move(out));
+      spdlog::warn("store server: refused {}: it speaks protocol version {}, this server {}",
+                   peer_, hello.version, wire::kVersion);
       drain("client speaks protocol version " + std::to_string(hello.version));
       return false;
     }
     const auto& o = server_.options_;
     milliseconds lease = hello.leaseMs == 0 ? o.leaseTimeout : milliseconds(hello.leaseMs);
-    lease_ = std::clamp(lease, o.minLeaseTimeout, o.maxLeaseTimeout);
-    reply.leaseMs = clampMs(lease_);
-    armLease();  // from the handshake deadline to the client's lease
+    lease = std::clamp(lease, o.minLeaseTimeout, o.maxLeaseTimeout);
+    reply.leaseMs = clampMs(lease);
+    scope_ = hello.scope;
+    clientNonce_ = hello.nonce;
+    tokenRequired_ = !o.token.empty() || !o.jobTokens.empty();
+    if (auto job = o.jobTokens.find(scope_); !scope_.empty() && job != o.jobTokens.end()) {
+      token_ = job->second;
+      keyPrefix_ = o.orphanRoot + scope_ + "/";
+    } else {
+      token_ = o.token;  // empty with jobTokens only: no proof can succeed
+    }
+    if (tokenRequired_) {
+      serverNonce_ = wire::randomNonce();
+      reply.nonce = serverNonce_;
+      reply.tokenRequired = true;
+      pendingLease_ = lease;  // granted once the proof is in; until then the handshake deadline
+    } else {
+      lease_ = lease;
+      armLease();  // from the handshake deadline to the client's lease
+    }
     std::string out;
     wire::encodeHelloReply(reply, out);
     queue(std::move(out));
-    spdlog::debug("store server: {} connected (lease {}ms)", peer_, lease_.count());
+    spdlog::debug("store server: {} connected (lease {}ms, job '{}', token {})", peer_,
+                  lease.count(), scope_, tokenRequired_ ? "required" : "none");
     return true;
+  }
+
+  // The client's proof of the token: the connection goes on with the lease it asked for, or is
+  // refused (logged, counted) and closed once told.
+  bool checkProof(const wire::Mac& mac) {
+    wire::AuthReply reply;
+    const bool ok = !token_.empty() &&
+                    wire::equalMacs(mac, wire::clientProof(token_, clientNonce_, serverNonce_, scope_));
+    if (ok) {
+      authenticated_ = true;
+      reply.mac = wire::serverProof(token_, clientNonce_, serverNonce_, scope_);
+      lease_ = pendingLease_;
+      armLease();
+    } else {
+      reply.status = wire::AuthStatus::Refused;
+      server_.counters_.authRefused++;
+    }
+    std::string out;
+    wire::encodeAuthReply(reply, out);
+    queue(std::move(out));
+    if (ok) return true;
+    const std::string why =
+        token_.empty() ? "no token on this server for job '" + printableScope() + "'"
+                       : "wrong token" + (scope_.empty() ? "" : " for job '" + printableScope() + "'");
+    spdlog::warn("store server: refused {}: {}", peer_, why);
+    drain("refused: " + why);
+    return false;
+  }
+
+  std::string printableScope() const { return text::printable(scope_, {wire::kMaxScopeBytes}); }
+
+  // Why request `q` is outside the keys this connection may touch ("" = it is not).
+  std::string outOfScope(const wire::Request& q) const {
+    if (keyPrefix_.empty()) return "";
+    const std::string job = "a client of job '" + printableScope() + "'";
+    if (q.op == wire::Op::NumKeys) return job + " cannot count the whole store";
+    auto inside = [&](const std::string& key) { return key.starts_with(keyPrefix_); };
+    auto outside = [&](const std::string& key) {
+      return job + " may only touch keys under " + keyPrefix_ + ", not " +
+             text::printable(key, {128});
+    };
+    for (const auto& k : q.keys)
+      if (!inside(k)) return outside(k);
+    for (const auto& [k, v] : q.will.sets)
+      if (!inside(k)) return outside(k);
+    for (const auto& [k, d] : q.will.adds)
+      if (!inside(k)) return outside(k);
+    for (const auto& k : q.will.deletes)
+      if (!inside(k)) return outside(k);
+    return "";
   }
 
   void protocolError(const std::string& why) {
@@ -280,23 +433,40 @@ class StoreServer::Impl::Session : public std::enable_shared_from_this<Session> 
     drainReason_ = reason;
     lease_ = std::chrono::duration_cast<milliseconds>(kDrainGrace);
     lastHeard_ = Clock::now();
+    partialSince_.reset();
     armLease();
     writeSignal_.cancel();
   }
 
   // ---- the lease
 
+  // The lease and the stalled-frame deadline share one timer: whichever comes first.
+  Clock::time_point leaseDeadline() const {
+    Clock::time_point at = lastHeard_ + lease_;
+    if (partialSince_) at = std::min(at, *partialSince_ + server_.options_.stalledFrameTimeout);
+    return at;
+  }
+
   void armLease() {
-    leaseTimer_.expires_at(lastHeard_ + lease_);
+    leaseTimer_.expires_at(leaseDeadline());
     leaseTimer_.async_wait([weak = weak_from_this()](boost::system::error_code ec) {
       auto self = weak.lock();
       if (ec || !self || self->closed_) return;
-      if (Clock::now() < self->lastHeard_ + self->lease_) {
+      if (Clock::now() < self->leaseDeadline()) {
         self->armLease();
         return;
       }
       if (self->draining_) {
         self->close(self->drainReason_ + " (output not flushed in time)");
+        return;
+      }
+      const auto& o = self->server_.options_;
+      if (self->partialSince_ && Clock::now() >= *self->partialSince_ + o.stalledFrameTimeout) {
+        self->server_.counters_.stalled++;
+        spdlog::warn("store server: dropped {}: a frame was not whole {}ms after its start ({} "
+                     "bytes arrived)",
+                     self->peer_, o.stalledFrameTimeout.count(), self->in_.size());
+        self->close("stalled frame");
         return;
       }
       self->server_.counters_.leasesExpired++;
@@ -375,6 +545,12 @@ class StoreServer::Impl::Session : public std::enable_shared_from_this<Session> 
     server_.counters_.requests++;
     if (q.op == wire::Op::Heartbeat) return;  // reading it renewed the lease
     wire::Response p = answer(q.op, q.id, wire::Status::Ok);
+    if (std::string why = outOfScope(q); !why.empty()) {
+      p = answer(q.op, q.id, wire::Status::InvalidArgument);
+      p.message = why;
+      send(p);
+      return;
+    }
     StoreCore& core = server_.core_;
     try {
       switch (q.op) {
@@ -433,8 +609,9 @@ class StoreServer::Impl::Session : public std::enable_shared_from_this<Session> 
 
   // Registers the waiter and the deadline; false when the call can be answered at once.
   bool startBlocking(wire::Request& q) {
-    if (pending_.size() >= kMaxPendingPerSession)
-      throw InvalidArgument("over " + std::to_string(kMaxPendingPerSession) +
+    const size_t maxWaiters = server_.options_.maxWaitersPerConnection;
+    if (pending_.size() >= maxWaiters)
+      throw InvalidArgument("over " + std::to_string(maxWaiters) +
                             " blocking calls pending on one connection");
     uint64_t seq = ++lastPending_;
     StoreCore::WaiterId waiter = 0;
@@ -532,9 +709,19 @@ class StoreServer::Impl::Session : public std::enable_shared_from_this<Session> 
   Impl& server_;
   tcp::socket socket_;
   uint64_t id_;
+  std::string address_;  // the peer's address, for the per-peer connection count
+  std::string scope_;      // the run id the client named in its hello
+  std::string keyPrefix_;  // with a job's own token: the only keys it may touch ("" = all)
+  std::string token_;      // what this client must prove ("" with tokenRequired_: nothing can)
+  bool tokenRequired_ = false;
+  bool authenticated_ = false;
+  milliseconds pendingLease_{0};
+  wire::Nonce clientNonce_{}, serverNonce_{};
   StoreCore::ClientId client_;
   std::string peer_;
   wire::ReceiveBuffer in_;
+  size_t accounted_ = 0;  // in_.size() as last counted in the server's inputBytes_
+  std::optional<Clock::time_point> partialSince_;  // when the frame being received began
   std::deque<std::string> out_;
   size_t outBytes_ = 0;
   asio::steady_timer writeSignal_;  // cancelled to wake the writer
@@ -551,7 +738,10 @@ class StoreServer::Impl::Session : public std::enable_shared_from_this<Session> 
 
 // ---------------------------------------------------------------------------------------- Impl
 
-StoreServer::Impl::Impl(const StoreServerOptions& options) : options_(options) {
+StoreServer::Impl::Impl(const StoreServerOptions& options)
+    : options_(options), core_(options.limits) {
+  wireLimits_.store = options_.limits;
+  wireLimits_.maxFrameBytes = options_.maxFrameBytes;
   raiseFileLimit();
   std::string host = options_.host.empty() ? "0.0.0.0" : options_.host;
   std::string where = host + ":" + std::to_string(options_.port);
@@ -629,13 +819,68 @@ asio::awaitable<void> StoreServer::Impl::acceptLoop() {
       continue;
     }
     socket.set_option(tcp::no_delay(true), ec);
+    auto remote = socket.remote_endpoint(ec);
+    std::string address = ec ? std::string("?") : remote.address().to_string();
+    if (std::string why = refusal(address); !why.empty()) {
+      counters_.refused++;
+      spdlog::warn("store server: refused a connection from {}: {}", address, why);
+      if (refusing_ < kMaxRefusing) {
+        asio::co_spawn(ioc_, refuse(std::move(socket)), asio::detached);
+      } else {
+        socket.close(ec);
+      }
+      continue;
+    }
     counters_.accepted++;
     counters_.open++;
+    perPeer_[address]++;
     uint64_t id = ++lastSession_;
-    auto session = std::make_shared<Session>(*this, std::move(socket), id);
+    auto session = std::make_shared<Session>(*this, std::move(socket), id, address);
     sessions_.emplace(id, session);
     session->begin();
   }
+}
+
+// Why a new connection from `address` is over a limit ("" = it is not).
+std::string StoreServer::Impl::refusal(const std::string& address) const {
+  if (sessions_.size() >= options_.maxConnections)
+    return "at the limit of " + std::to_string(options_.maxConnections) + " connections";
+  auto it = perPeer_.find(address);
+  if (it != perPeer_.end() && it->second >= options_.maxConnectionsPerPeer)
+    return "at the limit of " + std::to_string(options_.maxConnectionsPerPeer) +
+           " connections from one address";
+  return "";
+}
+
+// Tells a refused peer why (HelloStatus::Busy), then closes once it has read it: closing with
+// its hello unread would reset the connection and lose the reply.
+asio::awaitable<void> StoreServer::Impl::refuse(tcp::socket socket) {
+  refusing_++;
+  auto sock = std::make_shared<tcp::socket>(std::move(socket));
+  asio::steady_timer linger(ioc_);
+  linger.expires_after(kRefuseLinger);
+  linger.async_wait([sock](boost::system::error_code ec) {
+    if (!ec) sock->close(ec);
+  });
+  boost::system::error_code ec;
+  try {
+    wire::HelloReply reply;
+    reply.status = wire::HelloStatus::Busy;
+    std::string out;
+    wire::encodeHelloReply(reply, out);
+    co_await asio::async_write(*sock, asio::buffer(out),
+                               asio::redirect_error(asio::use_awaitable, ec));
+    if (!ec) sock->shutdown(tcp::socket::shutdown_send, ec);
+    char sink[512];
+    for (int i = 0; i < 64 && !ec && sock->is_open(); ++i)
+      co_await sock->async_read_some(asio::buffer(sink),
+                                     asio::redirect_error(asio::use_awaitable, ec));
+  } catch (const std::exception&) {
+    // Nothing to tell: the connection is closed below either way.
+  }
+  linger.cancel();
+  sock->close(ec);
+  refusing_--;
 }
 
 void StoreServer::Impl::closeAll() {
@@ -700,6 +945,10 @@ StoreServerStats StoreServer::stats() const {
   s.willsRun = c.wills;
   s.waitersPending = c.waiters;
   s.orphanJobsRemoved = c.orphansRemoved;
+  s.connectionsRefused = c.refused;
+  s.stalledDropped = c.stalled;
+  s.inputBytesBuffered = c.inputBuffered;
+  s.authRefused = c.authRefused;
   return s;
 }
 

@@ -242,29 +242,65 @@ class TcpStore::Connection {
   void handshake(const Deadline& deadline) {
     wire::Hello hello;
     hello.leaseMs = static_cast<uint32_t>(clampTimeout(options_.leaseTimeout).count());
+    hello.nonce = wire::randomNonce();
+    hello.scope = options_.scope;
     std::string out;
     wire::encodeHello(hello, out);
     wire::Request none;
     writeAll(out, deadline, none);
     wire::HelloReply reply;
-    for (;;) {
-      auto r = wire::decodeHelloReply(in_.data(), reply);
-      if (r.status == wire::DecodeStatus::Ok) {
-        in_.consume(r.consumed);
-        break;
-      }
-      if (r.status == wire::DecodeStatus::Bad)
-        throw ProtocolError("peer at " + endpoint_ + " is " + r.error);
-      if (!pollUntil(fd_, POLLIN, deadline))
-        throw TimeoutError("store at " + endpoint_ + " did not answer the hello within " +
-                           std::to_string(options_.connectTimeout.count()) + "ms");
-      receive();
-    }
+    readHandshake([&](std::string_view in) { return wire::decodeHelloReply(in, reply); },
+                  deadline, "the hello");
+    if (reply.status == wire::HelloStatus::Busy)
+      throw NetworkError("store at " + endpoint_ +
+                         " refused the connection: it is at its connection limit (in all or for "
+                         "this address)");
     if (reply.status == wire::HelloStatus::VersionMismatch)
       throw ProtocolError("store at " + endpoint_ + " speaks protocol version " +
                           std::to_string(reply.version) + ", this client version " +
                           std::to_string(wire::kVersion));
     lease_ = milliseconds(reply.leaseMs);
+    const std::string job = options_.scope.empty() ? "" : " (job '" + options_.scope + "')";
+    if (reply.tokenRequired && options_.token.empty())
+      throw AuthError("store at " + endpoint_ + " requires a token" + job +
+                      ": give the job's token file (--rdzv-conf token_file=PATH or "
+                      "DRUN_RDZV_TOKEN_FILE)");
+    if (!reply.tokenRequired && !options_.token.empty())
+      throw AuthError("store at " + endpoint_ + " does not ask for a token, but this client has "
+                      "one: it is not the job's store, or it was started without the token");
+    if (!reply.tokenRequired) return;
+    std::string auth;
+    wire::encodeAuth(wire::clientProof(options_.token, hello.nonce, reply.nonce, options_.scope),
+                     auth);
+    writeAll(auth, deadline, none);
+    wire::AuthReply verdict;
+    readHandshake([&](std::string_view in) { return wire::decodeAuthReply(in, verdict); },
+                  deadline, "the token check");
+    if (verdict.status != wire::AuthStatus::Ok)
+      throw AuthError("store at " + endpoint_ + " refused this client's token" + job +
+                      ": the token files differ");
+    if (!wire::equalMacs(verdict.mac, wire::serverProof(options_.token, hello.nonce, reply.nonce,
+                                                        options_.scope)))
+      throw AuthError("store at " + endpoint_ + " did not prove it knows the token" + job +
+                      ": it is not the job's store");
+  }
+
+  // Reads one handshake message: `decode` answers NeedMore until it is whole.
+  template <class Decode>
+  void readHandshake(Decode decode, const Deadline& deadline, const char* what) {
+    for (;;) {
+      auto r = decode(in_.data());
+      if (r.status == wire::DecodeStatus::Ok) {
+        in_.consume(r.consumed);
+        return;
+      }
+      if (r.status == wire::DecodeStatus::Bad)
+        throw ProtocolError("peer at " + endpoint_ + " is " + r.error);
+      if (!pollUntil(fd_, POLLIN, deadline))
+        throw TimeoutError("store at " + endpoint_ + " did not answer " + what + " within " +
+                           std::to_string(options_.connectTimeout.count()) + "ms");
+      receive();
+    }
   }
 
   // ---- bytes

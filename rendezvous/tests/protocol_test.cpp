@@ -184,7 +184,9 @@ TEST_CASE("protocol: integers are little-endian on the wire", "[protocol]") {
   CHECK(b.substr(16) == std::string("\x01\x00\x00\x00k\x08\x07\x06\x05\x04\x03\x02\x01", 13));
   std::string hello;
   encodeHello(Hello{kVersion, 0x01020304}, hello);
-  CHECK(hello == std::string("drun\x01\x00\x00\x00\x04\x03\x02\x01", 12));
+  // Version 2: the 12 bytes every version shares, a 32-byte nonce, the scope (empty).
+  CHECK(hello == std::string("drun\x02\x00\x00\x00\x04\x03\x02\x01", 12) +
+                     std::string(kNonceBytes, '\0') + std::string(4, '\0'));
 }
 
 TEST_CASE("protocol: a message cut at any byte needs more, then decodes", "[protocol]") {
@@ -383,4 +385,81 @@ TEST_CASE("protocol: receive buffer keeps partial messages across reads", "[prot
   CHECK(b.data() == "bcd");
   b.consume(3);
   CHECK(b.size() == 0);
+}
+
+TEST_CASE("protocol: version 2 hello carries nonces and the scope, and the token challenge",
+          "[protocol]") {
+  Hello hello;
+  hello.leaseMs = 7000;
+  hello.nonce = randomNonce();
+  hello.scope = "job7";
+  std::string bytes;
+  encodeHello(hello, bytes);
+  CHECK(bytes.size() == kHelloBytes + kNonceBytes + 4 + 4);
+  for (size_t cut = 0; cut < bytes.size(); ++cut) {
+    Hello h;
+    REQUIRE(decodeHello(std::string_view(bytes).substr(0, cut), h).status ==
+            DecodeStatus::NeedMore);
+  }
+  Hello h;
+  auto r = decodeHello(bytes + "next", h);
+  REQUIRE(r.status == DecodeStatus::Ok);
+  CHECK(r.consumed == bytes.size());
+  CHECK(h.nonce == hello.nonce);
+  CHECK(h.scope == "job7");
+  CHECK(h.leaseMs == 7000);
+  CHECK(randomNonce() != randomNonce());
+
+  // An old client's 12-byte hello decodes (version 1) so the server can say VersionMismatch.
+  std::string old("drun\x01\x00\x00\x00\x00\x00\x00\x00", 12);
+  REQUIRE(decodeHello(old, h).status == DecodeStatus::Ok);
+  CHECK(h.version == 1);
+  // A scope over the limit is refused from its length.
+  std::string longScope = bytes.substr(0, kHelloBytes + kNonceBytes) + std::string("\xff\x00\x00\x00", 4);
+  CHECK(decodeHello(longScope, h).status == DecodeStatus::Bad);
+  hello.scope = std::string(kMaxScopeBytes + 1, 'j');
+  std::string unused;
+  CHECK_THROWS_AS(encodeHello(hello, unused), drun::InvalidArgument);
+
+  HelloReply reply;
+  reply.leaseMs = 5000;
+  reply.nonce = randomNonce();
+  reply.tokenRequired = true;
+  std::string replyBytes;
+  encodeHelloReply(reply, replyBytes);
+  CHECK(replyBytes.size() == kHelloBytes + kNonceBytes + 1);
+  HelloReply back;
+  REQUIRE(decodeHelloReply(std::string_view(replyBytes).substr(0, kHelloBytes + 3), back).status ==
+          DecodeStatus::NeedMore);
+  REQUIRE(decodeHelloReply(replyBytes, back).status == DecodeStatus::Ok);
+  CHECK(back.tokenRequired);
+  CHECK(back.nonce == reply.nonce);
+  // A refusal is the shared 12 bytes alone.
+  std::string busy;
+  encodeHelloReply(HelloReply{kVersion, HelloStatus::Busy, 0}, busy);
+  CHECK(busy.size() == kHelloBytes);
+  REQUIRE(decodeHelloReply(busy, back).status == DecodeStatus::Ok);
+  CHECK(back.status == HelloStatus::Busy);
+
+  // The proofs: each side's differs (no reflection), and depends on the token, nonces, scope.
+  const std::string token = "0123456789abcdef-secret";
+  Mac client = clientProof(token, hello.nonce, reply.nonce, "job7");
+  CHECK(client != serverProof(token, hello.nonce, reply.nonce, "job7"));
+  CHECK(client != clientProof(token + "x", hello.nonce, reply.nonce, "job7"));
+  CHECK(client != clientProof(token, reply.nonce, hello.nonce, "job7"));
+  CHECK(client != clientProof(token, hello.nonce, reply.nonce, "job8"));
+  CHECK(equalMacs(client, clientProof(token, hello.nonce, reply.nonce, "job7")));
+  std::string auth;
+  encodeAuth(client, auth);
+  Mac mac{};
+  CHECK(decodeAuth(std::string_view(auth).substr(0, 31), mac).status == DecodeStatus::NeedMore);
+  REQUIRE(decodeAuth(auth, mac).status == DecodeStatus::Ok);
+  CHECK(mac == client);
+  std::string verdict;
+  encodeAuthReply(AuthReply{AuthStatus::Refused, {}}, verdict);
+  AuthReply v;
+  REQUIRE(decodeAuthReply(verdict, v).status == DecodeStatus::Ok);
+  CHECK(v.status == AuthStatus::Refused);
+  verdict[0] = 7;
+  CHECK(decodeAuthReply(verdict, v).status == DecodeStatus::Bad);
 }

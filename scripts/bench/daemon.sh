@@ -9,7 +9,7 @@ stop_daemon() {
 }
 trap stop_daemon EXIT
 
-"$BUILD_DIR/bin/drun-rendezvous" --host 127.0.0.1 --port 0 --log-level warn >"$bench_tmp/daemon.out" 2>&1 &
+"$BUILD_DIR/bin/drun-rendezvous" --host 127.0.0.1 --port 0 --max-connections-per-peer 16384 --log-level warn >"$bench_tmp/daemon.out" 2>&1 &
 daemon_pid=$!
 for _ in $(seq 100); do                       # bounded: 5 s
   grep -q "listening on" "$bench_tmp/daemon.out" && break

@@ -33,6 +33,12 @@ class ProtocolError : public Error {
   using Error::Error;
 };
 
+// A peer did not prove the shared secret (a wrong or missing token), or refused ours.
+class AuthError : public Error {
+ public:
+  using Error::Error;
+};
+
 // Bad input from the command line, the environment or an API caller.
 class InvalidArgument : public Error {
  public:

@@ -1,8 +1,15 @@
 // The drun store wire protocol: the one codec that the client (TcpStore), the server
 // (StoreServer) and the tests use. Everything that touches bytes on the wire is here.
 //
-//   connect:  client -> Hello        u32 magic "drun", u16 version, u16 flags (0), u32 lease ms
-//             server -> HelloReply   u32 magic, u16 server version, u16 HelloStatus, u32 lease ms
+//   connect:  client -> Hello        u32 magic "drun", u16 version, u16 flags (0), u32 lease ms,
+//                                    32-byte client nonce, str scope (the run id, or "")
+//             server -> HelloReply   u32 magic, u16 server version, u16 HelloStatus, u32 lease ms,
+//                                    [Ok: 32-byte server nonce, u8 token required]
+//   when a token is required:
+//             client -> Auth         32-byte HMAC-SHA256(token, client proof)
+//             server -> AuthReply    u8 AuthStatus, 32-byte HMAC-SHA256(token, server proof)
+//   The first 12 bytes of Hello and HelloReply are the same in every version, so a server of one
+//   version tells a client of another which version it speaks (VersionMismatch).
 //   then frames both ways:  header (16 bytes) + body
 //             u32 body length, u8 op, u8 status (0 in requests), u16 reserved (0), u64 request id
 //
@@ -18,6 +25,7 @@
 // Threading: pure functions on values; thread-safe.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -31,8 +39,14 @@
 namespace drun::rdzv::wire {
 
 inline constexpr uint32_t kMagic = 0x6E757264;  // bytes 'd' 'r' 'u' 'n' on the wire
-inline constexpr uint16_t kVersion = 1;
-inline constexpr size_t kHelloBytes = 12;
+inline constexpr uint16_t kVersion = 2;  // 2: nonces, scope and the token challenge
+inline constexpr size_t kHelloBytes = 12;  // the part of Hello and HelloReply every version shares
+inline constexpr size_t kNonceBytes = 32;
+inline constexpr size_t kMacBytes = 32;
+inline constexpr size_t kAuthReplyBytes = 1 + kMacBytes;
+inline constexpr size_t kMaxScopeBytes = 128;
+using Nonce = std::array<uint8_t, kNonceBytes>;
+using Mac = std::array<uint8_t, kMacBytes>;
 inline constexpr size_t kHeaderBytes = 16;
 
 struct Limits {
@@ -74,17 +88,32 @@ inline constexpr uint8_t kMaxStatus = 4;
 enum class HelloStatus : uint16_t {
   Ok = 0,
   VersionMismatch = 1,  // the server speaks `version` only; it closes the connection
+  Busy = 2,             // the server is at its connection limit (total or for this peer address)
+};
+
+enum class AuthStatus : uint8_t {
+  Ok = 0,       // the client proved the token; the reply's MAC is the server's proof
+  Refused = 1,  // wrong token, or none for this scope; the server closes the connection
 };
 
 struct Hello {
   uint16_t version = kVersion;
   uint32_t leaseMs = 0;  // 0 = the server's default lease
+  Nonce nonce{};         // the client's challenge: fresh random bytes per connection
+  std::string scope;     // the run id the client works for ("" = none); at most kMaxScopeBytes
 };
 
 struct HelloReply {
   uint16_t version = kVersion;
   HelloStatus status = HelloStatus::Ok;
-  uint32_t leaseMs = 0;  // the lease the server applies to this connection
+  uint32_t leaseMs = 0;        // the lease the server applies to this connection
+  Nonce nonce{};               // Ok: the server's challenge
+  bool tokenRequired = false;  // Ok: the client must send Auth before any frame
+};
+
+struct AuthReply {
+  AuthStatus status = AuthStatus::Ok;
+  Mac mac{};  // Ok: serverProof(); zeros when refused
 };
 
 struct Request {
@@ -113,6 +142,10 @@ enum class DecodeStatus { NeedMore, Ok, Bad };
 struct DecodeResult {
   DecodeStatus status = DecodeStatus::NeedMore;
   size_t consumed = 0;  // Ok: bytes of the decoded message
+  // NeedMore: the bytes the whole message takes once its header is in (0 = not known yet), so
+  // that a reader sizes its reads without decoding the length itself. A claimed length is only a
+  // claim: readers grow their buffer with the bytes that arrive, never by this number.
+  size_t needed = 0;
   std::string error;    // Bad: why
 };
 
@@ -124,13 +157,28 @@ bool isBlocking(Op op);       // Get, Wait, MultiGet, Watch: carry a timeout
 
 // Encoders append one message to `out`. Requests and responses over the limits throw
 // InvalidArgument naming the key or size, so no encoder emits a frame a decoder rejects.
-void encodeHello(const Hello& hello, std::string& out);
+void encodeHello(const Hello& hello, std::string& out);  // throws InvalidArgument: scope too long
 void encodeHelloReply(const HelloReply& reply, std::string& out);
+void encodeAuth(const Mac& mac, std::string& out);
+void encodeAuthReply(const AuthReply& reply, std::string& out);
 void encodeRequest(const Request& request, std::string& out, const Limits& limits = kLimits);
 void encodeResponse(const Response& response, std::string& out, const Limits& limits = kLimits);
 
+// A hello of another version decodes Ok after its first kHelloBytes (only `version` is set), so
+// the server can answer VersionMismatch; a reply that is not Ok is those 12 bytes alone.
 DecodeResult decodeHello(std::string_view in, Hello& out);
 DecodeResult decodeHelloReply(std::string_view in, HelloReply& out);
+DecodeResult decodeAuth(std::string_view in, Mac& out);
+DecodeResult decodeAuthReply(std::string_view in, AuthReply& out);
+
+// The challenge-response: each side proves it knows the token by a MAC over both nonces and the
+// scope, in a different order and with a different label (a proof cannot be reflected back).
+Mac clientProof(std::string_view token, const Nonce& client, const Nonce& server,
+                std::string_view scope);
+Mac serverProof(std::string_view token, const Nonce& client, const Nonce& server,
+                std::string_view scope);
+bool equalMacs(const Mac& a, const Mac& b);  // in time independent of where they differ
+Nonce randomNonce();                          // getrandom(2); throws Error if it fails
 DecodeResult decodeRequest(std::string_view in, Request& out, const Limits& limits = kLimits);
 DecodeResult decodeResponse(std::string_view in, Response& out, const Limits& limits = kLimits);
 

@@ -45,6 +45,8 @@ struct RendezvousOptions {
   milliseconds readTimeout = 60s;      // deadline of one store call
   milliseconds progressInterval = 30s; // a long wait is reported at this pace...
   ProgressSink say;                    // ...here (the store connect, the join); unset = silent
+  std::string tokenFile;               // rdzv_conf token_file: the store's shared secret ("" =
+                                       // DRUN_RDZV_TOKEN_FILE, else the store is open)
 };
 
 // What one agent gets from a completed round.

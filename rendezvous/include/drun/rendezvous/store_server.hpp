@@ -18,8 +18,11 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
+
+#include "drun/rendezvous/store_core.hpp"
 
 namespace drun::rdzv {
 
@@ -31,7 +34,7 @@ struct StoreServerOptions {
   uint16_t port = 29400;                  // 0 = any free port; see port()
   milliseconds leaseTimeout = 10s;        // silence allowed when the client asks for no lease
   milliseconds minLeaseTimeout = 100ms;   // client-requested leases are clamped to [min, max]
-  milliseconds maxLeaseTimeout = 1h;
+  milliseconds maxLeaseTimeout = 5min;    // a dead client's waiters and will wait at most this
   milliseconds handshakeTimeout = 10s;    // a connection must say hello within this
   size_t maxOutputQueueBytes = 64 << 20;  // per connection; beyond it the client is dropped
   // A job whose keys ("<orphanRoot><run id>/...") no connected client's will names any more (its
@@ -39,7 +42,25 @@ struct StoreServerOptions {
   // its job). The drun-rendezvous daemon sets it: a long-lived server does not collect dead jobs.
   milliseconds orphanTtl{0};
   std::string orphanRoot = "rdzv/";
-  // Wire limits (key, value, keys per request, frame) are those of protocol.hpp's kLimits.
+
+  // Limits against hostile or broken peers (rendezvous/README.md, "Limits"). The server never
+  // allocates for a length a peer claims: its input buffer grows with the bytes that arrived.
+  size_t maxConnections = 16384;          // open connections in all; beyond: HelloStatus::Busy
+  size_t maxConnectionsPerPeer = 1024;    // open connections from one peer address
+  size_t maxInputBytesPerConnection = (64u << 20) + 65536;  // one frame of the largest size
+  size_t maxInputBytes = 512u << 20;      // buffered input of all connections together
+  milliseconds stalledFrameTimeout = 30s; // a frame must arrive whole within this of its start
+  size_t maxWaitersPerConnection = 256;   // blocking calls pending on one connection
+  size_t maxRequestsPerBatch = 64;        // requests served before the io thread serves others
+  // Access (rendezvous/README.md, "Access"). With a token, every connection proves it in the
+  // hello (challenge-response; the token never goes on the wire) before any key is touched.
+  // jobTokens: a client naming run id R in its hello proves jobTokens[R] instead and may touch
+  // only "<orphanRoot>R/..."; when jobTokens is set and `token` is not, a client of any other run
+  // id is refused. Both empty: anyone who can reach the port may use the store.
+  std::string token;
+  std::map<std::string, std::string> jobTokens;
+  StoreLimits limits = kStoreLimits;      // key, value, keys per request
+  size_t maxFrameBytes = 64u << 20;       // one frame body
 };
 
 // Counters for tests, benchmarks and the daemon's log; read from any thread.
@@ -53,6 +74,10 @@ struct StoreServerStats {
   uint64_t willsRun = 0;
   uint64_t waitersPending = 0;     // blocking calls (get/wait/multiGet/watch) not yet answered
   uint64_t orphanJobsRemoved = 0;
+  uint64_t connectionsRefused = 0; // over maxConnections / maxConnectionsPerPeer
+  uint64_t stalledDropped = 0;     // connections closed for a frame not whole in time
+  uint64_t inputBytesBuffered = 0; // received, not yet decoded, all connections
+  uint64_t authRefused = 0;        // connections that did not prove the token
 };
 
 class StoreServer {

@@ -43,13 +43,18 @@ struct TcpStoreOptions {
   milliseconds leaseTimeout = 5s;       // server drops us after this much silence; 0 = server default
   ProgressSink onConnectWait;           // a connect still retrying is said here, at this pace
   milliseconds progressInterval = 30s;
+  // The store's shared secret ("" = none; token_file.hpp reads it). With one, the client proves
+  // it in the hello and the server must prove it back: a store that does not is not used.
+  std::string token;
+  std::string scope;  // the run id this client works for: a server with per-job tokens needs it
 };
 
 class TcpStore final : public Store {
  public:
   // Connects (with retries until connectTimeout) and performs the version handshake.
   // Throws TimeoutError (nothing accepted the connection in time), ProtocolError (not a drun
-  // store or another version), InvalidArgument (heartbeatInterval >= leaseTimeout).
+  // store or another version), InvalidArgument (heartbeatInterval >= leaseTimeout), AuthError
+  // (a wrong or missing token, on either side), NetworkError (refused: at its connection limit).
   explicit TcpStore(const TcpStoreOptions& options);
   ~TcpStore() override;
   TcpStore(const TcpStore&) = delete;
