@@ -18,20 +18,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A port nothing listens on right now (the kernel's pick, closed again at once). main now has
-// drun::test::freeLoopbackPort() in tests/support: once merged, this one can go.
-uint16_t unusedLoopbackPort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
 std::vector<std::string> job(uint16_t port, const std::string& id, int nnodes,
                              const std::string& conf, std::vector<std::string> program) {
   std::vector<std::string> args = {"--nnodes", std::to_string(nnodes), "--nproc-per-node", "1",
@@ -106,7 +92,7 @@ TEST_CASE("access: the embedded store takes the token and a readable token file 
           "[e2e][rendezvous]") {
   TempDir dir;
   const fs::path token = dir.write("token", "embedded-token-0123456789abcdef");
-  const uint16_t port = unusedLoopbackPort();
+  const uint16_t port = freeLoopbackPort();
   const std::string conf = "join_timeout=20s,token_file=" + token.string();
   std::vector<std::string> program = {"sh", "-c", "echo RANK=$RANK"};
   const std::string id = "embedded-" + randomHex(6);
@@ -120,7 +106,7 @@ TEST_CASE("access: the embedded store takes the token and a readable token file 
   const fs::path open = dir.write("open", "readable-token-0123456789abcdef",
                                   fs::perms::owner_read | fs::perms::owner_write |
                                       fs::perms::group_read | fs::perms::others_read);
-  RunResult r = run(drunCommand(job(unusedLoopbackPort(), "open-" + randomHex(6), 1,
+  RunResult r = run(drunCommand(job(freeLoopbackPort(), "open-" + randomHex(6), 1,
                                     "join_timeout=5s", {"/bin/true"}),
                                 {"DRUN_RDZV_TOKEN_FILE=" + open.string()}, 30s));
   INFO(r.describe());
