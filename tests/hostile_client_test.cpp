@@ -384,6 +384,9 @@ std::string checkJobEndsCleanly(const JobResult& job) {
       CHECK(m.find("evil") == std::string::npos);
     }
     outcome += (outcome.empty() ? "" : " / ") + std::string("exit ") + std::to_string(r->status());
+    auto error = r->err.find("drun: error:");
+    if (error != std::string::npos)
+      outcome += " (" + r->err.substr(error, std::min<size_t>(160, r->err.find('\n', error) - error)) + ")";
   }
   if (job.a.status() == 0 && job.b.status() == 0) {
     std::multiset<int> ranks;
