@@ -1,6 +1,7 @@
 #include "process_spawn.hpp"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -9,8 +10,23 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+
+// Sanitizer builds spawn with fork() (see below); DRUN_SPAWN_WITH_FORK=1 forces it elsewhere.
+#ifndef DRUN_SPAWN_WITH_FORK
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define DRUN_SPAWN_WITH_FORK 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define DRUN_SPAWN_WITH_FORK 1
+#endif
+#endif
+#endif
+#ifndef DRUN_SPAWN_WITH_FORK
+#define DRUN_SPAWN_WITH_FORK 0
+#endif
 
 namespace drun::agent::detail {
 namespace {
@@ -37,14 +53,14 @@ struct ChildArgs {
   const char* step;
 };
 
-[[noreturn]] void childFail(ChildArgs* a, const char* step) {
+[[noreturn, maybe_unused]] void childFail(ChildArgs* a, const char* step) {
   a->error = errno;
   a->step = step;
   _exit(a->error == ENOENT || a->error == ENOTDIR ? 127 : 126);
 }
 
 // Runs in the child, on a borrowed stack, sharing the parent's memory: raw system calls only.
-int childMain(void* arg) {
+[[maybe_unused]] int childMain(void* arg) {
   auto* a = static_cast<ChildArgs*>(arg);
   if (::setpgid(0, 0) != 0) childFail(a, "setpgid");
   if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) childFail(a, "prctl");
@@ -87,6 +103,99 @@ std::vector<char*> cStrings(const std::vector<std::string>& strings) {
 
 }  // namespace
 
+#if DRUN_SPAWN_WITH_FORK
+// Sanitizer builds (ASan, TSan) cannot run a child on a borrowed stack in the parent's memory:
+// they track stacks and threads. There the child is a fork() running the same steps, and it
+// reports a failed step through a close-on-exec pipe instead of shared memory.
+SpawnResult spawnProcess(const SpawnRequest& request) {
+  std::vector<char*> argv = cStrings(request.argv);
+  std::vector<char*> envp = cStrings(request.env);
+  ChildArgs args{};
+  args.path = request.path.c_str();
+  args.argv = argv.data();
+  args.envp = envp.data();
+  args.fds[0] = request.stdinFd;
+  args.fds[1] = request.stdoutFd;
+  args.fds[2] = request.stderrFd;
+  args.parent = ::getpid();
+  int report[2];
+  SpawnResult result;
+  if (::pipe2(report, O_CLOEXEC) != 0) {
+    result.error = errno;
+    result.step = "pipe2";
+    return result;
+  }
+  sigset_t all, old;
+  sigfillset(&all);
+  ::pthread_sigmask(SIG_SETMASK, &all, &old);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    // childMain's steps; a failure is written to the pipe (errno, then the step's name).
+    args.error = 0;
+    ::close(report[0]);
+    if (report[1] <= 2) {  // keep the report fd clear of the stdio targets
+      int moved = ::fcntl(report[1], F_DUPFD_CLOEXEC, 3);
+      report[1] = moved;
+    }
+    ChildArgs* a = &args;
+    auto fail = [&](const char* step) {
+      const int error = errno;
+      char buf[64];
+      const int n = std::snprintf(buf, sizeof buf, "%d %s", error, step);
+      (void)!::write(report[1], buf, static_cast<size_t>(n));
+      _exit(error == ENOENT || error == ENOTDIR ? 127 : 126);
+    };
+    if (::setpgid(0, 0) != 0) fail("setpgid");
+    if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) fail("prctl");
+    if (::getppid() != a->parent) _exit(127);
+    for (int sig = 1; sig < _NSIG; ++sig)
+      if (sig != SIGKILL && sig != SIGSTOP) ::signal(sig, SIG_DFL);
+    for (int target = 0; target < 3; ++target) {
+      int fd = a->fds[target];
+      if (fd == target) {
+        if (::fcntl(fd, F_SETFD, 0) != 0) fail("fcntl");
+      } else if (::dup2(fd, target) < 0) {
+        fail("dup2");
+      }
+    }
+    // Every fd from 3 up is close-on-exec'd rather than closed: the report pipe must stay open
+    // until execve succeeds.
+    ::syscall(SYS_close_range, 3u, ~0u, 4u /* CLOSE_RANGE_CLOEXEC */);
+    sigset_t empty;
+    sigemptyset(&empty);
+    ::pthread_sigmask(SIG_SETMASK, &empty, nullptr);
+    ::execve(a->path, a->argv, a->envp);
+    fail("execve");
+  }
+  const int forkErrno = errno;
+  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  ::close(report[1]);
+  result.pid = pid;
+  if (pid < 0) {
+    ::close(report[0]);
+    result.error = forkErrno;
+    result.step = "fork";
+    return result;
+  }
+  // EOF at execve (close-on-exec) or the failure report: the child does nothing that can block.
+  char buf[64] = {};
+  ssize_t n;
+  do n = ::read(report[0], buf, sizeof buf - 1);
+  while (n < 0 && errno == EINTR);
+  ::close(report[0]);
+  if (n > 0) {
+    static const char* const kSteps[] = {"setpgid", "prctl", "fcntl", "dup2", "execve"};
+    int error = 0;
+    char step[32] = {};
+    if (std::sscanf(buf, "%d %31s", &error, step) == 2) {
+      result.error = error;
+      for (const char* known : kSteps)
+        if (std::strcmp(step, known) == 0) result.step = known;
+    }
+  }
+  return result;
+}
+#else
 SpawnResult spawnProcess(const SpawnRequest& request) {
   std::vector<char*> argv = cStrings(request.argv);
   std::vector<char*> envp = cStrings(request.env);
@@ -122,6 +231,7 @@ SpawnResult spawnProcess(const SpawnRequest& request) {
   result.step = args.step;
   return result;
 }
+#endif
 
 std::string resolveProgram(const std::string& name, const std::vector<std::string>& env,
                            int* error) {

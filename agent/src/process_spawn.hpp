@@ -8,6 +8,10 @@
 // exec failure through that shared memory: the result carries the errno and the child has
 // _exit()ed with 127 (ENOENT, ENOTDIR) or 126 (anything else), like a shell.
 //
+// Sanitizer builds (ASan, TSan; or -DDRUN_SPAWN_WITH_FORK=1) take a fork() path with the same
+// steps, reporting a failed step through a close-on-exec pipe: sanitizers cannot follow a child
+// running on a borrowed stack in the parent's memory. agent_tests pass on both paths.
+//
 // Threading: any thread; spawnProcess() blocks every signal of the calling thread around clone()
 // so no handler runs on the child's borrowed stack. Ownership: fds stay owned by the caller.
 #pragma once

@@ -27,24 +27,6 @@ int64_t parseStoredInt(const std::string& key, const Bytes& value) {
 
 }  // namespace
 
-void checkKeyLimit(const std::string& key, const StoreLimits& limits) {
-  if (key.size() > limits.maxKeyBytes)
-    throw InvalidArgument("key '" + shown(key) + "' is " + std::to_string(key.size()) +
-                          " bytes, over the limit of " + std::to_string(limits.maxKeyBytes));
-}
-
-void checkValueLimit(const std::string& key, const Bytes& value, const StoreLimits& limits) {
-  if (value.size() > limits.maxValueBytes)
-    throw InvalidArgument("value of key '" + shown(key) + "' is " + std::to_string(value.size()) +
-                          " bytes, over the limit of " + std::to_string(limits.maxValueBytes));
-}
-
-void checkKeyCountLimit(size_t count, const StoreLimits& limits) {
-  if (count > limits.maxKeysPerRequest)
-    throw InvalidArgument(std::to_string(count) + " keys in one request, over the limit of " +
-                          std::to_string(limits.maxKeysPerRequest));
-}
-
 const Bytes* StoreCore::find(const std::string& key) const {
   auto it = data_.find(key);
   return it == data_.end() ? nullptr : &it->second;
