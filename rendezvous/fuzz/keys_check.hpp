@@ -72,7 +72,12 @@ inline void checkKeysInput(std::string_view data) {
     case 1: {
       std::optional<keys::RoundState> state;
       if (parsesOrRejects([&] { state = keys::parseState(value); }) && state) {
-        roundTrips([](const std::string& v) { return keys::encodeState(*keys::parseState(v)); },
+        roundTrips(
+            [](const std::string& v) {
+              auto back = keys::parseState(v);
+              requireKeys(back.has_value(), "an encoded state is a state");
+              return keys::encodeState(*back);
+            },
                    [&] { return keys::encodeState(*state); }, "state");
       }
       break;
