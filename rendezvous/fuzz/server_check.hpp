@@ -1,5 +1,7 @@
-// What the store server fuzzer checks on one input, shared by the libFuzzer target
-// (server_fuzz.cpp) and the corpus replay test (rendezvous/tests/server_corpus_test.cpp).
+// What the store server is checked for on one byte stream, used by the corpus replay test and
+// mutation test (rendezvous/tests/server_corpus_test.cpp). No libFuzzer target: Debian 12's
+// clang 14 cannot compile the server's C++20 coroutines against libstdc++ 12 (a future clang
+// can: LLVMFuzzerTestOneInput need only call checkServerInput).
 //
 // The input is an arbitrary byte stream as a peer could send it (a hello, then requests, or
 // anything). One in-process StoreServer on 127.0.0.1 (port 0) serves every input: each is
