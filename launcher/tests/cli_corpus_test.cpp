@@ -11,9 +11,9 @@ TEST_CASE("cli corpus: every saved command line parses or is a usage error", "[c
 }
 
 TEST_CASE("cli corpus: the fuzz argv ends with a program the parser resolves", "[cli][fuzz]") {
-  auto args = drun::launch::fuzz::fuzzArgv(std::string_view("--nnodes\0" "1:2", 12));
-  REQUIRE(args == std::vector<std::string>{"drun", "--nnodes", "1:2", "--", "/bin/true"});
+  auto args = drun::launch::fuzz::fuzzArgv(std::string_view("--nproc-per-node\0" "3", 18));
+  REQUIRE(args == std::vector<std::string>{"drun", "--nproc-per-node", "3", "--", "/bin/true"});
   auto result = drun::launch::parseCommandLine(args);
   CHECK(result.config.program.at(0) == "/bin/true");
-  CHECK(result.config.rendezvous.maxNodes == 2);
+  CHECK(result.config.nprocPerNode == 3);
 }
