@@ -428,8 +428,11 @@ CliResult parseCommandLine(const std::vector<std::string>& args) {
   if (!rdzvEndpoint.empty()) parseEndpoint(rdzvEndpoint, r);
   parseRdzvConf(rdzvConf, r);
   if (!r.isHost) r.isHost = slurmIsHost;  // SLURM hook: the step's first node hosts the store
-  if (!nodeRank.empty())
-    r.nodeRank = static_cast<int>(usage([&] { return env::parseInt(nodeRank, "--node-rank", 0, maxNodes - 1); }));
+  if (!nodeRank.empty()) {
+    // A copy: clang 14 (the fuzz build's compiler) cannot capture a structured binding.
+    const int lastRank = maxNodes - 1;
+    r.nodeRank = static_cast<int>(usage([&] { return env::parseInt(nodeRank, "--node-rank", 0, lastRank); }));
+  }
   r.masterAddr = masterAddr;
   if (!masterPort.empty())
     r.masterPort = static_cast<uint16_t>(usage([&] { return env::parseInt(masterPort, "--master-port", 1, 65535); }));

@@ -14,6 +14,7 @@
 
 #include "drun/common/error.hpp"
 #include "drun/rendezvous/protocol.hpp"
+#include "fuzz_support.hpp"
 
 namespace drun::rdzv::fuzz {
 

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets (rendezvous/fuzz, launcher/fuzz) with clang++ in a build directory
+# of their own, building nothing else, then runs each for DRUN_FUZZ_SECONDS (default 15) over a
+# scratch copy of its corpus; fails when a target finds a crash (its input is in the target's
+# scratch directory: add it to the corpus, fix, and the corpus replay test keeps it fixed).
+# Exits 77 (CTest: SKIPPED) when clang++ or its libFuzzer runtime is missing.
+#   scripts/fuzz.sh [build dir, default build-fuzz]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dir=${1:-build-fuzz}
+seconds=${DRUN_FUZZ_SECONDS:-15}
+
+cxx=$(command -v clang++ || command -v clang++-14 || true)
+if [[ -z $cxx ]]; then
+  echo "SKIP: clang++ is not installed (scripts/setup.sh installs clang)"
+  exit 77
+fi
+probe=$(mktemp -d)
+trap 'rm -rf "$probe"' EXIT
+echo 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long) { return 0; }' \
+  >"$probe/probe.cpp"
+if ! "$cxx" -fsanitize=fuzzer,address,undefined "$probe/probe.cpp" -o "$probe/probe" \
+     2>"$probe/err"; then
+  echo "SKIP: $cxx cannot link libFuzzer (libclang-rt-*-dev missing?): $(head -3 "$probe/err")"
+  exit 77
+fi
+
+cmake -S . -B "$dir" -G Ninja -DDRUN_FUZZ=ON -DDRUN_FUZZ_CXX="$cxx" \
+  -DDRUN_FUZZ_SECONDS="$seconds" >/dev/null
+nice cmake --build "$dir" --target fuzz_all -j2
+# Every target's test is named "fuzz: <target>"; two at a time on a 2-core machine.
+ctest --test-dir "$dir" -R '^fuzz: ' --output-on-failure -j2 --timeout $((seconds * 4 + 120))
