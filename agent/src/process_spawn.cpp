@@ -1,7 +1,6 @@
 #include "process_spawn.hpp"
 
 #include <fcntl.h>
-#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -10,7 +9,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -49,18 +47,31 @@ struct ChildArgs {
   char* const* envp;
   int fds[3];
   pid_t parent;
-  int error;  // written by the child on failure (shared memory)
+  int reportFd;  // fork path: a failure is written here (>= 3, close-on-exec); clone path: -1
+  int error;     // clone path: written by the child on failure (shared memory)
   const char* step;
 };
 
-[[noreturn, maybe_unused]] void childFail(ChildArgs* a, const char* step) {
+// What a forked child writes on failure. `step` points at a string literal, which is at the
+// same address in the parent (fork copies the address space).
+struct FailureReport {
+  int error;
+  const char* step;
+};
+
+[[noreturn]] void childFail(ChildArgs* a, const char* step) {
   a->error = errno;
   a->step = step;
+  if (a->reportFd >= 0) {
+    const FailureReport report{a->error, step};
+    (void)!::write(a->reportFd, &report, sizeof report);
+  }
   _exit(a->error == ENOENT || a->error == ENOTDIR ? 127 : 126);
 }
 
-// Runs in the child, on a borrowed stack, sharing the parent's memory: raw system calls only.
-[[maybe_unused]] int childMain(void* arg) {
+// Runs in the child: on a borrowed stack sharing the parent's memory (clone path), or in a fork
+// (sanitizer builds). Raw system calls only.
+int childMain(void* arg) {
   auto* a = static_cast<ChildArgs*>(arg);
   if (::setpgid(0, 0) != 0) childFail(a, "setpgid");
   if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) childFail(a, "prctl");
@@ -82,7 +93,10 @@ struct ChildArgs {
     }
   }
   // Workers inherit nothing else of drun's (nor of what drun inherited), as Python's close_fds.
-  if (::syscall(SYS_close_range, 3u, ~0u, 0u) != 0) {
+  // The fork path's report pipe must stay open until execve: there every fd is marked
+  // close-on-exec instead (CLOSE_RANGE_CLOEXEC).
+  constexpr unsigned kCloseRangeCloexec = 4;
+  if (::syscall(SYS_close_range, 3u, ~0u, a->reportFd >= 0 ? kCloseRangeCloexec : 0u) != 0) {
     // Kernel < 5.9: every fd drun opens itself is O_CLOEXEC, so nothing leaks from drun.
   }
 
@@ -103,10 +117,6 @@ std::vector<char*> cStrings(const std::vector<std::string>& strings) {
 
 }  // namespace
 
-#if DRUN_SPAWN_WITH_FORK
-// Sanitizer builds (ASan, TSan) cannot run a child on a borrowed stack in the parent's memory:
-// they track stacks and threads. There the child is a fork() running the same steps, and it
-// reports a failed step through a close-on-exec pipe instead of shared memory.
 SpawnResult spawnProcess(const SpawnRequest& request) {
   std::vector<char*> argv = cStrings(request.argv);
   std::vector<char*> envp = cStrings(request.env);
@@ -118,120 +128,65 @@ SpawnResult spawnProcess(const SpawnRequest& request) {
   args.fds[1] = request.stdoutFd;
   args.fds[2] = request.stderrFd;
   args.parent = ::getpid();
-  int report[2];
+  args.reportFd = -1;
+  args.error = 0;
+  args.step = "";
   SpawnResult result;
-  if (::pipe2(report, O_CLOEXEC) != 0) {
+
+#if DRUN_SPAWN_WITH_FORK
+  // Sanitizer builds (ASan, TSan) cannot follow a child running on a borrowed stack in the
+  // parent's memory: the child is a fork() running the same steps, and it reports a failed step
+  // through a close-on-exec pipe (EOF: execve succeeded).
+  int reportPipe[2];
+  if (::pipe2(reportPipe, O_CLOEXEC) != 0) {
     result.error = errno;
     result.step = "pipe2";
     return result;
   }
-  sigset_t all, old;
-  sigfillset(&all);
-  ::pthread_sigmask(SIG_SETMASK, &all, &old);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    // childMain's steps; a failure is written to the pipe (errno, then the step's name).
-    args.error = 0;
-    ::close(report[0]);
-    if (report[1] <= 2) {  // keep the report fd clear of the stdio targets
-      int moved = ::fcntl(report[1], F_DUPFD_CLOEXEC, 3);
-      report[1] = moved;
-    }
-    ChildArgs* a = &args;
-    auto fail = [&](const char* step) {
-      const int error = errno;
-      char buf[64];
-      const int n = std::snprintf(buf, sizeof buf, "%d %s", error, step);
-      (void)!::write(report[1], buf, static_cast<size_t>(n));
-      _exit(error == ENOENT || error == ENOTDIR ? 127 : 126);
-    };
-    if (::setpgid(0, 0) != 0) fail("setpgid");
-    if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) fail("prctl");
-    if (::getppid() != a->parent) _exit(127);
-    for (int sig = 1; sig < _NSIG; ++sig)
-      if (sig != SIGKILL && sig != SIGSTOP) ::signal(sig, SIG_DFL);
-    for (int target = 0; target < 3; ++target) {
-      int fd = a->fds[target];
-      if (fd == target) {
-        if (::fcntl(fd, F_SETFD, 0) != 0) fail("fcntl");
-      } else if (::dup2(fd, target) < 0) {
-        fail("dup2");
-      }
-    }
-    // Every fd from 3 up is close-on-exec'd rather than closed: the report pipe must stay open
-    // until execve succeeds.
-    ::syscall(SYS_close_range, 3u, ~0u, 4u /* CLOSE_RANGE_CLOEXEC */);
-    sigset_t empty;
-    sigemptyset(&empty);
-    ::pthread_sigmask(SIG_SETMASK, &empty, nullptr);
-    ::execve(a->path, a->argv, a->envp);
-    fail("execve");
-  }
-  const int forkErrno = errno;
-  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  ::close(report[1]);
-  result.pid = pid;
-  if (pid < 0) {
-    ::close(report[0]);
-    result.error = forkErrno;
-    result.step = "fork";
-    return result;
-  }
-  // EOF at execve (close-on-exec) or the failure report: the child does nothing that can block.
-  char buf[64] = {};
-  ssize_t n;
-  do n = ::read(report[0], buf, sizeof buf - 1);
-  while (n < 0 && errno == EINTR);
-  ::close(report[0]);
-  if (n > 0) {
-    static const char* const kSteps[] = {"setpgid", "prctl", "fcntl", "dup2", "execve"};
-    int error = 0;
-    char step[32] = {};
-    if (std::sscanf(buf, "%d %31s", &error, step) == 2) {
-      result.error = error;
-      for (const char* known : kSteps)
-        if (std::strcmp(step, known) == 0) result.step = known;
-    }
-  }
-  return result;
-}
-#else
-SpawnResult spawnProcess(const SpawnRequest& request) {
-  std::vector<char*> argv = cStrings(request.argv);
-  std::vector<char*> envp = cStrings(request.env);
-  ChildArgs args{};
-  args.path = request.path.c_str();
-  args.argv = argv.data();
-  args.envp = envp.data();
-  args.fds[0] = request.stdinFd;
-  args.fds[1] = request.stdoutFd;
-  args.fds[2] = request.stderrFd;
-  args.parent = ::getpid();
-  args.error = 0;
-  args.step = "";
-
-  // The child runs on this array while we are suspended (CLONE_VFORK): our frame stays intact.
-  alignas(64) char stack[kChildStackBytes];
+  args.reportFd = ::fcntl(reportPipe[1], F_DUPFD_CLOEXEC, 3);  // clear of the stdio targets
+  ::close(reportPipe[1]);
+#endif
 
   sigset_t all, old;
   sigfillset(&all);
   ::syscall(SYS_rt_sigprocmask, SIG_SETMASK, &all, &old, kKernelSigsetBytes);
+#if DRUN_SPAWN_WITH_FORK
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(reportPipe[0]);
+    childMain(&args);
+  }
+#else
+  // The child runs on this array while we are suspended (CLONE_VFORK): our frame stays intact.
+  alignas(64) char stack[kChildStackBytes];
   pid_t pid = ::clone(childMain, stack + sizeof stack, CLONE_VM | CLONE_VFORK | SIGCHLD, &args);
-  int cloneErrno = errno;
+#endif
+  const int spawnErrno = errno;
   ::syscall(SYS_rt_sigprocmask, SIG_SETMASK, &old, nullptr, kKernelSigsetBytes);
 
-  SpawnResult result;
+#if DRUN_SPAWN_WITH_FORK
+  ::close(args.reportFd);
+  // The child does nothing that can block before execve or its report.
+  FailureReport report{};
+  ssize_t n;
+  do n = pid > 0 ? ::read(reportPipe[0], &report, sizeof report) : 0;
+  while (n < 0 && errno == EINTR);
+  ::close(reportPipe[0]);
+  if (n == static_cast<ssize_t>(sizeof report)) {
+    args.error = report.error;
+    args.step = report.step;
+  }
+#endif
   result.pid = pid;
   if (pid < 0) {
-    result.error = cloneErrno;
-    result.step = "clone";
+    result.error = spawnErrno;
+    result.step = DRUN_SPAWN_WITH_FORK ? "fork" : "clone";
     return result;
   }
   result.error = args.error;
   result.step = args.step;
   return result;
 }
-#endif
 
 std::string resolveProgram(const std::string& name, const std::vector<std::string>& env,
                            int* error) {
