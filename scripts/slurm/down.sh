@@ -99,7 +99,7 @@ if [ -f "$DIR/netns.created" ]; then
 fi
 
 # 4. runtime markers (logs and the generated config are kept for inspection)
-rm -rf "$DIR/run" "$DIR/munge-run" "$DIR/up.ok" "$DIR/nodes" "$DIR/shape" "$DIR/env.sh"
+rm -rf "$DIR/run" "/tmp/drun-munge-$(printf %s "$DIR" | cksum | cut -d' ' -f1)" "$DIR/up.ok" "$DIR/nodes" "$DIR/shape" "$DIR/env.sh"
 
 mapfile -t left < <(sweep munged slurmctld slurmscriptd slurmd slurmstepd)
 if [ ${#left[@]} -gt 0 ]; then echo "down.sh: ERROR: still running: ${left[*]}" >&2; exit 1; fi

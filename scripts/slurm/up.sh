@@ -118,9 +118,12 @@ if [ -d "$DIR/run" ] || [ -f "$DIR/netns.created" ] || [ -f "$DIR/nodes" ]; then
 fi
 
 # ---------------------------------------------------------------- fresh dirs
-rm -rf "$DIR/ctld" "$DIR/spool" "$DIR/run" "$DIR/log" "$DIR/etc" "$DIR/munge" "$DIR/munge-run" "$DIR/up.ok"
-mkdir -p "$DIR"/{ctld,spool,run,log,etc,munge,munge-run,jobs}
-chmod 755 "$DIR" "$DIR/munge-run" "$DIR/etc" "$DIR/run"
+# munged wants every directory above its socket traversable by all, which $DIR's parents need not
+# be (a mktemp -d checkout is 0700): the socket lives in a directory of its own under /tmp.
+MRUN="/tmp/drun-munge-$(printf %s "$DIR" | cksum | cut -d' ' -f1)"
+rm -rf "$DIR/ctld" "$DIR/spool" "$DIR/run" "$DIR/log" "$DIR/etc" "$DIR/munge" "$MRUN" "$DIR/up.ok"
+mkdir -p "$DIR"/{ctld,spool,run,log,etc,munge,jobs} "$MRUN"
+chmod 755 "$DIR" "$MRUN" "$DIR/etc" "$DIR/run"
 chmod 1777 "$DIR/jobs"
 chmod 700 "$DIR/munge"
 for i in $(seq 1 "$NODES"); do mkdir -p "$DIR/spool/$PREFIX$i"; done
@@ -139,7 +142,7 @@ say "starting munged (private key + socket in $DIR)"
 DUMP_LOGS=1
 dd if=/dev/urandom of="$DIR/munge/munge.key" bs=1024 count=1 status=none
 chmod 400 "$DIR/munge/munge.key"
-MSOCK="$DIR/munge-run/munge.socket"
+MSOCK="$MRUN/munge.socket"
 /usr/sbin/munged --socket="$MSOCK" --key-file="$DIR/munge/munge.key" \
   --pid-file="$DIR/run/munged.pid" --log-file="$DIR/munge/munged.log" \
   --seed-file="$DIR/munge/munged.seed" </dev/null >"$DIR/log/munged.stderr" 2>&1 \
