@@ -79,6 +79,13 @@ TEST_CASE("access: a job with a token runs and a wrong or missing token is refus
   CHECK_THAT(none.err, Catch::Contains("requires a token"));
   CHECK_THAT(none.err, Catch::Contains("token_file"));
 
+  // The tokenless client's close reaches the server after that client has exited: wait for the
+  // server to see it, since a stopping server does not log connections it drops itself.
+  CHECK(daemon.waitForOutput(
+      [](const std::string&, const std::string& e) {
+        return e.find("left without proving the token") != std::string::npos;
+      },
+      10s));
   daemon.signal(SIGTERM);
   RunResult d = daemon.wait(10s);
   INFO(d.describe());

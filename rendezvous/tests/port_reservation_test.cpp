@@ -3,8 +3,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <fstream>
 #include <set>
+#include <string>
 
 #include "drun/rendezvous/port_reservation.hpp"
 
@@ -48,5 +51,47 @@ TEST_CASE("reserved ports are never handed out twice while held", "[rendezvous]"
   for (int i = 0; i < 200; ++i) {
     held.push_back(PortReservation::reserve());
     CHECK(ports.insert(held.back().port()).second);
+  }
+}
+
+TEST_CASE("MASTER_PORT is drawn from outside the ephemeral and reserved ranges", "[rendezvous]") {
+  using drun::rdzv::masterPortRanges;
+  using drun::rdzv::parsePortList;
+  using drun::rdzv::PortRange;
+  auto spans = [](const std::vector<PortRange>& v) {
+    std::vector<std::pair<int, int>> out;
+    for (const auto& r : v) out.emplace_back(r.first, r.last);
+    return out;
+  };
+  using Spans = std::vector<std::pair<int, int>>;
+  // Linux's default range: two spans, below and above it.
+  CHECK(spans(masterPortRanges({32768, 60999}, {})) == Spans{{28000, 32767}, {61000, 65535}});
+  // Reserved ports are holes too, overlapping ones included, in any order.
+  CHECK(spans(masterPortRanges({32768, 60999}, {{62000, 62010}, {30000, 30000}, {29000, 30000}})) ==
+        Spans{{28000, 28999}, {30001, 32767}, {61000, 61999}, {62011, 65535}});
+  // A range that covers everything leaves nothing: reserve() then lets the kernel pick.
+  CHECK(masterPortRanges({1024, 65535}, {}).empty());
+  CHECK(spans(masterPortRanges({1024, 65000}, {})) == Spans{{65001, 65535}});
+  CHECK(spans(masterPortRanges({20000, 28000}, {{65535, 65535}})) == Spans{{28001, 65534}});
+
+  CHECK(spans(parsePortList("8080,9000-9010")) == Spans{{8080, 8080}, {9000, 9010}});
+  CHECK(parsePortList("").empty());
+  // Malformed entries are skipped, the good ones kept.
+  CHECK(spans(parsePortList("x,70000,5-3,1-2-3,7 ,12-13")) == Spans{{7, 7}, {12, 13}});
+
+  // On this host: every reserved port lies in one of the ranges.
+  std::ifstream f("/proc/sys/net/ipv4/ip_local_port_range");
+  unsigned lo = 0, hi = 0;
+  REQUIRE(f >> lo >> hi);
+  std::ifstream rf("/proc/sys/net/ipv4/ip_local_reserved_ports");
+  std::string reservedText;
+  std::getline(rf, reservedText);
+  const auto ranges = masterPortRanges({uint16_t(lo), uint16_t(hi)}, parsePortList(reservedText));
+  if (ranges.empty()) return;  // the kernel picks; nothing to check
+  for (int i = 0; i < 50; ++i) {
+    auto r = PortReservation::reserve("127.0.0.1");
+    INFO("port " << r.port());
+    CHECK(std::any_of(ranges.begin(), ranges.end(),
+                      [&](const PortRange& g) { return r.port() >= g.first && r.port() <= g.last; }));
   }
 }
