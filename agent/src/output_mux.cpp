@@ -101,6 +101,9 @@ struct OutputMux::Impl {
         options(std::move(options)),
         console(this->options.console ? this->options.console : ConsoleWriter::standard()) {
     for (ConsoleStream target : {ConsoleStream::Out, ConsoleStream::Err}) {
+      partialLineDelay[static_cast<int>(target)] = ::isatty(console->fd(target)) == 1
+                                                       ? this->options.partialLineDelay
+                                                       : this->options.partialLinePipeDelay;
       auto broken = [this, target, executor = io.get_executor(), life = std::weak_ptr<int>(life)] {
         // On the console's thread, its lock held: only post.
         asio::post(executor, [this, target, life] {
@@ -132,6 +135,8 @@ struct OutputMux::Impl {
   asio::io_context& io;
   OutputOptions options;
   std::shared_ptr<ConsoleWriter> console;
+  // Per console stream: OutputOptions::partialLineDelay on a terminal, partialLinePipeDelay else.
+  std::chrono::milliseconds partialLineDelay[2];
   bool consoleDropped[2] = {false, false};     // by ConsoleStream, as last seen (logged once)
   bool waitingForConsole[2] = {false, false};  // a whenWritable() registration is pending
   std::map<int, std::unique_ptr<Source>> sources;
@@ -303,8 +308,12 @@ struct OutputMux::Impl {
     batch.clear();
   }
 
+  std::chrono::milliseconds delayOf(const Stream& stream) const {
+    return partialLineDelay[static_cast<int>(stream.target())];
+  }
+
   // A partial line (a progress bar, a prompt) goes out as it is once its worker was quiet for
-  // OutputOptions::partialLineDelay: no byte arrived meanwhile and none waits in either of its
+  // delayOf(stream): no byte arrived meanwhile and none waits in either of its
   // pipes (a long line still arriving, one the loop has not read yet, or a worker blocked on its
   // other stream is not cut). One-shot, armed only when a read leaves a partial line: whole-line
   // output never wakes the loop.
@@ -322,9 +331,8 @@ struct OutputMux::Impl {
             auto idle = std::chrono::steady_clock::now() - stream.lastBytes;
             Stream& sibling = &stream == &stream.source->out ? stream.source->err : stream.source->out;
             if (holdsBytes(stream) || holdsBytes(sibling))
-              return armPartialTimer(stream, options.partialLineDelay);
-            if (idle < options.partialLineDelay)
-              return armPartialTimer(stream, options.partialLineDelay - idle);
+              return armPartialTimer(stream, delayOf(stream));
+            if (idle < delayOf(stream)) return armPartialTimer(stream, delayOf(stream) - idle);
             emitSegment(stream, stream.partial, '\0');
             stream.partial.clear();
             flushBatch(stream);
@@ -398,7 +406,7 @@ struct OutputMux::Impl {
     flushBatch(stream);
     if (!stream.partial.empty()) {
       stream.lastBytes = std::chrono::steady_clock::now();
-      armPartialTimer(stream, options.partialLineDelay);
+      armPartialTimer(stream, delayOf(stream));
     }
   }
 

@@ -223,6 +223,8 @@ TEST_CASE_METHOD(CapturedConsole,
                  "a partial line reaches the console while the worker waits and its rest follows",
                  "[agent]") {
   options.output.prefixTemplate = "[${rank}]:";
+  // The captured console is a pipe: give it a terminal's delay (the next test keeps a pipe's).
+  options.output.partialLinePipeDelay = options.output.partialLineDelay;
   WorkerGroup group(io, options);
   group.start({shellWorker(0, "printf Loading; sleep 1; echo ' done'")});
   auto start = Clock::now();
@@ -232,6 +234,20 @@ TEST_CASE_METHOD(CapturedConsole,
   CHECK(group.running() == 1);
   REQUIRE(runUntil(io, [&] { return group.running() == 0; }));
   CHECK(out.waitAll() == "[0]:Loading done\n");
+}
+
+TEST_CASE_METHOD(CapturedConsole,
+                 "into a pipe a line stalled mid-write stays whole while another rank writes",
+                 "[agent]") {
+  // A loaded host stalls a writer between two write()s of one line; a console that is a pipe (a
+  // reader parsing lines) waits partialLinePipeDelay (1 s) before it lets that line be cut.
+  REQUIRE(options.output.partialLinePipeDelay >= std::chrono::milliseconds(1000));
+  options.output.prefixTemplate = "[${rank}]:";
+  WorkerGroup group(io, options);
+  group.start({shellWorker(0, "printf Load; sleep 0.3; echo ing"),
+               shellWorker(1, "sleep 0.1; echo other")});
+  REQUIRE(runUntil(io, [&] { return group.running() == 0; }));
+  CHECK(out.waitAll() == "[1]:other\n[0]:Loading\n");
 }
 
 TEST_CASE_METHOD(CapturedConsole,
@@ -255,6 +271,7 @@ TEST_CASE_METHOD(CapturedConsole,
     return "i=0; while [ ! -e " + path + " ] && [ $i -lt 2000 ]; do sleep 0.01; i=$((i+1)); done; ";
   };
   options.output.prefixTemplate = "[${rank}]:";
+  options.output.partialLinePipeDelay = options.output.partialLineDelay;  // as above
   WorkerGroup group(io, options);
   group.start({shellWorker(0, "printf Loading; " + waitFor(restGo) + "echo ' done'"),
                shellWorker(1, waitFor(otherGo) + "echo other")});

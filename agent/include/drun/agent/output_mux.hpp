@@ -6,7 +6,8 @@
 // stderr). A line is queued as soon as it arrives. '\r' ends a segment too (progress bars redraw
 // with it): each '\r'-segment is prefixed and keeps its '\r', so a bar redraws in place on a
 // terminal, prefixed. A partial line (no '\n' or '\r' yet: a bar, a prompt) that waited
-// OutputOptions::partialLineDelay goes out as it is, prefixed; its rest follows unprefixed, or
+// OutputOptions::partialLineDelay (partialLinePipeDelay when the console is not a terminal) goes
+// out as it is, prefixed; its rest follows unprefixed, or
 // with a fresh prefix when another line came in between (the ConsoleWriter's LineSource rules: no
 // line is ever glued to another). That one-shot timer is armed only when a read leaves a partial
 // line: whole-line output costs no wakeup. At EOF a partial line gets the newline it lacked; a line
@@ -82,8 +83,13 @@ struct OutputOptions {
   // The console: where worker stdout / stderr lines go. nullptr = ConsoleWriter::standard()
   // (drun's fds 1 and 2). Shared by every attempt's mux; tests point it at their own pipes.
   std::shared_ptr<ConsoleWriter> console;
-  // How long a partial line waits for its end before it goes to the console as it is.
+  // How long a partial line waits for its end, its worker quiet, before it goes to the console as
+  // it is: briefly when the console is a terminal (someone watches the bar or the prompt), longer
+  // into a pipe or a file, whose reader parses lines: there a writer that the scheduler stalls
+  // mid-line on a loaded host (tens of ms) must not have its line cut, and a bar behind
+  // `| tee` still shows within a second.
   std::chrono::milliseconds partialLineDelay{50};
+  std::chrono::milliseconds partialLinePipeDelay{1000};
   // Whether a worker's stdout/stderr is a pseudo-terminal of its own (isatty() true in the
   // worker) or a pipe. Auto: a pty for the streams whose console is a terminal.
   TtyMode tty = TtyMode::Auto;
