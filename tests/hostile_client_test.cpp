@@ -1,15 +1,17 @@
 // Hostile clients against a drun-rendezvous daemon while a real two-node job meets there (issue 9):
 // garbage, wrong magic, a header claiming a huge length, stalled halves of a hello and of a frame,
-// a client that never reads its (large) replies, 1500 idle connections from one address, clients
-// that disconnect in the middle of a blocking get, and forged rendezvous state. The job must run
-// to success beside them; the daemon must stay alive, bounded in memory, and give its file
-// descriptors back once the attackers are gone.
+// a client that never reads its (large) replies, 1500 idle connections from one address and then
+// a burst over that address' cap, clients that disconnect in the middle of a blocking get, and
+// forged rendezvous state. The job must run to success beside them; the daemon must stay alive,
+// bounded in memory, and give its file descriptors back once the attackers are gone.
 //
 // Which attack goes where: the wire-level attacks run concurrently with the real job (they must
 // not disturb it). Forged rendezvous keys would legitimately break the job they target, so
-// without a token they target a separate run id whose own two-node job must then end cleanly
-// (success, or exit 1 with a clear error: never a crash, a hang or a MASTER_ADDR that is not a
-// host or address); with a token, forgeries against the real job's id must be refused.
+// without a token they target a job of their own whose two nodes must then end cleanly (success,
+// or exit 1 with a clear error: never a crash, a hang or a MASTER_ADDR that is not a host or
+// address): forged before that job starts, or while it joins (between its first agent's arrival
+// and its second's). With a token, forgeries against the real job's id must be refused. The slow
+// reader is also repeated alone, three times on one daemon: dropped each time, nothing kept.
 //
 // Every attacker is a thread of this test, bounded in count and in time (kHoldAtMost).
 #include <arpa/inet.h>
@@ -48,8 +50,12 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kHoldAtMost = 45s;
 constexpr int kIdleConnections = 1500;  // from 127.0.0.2: over the per-peer cap of 1024
 constexpr size_t kPerPeerCap = 1024;    // StoreServerOptions::maxConnectionsPerPeer (default)
+// Then, still from 127.0.0.2, this many at once: far more than the 64 refusals the server lets
+// linger for their Busy reply (kMaxRefusing, store_server.cpp); the rest it closes at once.
+constexpr int kBurstConnections = 512;
 constexpr size_t kBigValueBytes = 1u << 20;
 constexpr int kBigGets = 100;  // 100 MiB of replies: over maxOutputQueueBytes (64 MiB)
+constexpr int kSlowReaderRounds = 3;  // slow readers one after another, on one daemon
 
 // ---- the daemon ---------------------------------------------------------------------------------
 
@@ -135,8 +141,8 @@ class Raw {
     return true;
   }
 
-  // Reads until `min` bytes arrived or `timeout`; what arrived.
-  std::string receive(size_t min, std::chrono::milliseconds timeout) {
+  // Reads until `min` bytes arrived, the peer closed (`peerClosed` set) or `timeout`; what arrived.
+  std::string receive(size_t min, std::chrono::milliseconds timeout, bool* peerClosed = nullptr) {
     std::string got;
     const auto deadline = Clock::now() + timeout;
     char buf[4096];
@@ -144,7 +150,10 @@ class Raw {
       pollfd p{fd_, POLLIN, 0};
       if (::poll(&p, 1, 50) <= 0) continue;
       ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
-      if (n <= 0) break;
+      if (n <= 0) {  // EOF or reset
+        if (peerClosed) *peerClosed = true;
+        break;
+      }
       got.append(buf, static_cast<size_t>(n));
     }
     return got;
@@ -207,12 +216,55 @@ std::optional<wire::HelloStatus> sayHello(Raw& raw) {
 
 // ---- attacks ------------------------------------------------------------------------------------
 
+// A hello, then kBigGets gets of the 1 MiB value "hostile/big": what a slow reader sends before it
+// stops reading.
+std::string slowReaderRequests() {
+  std::string bytes = helloBytes();
+  for (int i = 0; i < kBigGets; ++i)
+    bytes += requestBytes(wire::Op::Get, static_cast<uint64_t>(i + 1), "hostile/big", 5000);
+  return bytes;
+}
+
+// Connections refused in one burst: every one opened (and its hello sent) before any reply is
+// read, so that more than kMaxRefusing refusals are in flight at once.
+struct BurstOutcome {
+  int busy = 0;      // got the Busy reply
+  int silent = 0;    // closed without a reply: kMaxRefusing others were being refused
+  int other = 0;     // anything else (accepted, no reply and still open, not connected)
+};
+
+BurstOutcome refusedBurst(uint16_t port, const char* source, int connections) {
+  std::vector<std::unique_ptr<Raw>> burst;
+  for (int i = 0; i < connections; ++i) {
+    burst.push_back(std::make_unique<Raw>(port, source));
+    if (burst.back()->connected()) burst.back()->send(helloBytes());
+  }
+  BurstOutcome outcome;
+  const auto deadline = Clock::now() + 10s;
+  for (auto& raw : burst) {
+    bool closed = false;
+    const auto left = std::max(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()), 1ms);
+    std::string reply = raw->connected() ? raw->receive(wire::kHelloBytes, left, &closed) : "";
+    wire::HelloReply decoded;
+    const bool whole = wire::decodeHelloReply(reply, decoded).status == wire::DecodeStatus::Ok;
+    if (whole && decoded.status == wire::HelloStatus::Busy)
+      ++outcome.busy;
+    else if (reply.empty() && closed)
+      ++outcome.silent;
+    else
+      ++outcome.other;
+  }
+  return outcome;
+}
+
+
 // What the attacks saw; filled by their threads, read once they are joined.
 struct Outcomes {
   std::atomic<bool> garbageClosed{false}, wrongMagicClosed{false}, hugeLengthClosed{false};
   std::atomic<bool> slowReaderDropped{false};
   std::atomic<size_t> slowReaderBytes{0};
   std::atomic<int> idleOk{0}, idleBusy{0}, idleOther{0};
+  std::atomic<int> burstBusy{0}, burstSilent{0}, burstOther{0};
   std::atomic<int> midWaitDisconnects{0};
   std::atomic<int> inPlace{0};  // attacks that are holding their connections
 };
@@ -221,6 +273,12 @@ struct Outcomes {
 void holdUntil(const std::atomic<bool>& release) {
   const auto deadline = Clock::now() + kHoldAtMost;
   while (!release && Clock::now() < deadline) std::this_thread::sleep_for(20ms);
+}
+
+size_t countOf(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
 }
 
 std::string randomBytes(size_t n) {
@@ -272,17 +330,14 @@ class WireAttacks {
     });
     spawn([port, &outcomes, &release] {  // asks for 100 MiB of replies and never reads them
       Raw raw(port, "127.0.0.1", 4096);
-      std::string bytes = helloBytes();
-      for (int i = 0; i < kBigGets; ++i)
-        bytes += requestBytes(wire::Op::Get, static_cast<uint64_t>(i + 1), "hostile/big", 5000);
-      raw.send(bytes);
+      raw.send(slowReaderRequests());
       ++outcomes.inPlace;
       holdUntil(release);
       size_t drained = 0;
       outcomes.slowReaderDropped = raw.closedByPeer(15s, &drained);
       outcomes.slowReaderBytes = drained;
     });
-    spawn([port, &outcomes, &release] {  // 1500 idle connections from one other address
+    spawn([port, &outcomes, &release] {  // 1500 idle connections from one other address, a burst
       std::vector<std::unique_ptr<Raw>> idle;
       const auto deadline = Clock::now() + 20s;
       for (int i = 0; i < kIdleConnections && Clock::now() < deadline; ++i) {
@@ -297,6 +352,11 @@ class WireAttacks {
           ++outcomes.idleOther;
         }
       }
+      // Over the per-peer cap while the idle ones are held: refused, and refusing is bounded too.
+      BurstOutcome burst = refusedBurst(port, "127.0.0.2", kBurstConnections);
+      outcomes.burstBusy = burst.busy;
+      outcomes.burstSilent = burst.silent;
+      outcomes.burstOther = burst.other;
       ++outcomes.inPlace;
       holdUntil(release);
     });
@@ -326,13 +386,22 @@ struct JobResult {
   std::string describe() const { return a.describe() + "\n" + b.describe(); }
 };
 
-JobResult runJob(uint16_t port, const std::string& id, const std::string& conf, const MarkerScope& marker) {
+// What a test does while the job's agents run (each when given).
+struct JobHooks {
+  std::function<void()> betweenAgents;                  // after the first started, before the second
+  std::function<void(Process&, Process&)> whileRunning;  // once both started, before they are waited
+};
+
+JobResult runJob(uint16_t port, const std::string& id, const std::string& conf, const MarkerScope& marker,
+                 const JobHooks& hooks = {}) {
   std::vector<std::string> args = {"--nnodes", "2", "--nproc-per-node", "2", "--rdzv-endpoint",
                                    "127.0.0.1:" + std::to_string(port), "--rdzv-id", id,
                                    "--rdzv-conf", conf, "sh", "-c",
                                    "echo RANK=$RANK MASTER=$MASTER_ADDR"};
   Process pa(drunCommand(args, {marker.env()}, 40s));
+  if (hooks.betweenAgents) hooks.betweenAgents();
   Process pb(drunCommand(args, {marker.env()}, 40s));
+  if (hooks.whileRunning) hooks.whileRunning(pa, pb);
   JobResult job;
   job.a = pa.wait();
   job.b = pb.wait();
@@ -451,6 +520,8 @@ void attackWhileJobRuns(Daemon& daemon, const std::string& jobId, const std::str
   const bool garbageClosed = outcomes.garbageClosed, wrongMagicClosed = outcomes.wrongMagicClosed,
              hugeLengthClosed = outcomes.hugeLengthClosed, slowReaderDropped = outcomes.slowReaderDropped;
   const int idleOk = outcomes.idleOk, idleBusy = outcomes.idleBusy, idleOther = outcomes.idleOther;
+  const int burstBusy = outcomes.burstBusy, burstSilent = outcomes.burstSilent,
+            burstOther = outcomes.burstOther;
   const size_t slowReaderBytes = outcomes.slowReaderBytes;
   const long peakRssKiB = peakRss, peakFdCount = peakFds;
   CHECK(garbageClosed);
@@ -459,6 +530,12 @@ void attackWhileJobRuns(Daemon& daemon, const std::string& jobId, const std::str
   CHECK(idleOk + idleBusy + idleOther == kIdleConnections);
   CHECK(static_cast<size_t>(idleOk) <= kPerPeerCap);
   CHECK(idleBusy >= kIdleConnections - static_cast<int>(kPerPeerCap));
+  // The burst came with 127.0.0.2 at its cap, before the job started: every connection of it was
+  // refused, the first ones with Busy and those beyond the refusals in flight closed without a
+  // reply (refusing is bounded too); the job above then ran to success on the same server.
+  CHECK(burstBusy + burstSilent == kBurstConnections);
+  CHECK(burstBusy >= 1);
+  CHECK(burstSilent >= 1);
   CHECK(outcomes.midWaitDisconnects.load() == 20);
   // Without a token the slow reader is served until its queue passes 64 MiB, then dropped; with
   // one it never got past the handshake (its requests were not a proof): closed either way.
@@ -485,6 +562,9 @@ void attackWhileJobRuns(Daemon& daemon, const std::string& jobId, const std::str
                                               " after " + std::to_string(slowReaderBytes / 1024) + " KiB read");
   report("1500 idle from 127.0.0.2", std::to_string(idleOk) + " ok, " + std::to_string(idleBusy) +
                                          " busy, " + std::to_string(idleOther) + " other");
+  report(std::to_string(kBurstConnections) + " at once from 127.0.0.2 (at its cap)",
+         std::to_string(burstBusy) + " busy, " + std::to_string(burstSilent) +
+             " closed without a reply, " + std::to_string(burstOther) + " other");
   report("20 disconnects mid blocking get", "daemon alive");
   report("real 2-node job beside them",
          "exit " + std::to_string(job.a.status()) + " / " + std::to_string(job.b.status()));
@@ -541,6 +621,230 @@ TEST_CASE("hostile clients: an open store serves a real job beside wire attacks 
   check.set("hostile/final", "ok");
   CHECK(check.get("hostile/final", 5s) == "ok");
   CHECK(marker.leftovers(5s).empty());
+  daemon.process->signal(SIGTERM);
+  CHECK(daemon.process->wait(10s).status() == 0);
+}
+
+TEST_CASE("hostile clients: state forged while an open store's job joins ends the job cleanly",
+          "[e2e][hostile]") {
+  MarkerScope marker;
+  Daemon daemon({});
+  const long fds0 = openFds(daemon.pid());
+
+  // A node nobody runs: a well-formed descriptor with no agent (and so no will) behind it.
+  keys::NodeDescriptor phantom;
+  phantom.id = "phantom-" + randomHex(8);
+  phantom.host = "phantom";
+  phantom.addr = "127.0.0.77";
+  phantom.localWorldSize = 2;
+  phantom.masterPort = 29999;
+  // A round-0 decision naming the job's first agent and the phantom.
+  auto decisionWith = [&](const keys::NodeDescriptor& first, const std::string& masterAddr) {
+    keys::RoundState state;
+    state.nodeCount = 2;
+    state.worldSize = 4;
+    state.masterAddr = masterAddr;
+    state.masterPort = 29500;
+    state.roster = {{first.id, first.displayName(), 2}, {phantom.id, phantom.displayName(), 2}};
+    return state;
+  };
+  auto forgeDecision = [](drun::rdzv::TcpStore& s, const std::string& id, const keys::RoundState& state) {
+    s.compareSet(keys::state(id, 0), "", keys::encodeState(state));
+    s.set(keys::status(id, 0), keys::encodeState(state, false));  // wakes the waiting agent
+  };
+
+  // Each forgery is written once the job's first agent has arrived in round 0 (`first`: its
+  // descriptor, as the store holds it), before the second agent starts.
+  enum class Expect {
+    Success,   // the rendezvous tolerates it: the job still forms and succeeds
+    CleanEnd,  // success, or exit 1 with a clear error
+    // A made-up member: on an open store it cannot be told from a real node whose workers are
+    // still busy (anyone who reaches the port can be a node; the defence is a token), so the
+    // job waits for it as for a slow node: the first agent in its exit barrier, the second a
+    // spare. The wait must be a clean one, and SIGTERM must end it at once.
+    WaitsForPhantom,
+  };
+  struct JoinForgery {
+    std::string name;
+    Expect expect;
+    std::function<void(drun::rdzv::TcpStore&, const std::string&, const keys::NodeDescriptor&)> write;
+  };
+  using Store = drun::rdzv::TcpStore;
+  using Node = keys::NodeDescriptor;
+  const std::vector<JoinForgery> forgeries = {
+      {"round = 7", Expect::CleanEnd,
+       [](Store& s, const std::string& id, const Node&) { s.set(keys::currentRound(id), "7"); }},
+      {"round = garbage", Expect::CleanEnd,
+       [](Store& s, const std::string& id, const Node&) { s.set(keys::currentRound(id), "\x01\x02 nope"); }},
+      {"garbage lines in joined + count bumped", Expect::Success,
+       [](Store& s, const std::string& id, const Node&) {
+         s.append(keys::joined(id, 0), "\x1b[2J\tevil;rm -rf /\t\t\nx\ty\tevil;rm\t2\t-\t29500\t-\n" +
+                                           std::string(8192, 'A') + "\n");
+         s.add(keys::count(id, 0), 3);
+       }},
+      {"a torn line in joined (no newline)", Expect::CleanEnd,
+       [](Store& s, const std::string& id, const Node&) { s.append(keys::joined(id, 0), "torn\tline"); }},
+      {"changes + 1000 / status + 1 / 1 MiB last_change", Expect::Success,
+       [](Store& s, const std::string& id, const Node&) {
+         s.add(keys::changes(id, 0), 1000);
+         s.set(keys::lastChange(id, 0), "\x1b[2J" + std::string(1 << 20, 'B') + "\r\x07");
+         s.add(keys::status(id, 0), 1);
+       }},
+      {"count = garbage", Expect::CleanEnd,
+       [](Store& s, const std::string& id, const Node&) { s.set(keys::count(id, 0), "\x1b[2J many"); }},
+      {"status = garbage", Expect::CleanEnd,
+       [](Store& s, const std::string& id, const Node&) { s.set(keys::status(id, 0), "\x1b[2J\tok\t"); }},
+      {"changes = -1 / left = -1", Expect::CleanEnd,
+       [](Store& s, const std::string& id, const Node&) {
+         s.add(keys::changes(id, 0), -1);
+         s.add(keys::left(id, 0), -1);
+       }},
+      {"outcome = succeeded", Expect::Success,  // before any round closed: not believed
+       [](Store& s, const std::string& id, const Node&) {
+         s.set(keys::outcome(id), keys::encodeOutcome(std::nullopt));
+         s.add(keys::status(id, 0), 1);
+       }},
+      {"dead flag of the first node", Expect::CleanEnd,
+       [](Store& s, const std::string& id, const Node& first) {
+         s.set(keys::dead(id, 0, first.id), "1");
+         s.add(keys::changes(id, 0), 1);
+         s.add(keys::status(id, 0), 1);
+       }},
+      {"assignment and host list ahead of the close", Expect::Success,
+       [](Store& s, const std::string& id, const Node& first) {
+         s.set(keys::assign(id, 0, first.id), "7\t\x1b[2J");
+         s.set(keys::hosts(id, 0), "=evil;rm -rf /\n=\x1b[2J\n");
+       }},
+      {"config = --nnodes 3", Expect::CleanEnd,
+       [](Store& s, const std::string& id, const Node&) {
+         s.set(keys::config(id), keys::encodeJobConfig({3, 3, "evil"}));
+       }},
+      {"decision with MASTER_ADDR 'evil;rm -rf /'", Expect::CleanEnd,
+       [&](Store& s, const std::string& id, const Node& first) {
+         forgeDecision(s, id, decisionWith(first, "evil;rm -rf /"));
+       }},
+      {"a phantom node in joined", Expect::WaitsForPhantom,
+       [&](Store& s, const std::string& id, const Node&) {
+         s.append(keys::joined(id, 0), keys::encodeDescriptor(phantom));
+         s.add(keys::count(id, 0), 1);
+       }},
+      {"decision naming the first node and a phantom", Expect::WaitsForPhantom,
+       [&](Store& s, const std::string& id, const Node& first) {
+         forgeDecision(s, id, decisionWith(first, phantom.addr));
+       }},
+  };
+  for (const JoinForgery& forgery : forgeries) {
+    INFO(forgery.name);
+    const std::string id = "joining-" + randomHex(6);
+    JobHooks hooks;
+    hooks.betweenAgents = [&] {
+      Store forger(storeOptions(daemon.port));
+      forger.get(keys::count(id, 0), 15s);  // the first agent arrived (it appends to joined first)
+      auto joined = keys::parseJoined(forger.get(keys::joined(id, 0), 5s));
+      REQUIRE(joined.size() == 1);
+      forgery.write(forger, id, joined.front());
+    };
+    bool waited = false;
+    if (forgery.expect == Expect::WaitsForPhantom) {
+      hooks.whileRunning = [&](Process& first, Process& second) {
+        auto says = [](Process& p, const std::string& text) {
+          return p.waitForOutput(
+              [&](const std::string&, const std::string& err) { return err.find(text) != std::string::npos; },
+              20s);
+        };
+        const bool inBarrier = says(first, "waiting for the other 1 node(s) of the job");
+        const bool spare = says(second, "waits as a spare");
+        waited = inBarrier && spare;
+        first.signal(SIGTERM);
+        second.signal(SIGTERM);
+      };
+    }
+    JobResult job = runJob(daemon.port, id, "is_host=0,join_timeout=5", marker, hooks);
+    std::string outcome;
+    if (forgery.expect == Expect::WaitsForPhantom) {
+      INFO(job.describe());
+      CHECK(waited);
+      std::multiset<int> ranks;
+      std::set<std::string> masters;
+      parseJob(job.a.out, ranks, masters);
+      CHECK(ranks.size() == 2);  // the first agent's workers ran (and ended), beside the phantom's
+      CHECK(masters.size() == 1);
+      for (const std::string& m : masters) CHECK(keys::isHostOrAddress(m));
+      for (const RunResult* r : {&job.a, &job.b}) {
+        CHECK(!r->timedOut);
+        CHECK(r->status() == 128 + SIGTERM);
+      }
+      outcome = std::string(waited ? "waited (exit barrier / spare)" : "did NOT wait as expected") +
+                ", then SIGTERM: exit " + std::to_string(job.a.status()) + " / " +
+                std::to_string(job.b.status());
+    } else {
+      outcome = checkJobEndsCleanly(job);
+      if (forgery.expect == Expect::Success) checkJobSucceeded(job);
+    }
+    report("forged while joining: " + forgery.name, outcome);
+  }
+
+  CHECK(daemon.alive());
+  drun::rdzv::TcpStore check(storeOptions(daemon.port));
+  check.set("hostile/final", "ok");
+  CHECK(check.get("hostile/final", 5s) == "ok");
+  CHECK(openFds(daemon.pid()) <= fds0 + 4);
+  CHECK(marker.leftovers(5s).empty());
+  daemon.process->signal(SIGTERM);
+  CHECK(daemon.process->wait(10s).status() == 0);
+}
+
+TEST_CASE("hostile clients: a slow reader is dropped at each of three attacks and the daemon gives back its memory and fds",
+          "[e2e][hostile]") {
+  // Debug logging: the daemon says why it closed each connection (on stderr).
+  Daemon daemon({"--log-level", "debug"});
+  const pid_t pid = daemon.pid();
+  {
+    drun::rdzv::TcpStore store(storeOptions(daemon.port));
+    store.set("hostile/big", std::string(kBigValueBytes, 'x'));
+  }
+  const long rss0 = vmRssKiB(pid), fds0 = openFds(pid);
+  for (int round = 1; round <= kSlowReaderRounds; ++round) {
+    INFO("slow reader " << round);
+    const long rssBefore = vmRssKiB(pid), fdsBefore = openFds(pid);
+    long peakRss = rssBefore;
+    Raw raw(daemon.port, "127.0.0.1", 4096);
+    REQUIRE(raw.connected());
+    REQUIRE(raw.send(slowReaderRequests()));
+    // Dropped for its output queue (64 MiB of the 100 MiB asked for), while it still reads nothing.
+    bool dropped = false;
+    const auto deadline = Clock::now() + 20s;
+    while (!dropped && Clock::now() < deadline) {
+      peakRss = std::max(peakRss, vmRssKiB(pid));
+      dropped = daemon.process->waitForOutput(
+          [&](const std::string&, const std::string& log) {
+            return countOf(log, "closed (output queue over") >= static_cast<size_t>(round);
+          },
+          50ms);
+    }
+    CHECK(dropped);
+    long fdsAfter = openFds(pid);
+    for (const auto fdDeadline = Clock::now() + 10s; fdsAfter > fdsBefore && Clock::now() < fdDeadline;
+         fdsAfter = openFds(pid))
+      std::this_thread::sleep_for(20ms);
+    const long rssAfter = vmRssKiB(pid);
+    size_t drained = 0;
+    const bool closed = raw.closedByPeer(15s, &drained);
+    CHECK(closed);
+    CHECK(drained < size_t(kBigGets) * kBigValueBytes);
+    CHECK(fdsAfter <= fdsBefore);
+    CHECK(peakRss < rss0 + 192 * 1024);
+    CHECK(rssAfter < rss0 + 96 * 1024);  // the queue's cap plus slack, whatever the round: no build-up
+    report("slow reader " + std::to_string(round) + " of " + std::to_string(kSlowReaderRounds),
+           std::string(dropped ? "dropped (output queue over 64 MiB)" : "NOT dropped") + " after " +
+               std::to_string(drained / 1024) + " KiB read; RSS KiB before/peak/after " +
+               std::to_string(rssBefore) + " / " + std::to_string(peakRss) + " / " +
+               std::to_string(rssAfter) + "; fds before/after " + std::to_string(fdsBefore) + " / " +
+               std::to_string(fdsAfter));
+  }
+  CHECK(openFds(pid) <= fds0);
+  drun::rdzv::TcpStore check(storeOptions(daemon.port));
+  CHECK(check.get("hostile/big", 5s).size() == kBigValueBytes);  // still serving, big replies too
   daemon.process->signal(SIGTERM);
   CHECK(daemon.process->wait(10s).status() == 0);
 }

@@ -270,8 +270,8 @@ class C10dRendezvous final : public Rendezvous {
   // than MAX nodes the running nodes are told (they take it in after the last call); with MAX,
   // it is a spare: it tells nobody and replaces the next member lost.
   Announcement announcementFor(uint64_t running) {
-    throwIfJobEnded();
     auto state = closedRound(running);
+    if (state) throwIfJobEnded();  // (only a job that formed can have ended: see joinRound)
     if (state && state->nodeCount >= options_.maxNodes) {
       spare_ = true;
       spdlog::warn("rendezvous '{}': the job runs with {} node(s), the most it takes; {} waits as "
@@ -348,7 +348,9 @@ class C10dRendezvous final : public Rendezvous {
         // The decision can exist before status shows it (its closer died in between).
         if (auto decided = s.tryGet(keys::state(id(), round)))
           if (auto state = keys::parseState(*decided)) return finish(round, *state);
-        throwIfJobEnded();
+        // Only a job that formed can have ended: before a round of it closed, an `outcome` is
+        // stale or forged, and believing it would end this node "successfully" with no worker run.
+        if (reform.active) throwIfJobEnded();
         if (elastic) {
           auto armer = s.tryGet(keys::lastCall(id(), round));
           if (!armer)
@@ -373,8 +375,11 @@ class C10dRendezvous final : public Rendezvous {
       }
       if (deadline.expired()) {
         // A node waiting for the next round of a job that is still running (a spare, a late
-        // node) waits as long as the job runs; only a round that cannot form times out.
-        if (!jobRunsWithout(round)) timedOut(round);
+        // node) waits as long as the job runs; only a round that cannot form times out. A member
+        // re-forming the job is not waiting for it: the survivors it waits for are re-forming
+        // too, and one that never comes back (its death hidden, a stuck agent) must not hold it
+        // for ever.
+        if (self_.rejoining || !jobRunsWithout(round)) timedOut(round);
         deadline = Deadline(options_.joinTimeout);
       }
       milliseconds wait = deadline.remaining();

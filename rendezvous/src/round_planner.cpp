@@ -108,6 +108,12 @@ RoundDecision decideRound(const std::string& runId, uint64_t round,
   d.state.leftAtClose = counters.left;
   d.state.restartCount = counters.restartCount;
   try {
+    // Counters only grow from 0: a negative one was written by something other than an agent.
+    // Recorded, it would make the decision unreadable to every joiner; refused, it is named.
+    if (counters.changes < 0 || counters.left < 0)
+      throw InvalidArgument("corrupt counters in the store (never negative): [" +
+                            keys::changes(runId, round) + "] = " + std::to_string(counters.changes) +
+                            ", [" + keys::left(runId, round) + "] = " + std::to_string(counters.left));
     RoundPlan plan = planRound(members);
     d.state.nodeCount = static_cast<int>(members.size());
     d.state.worldSize = plan.worldSize;

@@ -22,6 +22,7 @@
 
 #include "drun/common/deadline.hpp"
 #include "drun/common/error.hpp"
+#include "drun/common/safe_text.hpp"
 #include "drun/rendezvous/protocol.hpp"
 
 namespace drun::rdzv {
@@ -39,11 +40,15 @@ constexpr milliseconds kMaxWireTimeout{0xfffffffeLL};
 
 milliseconds clampTimeout(milliseconds t) { return std::clamp(t, milliseconds(0), kMaxWireTimeout); }
 
+// An error text the server sent: it may quote a stored value another client wrote (escape
+// sequences, a 4 KiB line): printed as it came, it could rewrite the user's terminal.
+std::string serverText(const std::string& message) { return text::printable(message); }
+
 std::string keyList(const std::vector<std::string>& keys) {
   std::string out = "[";
   for (size_t i = 0; i < keys.size(); ++i) {
     if (i) out += ", ";
-    out += keys[i].size() <= 128 ? keys[i] : keys[i].substr(0, 128) + "...";
+    out += text::printable(keys[i], {128});  // keys of a Timeout reply come from the server
     if (out.size() > 1024 && i + 1 < keys.size()) {
       out += ", ... (" + std::to_string(keys.size() - i - 1) + " more)";
       break;
@@ -142,12 +147,12 @@ class TcpStore::Connection {
                            keyList(p.keys.empty() ? q.keys : p.keys) + " at " + endpoint_);
       case wire::Status::InvalidArgument:
         throw InvalidArgument(std::string(wire::toString(q.op)) + " " + keyList(q.keys) + " at " +
-                              endpoint_ + ": " + p.message);
+                              endpoint_ + ": " + serverText(p.message));
       default: {
         auto waited = std::chrono::duration_cast<milliseconds>(Clock::now() - started);
         throw Error(std::string(wire::toString(q.op)) + " " + keyList(q.keys) + " at " +
                     endpoint_ + " failed after " + std::to_string(waited.count()) +
-                    "ms: " + p.message);
+                    "ms: " + serverText(p.message));
       }
     }
   }
@@ -352,7 +357,7 @@ class TcpStore::Connection {
       if (r.status == wire::DecodeStatus::Ok) {
         in_.consume(r.consumed);
         if (p.status == wire::Status::ProtocolError) {
-          markBroken("store at " + endpoint_ + " rejected our request: " + p.message);
+          markBroken("store at " + endpoint_ + " rejected our request: " + serverText(p.message));
           throw ProtocolError(brokenText());
         }
         if (p.id == q.id) {

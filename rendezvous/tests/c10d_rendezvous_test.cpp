@@ -868,6 +868,62 @@ TEST_CASE("c10d: a lost member with fewer than MIN left: a clear error naming it
                                     Catch::Contains("fewer than the minimum of 2"));
 }
 
+TEST_CASE("c10d: a re-forming member whose partner never comes back times out after the join "
+          "timeout", "[rendezvous]") {
+  // The partner vanishes without its loss being counted (no will ran: as when a forger on an open
+  // store hid its death): the member re-forming waits for it at most the join timeout, not for
+  // ever as a spare waits for a running job.
+  MemoryCluster cluster;
+  auto o = options(2, 2);
+  o.joinTimeout = 1s;
+  MemoryStore* bStore = nullptr;
+  auto a = cluster.agent(withNode(o, "hostA"));
+  auto b = cluster.agent(withNode(o, "hostB"), &bStore);
+  auto fa = startNext(*a);
+  auto fb = startNext(*b);
+  checkRound({getWithin(fa), getWithin(fb)}, {1, 1});
+  bStore->setWill({});
+  b.reset();
+  fa = startNext(*a);
+  REQUIRE(fa.wait_for(kHang) == std::future_status::ready);
+  REQUIRE_THROWS_WITH(fa.get(), Catch::Contains("round 1") && Catch::Contains("timed out after 1000ms") &&
+                                    Catch::Contains("1 node(s) joined"));
+}
+
+TEST_CASE("c10d: an outcome in the store before any round closed is not believed", "[rendezvous]") {
+  // Stale or forged: a first round's joiner that believed it would exit "successfully" without
+  // running anything.
+  MemoryCluster cluster;
+  cluster.store().set(keys::outcome("job"), keys::encodeOutcome(std::nullopt));
+  auto a = cluster.agent(withNode(options(2, 2), "hostA"));
+  auto b = cluster.agent(withNode(options(2, 2), "hostB"));
+  auto fa = startNext(*a);
+  awaitArrivals(cluster.store(), "job", 0, 1);
+  // An event with MAX arrivals counted: the waiting joiner looks again and, elected, re-evaluates
+  // the close (its election key shows it went on instead of ending).
+  cluster.store().add(keys::count("job", 0), 1);
+  cluster.store().add(keys::status("job", 0), 1);
+  cluster.store().wait({keys::reeval("job", 0, "1")}, 10s);
+  auto fb = startNext(*b);
+  checkRound({getWithin(fa), getWithin(fb)}, {1, 1});
+}
+
+TEST_CASE("decideRound: a negative counter fails the round naming the key", "[rendezvous]") {
+  keys::NodeDescriptor n;
+  n.id = "n1";
+  n.host = "hostA";
+  n.addr = "hostA";
+  for (RoundCounters counters : {RoundCounters{-1, 0, 0}, RoundCounters{0, -3, 0}}) {
+    RoundDecision d = decideRound("job", 4, {n}, counters);
+    CHECK_FALSE(d.state.ok);
+    CHECK_THAT(d.state.error, Catch::Contains("[rdzv/job/4/changes]") &&
+                                  Catch::Contains("[rdzv/job/4/left]"));
+    auto parsed = keys::parseState(d.decision);  // readable by every joiner
+    REQUIRE(parsed);
+    CHECK_FALSE(parsed->ok);
+  }
+}
+
 TEST_CASE("c10d factory: the endpoint host embeds the store, a second local agent becomes a "
           "client", "[rendezvous]") {
   // A port the kernel picked, released for the agent's server to bind.

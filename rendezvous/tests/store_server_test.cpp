@@ -755,6 +755,24 @@ TEST_CASE("server: too many blocking calls on one connection are refused", "[ser
   CHECK(server.stats().waitersPending == 4);
 }
 
+TEST_CASE("client: an error text from the server is made printable (it may quote what another "
+          "client stored)", "[server]") {
+  StoreServer server(localOptions());
+  server.start();
+  TcpStore writer(clientOptions(server.port()));
+  writer.set("counter", "\x1b[2J\x1b]0;evil\x07 not a number");
+  TcpStore reader(clientOptions(server.port()));
+  std::string what;
+  try {
+    reader.add("counter", 1);
+  } catch (const drun::InvalidArgument& e) {
+    what = e.what();
+  }
+  CHECK_THAT(what, Catch::Contains("not a decimal integer"));
+  CHECK(what.find('\x1b') == std::string::npos);
+  CHECK(what.find('\x07') == std::string::npos);
+}
+
 TEST_CASE("server: with a token every client proves it and a wrong or missing one is refused",
           "[server][access]") {
   StoreServerOptions options = localOptions();
