@@ -121,7 +121,10 @@ class RawClient {
   }
   void hello(uint16_t version = wire::kVersion, uint32_t leaseMs = 0) {
     std::string out;
-    wire::encodeHello(wire::Hello{version, leaseMs}, out);
+    wire::Hello h;
+    h.version = version;
+    h.leaseMs = leaseMs;
+    wire::encodeHello(h, out);
     send(out);
   }
   wire::HelloReply helloReply() {
