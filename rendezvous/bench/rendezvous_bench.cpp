@@ -98,7 +98,9 @@ asio::awaitable<Message> receive(Agent& a, Decode decode, const char* what) {
 
 asio::awaitable<void> handshake(Agent& a) {
   std::string out;
-  wire::encodeHello(wire::Hello{wire::kVersion, 60000}, out);
+  wire::Hello hello;
+  hello.leaseMs = 60000;
+  wire::encodeHello(hello, out);
   co_await asio::async_write(a.socket, asio::buffer(out), asio::use_awaitable);
   auto reply = co_await receive<wire::HelloReply>(
       a, [](std::string_view in, wire::HelloReply& m) { return wire::decodeHelloReply(in, m); },

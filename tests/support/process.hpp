@@ -33,6 +33,16 @@
 
 namespace drun::test {
 
+// True in a build with a sanitizer (scripts/sanitize.sh): ASan keeps freed memory in quarantine
+// and both shadow every allocation, so a process's RSS says nothing about growth there (LeakSanitizer
+// checks leaks instead); tests skip their memory bounds.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+inline constexpr bool kSanitizedBuild = true;
+#else
+inline constexpr bool kSanitizedBuild = false;
+#endif
+
+
 using namespace std::chrono_literals;
 
 struct RunOptions {

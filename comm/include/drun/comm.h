@@ -22,12 +22,21 @@ extern "C" {
 typedef struct drun_comm drun_comm_t;
 typedef struct drun_request drun_request_t;
 
-typedef enum {
+/* In C++ the enums have int as their fixed type, the size they have in C: a C caller may pass
+   any int, and the library refuses one out of range (DRUN_EINVAL) instead of reading an enum
+   value that does not exist (undefined behaviour, which UBSan reports). */
+#ifdef __cplusplus
+#define DRUN_ENUM_OF_INT : int
+#else
+#define DRUN_ENUM_OF_INT
+#endif
+
+typedef enum DRUN_ENUM_OF_INT {
   DRUN_INT8 = 0, DRUN_UINT8 = 1, DRUN_INT32 = 2, DRUN_INT64 = 3,
   DRUN_FLOAT16 = 4, DRUN_BFLOAT16 = 5, DRUN_FLOAT32 = 6, DRUN_FLOAT64 = 7
 } drun_dtype_t;
 
-typedef enum {
+typedef enum DRUN_ENUM_OF_INT {
   DRUN_SUM = 0, DRUN_PRODUCT = 1, DRUN_MIN = 2, DRUN_MAX = 3,
   DRUN_AVG = 4, DRUN_BAND = 5, DRUN_BOR = 6, DRUN_BXOR = 7
 } drun_op_t;
