@@ -49,6 +49,13 @@ struct TestPipe {
   void closeRead() {
     if (readFd >= 0 && !reader.joinable()) ::close(std::exchange(readFd, -1));
   }
+  // The writer abandoned a thread that may still be inside write(2) on the write end: closing that
+  // under it is a race (TSan reports it) and could hand its number to the next open. The read end
+  // goes (the write fails with EPIPE: the thread ends); the write end stays open until exit.
+  void abandon() {
+    closeRead();
+    writeFd = -1;
+  }
 };
 
 std::string line(char c, size_t size) { return std::string(size - 1, c) + "\n"; }
@@ -161,7 +168,7 @@ TEST_CASE("drain gives up at its deadline and abandons a console nobody reads", 
   writer.reset();
   CHECK(std::chrono::steady_clock::now() - start < 1s);
   CHECK(err.waitText() == "err line\nerr after\n");
-  out.closeRead();  // the abandoned thread's write fails with EPIPE: it ends
+  out.abandon();
 }
 
 TEST_CASE("EPIPE drops the console's lane, not the process", "[agent]") {
@@ -225,7 +232,7 @@ TEST_CASE("drain abandons a lane without breaking it", "[agent]") {
   CHECK_FALSE(writer.drain(50ms));
   CHECK(writer.dropped(ConsoleStream::Out));
   CHECK_FALSE(writer.broken(ConsoleStream::Out));
-  out.closeRead();  // the abandoned thread's write fails: it ends
+  out.abandon();
 }
 
 TEST_CASE("a line ended outside (a typed line's echo) gives the open line's rest a prefix",

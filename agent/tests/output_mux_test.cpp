@@ -303,7 +303,8 @@ struct StuckConsole {
   ~StuckConsole() {
     options.output.console.reset();  // drains for at most 200 ms, then abandons: before the fds go
     ::close(outFds[0]);              // an abandoned console thread gets EPIPE and ends
-    if (outFds[1] >= 0) ::close(outFds[1]);
+    // outFds[1] stays open until exit: that thread may still be inside write(2) on it (closing it
+    // under the thread is a race, and its number could go to the next open).
   }
   // Runs the loop for `span` with a 10 ms ticker; returns the longest gap between ticks.
   std::chrono::milliseconds tickFor(std::chrono::milliseconds span) {

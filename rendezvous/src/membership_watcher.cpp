@@ -1,5 +1,9 @@
 #include "membership_watcher.hpp"
 
+#include <spdlog/spdlog.h>
+
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
 #include "drun/common/error.hpp"
@@ -123,6 +127,38 @@ void run(Store& store, const WatchedRound& w, EventSlot& slot, std::atomic<bool>
   }
 }
 
+// The watcher threads still running. A watcher's thread is detached (its owner, on an event
+// loop, must not wait for it), and may still be in its store's last call (which logs) when the
+// process exits: this static waits for them, a bounded while, before the statics they use go.
+// It is constructed after spdlog's registry (touched first), so it is destroyed before it.
+class LiveThreads {
+ public:
+  static LiveThreads& instance() {
+    spdlog::default_logger_raw();
+    static LiveThreads live;
+    return live;
+  }
+  void started() {
+    std::lock_guard lock(mutex_);
+    ++count_;
+  }
+  void ended() {
+    std::lock_guard lock(mutex_);
+    --count_;
+    ended_.notify_all();
+  }
+  ~LiveThreads() {
+    // Each was interrupted by its owner's destructor, so it ends within its store's call deadline.
+    std::unique_lock lock(mutex_);
+    ended_.wait_for(lock, std::chrono::seconds(2), [this] { return count_ == 0; });
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable ended_;
+  int count_ = 0;
+};
+
 }  // namespace
 
 MembershipWatcher::MembershipWatcher(std::unique_ptr<Store> store, WatchedRound round,
@@ -130,9 +166,19 @@ MembershipWatcher::MembershipWatcher(std::unique_ptr<Store> store, WatchedRound 
     : slot_(std::move(slot)),
       stopped_(std::make_shared<std::atomic<bool>>(false)),
       store_(std::move(store)) {
-  std::thread([store = store_, round = std::move(round), slot = slot_, stopped = stopped_] {
-    run(*store, round, *slot, *stopped);
-  }).detach();
+  LiveThreads& live = LiveThreads::instance();
+  live.started();
+  try {
+    std::thread([store = store_, round = std::move(round), slot = slot_, stopped = stopped_,
+                 &live]() mutable {
+      run(*store, round, *slot, *stopped);
+      store.reset();  // its last words (a closed connection logs) before the count says it ended
+      live.ended();
+    }).detach();
+  } catch (...) {
+    live.ended();  // no thread
+    throw;
+  }
 }
 
 MembershipWatcher::~MembershipWatcher() {
