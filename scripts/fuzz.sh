@@ -10,9 +10,10 @@ cd "$(dirname "$0")/.."
 dir=${1:-build-fuzz}
 seconds=${DRUN_FUZZ_SECONDS:-15}
 
-cxx=$(command -v clang++ || command -v clang++-14 || true)
+# clang++-16 first: Debian 12's clang 14 cannot build the store server's coroutines (fuzz_server).
+cxx=$(command -v clang++-16 || command -v clang++ || command -v clang++-14 || true)
 if [[ -z $cxx ]]; then
-  echo "SKIP: clang++ is not installed (scripts/setup.sh installs clang)"
+  echo "SKIP: clang++ is not installed (scripts/setup.sh installs clang-16)"
   exit 77
 fi
 probe=$(mktemp -d)
@@ -21,7 +22,7 @@ echo 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long)
   >"$probe/probe.cpp"
 if ! "$cxx" -fsanitize=fuzzer,address,undefined "$probe/probe.cpp" -o "$probe/probe" \
      2>"$probe/err"; then
-  echo "SKIP: $cxx cannot link libFuzzer (libclang-rt-*-dev missing?): $(head -3 "$probe/err")"
+  echo "SKIP: $cxx cannot link libFuzzer (libclang-rt-16-dev missing?): $(head -3 "$probe/err")"
   exit 77
 fi
 
