@@ -10,9 +10,10 @@ cd "$(dirname "$0")/.."
 dir=${1:-build-fuzz}
 seconds=${DRUN_FUZZ_SECONDS:-15}
 
-cxx=$(command -v clang++ || command -v clang++-14 || true)
+# clang++-16 first: Debian 12's clang 14 builds fuzz_server only without UBSan's function check.
+cxx=$(command -v clang++-16 || command -v clang++ || command -v clang++-14 || true)
 if [[ -z $cxx ]]; then
-  echo "SKIP: clang++ is not installed (scripts/setup.sh installs clang)"
+  echo "SKIP: clang++ is not installed (scripts/setup.sh installs clang-16)"
   exit 77
 fi
 probe=$(mktemp -d)
@@ -21,8 +22,15 @@ echo 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long)
   >"$probe/probe.cpp"
 if ! "$cxx" -fsanitize=fuzzer,address,undefined "$probe/probe.cpp" -o "$probe/probe" \
      2>"$probe/err"; then
-  echo "SKIP: $cxx cannot link libFuzzer (libclang-rt-*-dev missing?): $(head -3 "$probe/err")"
+  echo "SKIP: $cxx cannot link libFuzzer (libclang-rt-16-dev missing?): $(head -3 "$probe/err")"
   exit 77
+fi
+
+# Crash reports name functions and lines only with a symbolizer: Debian's clang-16 runtime looks
+# for its own (package llvm-16) and finds none; any llvm-symbolizer there is will do.
+if [[ -z ${ASAN_SYMBOLIZER_PATH:-} ]]; then
+  symbolizer=$(command -v llvm-symbolizer-16 || command -v llvm-symbolizer || true)
+  [[ -z $symbolizer ]] || export ASAN_SYMBOLIZER_PATH=$symbolizer
 fi
 
 cmake -S . -B "$dir" -G Ninja -DDRUN_FUZZ=ON -DDRUN_FUZZ_CXX="$cxx" \

@@ -12,7 +12,7 @@ packages=(
   iproute2 procps util-linux
   openmpi-bin libopenmpi-dev python3 python3-torch
   slurmctld slurmd slurm-client munge   # the [slurm] tests' cluster (scripts/slurm/up.sh)
-  clang libclang-rt-dev                 # the libFuzzer targets (scripts/fuzz.sh)
+  clang-16 libclang-rt-16-dev           # the libFuzzer targets (scripts/fuzz.sh)
 )
 
 missing=()

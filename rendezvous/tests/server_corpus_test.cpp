@@ -20,7 +20,7 @@ TEST_CASE("server corpus: the store server survives every saved byte stream and 
   CHECK(stats.requestsServed >= 1);  // the well-formed streams are served
 }
 
-// What libFuzzer would do to the server if clang 14 could build it (server_check.hpp): the saved
+// A little of what fuzz_server does (server_check.hpp), in every build, with gcc too: the saved
 // streams mutated at random (seeded, so a failure repeats), within a bounded count and time.
 TEST_CASE("server corpus: mutated byte streams neither crash nor wedge the store server",
           "[server][fuzz]") {
