@@ -31,6 +31,8 @@ namespace {
 
 // How long the destructor waits for SIGKILLed workers to die before leaving them to the reaper.
 constexpr std::chrono::milliseconds kDestructorReapBound = 2s;
+// How often the group reaps without a SIGCHLD while its workers run (sweepReaps()).
+constexpr std::chrono::milliseconds kReapSweep = 1s;
 
 // fds 0-2 must be taken, or a pipe could land on them and be clobbered by the child's dup2s.
 void ensureStandardFdsOpen() {
@@ -120,7 +122,8 @@ struct WorkerGroup::Impl {
         mux(io, this->options.output),
         sigchld(io, SIGCHLD),
         winch(io),
-        killTimer(io) {
+        killTimer(io),
+        reapSweep(io) {
     ensureStandardFdsOpen();
     devNull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (devNull < 0) throw Error(std::string("cannot open /dev/null: ") + std::strerror(errno));
@@ -160,6 +163,7 @@ struct WorkerGroup::Impl {
   asio::signal_set sigchld;
   asio::signal_set winch;  // SIGWINCH, while workers have ptys sized after drun's terminal
   asio::steady_timer killTimer;
+  asio::steady_timer reapSweep;
   bool ttyOut = false;  // worker stdout / stderr are ptys (TtyMode, resolved at start)
   bool ttyErr = false;
   std::vector<std::unique_ptr<Worker>> workers;
@@ -185,6 +189,21 @@ struct WorkerGroup::Impl {
     });
   }
 
+  // A backstop for SIGCHLD: while a worker runs, reap every kReapSweep as the handler does. A
+  // missed exit would hang the job, and a signal can come late (ThreadSanitizer delivers them at
+  // points of its own: a TSan CI run once waited 10 s for a worker's exit). A sweep of nothing
+  // exited is one waitpid(WNOHANG).
+  void sweepReaps() {
+    reapSweep.expires_after(kReapSweep);
+    reapSweep.async_wait([this, alive = guard()](const boost::system::error_code& ec) {
+      if (alive.expired() || ec) return;
+      detail::guarded("the reap sweep", [&] {
+        detail::ChildReaper::instance().reapAll();
+        if (running() > 0) sweepReaps();
+      });
+    });
+  }
+
   void killGroup(const Worker& w, int sig) {
     if (::kill(-w.pid, sig) != 0 && errno != ESRCH)
       spdlog::debug("kill(-{}, {}) failed: {}", w.pid, sig, std::strerror(errno));
@@ -203,6 +222,7 @@ struct WorkerGroup::Impl {
     }
     // Children that exited while no group listened (orphans) left zombies: collect them now.
     detail::ChildReaper::instance().reapAll();
+    sweepReaps();
   }
 
   ConsoleWriter& console() const {
