@@ -234,6 +234,13 @@ class GlooBackend final : public Backend {
     GlooStoreAdapter adapter(std::move(store), timeout);
     try {
       context->connectFullMesh(adapter, device_);
+      // connectFullMesh returns on a rank once its own side of each pair is up: a rank whose
+      // peers all connected quickly could finish, destroy its pairs and exit while a slower rank
+      // still completes a handshake with it, and that rank's init then fails with "Connection
+      // closed by peer" (seen in CI with `hello`). No rank leaves init before every mesh is up.
+      gloo::BarrierOptions opts(context);
+      limit(opts, nextTag_++, timeout);
+      gloo::barrier(opts);
     } catch (const Error&) {
       throw;
     } catch (...) {
