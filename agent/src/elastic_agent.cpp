@@ -251,12 +251,15 @@ struct ElasticAgent::Impl {
       io.stop();
       return;
     }
+    // In Rendezvous the join is the call in flight (RoundFormed's action runs in Running).
+    const bool joinInFlight = state == AgentState::Rendezvous;
     transition(AgentState::Failed, std::string(toString(Event::InternalError)) + ": " + what);
     exitCode = 1;
     if (group && group->running() > 0)
-      group->stop(SIGKILL, std::chrono::milliseconds(0), [this] { leaveAndStop(false); });
+      group->stop(SIGKILL, std::chrono::milliseconds(0),
+                  [this, joinInFlight] { leaveAndStop(false, joinInFlight); });
     else
-      leaveAndStop(false);
+      leaveAndStop(false, joinInFlight);
   }
 
   // Posts a handler to the loop behind the exception boundary.
@@ -528,17 +531,21 @@ struct ElasticAgent::Impl {
     exitCode = finalCause->statusCode();
   }
 
+  // The join has returned (with an error): leaving is clean, so that a node hosting the store
+  // keeps serving the others (bounded by close_timeout) until they have their answer too.
   void exitRendezvousFailed(const Input& in) {
     say("drun: error: rendezvous failed: %s\n", in.reason.c_str());
     exitCode = 1;
-    io.stop();  // the rendezvous' destructor closes the connection
+    leaveAndStop(true);
   }
 
+  // A spare or a late joiner learned the job's end: it leaves as a known node of the job (the
+  // store's host, if that is this node, serves until the others left too).
   void exitJobEnded(const Input& in) {
     say("drun: %s\n", in.reason.c_str());
     exitCode = in.code;
     if (in.code == 0) transition(AgentState::Succeeded, "the job succeeded without this node");
-    io.stop();
+    leaveAndStop(true);
   }
 
   void exitSignalled(const Input& in) {
@@ -548,19 +555,35 @@ struct ElasticAgent::Impl {
     leaveAndStop(false);
   }
 
-  // Leaves the job (clean: it ended for everyone; else as a lost node, so the others re-form)
-  // off the loop, then ends the loop. If the rendezvous thread is stuck in a call (a join),
-  // the loop ends at once and run() leaves through _exit.
-  void leaveAndStop(bool clean) {
-    if (offLoop->busy()) {
+  // A signal while the join blocks (it may block up to the join timeout): not waited for.
+  void exitSignalledWhileJoining(const Input& in) {
+    signalled = in.signal;
+    say("drun: received %s; leaving the job\n", signalName(in.signal).c_str());
+    exitCode = 128 + in.signal;
+    leaveAndStop(false, /*joinInFlight=*/true);
+  }
+
+  // Leaves the job off the loop (clean: it ended for everyone; else as a lost node, so the
+  // others re-form), then ends the loop. The leave is queued behind the rendezvous call in
+  // flight (a failure report, finish()): leave() always follows finish(), so the store's host
+  // runs its exit barrier even when the job's Succeeded event overtook its own finish(). Only a
+  // join in flight is not waited for: the loop ends at once, and run() leaves through _exit (the
+  // closed connection's will tells the others).
+  void leaveAndStop(bool clean, bool joinInFlight = false) {
+    if (joinInFlight) {
       io.stop();
       return;
     }
     offLoop->post([this, clean] {
-      if (clean)
-        rendezvous->leave();
-      else
-        rendezvous->abandon();
+      try {
+        if (clean)
+          rendezvous->leave();
+        else
+          rendezvous->abandon();
+      } catch (const std::exception& e) {
+        spdlog::debug("agent: leaving the job: {}", e.what());
+      } catch (...) {
+      }
       onLoop([this] { io.stop(); });
     });
   }
@@ -686,7 +709,7 @@ const ElasticAgent::Impl::Rule ElasticAgent::Impl::kRules[] = {
     {R, Event::RoundFormed, Run, &ElasticAgent::Impl::startWorkers},
     {R, Event::RendezvousFailed, Bad, &ElasticAgent::Impl::exitRendezvousFailed},
     {R, Event::JobEnded, Bad, &ElasticAgent::Impl::exitJobEnded},
-    {R, Event::Signal, Bad, &ElasticAgent::Impl::exitSignalled},
+    {R, Event::Signal, Bad, &ElasticAgent::Impl::exitSignalledWhileJoining},
     {Run, Event::WorkerFailed, SF, &ElasticAgent::Impl::stopWorkers},
     {Run, Event::WorkersSucceeded, Fin, &ElasticAgent::Impl::reportFinished},
     {Run, Event::JobFailed, SR, &ElasticAgent::Impl::stopForRemoteFailure},

@@ -177,6 +177,8 @@ const ConfKey kConfKeys[] = {
     {"last_call_timeout", "wait for more nodes once MIN joined", &rdzv::RendezvousOptions::lastCallTimeout},
     {"close_timeout", "the store's host waits this long for the others to leave",
      &rdzv::RendezvousOptions::closeTimeout},
+    {"replace_timeout", "after losing nodes below MIN, wait this long for replacements (0: fail "
+     "at once; under SLURM 0 unless given)", &rdzv::RendezvousOptions::replaceTimeout},
     {"heartbeat_interval", "store keep-alive (alias: keep_alive_interval)",
      &rdzv::RendezvousOptions::heartbeatInterval},
     {"heartbeat_timeout", "a node silent this long is lost; a cut node fences itself within it",
@@ -194,7 +196,11 @@ std::string confKeysHelp() {
   std::string out;
   for (const ConfKey& key : kConfKeys) {
     std::string line = std::string("  ") + key.name;
-    if (key.duration) line += "=DURATION (" + durationText(defaults.*key.duration) + ")";
+    if (key.duration)
+      line += "=DURATION (" +
+              (defaults.*key.duration < std::chrono::milliseconds(0) ? std::string("join_timeout")
+                                                                     : durationText(defaults.*key.duration)) +
+              ")";
     else if (key.path) line += "=PATH";
     else line += "=BOOL";
     line.resize(std::max<size_t>(line.size() + 1, 36), ' ');
@@ -428,6 +434,10 @@ CliResult parseCommandLine(const std::vector<std::string>& args) {
   if (!rdzvEndpoint.empty()) parseEndpoint(rdzvEndpoint, r);
   parseRdzvConf(rdzvConf, r);
   if (!r.isHost) r.isHost = slurmIsHost;  // SLURM hook: the step's first node hosts the store
+  // SLURM replaces nothing inside a running step (a requeue starts a new one): survivors that
+  // waited for a replacement would wait for nobody.
+  if (slurmIsHost && r.replaceTimeout < std::chrono::milliseconds(0))
+    r.replaceTimeout = std::chrono::milliseconds(0);
   if (!nodeRank.empty()) {
     // A copy: clang 14 (the fuzz build's compiler) cannot capture a structured binding.
     const int lastRank = maxNodes - 1;

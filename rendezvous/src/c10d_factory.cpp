@@ -95,6 +95,13 @@ std::unique_ptr<Rendezvous> makeC10dRendezvous(const RendezvousOptions& options)
       if (std::string_view(e.what()).find(std::strerror(EADDRINUSE)) == std::string_view::npos)
         throw NetworkError("rendezvous '" + options.runId + "': cannot host the store on port " +
                            std::to_string(options.endpointPort) + ": " + e.what());
+      // Told to host (is_host=1, or the first node of a SLURM step): a client of whatever holds
+      // the port would wait for a job that nobody hosts.
+      if (options.isHost.value_or(false))
+        throw NetworkError("rendezvous '" + options.runId + "': this node is told to host the "
+                           "store (is_host=1), but port " + std::to_string(options.endpointPort) +
+                           " on " + options.endpointHost + " is taken (" + e.what() +
+                           "): stop what holds it, or pick another --rdzv-endpoint port");
       access.server.reset();
       spdlog::info("rendezvous '{}': not hosting the store ({}); joining {}:{} as a client",
                    options.runId, e.what(), options.endpointHost, options.endpointPort);

@@ -29,6 +29,7 @@
 #include "drun/common/error.hpp"
 #include "drun/rendezvous/port_reservation.hpp"
 #include "drun/rendezvous/store_server.hpp"
+#include "job_ledger.hpp"
 #include "membership_watcher.hpp"
 
 namespace drun::rdzv {
@@ -67,9 +68,19 @@ milliseconds watchSlice(milliseconds heartbeatTimeout) {
 // The previous round as a re-forming round sees it: who of its members can still come back.
 struct Reform {
   bool active = false;   // the previous round closed: its members re-join
-  uint64_t previous = 0;
-  int nodeCount = 0;
-  int64_t leftAtClose = 0;
+  RoundBaseline previous;
+};
+
+constexpr auto kNever = Clock::time_point::max();
+
+// How often a closer re-reads its snapshot when wills keep running under it.
+constexpr int kMaxCloseLooks = 3;
+
+// The timers of one join: the last call, and the wait for replacement nodes after a loss.
+struct CloseClock {
+  Clock::time_point lastCallAt = kNever;
+  Clock::time_point replaceBy = kNever;
+  std::string shortage;  // who was lost, for the progress line
 };
 
 class C10dRendezvous final : public Rendezvous {
@@ -121,6 +132,7 @@ class C10dRendezvous final : public Rendezvous {
     for (int attempt = 0;; ++attempt) {
       if (storeLost_) reconnect(deadline);  // throws when the store is gone for good
       try {
+        if (!present_) enterJob(deadline);
         if (!configChecked_) checkJobConfig();
         RoundResult result = joinFrom(startRound(), deadline, started);
         // Any program must be able to bind MASTER_PORT, with SO_REUSEADDR or without.
@@ -172,17 +184,23 @@ class C10dRendezvous final : public Rendezvous {
       // A clean leave is not a death: drop the will first, so nobody is told to restart.
       store_->setWill({});
       if (lastRound_) {
-        // The last member of the latest round to go removes the job's keys, unless nodes
-        // already wait in the next round.
         const uint64_t round = *lastRound_;
-        const int64_t gone = store_->add(keys::left(id(), round), 1) - leftAtClose_;
+        store_->add(keys::left(id(), round), 1);
         wakeWatchers(round);  // the others look again (a job that ended: they end too)
-        if (gone >= lastNodeCount_ && !store_->check({keys::count(id(), round + 1)}))
-          removeJobKeys();
-        if (server_) waitForOthersToLeave(round);
       }
-    } catch (const Error& e) {
+      if (present_) {
+        present_ = false;
+        // The last known node of the job to go (members, spares, late joiners alike) removes
+        // its keys: a new start with the same id finds nothing to trip on.
+        if (store_->add(keys::present(id()), -1) <= 0)
+          removeJobKeys();
+        else if (server_)
+          waitForOthersToLeave();
+      }
+    } catch (const std::exception& e) {
       spdlog::debug("rendezvous '{}': leave: {}", options_.runId, e.what());
+    } catch (...) {
+      spdlog::debug("rendezvous '{}': leave: unknown error", options_.runId);
     }
     reservation_.release();
     store_.reset();
@@ -244,6 +262,61 @@ class C10dRendezvous final : public Rendezvous {
         store_->set(keys::status(id(), 0), decision);  // wakes every joiner of round 0
     }
     throw InvalidArgument("rendezvous '" + id() + "': " + message);
+  }
+
+  // Counts this node among the job's known nodes (`present`), once it is sure that the job it
+  // joins has not already ended. An outcome with nobody present is what an ended job left
+  // behind (its last node died before removing the keys, or this start came right after it): a
+  // new start with the same id removes it (one resetter, elected by compare_set on `outcome`)
+  // instead of tripping on its rounds. An outcome while nodes are present: they are leaving
+  // (the store's host serves until they have); waited for at most close_timeout.
+  void enterJob(const Deadline& deadline) {
+    Store& s = *store_;
+    const std::string outcomeKey = keys::outcome(id());
+    const std::string presentKey = keys::present(id());
+    std::optional<Deadline> leaving;
+    for (;;) {
+      auto outcome = s.tryGet(outcomeKey);
+      if (!outcome) break;
+      if (deadline.expired())
+        throw TimeoutError("rendezvous '" + id() + "': an earlier run with this id ended and " +
+                           "was not cleared within " + ms(options_.joinTimeout));
+      const milliseconds slice = std::min(deadline.remaining(), options_.readTimeout);
+      if (keys::isOutcomeReset(*outcome)) {
+        watchQuietly(outcomeKey, outcome, slice);
+        continue;
+      }
+      auto present = s.tryGet(presentKey);
+      const int64_t stillHere = keys::parseCounter(present).value_or(0);
+      if (stillHere > 0) {
+        if (!leaving) {
+          leaving.emplace(options_.closeTimeout);
+          spdlog::info("rendezvous '{}': an earlier run with this id ended; waiting for its {} "
+                       "node(s) to leave", id(), stillHere);
+        }
+        if (!leaving->expired()) {
+          watchQuietly(presentKey, present, std::min(slice, leaving->remaining()));
+          continue;
+        }
+        spdlog::warn("rendezvous '{}': {} node(s) of an earlier run with this id did not leave "
+                     "within {}; starting afresh", id(), stillHere, ms(options_.closeTimeout));
+      }
+      const std::string claim = keys::encodeOutcomeReset(self_.id);
+      if (s.compareSet(outcomeKey, *outcome, claim) == claim) {
+        removeJobKeys();
+        spdlog::info("rendezvous '{}': an earlier run with this id ended; starting afresh", id());
+        break;
+      }
+    }
+    s.add(presentKey, 1);
+    present_ = true;
+  }
+
+  void watchQuietly(const std::string& key, const std::optional<Bytes>& known, milliseconds slice) {
+    try {
+      store_->watch(key, known, slice);
+    } catch (const TimeoutError&) {
+    }
   }
 
   // Which round to join, and whom to tell.
@@ -314,9 +387,7 @@ class C10dRendezvous final : public Rendezvous {
   std::optional<RoundResult> joinRound(uint64_t round, Deadline& deadline,
                                        const Announcement& announce) {
     Store& s = *store_;
-    const bool elastic = options_.minNodes < options_.maxNodes;
     const std::string statusKey = keys::status(id(), round);
-    constexpr auto kNever = Clock::time_point::max();
 
     s.setWill(keys::joinWill(id(), round, self_.id, self_.displayName()));
     if (announce.round) announceWaiting(*announce.round, announce.reason);
@@ -324,17 +395,22 @@ class C10dRendezvous final : public Rendezvous {
     int64_t arrivals = s.add(keys::count(id(), round), 1);
     if (self_.rejoining) s.add(keys::rejoined(id(), round), 1);
     const Reform reform = readReform(round);
+    // A re-forming round closes when every survivor of the previous round is back (never
+    // earlier: newcomers alone would form a second job beside the running one), so it has no
+    // last call; only a first round (or one after a failed decision) waits for more nodes.
+    const bool elastic = options_.minNodes < options_.maxNodes && !reform.active;
     spdlog::debug("rendezvous '{}': joined round {} as arrival {} (need {}..{}{})", id(), round,
                   arrivals, options_.minNodes, options_.maxNodes,
                   reform.active ? ", re-forming" : "");
+    CloseClock clock;
     // When this node evaluates the last call: the armer at the last call timeout, the others a
     // margin later (they take over only if the armer died).
-    Clock::time_point lastCallAt = kNever;
     auto startLastCall = [&](bool armedByMe) {
-      lastCallAt = Clock::now() + options_.lastCallTimeout +
-                   (armedByMe ? 0ms : backupMargin(options_.lastCallTimeout));
+      clock.lastCallAt = Clock::now() + options_.lastCallTimeout +
+                         (armedByMe ? 0ms : backupMargin(options_.lastCallTimeout));
     };
-    if (!closeIfComplete(round, arrivals, reform) && elastic && arrivals >= options_.minNodes)
+    if (!closeIfComplete(round, arrivals, reform, clock) && elastic &&
+        arrivals >= options_.minNodes)
       startLastCall(armLastCall(round));
 
     std::optional<Bytes> known;  // status as last seen (nullopt: absent)
@@ -354,8 +430,8 @@ class C10dRendezvous final : public Rendezvous {
         if (elastic) {
           auto armer = s.tryGet(keys::lastCall(id(), round));
           if (!armer)
-            lastCallAt = kNever;
-          else if (lastCallAt == kNever)
+            clock.lastCallAt = kNever;
+          else if (clock.lastCallAt == kNever)
             startLastCall(*armer == self_.id);
         }
         arrivals = keys::parseCounter(s.tryGet(keys::count(id(), round))).value_or(0);
@@ -364,33 +440,36 @@ class C10dRendezvous final : public Rendezvous {
         // arrivals counted and still open, the closer may have died mid-close: one waiter,
         // elected per event, evaluates again.
         if (reform.active)
-          closeIfComplete(round, arrivals, reform);
+          closeIfComplete(round, arrivals, reform, clock);
         else if (known && arrivals >= options_.maxNodes &&
                  s.compareSet(keys::reeval(id(), round, *known), "", self_.id) == self_.id)
-          tryClose(round, options_.maxNodes);
+          tryClose(round, options_.maxNodes, reform);
       }
-      if (Clock::now() >= lastCallAt) {
-        if (!tryClose(round, options_.minNodes)) disarmLastCall(round);
-        lastCallAt = kNever;
+      if (Clock::now() >= clock.lastCallAt) {
+        if (!tryClose(round, options_.minNodes, reform)) disarmLastCall(round);
+        clock.lastCallAt = kNever;
       }
+      if (Clock::now() >= clock.replaceBy) closeIfComplete(round, arrivals, reform, clock);
       if (deadline.expired()) {
         // A node waiting for the next round of a job that is still running (a spare, a late
         // node) waits as long as the job runs; only a round that cannot form times out. A member
         // re-forming the job is not waiting for it: the survivors it waits for are re-forming
         // too, and one that never comes back (its death hidden, a stuck agent) must not hold it
-        // for ever.
-        if (self_.rejoining || !jobRunsWithout(round)) timedOut(round);
+        // for ever. Survivors waiting for a replacement wait for replace_timeout instead.
+        if (clock.replaceBy == kNever && (self_.rejoining || !jobRunsWithout(round)))
+          timedOut(round);
         deadline = Deadline(options_.joinTimeout);
       }
       milliseconds wait = deadline.remaining();
       if (options_.say) {
-        if (progress.due()) options_.say(waitingText(round, arrivals, lastCallAt, deadline));
+        if (progress.due()) options_.say(waitingText(round, arrivals, clock, deadline));
         wait = std::min(wait, progress.untilDue());
       }
-      if (lastCallAt != kNever) {
-        auto untilLastCall = std::chrono::duration_cast<milliseconds>(lastCallAt - Clock::now());
-        wait = std::min(wait, std::max(untilLastCall + 1ms, 1ms));  // remaining() may be 0
-      }
+      for (Clock::time_point at : {clock.lastCallAt, clock.replaceBy})
+        if (at != kNever) {
+          auto until = std::chrono::duration_cast<milliseconds>(at - Clock::now());
+          wait = std::min(wait, std::max(until + 1ms, 1ms));  // remaining() may be 0
+        }
       // Returns at once when status differs from `known` (also after this node's own writes).
       try {
         known = s.watch(statusKey, known, wait);
@@ -401,13 +480,18 @@ class C10dRendezvous final : public Rendezvous {
   }
 
   // How a long join wait goes, for the progress line (no store calls: it says what is known).
-  std::string waitingText(uint64_t round, int64_t arrivals, Clock::time_point lastCallAt,
+  std::string waitingText(uint64_t round, int64_t arrivals, const CloseClock& clock,
                           const Deadline& deadline) const {
     const std::string at = " at " + endpoint_;
+    if (clock.replaceBy != kNever) {
+      auto left = std::chrono::duration_cast<milliseconds>(clock.replaceBy - Clock::now());
+      return "waiting for replacement node(s): " + clock.shortage + at + "; " +
+             humanDuration(left) + " left";
+    }
     if (spare_ || joiningRunningJob_)
       return "waiting to join the running job (round " + std::to_string(round) + ")" + at;
-    if (lastCallAt != Clock::time_point::max()) {
-      auto left = std::chrono::duration_cast<milliseconds>(lastCallAt - Clock::now());
+    if (clock.lastCallAt != kNever) {
+      auto left = std::chrono::duration_cast<milliseconds>(clock.lastCallAt - Clock::now());
       return std::to_string(arrivals) + " of at most " + std::to_string(options_.maxNodes) +
              " node(s) joined" + at + "; last call for more, closing in " + humanDuration(left);
     }
@@ -432,46 +516,75 @@ class C10dRendezvous final : public Rendezvous {
     auto state = closedRound(round - 1);
     if (!state) return reform;
     reform.active = true;
-    reform.previous = round - 1;
-    reform.nodeCount = state->nodeCount;
-    reform.leftAtClose = state->leftAtClose;
+    reform.previous = {id(), round - 1, state->nodeCount, state->leftAtClose};
     return reform;
   }
 
-  // Members of the previous round that can still come back: not gone (left or will fired).
-  int64_t survivors(const Reform& reform) {
-    const int64_t gone =
-        keys::parseCounter(store_->tryGet(keys::left(id(), reform.previous))).value_or(0) -
-        reform.leftAtClose;
-    return std::max<int64_t>(0, reform.nodeCount - gone);
-  }
-
-  // Closes the round when it is complete: MAX arrivals, or (re-forming) every survivor of the
-  // previous round is back. A re-forming round that can never reach MIN fails at once with the
-  // names of the lost nodes. Returns whether the round closed.
-  bool closeIfComplete(uint64_t round, int64_t arrivals, const Reform& reform) {
-    if (arrivals >= options_.maxNodes && tryClose(round, options_.maxNodes)) return true;
-    if (!reform.active) return false;
+  // Whether every member of the previous round that can come back is back in `round`. Until
+  // then a re-forming round never closes: its survivors are still stopping their workers, and
+  // a round formed without them would be a second job beside theirs.
+  bool everySurvivorBack(uint64_t round, const Reform& reform) {
     const int64_t back =
         keys::parseCounter(store_->tryGet(keys::rejoined(id(), round))).value_or(0);
-    if (back < survivors(reform)) return false;  // someone is still stopping its workers
-    if (tryClose(round, options_.minNodes)) return true;
-    throw Error("rendezvous '" + id() + "': the job lost " + lostNodes(reform) + "; " +
-                std::to_string(arrivals) + " node(s) remain, fewer than the minimum of " +
-                std::to_string(options_.minNodes) + " (--nnodes " +
-                std::to_string(options_.minNodes) + ":" + std::to_string(options_.maxNodes) +
-                ")");
+    return back >= survivorsOf(*store_, reform.previous);
+  }
+
+  milliseconds replaceTimeout() const {
+    return options_.replaceTimeout < 0ms ? options_.joinTimeout : options_.replaceTimeout;
+  }
+
+  // Closes the round when it is complete: MAX arrivals (a first round), or (re-forming) every
+  // survivor of the previous round is back and MIN are alive. A re-forming round short of MIN
+  // waits up to replace_timeout for newcomers to take the lost nodes' places, then fails for
+  // every waiter with the names of the lost nodes. Returns whether the round closed.
+  bool closeIfComplete(uint64_t round, int64_t arrivals, const Reform& reform, CloseClock& clock) {
+    if (!reform.active) return arrivals >= options_.maxNodes && tryClose(round, options_.maxNodes, reform);
+    if (!everySurvivorBack(round, reform)) return false;
+    if (tryClose(round, options_.minNodes, reform)) return true;
+    const std::string shortage = "the job lost " + lostNodes(reform) + "; " +
+                                 std::to_string(arrivals) +
+                                 " node(s) remain, fewer than the minimum of " +
+                                 std::to_string(options_.minNodes) + " (--nnodes " +
+                                 std::to_string(options_.minNodes) + ":" +
+                                 std::to_string(options_.maxNodes) + ")";
+    if (clock.replaceBy == kNever && replaceTimeout() > 0ms) {
+      clock.replaceBy = Clock::now() + replaceTimeout();
+      clock.shortage = shortage;
+      const std::string line = shortage + "; waiting up to " + humanDuration(replaceTimeout()) +
+                               " for replacement node(s) (--rdzv-conf replace_timeout)";
+      spdlog::info("rendezvous '{}': {}", id(), line);
+      if (options_.say) options_.say(line);
+      return false;
+    }
+    if (clock.replaceBy != kNever && Clock::now() < clock.replaceBy) return false;
+    failRound(round, shortage + (replaceTimeout() > 0ms ? "; no replacement came within " +
+                                                              humanDuration(replaceTimeout())
+                                                        : std::string()));
+  }
+
+  // Decides the round as failed, so that every node waiting in it gets the same error.
+  [[noreturn]] void failRound(uint64_t round, const std::string& message) {
+    keys::RoundState failed;
+    failed.ok = false;
+    failed.error = message;
+    const std::string decision = keys::encodeState(failed);
+    const Bytes stored = store_->compareSet(keys::state(id(), round), "", decision);
+    if (stored == decision) store_->set(keys::status(id(), round), decision);
+    auto state = keys::parseState(stored);
+    throw Error("rendezvous '" + id() + "': " +
+                (state && !state->ok ? state->error : message));
   }
 
   // The members of the previous round whose dead flag is set (error path only: O(N) reads).
   std::string lostNodes(const Reform& reform) {
     std::string names;
     size_t count = 0;
+    const uint64_t previous = reform.previous.round;
     try {
-      auto state = keys::parseState(store_->get(keys::state(id(), reform.previous),
+      auto state = keys::parseState(store_->get(keys::state(id(), previous),
                                                 options_.readTimeout));
       for (const auto& member : state ? state->roster : std::vector<keys::RosterEntry>{}) {
-        if (!store_->tryGet(keys::dead(id(), reform.previous, member.id))) continue;
+        if (!store_->tryGet(keys::dead(id(), previous, member.id))) continue;
         if (count++ < kMaxNamesInMessage) names += (names.empty() ? "" : ", ") + member.name;
       }
     } catch (const Error& e) {
@@ -486,13 +599,14 @@ class C10dRendezvous final : public Rendezvous {
   // waiting in `round` waits on.
   bool jobRunsWithout(uint64_t round) {
     const Reform reform = readReform(round);
-    return reform.active && !store_->check({keys::outcome(id())}) && survivors(reform) > 0;
+    return reform.active && !store_->check({keys::outcome(id())}) &&
+           survivorsOf(*store_, reform.previous) > 0;
   }
 
   // Throws JobEnded when the job has an outcome (a node waiting to join learns it's over).
   void throwIfJobEnded() {
     auto outcome = store_->tryGet(keys::outcome(id()));
-    if (!outcome) return;
+    if (!outcome || keys::isOutcomeReset(*outcome)) return;
     auto failure = keys::parseOutcome(*outcome);
     if (!failure)
       throw JobEnded("rendezvous '" + id() + "': the job finished (every worker succeeded) "
@@ -504,30 +618,37 @@ class C10dRendezvous final : public Rendezvous {
   }
 
   // Evaluates the round and closes it when at least `needed` alive nodes joined. Returns false
-  // when too few are alive (nothing written).
-  bool tryClose(uint64_t round, int needed) {
+  // when too few are alive or (re-forming) a survivor is not back yet (nothing written).
+  bool tryClose(uint64_t round, int needed, const Reform& reform) {
     Store& s = *store_;
     const auto t0 = Clock::now();
-    // Read the change counter before the snapshot: a death after this read makes the watch
-    // baseline stale (a spurious, harmless notification), never a missed one.
-    const int64_t changesAtRead =
-        keys::parseCounter(s.tryGet(keys::changes(id(), round))).value_or(0);
-    size_t skipped = 0;
-    auto nodes = keys::parseJoined(s.tryGet(keys::joined(id(), round)).value_or(""), &skipped);
-    if (skipped)
-      spdlog::warn("rendezvous '{}': round {}: ignored {} malformed joiner record(s)", id(), round,
-                   skipped);
-    if (changesAtRead > 0) removeDead(round, nodes);
+    if (reform.active && !everySurvivorBack(round, reform)) return false;
+    // The snapshot of the alive joiners and `left` (the members' baseline) must agree: a joiner
+    // whose will ran before `left` was read is out of the roster (its dead flag is read after),
+    // and one whose will runs later is a member whose loss the watchers see. `left` is read
+    // before and after; a will in between (they differ) makes the closer look again.
+    std::vector<NodeDescriptor> nodes;
+    int64_t changesAtRead = 0;
+    int64_t leftAtRead = 0;
+    for (int look = 0; look < kMaxCloseLooks; ++look) {
+      leftAtRead = keys::parseCounter(s.tryGet(keys::left(id(), round))).value_or(0);
+      changesAtRead = keys::parseCounter(s.tryGet(keys::changes(id(), round))).value_or(0);
+      size_t skipped = 0;
+      nodes = keys::parseJoined(s.tryGet(keys::joined(id(), round)).value_or(""), &skipped);
+      if (skipped)
+        spdlog::warn("rendezvous '{}': round {}: ignored {} malformed joiner record(s)", id(),
+                     round, skipped);
+      if (changesAtRead > 0 || leftAtRead > 0) removeDead(round, nodes);
+      if (keys::parseCounter(s.tryGet(keys::left(id(), round))).value_or(0) == leftAtRead) break;
+      // Out of looks: a loss in the window is then counted as a member's (a spurious re-form,
+      // never a hidden death).
+    }
     if (static_cast<int>(nodes.size()) < needed) {
       spdlog::debug("rendezvous '{}': round {}: {} alive joiner(s), need {}: not closing", id(),
                     round, nodes.size(), needed);
       return false;
     }
     nodes = pickMembers(std::move(nodes), options_.maxNodes);
-
-    // Read after the snapshot: a will that fires in between belongs to a member (counted as one
-    // that left: the host then waits out closeTimeout at worst), never the other way round.
-    const int64_t leftAtRead = keys::parseCounter(s.tryGet(keys::left(id(), round))).value_or(0);
     RoundDecision d = decideRound(id(), round, nodes,
                                   {changesAtRead, leftAtRead, restartCountFor(round)});
     if (s.compareSet(keys::state(id(), round), "", d.decision) == d.decision) {
@@ -712,6 +833,7 @@ class C10dRendezvous final : public Rendezvous {
         store_ = connect_();
         storeLost_ = false;
         lastRound_.reset();  // the old round counted this node gone: it comes back as a newcomer
+        present_ = false;    // ... and its will counted it out of the job
         self_.rejoining = false;
         self_.previousRank.reset();
         descriptorLine_ = keys::encodeDescriptor(self_);
@@ -753,24 +875,21 @@ class C10dRendezvous final : public Rendezvous {
     }
   }
 
-  // The hosting agent keeps the store up until the other members left (or closeTimeout).
-  void waitForOthersToLeave(uint64_t round) {
+  // The hosting agent keeps the store up until every other known node of the job (members,
+  // spares, late joiners) left or was declared lost (its will ran), or closeTimeout passed.
+  void waitForOthersToLeave() {
     const Deadline deadline(options_.closeTimeout);
-    const std::string key = keys::left(id(), round);
+    const std::string key = keys::present(id());
     for (;;) {
       auto value = store_->tryGet(key);
-      const int64_t remaining =
-          lastNodeCount_ - (keys::parseCounter(value).value_or(0) - leftAtClose_);
+      const int64_t remaining = keys::parseCounter(value).value_or(0);
       if (!value || remaining <= 0) return;  // absent: the last one removed the job's keys
       if (deadline.expired()) {
         spdlog::info("rendezvous '{}': stopping the store with {} node(s) still attached after {}",
                      id(), remaining, ms(options_.closeTimeout));
         return;
       }
-      try {
-        store_->watch(key, value, deadline.remaining());
-      } catch (const TimeoutError&) {
-      }
+      watchQuietly(key, value, deadline.remaining());
     }
   }
 
@@ -792,6 +911,7 @@ class C10dRendezvous final : public Rendezvous {
   int lastNodeRank_ = 0;
   std::atomic<bool> storeLost_{false};
   bool left_ = false;
+  bool present_ = false;      // counted in the job's `present` (by this connection)
   bool configChecked_ = false;
   bool spare_ = false;        // this join waits as a spare (the job runs with MAX nodes)
   bool joiningRunningJob_ = false;  // this join waits for a running job's next round

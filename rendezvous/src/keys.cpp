@@ -152,6 +152,8 @@ std::string finished(std::string_view runId, uint64_t r) {
 std::string failure(std::string_view runId, uint64_t r) { return cat(round(runId, r), "failure"); }
 std::string outcome(std::string_view runId) { return cat(job(runId), "outcome"); }
 std::string config(std::string_view runId) { return cat(job(runId), "config"); }
+std::string present(std::string_view runId) { return cat(job(runId), "present"); }
+std::string lastDead(std::string_view runId, uint64_t r) { return cat(round(runId, r), "last_dead"); }
 
 Store::Will joinWill(std::string_view runId, uint64_t r, std::string_view node,
                      std::string_view displayName) {
@@ -159,13 +161,15 @@ Store::Will joinWill(std::string_view runId, uint64_t r, std::string_view node,
   will.sets = {{dead(runId, r, node), "1"},
                {lastChange(runId, r),
                 "node " + std::string(displayName) + " left round " + std::to_string(r) +
-                    " (its connection to the rendezvous store closed or went silent)"}};
+                    " (its connection to the rendezvous store closed or went silent)"},
+               {lastDead(runId, r), std::string(node)}};
   // status last: once the round is closed it holds the state, and the store skips that add.
   will.adds = {{left(runId, r), 1},
                {lost(runId, r), 1},
                {changes(runId, r), 1},
                {status(runId, r), 1},
-               {status(runId, r + 1), 1}};
+               {status(runId, r + 1), 1},
+               {present(runId), -1}};
   return will;
 }
 
@@ -494,6 +498,12 @@ FailureRecord parseFailure(std::string_view value) {
 std::string encodeOutcome(const std::optional<FailureRecord>& failure) {
   return failure ? "failed\n" + encodeFailure(*failure) : std::string("succeeded");
 }
+
+std::string encodeOutcomeReset(std::string_view node) {
+  return "resetting\t" + std::string(node);
+}
+
+bool isOutcomeReset(std::string_view value) { return value.starts_with("resetting\t"); }
 
 std::optional<FailureRecord> parseOutcome(std::string_view value) {
   if (value == "succeeded") return std::nullopt;

@@ -9,6 +9,7 @@
 #include "drun/common/error.hpp"
 #include "drun/common/safe_text.hpp"
 #include "drun/rendezvous/keys.hpp"
+#include "job_ledger.hpp"
 
 namespace drun::rdzv {
 namespace {
@@ -29,9 +30,25 @@ void fire(EventSlot& slot, const std::atomic<bool>& stopped, const JobEvent& eve
 // What has been reported so far, so that each happening is reported once.
 struct Reported {
   bool failed = false;
-  int64_t gone = 0;
+  int64_t gone = 0;     // wills counted (members lost and non-members that died)
   int64_t waiting = 0;
 };
+
+// A single new will whose node is not a member of the round (a spare or a joiner the closer did
+// not take, that died before it registered its will for the next round) is no loss: no member
+// has an assignment under another node's id. Only a will that is alone since the last look is
+// checked (last_dead names the latest will, and `lost` unchanged around the read says no other
+// came in between); two or more at once are reported, so a member's loss is never hidden.
+bool lonelyNonMemberDeath(Store& store, const WatchedRound& w, int64_t lostRead) {
+  auto dead = store.tryGet(keys::lastDead(w.runId, w.round));
+  const int64_t lostAgain =
+      keys::parseCounter(store.tryGet(keys::lost(w.runId, w.round))).value_or(0);
+  if (!dead || lostAgain != lostRead || !keys::isValidNodeId(*dead)) return false;
+  // The assignments exist only when the closer published them (one multi_set with the host
+  // list): a closer that died after deciding leaves none, and then nobody can be told apart.
+  return store.check({keys::hosts(w.runId, w.round)}) &&
+         !store.check({keys::assign(w.runId, w.round, *dead)});
+}
 
 // Reads the round's job state after a change; fires what is new.
 void classify(Store& store, const WatchedRound& w, Reported& seen, EventSlot& slot,
@@ -43,7 +60,8 @@ void classify(Store& store, const WatchedRound& w, Reported& seen, EventSlot& sl
     e.reason = std::move(reason);
     return e;
   };
-  if (!seen.failed) {
+  const JobLedger ledger = readLedger(store, {w.runId, w.round, w.nodeCount, w.leftAtClose});
+  if (!seen.failed && ledger.failed) {
     if (auto record = store.tryGet(keys::failure(w.runId, w.round))) {
       seen.failed = true;
       JobEvent e = event(Kind::Failed, "a worker failed");
@@ -63,20 +81,19 @@ void classify(Store& store, const WatchedRound& w, Reported& seen, EventSlot& sl
       return;  // a failure decides the round: later happenings are its consequences
     }
   }
-  const int64_t finished =
-      keys::parseCounter(store.tryGet(keys::finished(w.runId, w.round))).value_or(0);
-  if (finished >= w.nodeCount) {
+  if (ledger.everyMemberFinished()) {
     // Reported at every look, not once: it is the job's last word, and an agent that missed it
     // must not wait in the barrier for ever (extra ones are ignored once the agent is done).
     fire(slot, stopped, event(Kind::Succeeded, "every node's workers succeeded"));
     return;
   }
   // Losses only (wills): a member that left cleanly (its job ended) is not news.
-  const int64_t gone =
-      keys::parseCounter(store.tryGet(keys::lost(w.runId, w.round))).value_or(0) - w.leftAtClose;
-  const int64_t waiting =
-      keys::parseCounter(store.tryGet(keys::waiting(w.runId, w.round))).value_or(0);
-  if (gone <= seen.gone && waiting <= seen.waiting) return;
+  const int64_t gone = ledger.membersLost();
+  if (gone == seen.gone + 1 && lonelyNonMemberDeath(store, w, ledger.lost)) {
+    seen.gone = gone;
+    return;
+  }
+  if (gone <= seen.gone && ledger.waiting <= seen.waiting) return;
   // Written by any client of the store (a will's text): printed, so made printable first.
   const std::string reason = text::printable(
       store.tryGet(keys::lastChange(w.runId, w.round))
@@ -84,10 +101,10 @@ void classify(Store& store, const WatchedRound& w, Reported& seen, EventSlot& sl
       {512});
   if (gone > seen.gone) {
     seen.gone = gone;
-    seen.waiting = std::max(seen.waiting, waiting);  // re-forming takes the waiting nodes in too
+    seen.waiting = std::max(seen.waiting, ledger.waiting);  // re-forming takes them in too
     fire(slot, stopped, event(Kind::MemberLost, reason));
   } else {
-    seen.waiting = waiting;
+    seen.waiting = ledger.waiting;
     fire(slot, stopped, event(Kind::NodeWaiting, reason));
   }
 }

@@ -91,6 +91,10 @@ std::vector<PortRange> parsePortList(const std::string& text) {
 std::vector<PortRange> masterPortRanges(PortRange ephemeral, const std::vector<PortRange>& reserved) {
   std::vector<PortRange> holes = reserved;
   holes.push_back(ephemeral);
+  // The well-known defaults of torchrun and drun (the c10d rendezvous endpoint, the static
+  // backend's MASTER_PORT): a drawn MASTER_PORT there would take the port from the next job
+  // started on this host with the defaults.
+  for (uint16_t wellKnown : kWellKnownPorts) holes.push_back({wellKnown, wellKnown});
   std::sort(holes.begin(), holes.end(),
             [](const PortRange& a, const PortRange& b) { return a.first < b.first; });
   std::vector<PortRange> out;

@@ -65,14 +65,19 @@ TEST_CASE("MASTER_PORT is drawn from outside the ephemeral and reserved ranges",
   };
   using Spans = std::vector<std::pair<int, int>>;
   // Linux's default range: two spans, below and above it.
-  CHECK(spans(masterPortRanges({32768, 60999}, {})) == Spans{{28000, 32767}, {61000, 65535}});
+  // 29400 (the rendezvous endpoint's default) and 29500 (the static MASTER_PORT's) are never drawn.
+  CHECK(spans(masterPortRanges({32768, 60999}, {})) ==
+        Spans{{28000, 29399}, {29401, 29499}, {29501, 32767}, {61000, 65535}});
   // Reserved ports are holes too, overlapping ones included, in any order.
   CHECK(spans(masterPortRanges({32768, 60999}, {{62000, 62010}, {30000, 30000}, {29000, 30000}})) ==
         Spans{{28000, 28999}, {30001, 32767}, {61000, 61999}, {62011, 65535}});
+  CHECK(spans(masterPortRanges({60000, 60999}, {{29000, 29450}})) ==
+        Spans{{28000, 28999}, {29451, 29499}, {29501, 59999}, {61000, 65535}});
   // A range that covers everything leaves nothing: reserve() then lets the kernel pick.
   CHECK(masterPortRanges({1024, 65535}, {}).empty());
   CHECK(spans(masterPortRanges({1024, 65000}, {})) == Spans{{65001, 65535}});
-  CHECK(spans(masterPortRanges({20000, 28000}, {{65535, 65535}})) == Spans{{28001, 65534}});
+  CHECK(spans(masterPortRanges({20000, 28000}, {{65535, 65535}})) ==
+        Spans{{28001, 29399}, {29401, 29499}, {29501, 65534}});
 
   CHECK(spans(parsePortList("8080,9000-9010")) == Spans{{8080, 8080}, {9000, 9010}});
   CHECK(parsePortList("").empty());

@@ -35,6 +35,13 @@
 //                                    the first failure reported wins; its `final` says whether the
 //                                    job's restart budget is spent
 //   rdzv/<id>/outcome                the job's end: "succeeded", or "failed" + the final record
+//   rdzv/<id>/present                counter: the job's known nodes still here (members, spares,
+//                                    late joiners): +1 at a node's first join, -1 when it leaves
+//                                    or its will runs. The store's host serves until it is 0; the
+//                                    node that makes it 0 removes the job's keys; a new start
+//                                    that finds an outcome and nobody present resets the job
+//   rdzv/<id>/<r>/last_dead          node id of the latest joiner whose will ran in round r (a
+//                                    watcher tells a dying spare from a lost member by it)
 //   rdzv/<id>/config                 the job's --nnodes as its first node set it (JobConfig):
 //                                    compare_set("" -> it); a node started with other values
 //                                    fails at once, naming both
@@ -90,10 +97,13 @@ std::string finished(std::string_view runId, uint64_t round);
 std::string failure(std::string_view runId, uint64_t round);
 std::string outcome(std::string_view runId);
 std::string config(std::string_view runId);
+std::string present(std::string_view runId);
+std::string lastDead(std::string_view runId, uint64_t round);
 
-// The will a joiner of `round` registers: its dead flag and the reason, changes+1, status+1
-// (skipped by the store once status holds the state), left+1, lost+1, and status+1 of round+1 (nodes
-// already waiting there count the survivors of `round`).
+// The will a joiner of `round` registers: its dead flag, last_dead and the reason, changes+1,
+// status+1 (skipped by the store once status holds the state), left+1, lost+1, status+1 of round+1
+// (nodes already waiting there count the survivors of `round`) and present-1 (a node registers a
+// will only once it counted itself present).
 // Node ids are chosen by each agent: "<pid hex>-<64 random bits hex>".
 Store::Will joinWill(std::string_view runId, uint64_t round, std::string_view node,
                      std::string_view displayName);
@@ -177,6 +187,10 @@ FailureRecord parseFailure(std::string_view value);  // throws ProtocolError
 std::string encodeOutcome(const std::optional<FailureRecord>& failure);
 // nullopt: succeeded; a record: failed. Throws ProtocolError when corrupt.
 std::optional<FailureRecord> parseOutcome(std::string_view value);
+// "resetting\t<node>": a new start of the same id claimed the ended job's keys (compare_set on
+// `outcome`) and is removing them; the others wait until `outcome` is gone.
+std::string encodeOutcomeReset(std::string_view node);
+bool isOutcomeReset(std::string_view value);
 
 // What every node of a job must agree on: "<min nodes>\t<max nodes>\t<node that set it>\n".
 struct JobConfig {

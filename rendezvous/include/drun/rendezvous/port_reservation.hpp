@@ -26,9 +26,11 @@ struct PortRange {
 // The lowest port MASTER_PORT is drawn from: above the rendezvous ports drun derives under SLURM
 // (20000..27999, launcher/slurm_env.hpp), so a job's MASTER_PORT never takes a later step's.
 inline constexpr uint16_t kLowestMasterPort = 28000;
+// Never drawn: the c10d rendezvous endpoint's default port and the static backend's MASTER_PORT.
+inline constexpr uint16_t kWellKnownPorts[] = {29400, 29500};
 
-// The ports reserve() draws from: [kLowestMasterPort, 65535] less the kernel's ephemeral range and
-// the ports the administrator reserved (net.ipv4.ip_local_reserved_ports). Pure; may be empty.
+// The ports reserve() draws from: [kLowestMasterPort, 65535] less the kernel's ephemeral range,
+// kWellKnownPorts and the ports the administrator reserved (net.ipv4.ip_local_reserved_ports). Pure; may be empty.
 std::vector<PortRange> masterPortRanges(PortRange ephemeral, const std::vector<PortRange>& reserved);
 
 // Parses ip_local_reserved_ports' list ("8080,9000-9010"): the ranges it names. Malformed entries

@@ -40,6 +40,10 @@ struct RendezvousOptions {
   milliseconds joinTimeout = 600s;
   milliseconds lastCallTimeout = 30s;
   milliseconds closeTimeout = 30s;
+  // Members lost and fewer than MIN left: the survivors wait this long for replacement nodes
+  // (a newcomer takes a lost node's place) before the job fails. < 0: the join timeout (as
+  // torchrun); 0: fail at once (the launcher's default under SLURM, where none comes).
+  milliseconds replaceTimeout{-1};
   milliseconds heartbeatInterval = 1s;
   milliseconds heartbeatTimeout = 5s;
   milliseconds readTimeout = 60s;      // deadline of one store call

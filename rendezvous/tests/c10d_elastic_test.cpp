@@ -1,0 +1,215 @@
+// The elastic core's defects, one test each (issue 14): a job re-forms as ONE job whatever
+// arrives while it runs, a known node is never left without the store, a job that ended leaves
+// nothing behind its id, and lost nodes can be replaced. Agents are threads over one MemoryStore
+// (or loopback TcpStores when a test needs the embedded server); sequenced through the store and
+// futures, never sleeps.
+#include <catch2/catch.hpp>
+
+#include "c10d_test_support.hpp"
+#include "drun/rendezvous/port_reservation.hpp"
+
+using namespace drun;
+using namespace drun::rdzv;
+using namespace drun::rdzv::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+// A round must not form beside a running one: proof that `f` is still waiting.
+void stillWaiting(std::future<RoundResult>& f, std::chrono::milliseconds for_) {
+  CHECK(f.wait_for(for_) == std::future_status::timeout);
+}
+
+}  // namespace
+
+TEST_CASE("elastic: a newcomer to a running 1:2 job waits for it to re-form, it never runs beside "
+          "it", "[rendezvous]") {
+  MemoryCluster cluster;
+  auto o = options(1, 2);
+  o.lastCallTimeout = 100ms;
+  auto a = cluster.agent(withNode(o, "hostA"));
+  FirstChange told(*a, "waiting");
+  auto fa = startNext(*a);
+  const RoundResult first = getWithin(fa);
+  CHECK(first.nodeCount == 1);
+  auto b = cluster.agent(withNode(o, "hostB"));
+  auto fb = startNext(*b);
+  CHECK_THAT(told.get(), Catch::Contains("hostB is waiting to join"));
+  // hostB alone is MIN: before the fix its own last call formed a second job (rank 0 of 1).
+  stillWaiting(fb, 10 * o.lastCallTimeout);
+  fa = startNext(*a);  // hostA's workers stopped: it re-forms, taking hostB in
+  std::vector<RoundResult> second = {getWithin(fa), getWithin(fb)};
+  checkRound(second, {1, 1});
+  CHECK(second[0].round == first.round + 1);
+}
+
+TEST_CASE("elastic: MIN newcomers arriving at a running 2:4 job join it, they form no job of their "
+          "own", "[rendezvous]") {
+  MemoryCluster cluster;
+  auto o = options(2, 4);
+  o.lastCallTimeout = 100ms;
+  auto a = cluster.agent(withNode(o, "hostA"));
+  auto b = cluster.agent(withNode(o, "hostB"));
+  auto fa = startNext(*a);
+  auto fb = startNext(*b);
+  checkRound({getWithin(fa), getWithin(fb)}, {1, 1});
+  auto c = cluster.agent(withNode(o, "hostC"));
+  auto d = cluster.agent(withNode(o, "hostD"));
+  auto fc = startNext(*c);
+  auto fd = startNext(*d);
+  stillWaiting(fc, 10 * o.lastCallTimeout);
+  stillWaiting(fd, 0ms);
+  fa = startNext(*a);
+  fb = startNext(*b);
+  std::vector<RoundResult> all = {getWithin(fa), getWithin(fb), getWithin(fc), getWithin(fd)};
+  checkRound(all, {1, 1, 1, 1});
+  CHECK(all[0].round == 1);
+}
+
+TEST_CASE("elastic: the same --nnodes 1 command started twice with one id: the second waits as a "
+          "spare and ends with the job", "[rendezvous]") {
+  MemoryCluster cluster;
+  auto a = cluster.agent(withNode(options(1, 1), "hostA"));
+  auto fa = startNext(*a);
+  getWithin(fa);
+  auto b = cluster.agent(withNode(options(1, 1), "hostA"));
+  auto fb = startNext(*b);
+  awaitArrivals(cluster.store(), "job", 1, 1);
+  stillWaiting(fb, 500ms);  // before the fix: rank 0 of 1 beside hostA after 2 ms
+  a->finish();
+  REQUIRE(fb.wait_for(kHang) == std::future_status::ready);
+  try {
+    fb.get();
+    FAIL("the spare formed a round of its own");
+  } catch (const JobEnded& e) {
+    CHECK(e.exitCode() == 0);
+  }
+  a->leave();
+  b->leave();
+  CHECK(cluster.store().numKeys() == 0);  // the last known node out removes the job's keys
+}
+
+TEST_CASE("elastic: a lost member of a 2:2 job is replaced by a newcomer, at no restart",
+          "[rendezvous]") {
+  MemoryCluster cluster;
+  auto o = options(2, 2);
+  o.replaceTimeout = 10s;
+  std::vector<std::string> said;
+  std::mutex saidMutex;
+  auto oa = withNode(o, "hostA");
+  oa.say = [&](const std::string& line) {
+    std::lock_guard lock(saidMutex);
+    said.push_back(line);
+  };
+  auto a = cluster.agent(oa);
+  auto b = cluster.agent(withNode(o, "hostB"));
+  auto fa = startNext(*a);
+  auto fb = startNext(*b);
+  checkRound({getWithin(fa), getWithin(fb)}, {1, 1});
+  {
+    FirstChange lost(*a, "member lost");
+    b.reset();  // SIGKILL: its will runs
+    lost.get();
+  }
+  fa = startNext(*a);
+  stillWaiting(fa, 300ms);  // it waits for a replacement, it does not fail
+  {
+    std::lock_guard lock(saidMutex);
+    REQUIRE_FALSE(said.empty());
+    CHECK_THAT(said.back(), Catch::Contains("lost node(s) hostB") &&
+                                Catch::Contains("waiting up to 10s for replacement"));
+  }
+  auto c = cluster.agent(withNode(o, "hostC"));
+  auto fc = startNext(*c);
+  std::vector<RoundResult> second = {getWithin(fa), getWithin(fc)};
+  checkRound(second, {1, 1});
+  CHECK(second[0].restartCount == 0);  // a membership change spends no restart
+  CHECK(second[0].round == 1);
+}
+
+TEST_CASE("elastic: no replacement within replace_timeout: every survivor fails naming the lost "
+          "node", "[rendezvous]") {
+  MemoryCluster cluster;
+  auto o = options(3, 3);
+  o.replaceTimeout = 300ms;
+  auto a = cluster.agent(withNode(o, "hostA"));
+  auto b = cluster.agent(withNode(o, "hostB"));
+  auto c = cluster.agent(withNode(o, "hostC"));
+  auto fa = startNext(*a);
+  auto fb = startNext(*b);
+  auto fc = startNext(*c);
+  checkRound({getWithin(fa), getWithin(fb), getWithin(fc)}, {1, 1, 1});
+  {
+    FirstChange lost(*a, "member lost");
+    c.reset();
+    lost.get();
+  }
+  fa = startNext(*a);
+  fb = startNext(*b);
+  for (auto* f : {&fa, &fb}) {
+    REQUIRE(f->wait_for(kHang) == std::future_status::ready);
+    CHECK_THROWS_WITH(f->get(), Catch::Contains("lost node(s) hostC") &&
+                                    Catch::Contains("no replacement came within 0.3s"));
+  }
+}
+
+TEST_CASE("elastic: a job that failed after losing a node leaves nothing its id can trip on",
+          "[rendezvous]") {
+  MemoryCluster cluster;
+  {
+    auto [a, b] = runningPair(cluster);
+    b.reset();
+    auto fa = startNext(*a);
+    CHECK_THROWS_WITH(getWithin(fa), Catch::Contains("fewer than the minimum"));
+    a->leave();
+  }
+  CHECK(cluster.store().numKeys() == 0);
+  // The same two commands again, at once: a normal first round.
+  auto [a, b] = runningPair(cluster);
+  a->finish();
+  b->finish();
+}
+
+TEST_CASE("elastic: an ended job whose last node died without leaving is reset by the next start "
+          "with its id", "[rendezvous]") {
+  MemoryCluster cluster;
+  {
+    auto [a, b] = runningPair(cluster);
+    a->finish();
+    b->finish();  // the outcome is written
+    a->leave();
+    b.reset();    // SIGKILLed in the exit barrier: its will runs, nobody removes the keys
+  }
+  REQUIRE(cluster.store().tryGet(keys::outcome("job")));
+  auto [a, b] = runningPair(cluster);
+  CHECK_FALSE(cluster.store().tryGet(keys::outcome("job")));  // the old outcome is gone
+}
+
+TEST_CASE("elastic: the store's host serves until a spare has left, even a slow one",
+          "[rendezvous]") {
+  auto reserved = PortReservation::reserve("127.0.0.1");
+  auto o = options(2, 2, "barrier");
+  o.endpointHost = "127.0.0.1";
+  o.endpointPort = reserved.port();
+  o.closeTimeout = 20s;
+  reserved.release();
+  auto host = makeC10dRendezvous(withNode(o, ""));
+  auto member = makeC10dRendezvous(withNode(o, ""));
+  auto fh = startNext(*host);
+  auto fm = startNext(*member);
+  checkRound({getWithin(fh), getWithin(fm)}, {1, 1});
+  auto spare = makeC10dRendezvous(withNode(o, ""));
+  auto fs = startNext(*spare);
+  FirstChange done(*host, "succeeded");
+  member->finish();
+  host->finish();
+  done.get();
+  // The spare learns the job's end; until it has left, the host keeps the store up.
+  REQUIRE(fs.wait_for(kHang) == std::future_status::ready);
+  CHECK_THROWS_AS(fs.get(), JobEnded);
+  member->leave();
+  auto hostLeft = std::async(std::launch::async, [&] { host->leave(); });
+  CHECK(hostLeft.wait_for(500ms) == std::future_status::timeout);  // the slow spare is still here
+  spare->leave();
+  CHECK(hostLeft.wait_for(kHang) == std::future_status::ready);
+}

@@ -1,0 +1,198 @@
+// Test support for the c10d rendezvous tests: agents as threads over one MemoryStore (or
+// TcpStore clients of one StoreServer), options with short timeouts, and waits with bounds that
+// only catch hangs.
+#pragma once
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <future>
+#include <mutex>
+#include <set>
+
+#include "drun/common/deadline.hpp"
+#include "drun/common/error.hpp"
+#include "drun/rendezvous/c10d_rendezvous.hpp"
+#include "drun/rendezvous/keys.hpp"
+#include "drun/rendezvous/memory_store.hpp"
+#include "drun/rendezvous/store_server.hpp"
+#include "drun/rendezvous/tcp_store.hpp"
+
+namespace drun::rdzv::test {
+
+using namespace std::chrono_literals;
+
+inline constexpr auto kHang = 20s;  // upper bound that only catches hangs
+
+inline RendezvousOptions options(int minNodes, int maxNodes, const std::string& runId = "job") {
+  RendezvousOptions o;
+  o.runId = runId;
+  o.minNodes = minNodes;
+  o.maxNodes = maxNodes;
+  o.joinTimeout = 15s;
+  o.lastCallTimeout = 300ms;
+  o.heartbeatInterval = 100ms;
+  o.heartbeatTimeout = 1s;
+  o.readTimeout = 10s;
+  o.replaceTimeout = 0ms;  // a loss below MIN fails at once, unless a test waits for replacements
+  return o;
+}
+
+inline RendezvousOptions withNode(RendezvousOptions o, const std::string& addr, int localWorldSize = 1,
+                           std::optional<int> nodeRank = std::nullopt) {
+  o.localAddr = addr;
+  o.localWorldSize = localWorldSize;
+  o.nodeRank = nodeRank;
+  return o;
+}
+
+// Agents on one MemoryStore: each gets its own handle (its own "connection" and will).
+struct MemoryCluster {
+  std::shared_ptr<MemoryStore::Shared> shared = MemoryStore::makeShared();
+  MemoryStore observer{shared};
+
+  std::unique_ptr<Rendezvous> agent(const RendezvousOptions& o, MemoryStore** handle = nullptr) {
+    C10dStoreAccess access;
+    auto store = std::make_unique<MemoryStore>(shared);
+    if (handle) *handle = store.get();
+    access.store = std::move(store);
+    access.connectWatcher = [s = shared] { return std::make_unique<MemoryStore>(s); };
+    access.endpoint = "memory";
+    return makeC10dRendezvous(o, std::move(access));
+  }
+  Store& store() { return observer; }
+};
+
+// Agents as TcpStore clients of one StoreServer on a loopback port.
+struct TcpCluster {
+  StoreServer server{[] {
+    StoreServerOptions o;
+    o.host = "127.0.0.1";
+    o.port = 0;
+    return o;
+  }()};
+  std::unique_ptr<TcpStore> observer;
+
+  TcpCluster() {
+    server.start();
+    observer = std::make_unique<TcpStore>(clientOptions());
+  }
+  TcpStoreOptions clientOptions() const {
+    TcpStoreOptions o;
+    o.port = server.port();
+    o.connectTimeout = 5s;
+    o.timeout = 10s;
+    o.heartbeatInterval = 100ms;
+    o.leaseTimeout = 1s;
+    return o;
+  }
+  std::unique_ptr<Rendezvous> agent(const RendezvousOptions& o, TcpStore** handle = nullptr) {
+    C10dStoreAccess access;
+    auto store = std::make_unique<TcpStore>(clientOptions());
+    if (handle) *handle = store.get();
+    access.store = std::move(store);
+    access.connectWatcher = [c = clientOptions()] { return std::make_unique<TcpStore>(c); };
+    access.endpoint = "127.0.0.1:" + std::to_string(server.port());
+    return makeC10dRendezvous(o, std::move(access));
+  }
+  Store& store() { return *observer; }
+};
+
+// Blocks until `count` agents have joined round `round` (the arrival counter), via watch.
+inline void awaitArrivals(Store& store, const std::string& runId, uint64_t round, int64_t count) {
+  const auto key = keys::count(runId, round);
+  const Deadline deadline(kHang);
+  std::optional<Bytes> value = store.tryGet(key);
+  while (keys::parseCounter(value).value_or(0) < count) {
+    REQUIRE_FALSE(deadline.expired());
+    value = store.watch(key, value, deadline.remaining());
+  }
+}
+
+inline std::future<RoundResult> startNext(Rendezvous& r) {
+  return std::async(std::launch::async, [&r] { return r.next(); });
+}
+
+template <typename T>
+T getWithin(std::future<T>& f, std::chrono::milliseconds bound = kHang) {
+  REQUIRE(f.wait_for(bound) == std::future_status::ready);
+  return f.get();
+}
+
+// The first job event reported to `agent` (whose "<kind>: <reason>" contains `needle`, if given).
+// Declare it after the agent: its destructor unhooks the callback before the agent goes away.
+class FirstChange {
+ public:
+  explicit FirstChange(Rendezvous& agent, std::string needle = {})
+      : agent_(agent), needle_(std::move(needle)), future_(promise_.get_future()) {
+    agent_.onJobEvent([this](const JobEvent& event) {
+      const std::string text = std::string(toString(event.kind)) + ": " + event.reason;
+      if (needle_.empty() || text.find(needle_) != std::string::npos)
+        std::call_once(once_, [&] { promise_.set_value(text); });
+    });
+  }
+  ~FirstChange() { agent_.onJobEvent(nullptr); }
+  std::string get() {
+    REQUIRE(future_.wait_for(kHang) == std::future_status::ready);
+    return future_.get();
+  }
+  bool reportedWithin(std::chrono::milliseconds bound) {
+    return future_.wait_for(bound) == std::future_status::ready;
+  }
+
+ private:
+  Rendezvous& agent_;
+  std::string needle_;
+  std::promise<std::string> promise_;
+  std::future<std::string> future_;
+  std::once_flag once_;
+};
+
+
+// Global ranks 0..world-1 exactly once, consistent round fields, prefix sums.
+inline void checkRound(const std::vector<RoundResult>& results, const std::vector<int>& localSizes) {
+  REQUIRE(!results.empty());
+  const auto& first = results.front();
+  std::set<int> nodeRanks;
+  std::multiset<int> globalRanks;
+  for (size_t i = 0; i < results.size(); ++i) {
+    const auto& r = results[i];
+    CHECK(r.round == first.round);
+    CHECK(r.nodeCount == static_cast<int>(results.size()));
+    CHECK(r.worldSize == first.worldSize);
+    CHECK(r.masterAddr == first.masterAddr);
+    CHECK(r.masterPort == first.masterPort);
+    CHECK(r.masterPort != 0);
+    CHECK(r.hosts == first.hosts);
+    CHECK(r.storePrefix == first.storePrefix);
+    nodeRanks.insert(r.nodeRank);
+    for (int l = 0; l < localSizes[i]; ++l) globalRanks.insert(r.rankOffset + l);
+  }
+  CHECK(nodeRanks.size() == results.size());
+  CHECK(*nodeRanks.rbegin() == static_cast<int>(results.size()) - 1);
+  CHECK(static_cast<int>(globalRanks.size()) == first.worldSize);
+  CHECK(std::set<int>(globalRanks.begin(), globalRanks.end()).size() == globalRanks.size());
+  CHECK(*globalRanks.rbegin() == first.worldSize - 1);
+  // Prefix sums in node-rank order.
+  std::vector<std::pair<int, size_t>> byRank;
+  for (size_t i = 0; i < results.size(); ++i) byRank.push_back({results[i].nodeRank, i});
+  std::sort(byRank.begin(), byRank.end());
+  int offset = 0;
+  for (auto [rank, i] : byRank) {
+    CHECK(results[i].rankOffset == offset);
+    offset += localSizes[i];
+  }
+}
+
+// hostA and hostB of a 2:2 job, round 0 formed.
+inline std::pair<std::unique_ptr<Rendezvous>, std::unique_ptr<Rendezvous>> runningPair(
+    MemoryCluster& cluster) {
+  auto a = cluster.agent(withNode(options(2, 2), "hostA"));
+  auto b = cluster.agent(withNode(options(2, 2), "hostB"));
+  auto fa = startNext(*a);
+  auto fb = startNext(*b);
+  checkRound({getWithin(fa), getWithin(fb)}, {1, 1});
+  return {std::move(a), std::move(b)};
+}
+
+}  // namespace drun::rdzv::test
