@@ -144,6 +144,13 @@ struct Matrix {
     return o;
   }
 
+  // Adds key=value items to the job's --rdzv-conf.
+  void conf(const std::string& more) {
+    auto at = std::find(args.begin(), args.end(), "--rdzv-conf");
+    REQUIRE(at != args.end());
+    *(at + 1) += "," + more;
+  }
+
   void release() { dir.write("release", ""); }
 
   // `ip link set eth0 up|down` inside host `host`.
@@ -277,9 +284,11 @@ TEST_CASE("fault matrix: scale-up 2 to 3 then an agent SIGKILLed: the others go 
   CHECK(m.nothingLeft());
 }
 
-TEST_CASE("fault matrix: an agent SIGKILLed in a 2:2 job: a clear error naming it", "[multinode]") {
+TEST_CASE("fault matrix: an agent SIGKILLed in a 2:2 job with replace_timeout=0: a clear error "
+          "naming it", "[multinode]") {
   skipWithoutNetns();
   Matrix m(2, "2", "");
+  m.conf("replace_timeout=0");
   Process a(m.on(0)), b(m.on(1));
   awaitRound({&a, &b}, 4);
   b.signal(SIGKILL);
@@ -422,5 +431,93 @@ TEST_CASE("fault matrix: a malformed error file: a summary on every node and no 
     CHECK(r.status() == 1);
     CHECK_THAT(r.err, Catch::Contains("drun: root cause: rank 3 (local_rank 1) on "));
   }
+  CHECK(m.nothingLeft());
+}
+
+TEST_CASE("fault matrix: an agent SIGKILLed in a 2:2 job: a replacement started later takes its "
+          "place, at no restart", "[multinode]") {
+  skipWithoutNetns();
+  Matrix m(3, "2", "");
+  Process a(m.on(0)), b(m.on(1));
+  awaitRound({&a, &b}, 4);
+  b.signal(SIGKILL);
+  REQUIRE(a.waitForOutput([](const std::string&, const std::string& err) {
+    return err.find("for replacement node(s)") != std::string::npos;
+  }, kSeen));
+  Process c(m.on(2));  // a Kubernetes pod restart, a requeue, an operator
+  REQUIRE(c.waitForLines("world=4 restart=0", 2, kSeen));
+  REQUIRE(a.waitForLines("world=4 restart=0", 4, kSeen));  // its second round
+  m.release();
+  std::vector<RunResult> runs = {a.wait(), c.wait()};
+  INFO(describe(runs));
+  for (const auto& r : runs) CHECK(r.status() == 0);
+  CHECK(b.wait().signal == SIGKILL);
+  CHECK(m.nothingLeft());
+}
+
+TEST_CASE("fault matrix: the same --nnodes 1 command started twice with one id: the second waits "
+          "and runs nothing beside the first", "[multinode]") {
+  skipWithoutNetns();
+  Matrix m(1, "1", "");
+  Process a(m.on(0));
+  awaitRound({&a}, 2);
+  Process twin(m.on(0));
+  REQUIRE(twin.waitForOutput([](const std::string&, const std::string& err) {
+    return err.find("waits as a spare") != std::string::npos;
+  }, kSeen));
+  CHECK_FALSE(twin.waitForLines("FM host=0", 1, 1500ms));  // no second job with rank 0
+  m.release();
+  std::vector<RunResult> runs = {a.wait(), twin.wait()};
+  INFO(describe(runs));
+  CHECK(runs[0].status() == 0);
+  CHECK(runs[1].status() == 0);  // a spare ends with the job's code
+  CHECK(seen(runs[1].out).empty());
+  CHECK(m.nothingLeft());
+}
+
+TEST_CASE("fault matrix: the store host finishes last while its peer is paused in the exit "
+          "barrier: every node exits 0", "[multinode]") {
+  skipWithoutNetns();
+  Matrix m(2, "2", "2:*:done 3:*:done");  // node 1's ranks end at once, node 0's on release
+  Process a(m.on(0)), b(m.on(1));
+  REQUIRE(b.waitForOutput([](const std::string&, const std::string& err) {
+    return err.find("waiting for the other 1 node(s)") != std::string::npos;
+  }, kSeen));
+  b.signal(SIGSTOP);  // a loaded node, a GC pause
+  m.release();
+  REQUIRE(a.waitForOutput([](const std::string& out, const std::string&) {
+    return out.find("FM host=0") != std::string::npos;
+  }, kSeen));
+  // Long enough for the host's workers to end and its barrier to run with the peer paused.
+  CHECK_FALSE(a.waitForOutput([](const std::string&, const std::string& err) {
+    return err.find("never appears") != std::string::npos;
+  }, 600ms));
+  b.signal(SIGCONT);
+  std::vector<RunResult> runs = {a.wait(), b.wait()};
+  INFO(describe(runs));
+  for (const auto& r : runs) CHECK(r.status() == 0);
+  CHECK(m.nothingLeft());
+}
+
+TEST_CASE("fault matrix: a spare paused around the job's end still ends with the job's code",
+          "[multinode]") {
+  skipWithoutNetns();
+  Matrix m(3, "2", "");
+  m.conf("heartbeat_timeout=5");  // the pause stays well within the spare's lease
+  Process a(m.on(0)), b(m.on(1));
+  awaitRound({&a, &b}, 4);
+  Process spare(m.on(2));
+  REQUIRE(spare.waitForOutput([](const std::string&, const std::string& err) {
+    return err.find("waits as a spare") != std::string::npos;
+  }, kSeen));
+  spare.signal(SIGSTOP);
+  m.release();
+  RunResult rb = b.wait();
+  CHECK(rb.status() == 0);
+  CHECK(running(a.pid()));  // the store's host waits for the paused spare
+  spare.signal(SIGCONT);
+  std::vector<RunResult> runs = {a.wait(), spare.wait()};
+  INFO(describe(runs));
+  for (const auto& r : runs) CHECK(r.status() == 0);
   CHECK(m.nothingLeft());
 }
