@@ -51,7 +51,8 @@ enum class Event {
   Start,
   RoundFormed,       // the rendezvous returned this node's place in a round
   RendezvousFailed,  // joining failed (timeout, too few nodes, the store is gone)
-  JobEnded,          // the job ended while this node waited to join (a spare)
+  JobEnded,          // the job failed while this node waited to join (a spare)
+  JobEndedOk,        // the job succeeded while this node waited to join
   WorkerFailed,      // a local worker exited non-zero or by a signal
   WorkersSucceeded,  // every local worker exited 0
   WorkersStopped,    // the group finished stopping
@@ -74,6 +75,7 @@ const char* toString(Event e) {
     case Event::RoundFormed: return "round formed";
     case Event::RendezvousFailed: return "rendezvous failed";
     case Event::JobEnded: return "job ended";
+    case Event::JobEndedOk: return "job ended, succeeded";
     case Event::WorkerFailed: return "worker failed";
     case Event::WorkersSucceeded: return "workers succeeded";
     case Event::WorkersStopped: return "workers stopped";
@@ -185,7 +187,6 @@ struct ElasticAgent::Impl {
   Clock::time_point stateSince = Clock::now();
   int attempt = 0;  // rounds started, names attempt_<n> directories
   rdzv::RoundResult round;
-  bool roundStarted = false;          // `round` has run workers (events of it apply)
   std::vector<JobEvent> latched;      // events of a round this node has not started yet
   JobDir jobDir;
   fs::path attemptDir;
@@ -291,7 +292,6 @@ struct ElasticAgent::Impl {
 
   // ---- actions -----------------------------------------------------------------------------
   void joinRound(const Input&) {
-    roundStarted = false;
     offLoopCall([this] { return rendezvous->next(); },
                 [this](const rdzv::RoundResult& r) {
                   Input in;
@@ -306,7 +306,7 @@ struct ElasticAgent::Impl {
                   } catch (const rdzv::JobEnded& e) {
                     in.reason = e.what();
                     in.code = e.exitCode();
-                    dispatch(Event::JobEnded, in);
+                    dispatch(in.code == 0 ? Event::JobEndedOk : Event::JobEnded, in);
                     return;
                   } catch (const std::exception& e) {
                     in.reason = e.what();
@@ -351,7 +351,6 @@ struct ElasticAgent::Impl {
     group = std::make_unique<WorkerGroup>(io, std::move(options));
     group->onExit([this](const WorkerExit& exit) { onWorkerExit(exit); });
     ++attempt;
-    roundStarted = true;
     try {
       group->start(specs);
     } catch (const std::exception& e) {
@@ -544,7 +543,6 @@ struct ElasticAgent::Impl {
   void exitJobEnded(const Input& in) {
     say("drun: %s\n", in.reason.c_str());
     exitCode = in.code;
-    if (in.code == 0) transition(AgentState::Succeeded, "the job succeeded without this node");
     leaveAndStop(true);
   }
 
@@ -613,7 +611,10 @@ struct ElasticAgent::Impl {
   }
 
   void onJobEvent(const JobEvent& e) {
-    if (!roundStarted || e.round > round.round) {
+    // In Init and Rendezvous, `round` is the last round run (or none): news may be of the one
+    // being formed.
+    const bool forming = state == AgentState::Init || state == AgentState::Rendezvous;
+    if (forming || e.round > round.round) {
       latched.push_back(e);  // maybe of the round being formed: replayed once it has started
       return;
     }
@@ -709,6 +710,7 @@ const ElasticAgent::Impl::Rule ElasticAgent::Impl::kRules[] = {
     {R, Event::RoundFormed, Run, &ElasticAgent::Impl::startWorkers},
     {R, Event::RendezvousFailed, Bad, &ElasticAgent::Impl::exitRendezvousFailed},
     {R, Event::JobEnded, Bad, &ElasticAgent::Impl::exitJobEnded},
+    {R, Event::JobEndedOk, OK, &ElasticAgent::Impl::exitJobEnded},
     {R, Event::Signal, Bad, &ElasticAgent::Impl::exitSignalledWhileJoining},
     {Run, Event::WorkerFailed, SF, &ElasticAgent::Impl::stopWorkers},
     {Run, Event::WorkersSucceeded, Fin, &ElasticAgent::Impl::reportFinished},

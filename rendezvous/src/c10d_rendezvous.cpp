@@ -269,7 +269,9 @@ class C10dRendezvous final : public Rendezvous {
   // behind (its last node died before removing the keys, or this start came right after it): a
   // new start with the same id removes it (one resetter, elected by compare_set on `outcome`)
   // instead of tripping on its rounds. An outcome while nodes are present: they are leaving
-  // (the store's host serves until they have); waited for at most close_timeout.
+  // (the store's host serves until they have); waited for at most close_timeout. An outcome
+  // before any round of the job closed is stale or forged (no job ended that never formed): it
+  // is removed and not believed.
   void enterJob(const Deadline& deadline) {
     Store& s = *store_;
     const std::string outcomeKey = keys::outcome(id());
@@ -278,6 +280,12 @@ class C10dRendezvous final : public Rendezvous {
     for (;;) {
       auto outcome = s.tryGet(outcomeKey);
       if (!outcome) break;
+      if (keys::parseCounter(s.tryGet(keys::currentRound(id()))).value_or(0) == 0) {
+        spdlog::warn("rendezvous '{}': ignoring a job outcome written before any round closed",
+                     id());
+        s.deleteKey(outcomeKey);
+        break;
+      }
       if (deadline.expired())
         throw TimeoutError("rendezvous '" + id() + "': an earlier run with this id ended and " +
                            "was not cleared within " + ms(options_.joinTimeout));
@@ -294,12 +302,12 @@ class C10dRendezvous final : public Rendezvous {
           spdlog::info("rendezvous '{}': an earlier run with this id ended; waiting for its {} "
                        "node(s) to leave", id(), stillHere);
         }
-        if (!leaving->expired()) {
-          watchQuietly(presentKey, present, std::min(slice, leaving->remaining()));
-          continue;
-        }
-        spdlog::warn("rendezvous '{}': {} node(s) of an earlier run with this id did not leave "
-                     "within {}; starting afresh", id(), stillHere, ms(options_.closeTimeout));
+        if (leaving->expired())
+          throw Error("rendezvous '" + id() + "': an earlier run with this id ended, and " +
+                      std::to_string(stillHere) + " of its node(s) are still attached after " +
+                      ms(options_.closeTimeout) + "; wait for them to exit, or use another --rdzv-id");
+        watchQuietly(presentKey, present, std::min(slice, leaving->remaining()));
+        continue;
       }
       const std::string claim = keys::encodeOutcomeReset(self_.id);
       if (s.compareSet(outcomeKey, *outcome, claim) == claim) {
