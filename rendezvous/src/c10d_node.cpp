@@ -1,0 +1,33 @@
+#include "c10d_node.hpp"
+
+#include "drun/common/error.hpp"
+
+namespace drun::rdzv {
+
+void bumpStatus(Store& store, const std::string& runId, uint64_t round) {
+  try {
+    store.add(keys::status(runId, round), 1);
+  } catch (const InvalidArgument&) {
+    // The round closed meanwhile: status holds the state now.
+  }
+}
+
+// `last_change` keeps the text of the latest loss or arrival, which is what the watchers quote.
+void wakeWatchers(Store& store, const std::string& runId, uint64_t round) {
+  store.add(keys::changes(runId, round), 1);
+}
+
+void signalChange(Store& store, const std::string& runId, uint64_t round, const std::string& reason) {
+  store.set(keys::lastChange(runId, round), reason);
+  store.add(keys::changes(runId, round), 1);
+}
+
+void watchQuietly(Store& store, const std::string& key, const std::optional<Bytes>& known,
+                  milliseconds timeout) {
+  try {
+    store.watch(key, known, timeout);
+  } catch (const TimeoutError&) {
+  }
+}
+
+}  // namespace drun::rdzv

@@ -1,0 +1,129 @@
+#include "exit_barrier.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include "drun/common/error.hpp"
+
+namespace drun::rdzv {
+
+// An outcome with nobody present is what an ended run left behind (its last node died before
+// removing the keys, or this start came right after it): one new start, elected by compare_set on
+// `outcome`, removes the keys; the others wait until it has. An outcome while nodes are present:
+// they are leaving (the store's host serves until they have), waited for at most close_timeout,
+// then a clear error (never a reset under live nodes). An outcome before any round of the job
+// closed is stale or forged (no job ended that never formed): removed and not believed.
+void ExitBarrier::enter(Store& store, const Deadline& deadline) {
+  if (present_) return;
+  const std::string& id = node_.runId();
+  const RendezvousOptions& o = node_.options;
+  const std::string outcomeKey = keys::outcome(id);
+  const std::string presentKey = keys::present(id);
+  std::optional<Deadline> leaving;
+  for (;;) {
+    auto outcome = store.tryGet(outcomeKey);
+    if (!outcome) break;
+    if (keys::parseCounter(store.tryGet(keys::currentRound(id))).value_or(0) == 0) {
+      spdlog::warn("rendezvous '{}': ignoring a job outcome written before any round closed", id);
+      store.deleteKey(outcomeKey);
+      break;
+    }
+    if (deadline.expired())
+      throw TimeoutError("rendezvous '" + id + "': an earlier run with this id ended and was not " +
+                         "cleared within " + ms(o.joinTimeout));
+    const milliseconds slice = std::min(deadline.remaining(), o.readTimeout);
+    if (keys::isOutcomeReset(*outcome)) {
+      watchQuietly(store, outcomeKey, outcome, slice);
+      continue;
+    }
+    auto present = store.tryGet(presentKey);
+    const int64_t stillHere = keys::parseCounter(present).value_or(0);
+    if (stillHere > 0) {
+      if (!leaving) {
+        leaving.emplace(o.closeTimeout);
+        spdlog::info("rendezvous '{}': an earlier run with this id ended; waiting for its {} "
+                     "node(s) to leave", id, stillHere);
+      }
+      if (leaving->expired())
+        throw Error("rendezvous '" + id + "': an earlier run with this id ended, and " +
+                    std::to_string(stillHere) + " of its node(s) are still attached after " +
+                    ms(o.closeTimeout) + "; wait for them to exit, or use another --rdzv-id");
+      watchQuietly(store, presentKey, present, std::min(slice, leaving->remaining()));
+      continue;
+    }
+    const std::string claim = keys::encodeOutcomeReset(node_.self.id);
+    if (store.compareSet(outcomeKey, *outcome, claim) == claim) {
+      removeJobKeys(store);
+      spdlog::info("rendezvous '{}': an earlier run with this id ended; starting afresh", id);
+      break;
+    }
+  }
+  store.add(presentKey, 1);
+  present_ = true;
+}
+
+void ExitBarrier::finish(Store& store, uint64_t round, int64_t nodeCount) {
+  const int64_t done = store.add(keys::finished(node_.runId(), round), 1);
+  wakeWatchers(store, node_.runId(), round);  // they read the counter itself
+  if (done >= nodeCount) publishOutcome(store, round, std::nullopt);
+}
+
+void ExitBarrier::publishOutcome(Store& store, uint64_t round,
+                                 const std::optional<FailureRecord>& failure) {
+  store.compareSet(keys::outcome(node_.runId()), "", keys::encodeOutcome(failure));
+  bumpStatus(store, node_.runId(), round + 1);
+}
+
+void ExitBarrier::throwIfJobEnded(Store& store) {
+  const std::string& id = node_.runId();
+  auto outcome = store.tryGet(keys::outcome(id));
+  if (!outcome || keys::isOutcomeReset(*outcome)) return;
+  auto failure = keys::parseOutcome(*outcome);
+  if (!failure)
+    throw JobEnded("rendezvous '" + id + "': the job finished (every worker succeeded) while " +
+                   "this node waited to join it", 0);
+  throw JobEnded("rendezvous '" + id + "': the job failed while this node waited to join it: " +
+                     "rank " + std::to_string(failure->rank) + " on " + failure->node +
+                     " ended with status " + std::to_string(failure->statusCode()),
+                 failure->statusCode());
+}
+
+void ExitBarrier::leave(Store& store, std::optional<uint64_t> lastRound, bool hostingStore) {
+  store.setWill({});
+  if (lastRound) {
+    store.add(keys::left(node_.runId(), *lastRound), 1);
+    wakeWatchers(store, node_.runId(), *lastRound);  // they look again (a job that ended: they end)
+  }
+  if (!present_) return;
+  present_ = false;
+  if (store.add(keys::present(node_.runId()), -1) <= 0)
+    removeJobKeys(store);
+  else if (hostingStore)
+    waitForOthersToLeave(store);
+}
+
+void ExitBarrier::removeJobKeys(Store& store) {
+  try {
+    const int64_t n = store.deletePrefix(keys::job(node_.runId()));
+    spdlog::debug("rendezvous '{}': last node out, removed {} key(s)", node_.runId(), n);
+  } catch (const InvalidArgument& e) {
+    spdlog::debug("rendezvous '{}': keys left in the store: {}", node_.runId(), e.what());
+  }
+}
+
+void ExitBarrier::waitForOthersToLeave(Store& store) {
+  const Deadline deadline(node_.options.closeTimeout);
+  const std::string key = keys::present(node_.runId());
+  for (;;) {
+    auto value = store.tryGet(key);
+    const int64_t remaining = keys::parseCounter(value).value_or(0);
+    if (!value || remaining <= 0) return;  // absent: the last one removed the job's keys
+    if (deadline.expired()) {
+      spdlog::info("rendezvous '{}': stopping the store with {} node(s) still attached after {}",
+                   node_.runId(), remaining, ms(node_.options.closeTimeout));
+      return;
+    }
+    watchQuietly(store, key, value, deadline.remaining());
+  }
+}
+
+}  // namespace drun::rdzv

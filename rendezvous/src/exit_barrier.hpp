@@ -1,0 +1,52 @@
+// ExitBarrier: a node's presence in its job, from its first join to its way out.
+//
+// The job counts its known nodes — members, spares, late joiners — in `present` (+1 at a node's
+// first join, -1 when it leaves, or by its will when it dies). That one counter is the exit
+// barrier: the node hosting the store serves until it is 0 (bounded by close_timeout), so a
+// slow member or a paused spare still gets its answer; the node that makes it 0 removes the
+// job's keys; and a new start with the same id that finds an ended job with nobody present
+// resets it instead of tripping on its rounds.
+//
+// Threading: owned by the rendezvous, called from its one agent thread with its current store
+// connection (replaced after a reconnect).
+#pragma once
+
+#include <optional>
+
+#include "c10d_node.hpp"
+
+namespace drun::rdzv {
+
+class ExitBarrier {
+ public:
+  explicit ExitBarrier(const C10dNode& node) : node_(node) {}
+
+  // Counts this node in, once sure that the job it joins has not already ended (an ended run's
+  // leftovers are cleared first, see exit_barrier.cpp). No-op when already counted.
+  void enter(Store& store, const Deadline& deadline);
+  // This node's connection closed: its will counted it out.
+  void forget() { present_ = false; }
+
+  // This node's workers all succeeded in `round` (of `nodeCount` members): the last member to
+  // finish records the job's success.
+  void finish(Store& store, uint64_t round, int64_t nodeCount);
+  // The job is over: records how (the first record stays) and wakes the nodes waiting for the
+  // next round (spares), who learn it.
+  void publishOutcome(Store& store, uint64_t round, const std::optional<FailureRecord>& failure);
+  // Throws JobEnded when the job has an outcome (a node waiting to join learns it is over).
+  void throwIfJobEnded(Store& store);
+
+  // Leaves for good: the will dropped first (a clean leave is no loss), `left` of the last
+  // round counted, then out of `present`; the last one out removes the job's keys, and a node
+  // hosting the store waits for the others to leave first.
+  void leave(Store& store, std::optional<uint64_t> lastRound, bool hostingStore);
+
+ private:
+  void removeJobKeys(Store& store);
+  void waitForOthersToLeave(Store& store);
+
+  const C10dNode& node_;
+  bool present_ = false;
+};
+
+}  // namespace drun::rdzv
