@@ -1,0 +1,239 @@
+"""The invariants of scripts/bench/chaos.sh, checked over one iteration's records: the workers'
+lines (scripts/bench/chaos_worker.sh), each agent's exit and output, the faults as injected.
+Pure functions of what they are given: no processes, no clocks (the driver owns those).
+
+A *round* as the workers saw it is the set of worker lines with one (MASTER_ADDR:PORT,
+TORCHELASTIC_RESTART_COUNT, WORLD_SIZE): drun draws a fresh MASTER_PORT for every round, so two
+groups running at once under one job have different keys. A worker's interval runs from its
+`start` line to its last line (`alive` every ~100 ms, `term`, `end`); it writes its last line
+before it exits, and an agent rejoins only after its workers exited, so a round that starts while
+a worker of an older round still writes is two rounds at once, with no tolerance needed beyond
+OVERLAP_TOLERANCE_S (scheduling noise, never seen above a few ms).
+
+A straggler of an older round is *excused* when its agent could not have stopped it yet: the agent
+was frozen (SIGSTOP) or cut off and fences within heartbeat_timeout of the cut or of its SIGCONT
+(+ FENCE_GRACE_S), or was SIGKILLed and its watchdog kills the workers (within KILL_GRACE_S).
+Excused overlaps are counted (the table's notes), never reported as violations.
+"""
+import re
+from dataclasses import dataclass, field
+
+OVERLAP_TOLERANCE_S = 0.02
+FENCE_GRACE_S = 1.0
+KILL_GRACE_S = 0.5
+
+AGENT_FAULTS = ("agent_stop", "link_cut", "store_slow", "agent_kill")
+
+
+@dataclass
+class Worker:
+    pid: int
+    host: int
+    agent_pid: int
+    restart: int
+    group_rank: int
+    rank: int
+    world: int
+    master: str
+    start: float = None
+    last: float = 0.0
+    ended: bool = False     # wrote `end`: exited 0 of its own accord
+    termed: bool = False
+
+    @property
+    def key(self):
+        return (self.master, self.restart, self.world)
+
+
+@dataclass
+class Fault:
+    kind: str
+    start: float
+    end: float                # == start for instantaneous faults
+    agent_pids: tuple = ()    # the agents (or the daemon) it hit
+    host: int = None
+    detail: str = ""
+
+
+@dataclass
+class Agent:
+    name: str                 # "h2", "h2-dup", "new4"
+    host: int
+    pid: int
+    role: str                 # initial | newcomer | duplicate
+    started: float
+    exited: float = None
+    code: int = None          # exit status (negative: killed by that signal)
+    killed_by_driver: bool = False
+    hung: bool = False
+    output: str = ""
+
+
+@dataclass
+class Violation:
+    kind: str
+    text: str
+
+
+@dataclass
+class Summary:
+    violations: list = field(default_factory=list)
+    excused_overlap_s: float = 0.0   # the longest straggler overlap excused by a fault
+    succeeded: bool = False
+    rounds: int = 0
+
+
+def parse_worker_lines(text):
+    """pid -> Worker from the lines of one or more host files; malformed lines are skipped."""
+    workers = {}
+    for line in text.splitlines():
+        w = line.split()
+        if len(w) != 10 or not w[0].isdigit():
+            continue
+        try:
+            t = int(w[0]) / 1e9
+            pid, host, agent_pid = int(w[2]), int(w[1]), int(w[3])
+            restart, group_rank, rank, world = int(w[4]), int(w[5]), int(w[6]), int(w[7])
+        except ValueError:
+            continue
+        rec = workers.get(pid)
+        if rec is None:
+            rec = workers[pid] = Worker(pid, host, agent_pid, restart, group_rank, rank, world,
+                                        w[8])
+        if w[9] == "start":
+            rec.start = t
+        rec.last = max(rec.last, t)
+        rec.ended |= w[9] == "end"
+        rec.termed |= w[9] == "term"
+    return {pid: w for pid, w in workers.items() if w.start is not None}
+
+
+def rounds_of(workers):
+    """[(key, [workers])] ordered by the round's first start."""
+    groups = {}
+    for w in workers.values():
+        groups.setdefault(w.key, []).append(w)
+    return sorted(groups.items(), key=lambda kv: min(w.start for w in kv[1]))
+
+
+def excused(worker, faults, hb_timeout):
+    """Whether an agent-level fault explains why this straggler still ran."""
+    for f in faults:
+        if f.kind not in AGENT_FAULTS or worker.agent_pid not in f.agent_pids:
+            continue
+        if f.kind == "agent_kill":
+            if f.start <= worker.last <= f.start + KILL_GRACE_S:
+                return True
+        elif f.start <= worker.last <= f.end + hb_timeout + FENCE_GRACE_S:
+            return True
+    return False
+
+
+def check_rounds(workers, faults, hb_timeout, max_restarts, summary):
+    rounds = rounds_of(workers)
+    summary.rounds = len(rounds)
+    for i, (key_a, a) in enumerate(rounds):
+        ranks = [w.rank for w in a]
+        twice = sorted({r for r in ranks if ranks.count(r) > 1})
+        if twice:
+            summary.violations.append(Violation(
+                "rank twice in a round", f"round {fmt_key(key_a)}: ranks {twice} started twice "
+                f"(pids {[w.pid for w in a if w.rank in twice]})"))
+        if key_a[1] > max_restarts:
+            summary.violations.append(Violation(
+                "restart count over budget", f"round {fmt_key(key_a)} runs with "
+                f"TORCHELASTIC_RESTART_COUNT {key_a[1]} > --max-restarts {max_restarts}"))
+        for key_b, b in rounds[i + 1:]:
+            b_start = min(w.start for w in b)
+            if key_b[1] < key_a[1]:
+                summary.violations.append(Violation(
+                    "restart count went back", f"round {fmt_key(key_b)} started at "
+                    f"{b_start:.3f} after round {fmt_key(key_a)}"))
+            stragglers = [w for w in a if w.last > b_start + OVERLAP_TOLERANCE_S]
+            real = [w for w in stragglers if not excused(w, faults, hb_timeout)]
+            for w in stragglers:
+                if w not in real:
+                    summary.excused_overlap_s = max(summary.excused_overlap_s, w.last - b_start)
+            if not real:
+                continue
+            b_rank0 = [w for w in b if w.rank == 0]
+            a_rank0 = [w for w in real if w.rank == 0]
+            kind = "split brain (two rank 0s)" if a_rank0 and b_rank0 else "rounds overlap"
+            who = ", ".join(f"rank {w.rank} pid {w.pid} on h{w.host} until {w.last:.3f} "
+                            f"(+{w.last - b_start:.3f} s)" for w in real)
+            summary.violations.append(Violation(
+                kind, f"round {fmt_key(key_b)} started at {b_start:.3f} on "
+                f"h{sorted({w.host for w in b})} while round {fmt_key(key_a)} still ran: {who}"))
+    return rounds
+
+
+def fmt_key(key):
+    master, restart, world = key
+    return f"[master {master} restart {restart} world {world}]"
+
+
+ROOT_CAUSE = re.compile(r"^drun: root cause: (.*)$", re.M)
+CAUSE_DETAIL = re.compile(r"^drun:   (pid|time): (.*)$", re.M)
+
+
+def root_cause(output):
+    """The root-cause summary an agent printed (first line, pid, time), or None."""
+    m = ROOT_CAUSE.search(output)
+    if not m:
+        return None
+    details = dict(CAUSE_DETAIL.findall(output[m.end():m.end() + 400]))
+    return f"{m.group(1)}; pid {details.get('pid', '?')}; time {details.get('time', '?')}"
+
+
+def check_exits(agents, workers, rounds, faults, hb_timeout, summary):
+    """(3) exit codes of a succeeded job, a success claimed without a completed round, (4) one
+    root cause and one restart count everywhere."""
+    last = rounds[-1][1] if rounds else []
+    world = last[0].world if last else 0
+    ended_ranks = {w.rank for w in last if w.ended}
+    summary.succeeded = bool(last) and ended_ranks == set(range(world))
+    job_end = max((w.last for w in last), default=0.0)
+    long_faults = {pid for f in faults if f.kind in ("agent_stop", "link_cut", "store_slow")
+                   and f.end - f.start >= hb_timeout for pid in f.agent_pids}
+    for a in agents:
+        if a.hung or a.killed_by_driver or a.code is None:
+            continue
+        if a.code == 0 and not summary.succeeded:
+            summary.violations.append(Violation(
+                "exit 0 without a completed round", f"{a.name} (pid {a.pid}) exited 0 but the "
+                f"last round {fmt_key(rounds[-1][0]) if rounds else '(none)'} did not end on every "
+                f"rank (ended: {sorted(ended_ranks)})"))
+        if (summary.succeeded and a.code != 0 and a.pid not in long_faults
+                and a.started < job_end):
+            summary.violations.append(Violation(
+                "succeeded job, agent failed", f"{a.name} (pid {a.pid}, {a.role}) exited "
+                f"{a.code} after every rank of the last round succeeded; its last lines:\n"
+                + tail(a.output, 6)))
+    causes = {a.name: root_cause(a.output) for a in agents}
+    causes = {n: c for n, c in causes.items() if c}
+    if len(set(causes.values())) > 1:
+        summary.violations.append(Violation(
+            "root causes differ", "; ".join(f"{n}: {c}" for n, c in sorted(causes.items()))))
+    restarts = {}
+    for a in agents:
+        seen = [w.restart for w in workers.values() if w.agent_pid == a.pid]
+        if a.name in causes and seen:
+            restarts[a.name] = max(seen)
+    if len(set(restarts.values())) > 1:
+        summary.violations.append(Violation(
+            "restart counts differ", "last TORCHELASTIC_RESTART_COUNT of the agents that printed "
+            f"the root cause: {restarts}"))
+
+
+def tail(text, n):
+    return "\n".join("      " + line for line in text.rstrip().splitlines()[-n:])
+
+
+def check_iteration(agents, worker_text, faults, hb_timeout, max_restarts):
+    """Every invariant that reads only records (hangs and leftovers are the driver's: it sees
+    the processes). Returns a Summary."""
+    summary = Summary()
+    workers = parse_worker_lines(worker_text)
+    rounds = check_rounds(workers, faults, hb_timeout, max_restarts, summary)
+    check_exits(agents, workers, rounds, faults, hb_timeout, summary)
+    return summary
