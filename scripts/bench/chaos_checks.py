@@ -15,12 +15,15 @@ was frozen (SIGSTOP) or cut off and fences within heartbeat_timeout of the cut o
 (+ FENCE_GRACE_S), or was SIGKILLed and its watchdog kills the workers (within KILL_GRACE_S).
 Excused overlaps are counted (the table's notes), never reported as violations.
 """
+import json
+import os
 import re
 from dataclasses import dataclass, field
 
 OVERLAP_TOLERANCE_S = 0.02
 FENCE_GRACE_S = 1.0
 KILL_GRACE_S = 0.5
+ARRIVAL_RACE_S = 0.5   # an agent started this close to the job's end may come after it
 
 AGENT_FAULTS = ("agent_stop", "link_cut", "store_slow", "agent_kill")
 
@@ -53,6 +56,7 @@ class Fault:
     agent_pids: tuple = ()    # the agents (or the daemon) it hit
     host: int = None
     detail: str = ""
+    hits_store: bool = False  # it froze, cut off or killed the store's process
 
 
 @dataclass
@@ -79,7 +83,8 @@ class Violation:
 class Summary:
     violations: list = field(default_factory=list)
     excused_overlap_s: float = 0.0   # the longest straggler overlap excused by a fault
-    succeeded: bool = False
+    succeeded: bool = False          # the last round ended on every rank
+    members_exited_0: bool = False   # ... and every agent that ran it exited 0
     rounds: int = 0
 
 
@@ -188,23 +193,33 @@ def root_cause(output):
 def check_exits(agents, workers, rounds, faults, hb_timeout, summary):
     """(3) exit codes of a succeeded job, a success claimed without a completed round, (4) one
     root cause and one restart count everywhere."""
-    last = rounds[-1][1] if rounds else []
-    world = last[0].world if last else 0
-    ended_ranks = {w.rank for w in last if w.ended}
-    summary.succeeded = bool(last) and ended_ranks == set(range(world))
-    job_end = max((w.last for w in last), default=0.0)
-    long_faults = {pid for f in faults if f.kind in ("agent_stop", "link_cut", "store_slow")
-                   and f.end - f.start >= hb_timeout for pid in f.agent_pids}
+    complete = {key for key, ws in rounds
+                if {w.rank for w in ws if w.ended} == set(range(ws[0].world))}
+    summary.succeeded = bool(rounds) and rounds[-1][0] in complete
+    job_end = max((w.last for w in rounds[-1][1]), default=0.0) if rounds else 0.0
+    members = {w.agent_pid for w in rounds[-1][1]} if rounds else set()
+    summary.members_exited_0 = summary.succeeded and all(
+        a.code == 0 for a in agents if a.pid in members)
+    # A node frozen or cut off for heartbeat_timeout is lost by definition; so is the whole job
+    # when that node is the store's (the README: the store's host is the job's single point of
+    # failure). Their exits are not judged.
+    lost = {pid for f in faults if f.kind == "agent_kill" or
+            (f.kind in ("agent_stop", "link_cut", "store_slow") and f.end - f.start >= hb_timeout)
+            for pid in f.agent_pids}
+    store_lost = any(f.hits_store and (f.kind == "agent_kill" or f.end - f.start >= hb_timeout)
+                     for f in faults)
     for a in agents:
         if a.hung or a.killed_by_driver or a.code is None:
             continue
-        if a.code == 0 and not summary.succeeded:
+        own = [w for w in workers.values() if w.agent_pid == a.pid]
+        last_own = max(own, key=lambda w: w.start).key if own else None
+        if a.code == 0 and not (last_own in complete if own else complete):
             summary.violations.append(Violation(
-                "exit 0 without a completed round", f"{a.name} (pid {a.pid}) exited 0 but the "
-                f"last round {fmt_key(rounds[-1][0]) if rounds else '(none)'} did not end on every "
-                f"rank (ended: {sorted(ended_ranks)})"))
-        if (summary.succeeded and a.code != 0 and a.pid not in long_faults
-                and a.started < job_end):
+                "exit 0 without a completed round", f"{a.name} (pid {a.pid}) exited 0 but "
+                + (f"its last round {fmt_key(last_own)} did not end on every rank" if own else
+                   "no round ended on every rank")))
+        if (summary.succeeded and a.code != 0 and not store_lost and a.pid not in lost
+                and a.started < job_end - ARRIVAL_RACE_S):
             summary.violations.append(Violation(
                 "succeeded job, agent failed", f"{a.name} (pid {a.pid}, {a.role}) exited "
                 f"{a.code} after every rank of the last round succeeded; its last lines:\n"
@@ -237,3 +252,23 @@ def check_iteration(agents, worker_text, faults, hb_timeout, max_restarts):
     rounds = check_rounds(workers, faults, hb_timeout, max_restarts, summary)
     check_exits(agents, workers, rounds, faults, hb_timeout, summary)
     return summary
+
+
+def recheck(directory, hb_timeout, max_restarts):
+    """The invariants again over an iteration's kept logs (its record.json, host*.log,
+    agent-*.log): to judge a change of these rules against runs already seen."""
+    with open(os.path.join(directory, "record.json")) as f:
+        record = json.load(f)
+    agents = [Agent(**a) for a in record["agents"]]
+    for a in agents:
+        with open(os.path.join(directory, f"agent-{a.name}.log"), errors="replace") as f:
+            a.output = f.read()
+    faults = [Fault(**dict(f, agent_pids=tuple(f["agent_pids"]))) for f in record["faults"]]
+    text = ""
+    for name in sorted(os.listdir(directory)):
+        if name.startswith("host"):
+            with open(os.path.join(directory, name), errors="replace") as f:
+                text += f.read()
+    summary = check_iteration(agents, text, faults, hb_timeout, max_restarts)
+    summary.violations[:0] = [Violation(**v) for v in record["driver_violations"]]
+    return record["seed"], summary

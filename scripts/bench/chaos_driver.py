@@ -18,9 +18,10 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import chaos_checks as checks  # noqa: E402
 from chaos_cluster import Cluster  # noqa: E402
 from chaos_iteration import Iteration  # noqa: E402
-from chaos_plan import HOSTS, KINDS, make_plan  # noqa: E402
+from chaos_plan import HEARTBEAT_TIMEOUT_S, HOSTS, KINDS, MAX_RESTARTS, make_plan  # noqa: E402
 
 OUTCOMES = ("succeeded", "failed, expected", "failed, unexpected", "violation")
 
@@ -63,11 +64,22 @@ def print_table(results, elapsed):
     print(f"total run time {elapsed:.0f} s")
 
 
+def recheck(directories):
+    status = 0
+    for d in directories:
+        seed, summary = checks.recheck(d, HEARTBEAT_TIMEOUT_S, MAX_RESTARTS)
+        print(f"{d}: seed {seed}, {len(summary.violations)} violation(s)")
+        for v in summary.violations:
+            print(f"    [{v.kind}] {v.text}")
+        status |= bool(summary.violations)
+    return status
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--drun-bin", required=True)
-    p.add_argument("--netns", required=True)
-    p.add_argument("--work-dir", required=True)
+    p.add_argument("--drun-bin")
+    p.add_argument("--netns")
+    p.add_argument("--work-dir")
     p.add_argument("--iterations", type=int, default=20)
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--kind", choices=KINDS, help="only this fault kind (seeds of other kinds "
@@ -77,7 +89,13 @@ def main():
     p.add_argument("--time-budget", type=float, default=0,
                    help="start no iteration after this many seconds (0: no limit)")
     p.add_argument("--keep-logs", type=int, default=0, help="1: keep every iteration's logs")
+    p.add_argument("--recheck", nargs="+", metavar="DIR",
+                   help="check kept iteration directories again (no run)")
     args = p.parse_args()
+    if args.recheck:
+        return recheck(args.recheck)
+    if not (args.drun_bin and args.netns and args.work_dir):
+        p.error("--drun-bin, --netns and --work-dir are needed (unless --recheck)")
     if args.iterations < 1 or args.iterations > 100000:
         p.error("--iterations must be in 1..100000")
     seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(3), "big")

@@ -4,6 +4,8 @@ The iteration owns every process it starts and leaves none: agents and the daemo
 and anything else by their CHAOS_TAG (chaos_cluster.kill_tagged); frozen processes get SIGCONT
 and cut links come back up whatever happens (also on an exception or a signal).
 """
+import dataclasses
+import json
 import os
 import signal
 import subprocess
@@ -98,7 +100,8 @@ class Iteration:
                 self.procs[action.target].kill()
                 self.agents[action.target].killed_by_driver = True
                 fault = checks.Fault(kind, now, now, (self.agents[action.target].pid,),
-                                     detail=action.target)
+                                     detail=action.target,
+                                     hits_store=self.is_store_agent(action.target))
         elif kind in ("agent_stop", "store_slow"):
             pids = (self.store_pids() if kind == "store_slow" else
                     [self.agents[action.target].pid] if self.live(action.target) else [])
@@ -106,7 +109,9 @@ class Iteration:
                 for pid in pids:
                     cl.signal_pid(pid, signal.SIGSTOP)
                 fault = checks.Fault(kind, now, now + action.duration, tuple(pids),
-                                     detail=f"{action.target} pids {pids}")
+                                     detail=f"{action.target} pids {pids}",
+                                     hits_store=kind == "store_slow"
+                                     or self.is_store_agent(action.target))
                 self.pending_undo.append((now + action.duration, fault,
                                           lambda: [cl.signal_pid(p, signal.SIGCONT) for p in pids]))
         elif kind == "link_cut":
@@ -114,7 +119,8 @@ class Iteration:
             self.cluster.set_link(host, False)
             pids = tuple(a.pid for a in self.agents.values() if a.host == host)
             pids += (self.daemon.pid,) if self.daemon and host == self.plan.store_host else ()
-            fault = checks.Fault(kind, now, now + action.duration, pids, host, f"h{host}")
+            fault = checks.Fault(kind, now, now + action.duration, pids, host, f"h{host}",
+                                 hits_store=host == self.plan.store_host)
             self.pending_undo.append((now + action.duration, fault,
                                       lambda: self.cluster.set_link(host, True)))
         else:  # arrivals
@@ -127,6 +133,9 @@ class Iteration:
                                 + (f" for {fault.end - fault.start:.2f} s" if fault.end > now else "")))
         else:
             self.events.append((now, f"fault {kind} {action.target}: no target (already gone)"))
+
+    def is_store_agent(self, name):
+        return self.plan.store == "embedded" and name == "h0"
 
     def is_worker(self, pid):
         try:
@@ -198,6 +207,7 @@ class Iteration:
         self.summary = checks.check_iteration(list(self.agents.values()), worker_text,
                                               self.faults, HEARTBEAT_TIMEOUT_S, MAX_RESTARTS)
         self.summary.violations[:0] = self.violations
+        self.save_record()
         self.write_timeline(worker_text)
 
     def check_leftovers(self, shm_before):
@@ -248,12 +258,21 @@ class Iteration:
     def outcome(self):
         if self.summary.violations:
             return "violation"
-        if self.summary.succeeded:
+        if self.summary.members_exited_0:
             return "succeeded"
         return "failed, expected" if may_fail(self.plan) else "failed, unexpected"
 
     def codes(self):
         return " ".join(f"{n}={'hung' if a.hung else a.code}" for n, a in self.agents.items())
+
+    def save_record(self):
+        """record.json: what `chaos_driver.py --recheck DIR` needs to check the logs again."""
+        record = {"seed": self.plan.seed, "driver_violations": [dataclasses.asdict(v) for v in
+                                                                 self.violations],
+                  "agents": [dict(dataclasses.asdict(a), output="") for a in self.agents.values()],
+                  "faults": [dataclasses.asdict(f) for f in self.faults]}
+        with open(os.path.join(self.dir, "record.json"), "w") as f:
+            json.dump(record, f, indent=1)
 
     def write_timeline(self, worker_text):
         rows = list(self.events)
