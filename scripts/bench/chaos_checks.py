@@ -213,11 +213,14 @@ def check_exits(agents, workers, rounds, faults, hb_timeout, summary):
             continue
         own = [w for w in workers.values() if w.agent_pid == a.pid]
         last_own = max(own, key=lambda w: w.start).key if own else None
-        if a.code == 0 and not (last_own in complete if own else complete):
+        # Exit 0 says "the job succeeded": the job's last round, or the one this agent ran last
+        # (a member replaced by a spare at a restart exits with the job's code, as a spare).
+        if a.code == 0 and not summary.succeeded and last_own not in complete:
             summary.violations.append(Violation(
                 "exit 0 without a completed round", f"{a.name} (pid {a.pid}) exited 0 but "
-                + (f"its last round {fmt_key(last_own)} did not end on every rank" if own else
-                   "no round ended on every rank")))
+                "neither the job's last round nor "
+                + (f"its own last round {fmt_key(last_own)}" if own else "any round")
+                + " ended on every rank"))
         if (summary.succeeded and a.code != 0 and not store_lost and a.pid not in lost
                 and a.started < job_end - ARRIVAL_RACE_S):
             summary.violations.append(Violation(

@@ -104,6 +104,10 @@ def make_plan(seed):
             name, host, _ = rng.choice(initial)
             actions.append(Action(at, kind, new_agents=[(f"{name}-dup{i}", host, "duplicate")]))
     actions.sort(key=lambda a: a.at)
+    # Two stops (or cuts) of one target never overlap: the first SIGCONT would end the second.
+    for first, second in zip(actions, actions[1:]):
+        if first.duration and first.target == second.target:
+            second.at = max(second.at, round(first.at + first.duration + 0.1, 3))
     return Plan(seed, kind, min_nodes, max_nodes, store, nproc, life_ms, initial, actions)
 
 
