@@ -138,11 +138,14 @@ class Iteration:
         return self.plan.store == "embedded" and name == "h0"
 
     def is_worker(self, pid):
+        """The worker script itself (bash, the script), not its agent nor the agent's watchdog,
+        whose command lines name the script too."""
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
-                return self.args.worker.encode() in f.read()
+                argv = f.read().split(b"\0")
         except OSError:
             return False
+        return len(argv) > 1 and argv[0].endswith(b"bash") and argv[1] == self.args.worker.encode()
 
     def undo_due(self, now, force=False):
         for item in list(self.pending_undo):
