@@ -177,22 +177,61 @@ def fmt_key(key):
     return f"[master {master} restart {restart} world {world}]"
 
 
-ROOT_CAUSE = re.compile(r"^drun: root cause: (.*)$", re.M)
+ROOT_CAUSE = re.compile(r"^drun: root cause: rank (\d+) \(local_rank \d+\) on (\S+) "
+                        r"(?:exited with code (\d+)|was killed by signal \S+ \((\d+)\))$", re.M)
 CAUSE_DETAIL = re.compile(r"^drun:   (pid|time): (.*)$", re.M)
+# A node that waited (a spare) when the job failed says it in one line.
+WAITER_CAUSE = re.compile(r"the job failed while this node waited to join it: rank (\d+) on (\S+) "
+                          r"ended with status (\d+)")
+BUDGET_SPENT = re.compile(r"^drun: restart budget exhausted \((\d+) restarts\)$", re.M)
 
 
 def root_cause(output):
-    """The root-cause summary an agent printed (first line, pid, time), or None."""
+    """(rank, node, status, pid and time or None) of the root cause an agent printed, or None.
+    The summary and a waiter's one line name the same cause in two shapes: the status compared
+    is the exit code, or 128 + the signal (drun's exit code for it)."""
     m = ROOT_CAUSE.search(output)
-    if not m:
-        return None
-    details = dict(CAUSE_DETAIL.findall(output[m.end():m.end() + 400]))
-    return f"{m.group(1)}; pid {details.get('pid', '?')}; time {details.get('time', '?')}"
+    if m:
+        details = dict(CAUSE_DETAIL.findall(output[m.end():m.end() + 400]))
+        status = int(m.group(3)) if m.group(3) else 128 + int(m.group(4))
+        return (int(m.group(1)), m.group(2), status,
+                f"pid {details.get('pid', '?')}, time {details.get('time', '?')}")
+    m = WAITER_CAUSE.search(output)
+    return (int(m.group(1)), m.group(2), int(m.group(3)), None) if m else None
+
+
+def check_causes(agents, judged, workers, summary):
+    """(4) one root cause everywhere, a failed job's agents exit with its code (spares too), and
+    a spent budget means that many restarts were made."""
+    causes = {a.name: root_cause(a.output) for a in agents}
+    causes = {n: c for n, c in causes.items() if c}
+    shapes = {c[:3] for c in causes.values()}
+    details = {c[3] for c in causes.values() if c[3]}
+    if len(shapes) > 1 or len(details) > 1:
+        summary.violations.append(Violation(
+            "root causes differ", "; ".join(f"{n}: rank {c[0]} on {c[1]} status {c[2]}"
+                                            + (f" ({c[3]})" if c[3] else "")
+                                            for n, c in sorted(causes.items()))))
+    if len(shapes) == 1 and not summary.succeeded:
+        status = next(iter(shapes))[2]
+        wrong = {a.name: a.code for a in judged if a.code != status}
+        if wrong:
+            summary.violations.append(Violation(
+                "failed job, agent exit differs", f"the root cause's status is {status}; "
+                f"exit codes {wrong}\n" + "\n".join(f"    {n}:\n" + tail(a.output, 4)
+                                                   for n, a in ((a.name, a) for a in judged)
+                                                   if n in wrong)))
+    reached = max((w.restart for w in workers.values()), default=0)
+    for a in agents:
+        m = BUDGET_SPENT.search(a.output)
+        if m and int(m.group(1)) != reached:
+            summary.violations.append(Violation(
+                "restart count differs", f"{a.name} says the budget of {m.group(1)} restarts is "
+                f"spent, but the job's workers reached TORCHELASTIC_RESTART_COUNT {reached}"))
 
 
 def check_exits(agents, workers, rounds, faults, hb_timeout, summary):
-    """(3) exit codes of a succeeded job, a success claimed without a completed round, (4) one
-    root cause and one restart count everywhere."""
+    """(3) exit codes of a succeeded job, and no success claimed without a completed round."""
     complete = {key for key, ws in rounds
                 if {w.rank for w in ws if w.ended} == set(range(ws[0].world))}
     summary.succeeded = bool(rounds) and rounds[-1][0] in complete
@@ -208,9 +247,12 @@ def check_exits(agents, workers, rounds, faults, hb_timeout, summary):
             for pid in f.agent_pids}
     store_lost = any(f.hits_store and (f.kind == "agent_kill" or f.end - f.start >= hb_timeout)
                      for f in faults)
+    judged = []   # agents whose exit code says what the job's was
     for a in agents:
         if a.hung or a.killed_by_driver or a.code is None:
             continue
+        if not store_lost and a.pid not in lost and a.started < job_end - ARRIVAL_RACE_S:
+            judged.append(a)
         own = [w for w in workers.values() if w.agent_pid == a.pid]
         last_own = max(own, key=lambda w: w.start).key if own else None
         # Exit 0 says "the job succeeded": the job's last round, or the one this agent ran last
@@ -221,26 +263,12 @@ def check_exits(agents, workers, rounds, faults, hb_timeout, summary):
                 "neither the job's last round nor "
                 + (f"its own last round {fmt_key(last_own)}" if own else "any round")
                 + " ended on every rank"))
-        if (summary.succeeded and a.code != 0 and not store_lost and a.pid not in lost
-                and a.started < job_end - ARRIVAL_RACE_S):
+        if summary.succeeded and a.code != 0 and a in judged:
             summary.violations.append(Violation(
                 "succeeded job, agent failed", f"{a.name} (pid {a.pid}, {a.role}) exited "
                 f"{a.code} after every rank of the last round succeeded; its last lines:\n"
                 + tail(a.output, 6)))
-    causes = {a.name: root_cause(a.output) for a in agents}
-    causes = {n: c for n, c in causes.items() if c}
-    if len(set(causes.values())) > 1:
-        summary.violations.append(Violation(
-            "root causes differ", "; ".join(f"{n}: {c}" for n, c in sorted(causes.items()))))
-    restarts = {}
-    for a in agents:
-        seen = [w.restart for w in workers.values() if w.agent_pid == a.pid]
-        if a.name in causes and seen:
-            restarts[a.name] = max(seen)
-    if len(set(restarts.values())) > 1:
-        summary.violations.append(Violation(
-            "restart counts differ", "last TORCHELASTIC_RESTART_COUNT of the agents that printed "
-            f"the root cause: {restarts}"))
+    return judged
 
 
 def tail(text, n):
@@ -253,7 +281,8 @@ def check_iteration(agents, worker_text, faults, hb_timeout, max_restarts):
     summary = Summary()
     workers = parse_worker_lines(worker_text)
     rounds = check_rounds(workers, faults, hb_timeout, max_restarts, summary)
-    check_exits(agents, workers, rounds, faults, hb_timeout, summary)
+    judged = check_exits(agents, workers, rounds, faults, hb_timeout, summary)
+    check_causes(agents, judged, workers, summary)
     return summary
 
 

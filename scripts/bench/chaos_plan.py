@@ -78,6 +78,8 @@ def make_plan(seed):
     window = life_ms / 1000 + 1.5   # faults fall anywhere from forming to the exit barrier
     actions = []
     repeats = 1 if kind in ("newcomers_min",) else rng.choice([1, 1, 2])
+    if kind == "worker_kill":   # sometimes more kills than the budget: one root cause everywhere
+        repeats = rng.choice([1, 2, MAX_RESTARTS + 1])
     for i in range(repeats):
         at = round(rng.uniform(0.2, window), 3)
         target = rng.choice(initial)[0]
@@ -112,8 +114,9 @@ def make_plan(seed):
 
 
 def may_fail(plan):
-    """Whether the plan's faults can legitimately fail the job: the store's host killed or cut
-    off (or frozen) for a heartbeat timeout or more, or fewer than MIN initial agents unharmed."""
+    """Whether the plan's faults can legitimately fail the job: more worker kills than the
+    budget, the store's host killed or cut off (or frozen) for a heartbeat timeout or more, or
+    fewer than MIN initial agents unharmed."""
     hit = set()
     for a in plan.actions:
         long_fault = a.duration >= HEARTBEAT_TIMEOUT_S
@@ -126,4 +129,5 @@ def may_fail(plan):
             if host == plan.store_host:
                 return True
             hit.add(f"h{host}")
-    return len(plan.initial) - len(hit) < plan.min_nodes
+    kills = sum(1 for a in plan.actions if a.kind == "worker_kill")
+    return kills > MAX_RESTARTS or len(plan.initial) - len(hit) < plan.min_nodes
