@@ -83,6 +83,7 @@ class Violation:
 class Summary:
     violations: list = field(default_factory=list)
     excused_overlap_s: float = 0.0   # the longest straggler overlap excused by a fault
+    min_gap_s: float = None          # the closest a round started after an older one's last line
     succeeded: bool = False          # the last round ended on every rank
     members_exited_0: bool = False   # ... and every agent that ran it exited 0
     rounds: int = 0
@@ -160,6 +161,10 @@ def check_rounds(workers, faults, hb_timeout, max_restarts, summary):
                 if w not in real:
                     summary.excused_overlap_s = max(summary.excused_overlap_s, w.last - b_start)
             if not real:
+                last = max((w.last for w in a if w not in stragglers), default=None)
+                if last is not None and (summary.min_gap_s is None
+                                         or b_start - last < summary.min_gap_s):
+                    summary.min_gap_s = b_start - last
                 continue
             b_rank0 = [w for w in b if w.rank == 0]
             a_rank0 = [w for w in real if w.rank == 0]

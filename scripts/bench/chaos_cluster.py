@@ -26,8 +26,8 @@ class Cluster:
 
     def up(self):
         self._netns("down", check=False)
+        self.is_up = True   # before: an interrupted `up` leaves namespaces for down() to remove
         self._netns("up", str(self.hosts))
-        self.is_up = True
 
     def down(self):
         if self.is_up:

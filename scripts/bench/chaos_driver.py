@@ -106,7 +106,7 @@ def main():
           f"--seed <its seed> --iterations 1); drun from {args.drun_bin}", flush=True)
 
     cluster = Cluster(args.netns, f"dchaos{os.getpid() % 100000}", HOSTS)
-    results, started, it, stopped_early = [], time.time(), None, ""
+    results, margins, started, it, stopped_early = [], [], time.time(), None, ""
     try:
         cluster.up()
         s = seed
@@ -132,6 +132,7 @@ def main():
             outcome = it.outcome()
             kinds = sorted({v.kind for v in it.summary.violations})
             results.append((plan.kind, outcome, kinds, plan.seed))
+            margins.append(it.summary)
             print(f"iter {it.index:3d} seed {plan.seed} {plan.kind:13} {outcome:18} "
                   f"{time.time() - begun:5.1f} s  rounds {it.summary.rounds}  {it.codes()}  "
                   f"| {plan.describe()}", flush=True)
@@ -149,6 +150,12 @@ def main():
         cluster.restore_links()
         cluster.down()
     print_table(results, time.time() - started)
+    gaps = [m.min_gap_s for m in margins if m.min_gap_s is not None]
+    excused = max((m.excused_overlap_s for m in margins), default=0.0)
+    if gaps:
+        print(f"closest start of a round after the last line of an older one: {min(gaps) * 1e3:.1f} "
+              f"ms (the overlap tolerance is {checks.OVERLAP_TOLERANCE_S * 1e3:.0f} ms); longest "
+              f"overlap excused by a frozen, cut off or killed agent: {excused * 1e3:.0f} ms")
     bad = [r for r in results if r[1] == "violation"]
     if bad:
         print(f"{len(bad)} iteration(s) with violations; seeds: "
