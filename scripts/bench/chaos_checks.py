@@ -7,8 +7,9 @@ TORCHELASTIC_RESTART_COUNT, WORLD_SIZE): drun draws a fresh MASTER_PORT for ever
 groups running at once under one job have different keys. A worker's interval runs from its
 `start` line to its last line (`alive` every ~100 ms, `term`, `end`); it writes its last line
 before it exits, and an agent rejoins only after its workers exited, so a round that starts while
-a worker of an older round still writes is two rounds at once, with no tolerance needed beyond
-OVERLAP_TOLERANCE_S (scheduling noise, never seen above a few ms).
+a worker of an older round still writes is two rounds at once. No tolerance is needed: a line's
+time is taken before it is written, so measured overlaps are never longer than real ones (runs on
+the landed code show at least 2.8 ms between rounds where nothing went wrong).
 
 A straggler of an older round is *excused* when its agent could not have stopped it yet: the agent
 was frozen (SIGSTOP) or cut off and fences within heartbeat_timeout of the cut or of its SIGCONT
@@ -20,7 +21,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
-OVERLAP_TOLERANCE_S = 0.02
+OVERLAP_TOLERANCE_S = 0.0
 FENCE_GRACE_S = 1.0
 KILL_GRACE_S = 0.5
 ARRIVAL_RACE_S = 0.5   # an agent started this close to the job's end may come after it

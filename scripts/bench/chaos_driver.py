@@ -154,7 +154,7 @@ def main():
     excused = max((m.excused_overlap_s for m in margins), default=0.0)
     if gaps:
         print(f"closest start of a round after the last line of an older one: {min(gaps) * 1e3:.1f} "
-              f"ms (the overlap tolerance is {checks.OVERLAP_TOLERANCE_S * 1e3:.0f} ms); longest "
+              f"ms (overlap tolerance {checks.OVERLAP_TOLERANCE_S * 1e3:.0f} ms); longest "
               f"overlap excused by a frozen, cut off or killed agent: {excused * 1e3:.0f} ms")
     bad = [r for r in results if r[1] == "violation"]
     if bad:
