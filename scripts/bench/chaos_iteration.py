@@ -195,7 +195,7 @@ class Iteration:
                 a.hung = True
                 self.violations.append(checks.Violation(
                     "agent hangs", f"{name} (pid {a.pid}, {a.role}) still running "
-                    f"{self.args.hang_bound:.0f} s after the last fault; its last lines:\n"
+                    f"{self.args.hang_bound:g} s after the last fault; its last lines:\n"
                     + checks.tail(self.output(name), 6)))
                 cl.signal_pid(proc.pid, signal.SIGCONT)
                 proc.kill()
