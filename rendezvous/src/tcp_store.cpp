@@ -60,7 +60,16 @@ std::string keyList(const std::vector<std::string>& keys) {
 std::string errnoText(int err) { return std::strerror(err); }
 
 // Waits for `events` on fd until the deadline; false on timeout.
-bool pollUntil(int fd, short events, const Deadline& deadline) {
+// After this process was stopped and continued (SIGSTOP/SIGCONT: a debugger, a loaded node,
+// the chaos driver), poll() returns EINTR, and a deadline may have passed while nothing here ran
+// — also the store server's thread, when this process hosts it. Such a deadline gets this much
+// more once, so that the peer can answer before the connection is declared lost.
+constexpr milliseconds kGraceAfterStop{500};
+
+bool pollUntil(int fd, short events, const Deadline& callDeadline) {
+  Deadline deadline = callDeadline;
+  bool stopped = false;  // poll() was interrupted: perhaps this process did not run for a while
+  bool graced = false;
   for (;;) {
     milliseconds left = deadline.remaining();
     int ms = static_cast<int>(std::min<long long>(left.count(), 60'000));
@@ -68,7 +77,12 @@ bool pollUntil(int fd, short events, const Deadline& deadline) {
     int n = ::poll(&p, 1, ms);
     if (n > 0) return true;
     if (n < 0 && errno != EINTR) throw NetworkError(std::string("poll: ") + errnoText(errno));
-    if (n == 0 && deadline.expired()) return false;
+    if (n < 0) stopped = true;
+    if (deadline.expired()) {
+      if (!stopped || graced) return false;
+      graced = true;
+      deadline = Deadline(kGraceAfterStop);
+    }
   }
 }
 

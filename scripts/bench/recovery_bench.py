@@ -29,6 +29,8 @@ SETTLE_S = 0.5        # the first round must stay unchanged this long before the
 POLL_S = 0.005        # log polling while waiting (the workers' timestamps are what counts)
 STOP_GRACE_S = 3.0    # SIGTERM -> SIGKILL for agents at the end of a trial
 JITTER_S = 1.0       # random pause before the fault: no fixed phase of any periodic timer
+REPLACE_AFTER_S = 2.0  # replace: from the kill to the replacement's start (torchrun's keep-alive
+                       # notices a dead node within its 5 s heartbeat timeout... see the README)
 FORM_CAP_S = 60.0     # the first round must form within this (torchrun: python start, 1 s polls)
 
 WORKER = r"""#!/bin/bash
@@ -73,6 +75,9 @@ def scenarios(args):
         "scaleup": Scenario(
             "scaleup", "host 2 joins 2 of 2:4, last_call 1 s", 1500, 3, [0, 1], "2:4",
             "last_call_timeout=1", "last_call_timeout=1", survivors=[0, 1, 2]),
+        "replace": Scenario(
+            "replace", "host 1 of 2:2 SIGKILLed; a replacement agent starts on host 2", 1000, 3,
+            [0, 1], "2", "", "", survivors=[0, 2]),
         "exit": Scenario(
             "exit", "last worker exits 0 -> last agent exits", 100, 2, [0, 1], "2",
             "", ""),
@@ -345,6 +350,13 @@ class Trial:
         elif sc.name == "scaleup":
             fault_at = time.time()
             self.start_agent(2)
+        elif sc.name == "replace":
+            # The survivor learns the loss (drun: the will, at once; torchrun: its keep-alive)
+            # and waits for a replacement; the fault time is the replacement's start.
+            self.agents[1].kill()
+            time.sleep(REPLACE_AFTER_S)
+            fault_at = time.time()
+            self.start_agent(2)
         else:
             raise ValueError(sc.name)
         return fault_at
@@ -452,8 +464,8 @@ def main():
     p.add_argument("--loss-last-call", default="1")
     p.add_argument("--hold", type=float, default=300.0, help="worker lifetime (s) when not failed")
     p.add_argument("--exit-after", type=float, default=1.0, help="exit scenario: worker run time")
-    p.add_argument("scenarios", nargs="*", default=["failure", "sigkill", "linkcut", "scaleup",
-                                                     "exit"])
+    p.add_argument("scenarios", nargs="*",
+                   default=["failure", "sigkill", "linkcut", "scaleup", "replace", "exit"])
     args = p.parse_args()
     all_scenarios = scenarios(args)
     for name in args.scenarios:
