@@ -195,7 +195,6 @@ struct ElasticAgent::Impl {
 
   std::optional<WorkerExit> rootCause;  // this node's first failure of the attempt
   int otherFailures = 0;
-  std::chrono::system_clock::time_point stopRequestedWall{};
   std::optional<FailureRecord> finalCause;  // the job's root cause once its budget is spent
   int signalled = 0;                        // the signal that ends drun
   int exitCode = 0;
@@ -345,7 +344,6 @@ struct ElasticAgent::Impl {
 
     rootCause.reset();
     otherFailures = 0;
-    stopRequestedWall = {};
     scaleUpTimer.cancel();
     group.reset();
     group = std::make_unique<WorkerGroup>(io, std::move(options));
@@ -364,8 +362,6 @@ struct ElasticAgent::Impl {
   }
 
   void stopGroup(int signal) {
-    if (stopRequestedWall == std::chrono::system_clock::time_point{})
-      stopRequestedWall = std::chrono::system_clock::now();
     scaleUpTimer.cancel();
     group->stop(signal, config.shutdownTimeout, [this] { dispatch(Event::WorkersStopped); });
   }
@@ -593,8 +589,7 @@ struct ElasticAgent::Impl {
     if (!exit.succeeded()) {
       // The root cause is the earliest failure that happened before drun began stopping the
       // group: failures caused by our own SIGTERM are consequences, not causes.
-      const bool stopping = stopRequestedWall != std::chrono::system_clock::time_point{};
-      const bool beforeStop = !stopping || exit.when < stopRequestedWall;
+      const bool beforeStop = !exit.afterStop;
       if (!rootCause || (beforeStop && exit.when < rootCause->when)) {
         if (rootCause) ++otherFailures;
         rootCause = exit;

@@ -172,6 +172,7 @@ struct WorkerGroup::Impl {
   std::vector<std::function<void()>> stopDone;
   bool stopping = false;
   std::chrono::steady_clock::time_point killAt;
+  std::chrono::system_clock::time_point stopRequestedWall;  // the first stop(): exits' `afterStop`
   bool started = false;
   int devNull = -1;
   std::shared_ptr<int> life = std::make_shared<int>(0);
@@ -380,6 +381,7 @@ struct WorkerGroup::Impl {
     exit.exitCode = w.exitCode;
     exit.signal = w.signal;
     exit.when = w.when;
+    exit.afterStop = stopping && w.when >= stopRequestedWall;
     exit.stderrTail = mux.stderrTail(w.localRank);
     auto alive = guard();
     if (onExit) onExit(exit);  // may destroy the group
@@ -398,6 +400,7 @@ struct WorkerGroup::Impl {
     for (auto& w : workers)
       if (!w->reported) killGroup(*w, sig);  // exited but unreported: descendants hold its pipes
     auto at = std::chrono::steady_clock::now() + grace;
+    if (!stopping) stopRequestedWall = std::chrono::system_clock::now();
     if (!stopping || at < killAt) {
       stopping = true;
       killAt = at;

@@ -21,6 +21,8 @@ import os
 import re
 from dataclasses import dataclass, field
 
+from chaos_plan import HEARTBEAT_INTERVAL_S
+
 OVERLAP_TOLERANCE_S = 0.0
 FENCE_GRACE_S = 1.0
 KILL_GRACE_S = 0.5
@@ -247,11 +249,14 @@ def check_exits(agents, workers, rounds, faults, hb_timeout, summary):
         a.code == 0 for a in agents if a.pid in members)
     # A node frozen or cut off for heartbeat_timeout is lost by definition; so is the whole job
     # when that node is the store's (the README: the store's host is the job's single point of
-    # failure). Their exits are not judged.
+    # failure). Their exits are not judged. The lease counts from the node's last frame, which
+    # can precede the fault by a heartbeat interval: a fault that long short of the timeout can
+    # already expire it (seed 20003: a spare cut off 1.85 s of a 2 s lease was declared lost).
+    at_risk = hb_timeout - HEARTBEAT_INTERVAL_S
     lost = {pid for f in faults if f.kind == "agent_kill" or
-            (f.kind in ("agent_stop", "link_cut", "store_slow") and f.end - f.start >= hb_timeout)
+            (f.kind in ("agent_stop", "link_cut", "store_slow") and f.end - f.start >= at_risk)
             for pid in f.agent_pids}
-    store_lost = any(f.hits_store and (f.kind == "agent_kill" or f.end - f.start >= hb_timeout)
+    store_lost = any(f.hits_store and (f.kind == "agent_kill" or f.end - f.start >= at_risk)
                      for f in faults)
     judged = []   # agents whose exit code says what the job's was
     for a in agents:

@@ -60,6 +60,8 @@ struct WorkerExit {
   int exitCode = 0;  // valid when signal == 0
   int signal = 0;    // the terminating signal, 0 when it exited
   std::chrono::system_clock::time_point when;
+  // It ended after drun began stopping its group: a consequence of the stop, not a root cause.
+  bool afterStop = false;
   std::deque<std::string> stderrTail;  // last lines of its stderr (complete once the pipe closed)
   bool succeeded() const { return signal == 0 && exitCode == 0; }
   // Shell convention: exitCode, or 128 + signal.
