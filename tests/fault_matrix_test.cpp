@@ -15,6 +15,7 @@
 #include <map>
 #include <regex>
 #include <set>
+#include <thread>
 
 #include "drun/common/test_skip.hpp"
 #include "netns.hpp"
@@ -113,6 +114,13 @@ bool running(pid_t pid) {
 // Waits until every agent's two workers of a round of `world` workers printed their lines.
 void awaitRound(std::initializer_list<Process*> agents, int world) {
   for (Process* p : agents) REQUIRE(p->waitForLines("world=" + std::to_string(world), 2, kSeen));
+}
+
+// Whether `p` says `text` on stderr within `timeout`.
+bool saysOnStderr(Process& p, const std::string& text, std::chrono::milliseconds timeout = kSeen) {
+  return p.waitForOutput([&](const std::string&, const std::string& err) {
+    return err.find(text) != std::string::npos;
+  }, timeout);
 }
 
 void skipWithoutNetns() {
@@ -316,9 +324,7 @@ TEST_CASE("fault matrix: a link cut: the cut node fences its workers and the oth
   REQUIRE(a.waitForLines("world=4", a4 + 2, kSeen));
   REQUIRE(b.waitForLines("world=4", b4 + 2, kSeen));
   // The cut node stopped its own workers (it cannot know whether the job went on without it).
-  REQUIRE(c.waitForOutput([](const std::string&, const std::string& err) {
-    return err.find("lost the rendezvous store") != std::string::npos;
-  }, kSeen));
+  REQUIRE(saysOnStderr(c, "lost the rendezvous store"));
   CHECK(std::chrono::steady_clock::now() - cutAt < 10s);  // within heartbeat_timeout, and then some
   m.link(2, true);
   // It reconnects and joins as a new node: the job takes it in again (6 workers).
@@ -340,9 +346,7 @@ TEST_CASE("fault matrix: a spare beyond MAX causes no restart and replaces a los
   Process a(m.on(0)), b(m.on(1));
   awaitRound({&a, &b}, 4);
   Process spare(m.on(2));
-  REQUIRE(spare.waitForOutput([](const std::string&, const std::string& err) {
-    return err.find("waits as a spare") != std::string::npos;
-  }, kSeen));
+  REQUIRE(saysOnStderr(spare, "waits as a spare"));
   // No churn: the running workers are untouched while the spare waits.
   CHECK_FALSE(a.waitForLines("FM host=0", 3, 1500ms));
   b.signal(SIGKILL);
@@ -361,9 +365,7 @@ TEST_CASE("fault matrix: the store host's node finishes first and serves until t
   skipWithoutNetns();
   Matrix m(2, "2", "0:*:done 1:*:done");  // ranks 0-1 (the store host's node) end at once
   Process a(m.on(0)), b(m.on(1));
-  REQUIRE(a.waitForOutput([](const std::string&, const std::string& err) {
-    return err.find("waiting for the other 1 node(s)") != std::string::npos;
-  }, kSeen));
+  REQUIRE(saysOnStderr(a, "waiting for the other 1 node(s)"));
   REQUIRE(b.waitForLines("world=4", 2, kSeen));
   CHECK(running(a.pid()));  // still there, serving the store and waiting in the barrier
   m.release();
@@ -441,9 +443,7 @@ TEST_CASE("fault matrix: an agent SIGKILLed in a 2:2 job: a replacement started 
   Process a(m.on(0)), b(m.on(1));
   awaitRound({&a, &b}, 4);
   b.signal(SIGKILL);
-  REQUIRE(a.waitForOutput([](const std::string&, const std::string& err) {
-    return err.find("for replacement node(s)") != std::string::npos;
-  }, kSeen));
+  REQUIRE(saysOnStderr(a, "for replacement node(s)"));
   Process c(m.on(2));  // a Kubernetes pod restart, a requeue, an operator
   REQUIRE(c.waitForLines("world=4 restart=0", 2, kSeen));
   REQUIRE(a.waitForLines("world=4 restart=0", 4, kSeen));  // its second round
@@ -462,9 +462,7 @@ TEST_CASE("fault matrix: the same --nnodes 1 command started twice with one id: 
   Process a(m.on(0));
   awaitRound({&a}, 2);
   Process twin(m.on(0));
-  REQUIRE(twin.waitForOutput([](const std::string&, const std::string& err) {
-    return err.find("waits as a spare") != std::string::npos;
-  }, kSeen));
+  REQUIRE(saysOnStderr(twin, "waits as a spare"));
   CHECK_FALSE(twin.waitForLines("FM host=0", 1, 1500ms));  // no second job with rank 0
   m.release();
   std::vector<RunResult> runs = {a.wait(), twin.wait()};
@@ -480,18 +478,15 @@ TEST_CASE("fault matrix: the store host finishes last while its peer is paused i
   skipWithoutNetns();
   Matrix m(2, "2", "2:*:done 3:*:done");  // node 1's ranks end at once, node 0's on release
   Process a(m.on(0)), b(m.on(1));
-  REQUIRE(b.waitForOutput([](const std::string&, const std::string& err) {
-    return err.find("waiting for the other 1 node(s)") != std::string::npos;
-  }, kSeen));
+  REQUIRE(saysOnStderr(b, "waiting for the other 1 node(s)"));
   b.signal(SIGSTOP);  // a loaded node, a GC pause
   m.release();
   REQUIRE(a.waitForOutput([](const std::string& out, const std::string&) {
     return out.find("FM host=0") != std::string::npos;
   }, kSeen));
-  // Long enough for the host's workers to end and its barrier to run with the peer paused.
-  CHECK_FALSE(a.waitForOutput([](const std::string&, const std::string& err) {
-    return err.find("never appears") != std::string::npos;
-  }, 600ms));
+  // The fault itself, not a synchronisation: the peer stays paused 0.6 s (the issue's case),
+  // long enough for the host's workers to end and its barrier to run without it.
+  std::this_thread::sleep_for(600ms);
   b.signal(SIGCONT);
   std::vector<RunResult> runs = {a.wait(), b.wait()};
   INFO(describe(runs));
@@ -507,9 +502,7 @@ TEST_CASE("fault matrix: a spare paused around the job's end still ends with the
   Process a(m.on(0)), b(m.on(1));
   awaitRound({&a, &b}, 4);
   Process spare(m.on(2));
-  REQUIRE(spare.waitForOutput([](const std::string&, const std::string& err) {
-    return err.find("waits as a spare") != std::string::npos;
-  }, kSeen));
+  REQUIRE(saysOnStderr(spare, "waits as a spare"));
   spare.signal(SIGSTOP);
   m.release();
   RunResult rb = b.wait();

@@ -48,19 +48,17 @@ TEST_CASE("elastic: MIN newcomers arriving at a running 2:4 job join it, they fo
   MemoryCluster cluster;
   auto o = options(2, 4);
   o.lastCallTimeout = 100ms;
-  auto a = cluster.agent(withNode(o, "hostA"));
-  auto b = cluster.agent(withNode(o, "hostB"));
-  auto fa = startNext(*a);
-  auto fb = startNext(*b);
-  checkRound({getWithin(fa), getWithin(fb)}, {1, 1});
+  auto job = formedJob(cluster, o, {"hostA", "hostB"});
+  auto& a = job[0];
+  auto& b = job[1];
   auto c = cluster.agent(withNode(o, "hostC"));
   auto d = cluster.agent(withNode(o, "hostD"));
   auto fc = startNext(*c);
   auto fd = startNext(*d);
   stillWaiting(fc, 10 * o.lastCallTimeout);
   stillWaiting(fd, 0ms);
-  fa = startNext(*a);
-  fb = startNext(*b);
+  auto fa = startNext(*a);
+  auto fb = startNext(*b);
   std::vector<RoundResult> all = {getWithin(fa), getWithin(fb), getWithin(fc), getWithin(fd)};
   checkRound(all, {1, 1, 1, 1});
   CHECK(all[0].round == 1);
@@ -106,11 +104,7 @@ TEST_CASE("elastic: a lost member of a 2:2 job is replaced by a newcomer, at no 
   auto fa = startNext(*a);
   auto fb = startNext(*b);
   checkRound({getWithin(fa), getWithin(fb)}, {1, 1});
-  {
-    FirstChange lost(*a, "member lost");
-    b.reset();  // SIGKILL: its will runs
-    lost.get();
-  }
+  loseMember(*a, b);  // SIGKILL: its will runs
   fa = startNext(*a);
   stillWaiting(fa, 300ms);  // it waits for a replacement, it does not fail
   {
@@ -132,20 +126,10 @@ TEST_CASE("elastic: no replacement within replace_timeout: every survivor fails 
   MemoryCluster cluster;
   auto o = options(3, 3);
   o.replaceTimeout = 300ms;
-  auto a = cluster.agent(withNode(o, "hostA"));
-  auto b = cluster.agent(withNode(o, "hostB"));
-  auto c = cluster.agent(withNode(o, "hostC"));
-  auto fa = startNext(*a);
-  auto fb = startNext(*b);
-  auto fc = startNext(*c);
-  checkRound({getWithin(fa), getWithin(fb), getWithin(fc)}, {1, 1, 1});
-  {
-    FirstChange lost(*a, "member lost");
-    c.reset();
-    lost.get();
-  }
-  fa = startNext(*a);
-  fb = startNext(*b);
+  auto job = formedJob(cluster, o, {"hostA", "hostB", "hostC"});
+  loseMember(*job[0], job[2]);
+  auto fa = startNext(*job[0]);
+  auto fb = startNext(*job[1]);
   for (auto* f : {&fa, &fb}) {
     REQUIRE(f->wait_for(kHang) == std::future_status::ready);
     CHECK_THROWS_WITH(f->get(), Catch::Contains("lost node(s) hostC") &&

@@ -195,4 +195,25 @@ inline std::pair<std::unique_ptr<Rendezvous>, std::unique_ptr<Rendezvous>> runni
   return {std::move(a), std::move(b)};
 }
 
+// One agent per host name on `cluster`, their first round formed (and checked).
+inline std::vector<std::unique_ptr<Rendezvous>> formedJob(MemoryCluster& cluster,
+                                                          const RendezvousOptions& o,
+                                                          const std::vector<std::string>& hosts) {
+  std::vector<std::unique_ptr<Rendezvous>> agents;
+  for (const auto& host : hosts) agents.push_back(cluster.agent(withNode(o, host)));
+  std::vector<std::future<RoundResult>> futures;
+  for (auto& agent : agents) futures.push_back(startNext(*agent));
+  std::vector<RoundResult> results;
+  for (auto& f : futures) results.push_back(getWithin(f));
+  checkRound(results, std::vector<int>(hosts.size(), 1));
+  return agents;
+}
+
+// `victim` dies (its will runs) and `survivor` is told (MemberLost).
+inline void loseMember(Rendezvous& survivor, std::unique_ptr<Rendezvous>& victim) {
+  FirstChange lost(survivor, "member lost");
+  victim.reset();
+  lost.get();
+}
+
 }  // namespace drun::rdzv::test
