@@ -124,6 +124,12 @@ std::unique_ptr<Rendezvous> makeC10dRendezvous(const RendezvousOptions& options)
                                                                      client.port);
   access.store = std::make_unique<TcpStore>(client);
   TcpStoreOptions watcher = client;
+  // The watcher's watches last watchSlice (half the heartbeat timeout); an answer may come as late
+  // as the rest of the heartbeat timeout: a cut link is still seen within it, and a store host
+  // paused for up to half of it is not taken for gone (with 0.5 s of grace, every node fenced its
+  // workers after a 0.6 s pause of the store's host).
+  watcher.replyGrace = std::max<milliseconds>(
+      500ms, options.heartbeatTimeout - watchSlice(options.heartbeatTimeout) - 100ms);
   // Also how the rendezvous reconnects after losing the store: a host that refuses for half a
   // heartbeat timeout is taken for gone (so a fenced node gives up within heartbeat_timeout).
   watcher.connectTimeout = std::min(options.heartbeatTimeout / 2, options.joinTimeout);

@@ -1,8 +1,15 @@
 #include "c10d_node.hpp"
 
+#include <algorithm>
+
 #include "drun/common/error.hpp"
+#include "drun/rendezvous/c10d_rendezvous.hpp"
 
 namespace drun::rdzv {
+
+milliseconds watchSlice(milliseconds heartbeatTimeout) {
+  return std::max<milliseconds>(200ms, heartbeatTimeout / 2);
+}
 
 void bumpStatus(Store& store, const std::string& runId, uint64_t round) {
   try {

@@ -45,12 +45,6 @@ std::string newNodeId() {
   return buf;
 }
 
-// The longest single watch of the membership watcher: a lost link shows as a watch with no reply
-// after slice + the client's grace (at least 500 ms), which stays within heartbeatTimeout.
-milliseconds watchSlice(milliseconds heartbeatTimeout) {
-  return std::max<milliseconds>(200ms, heartbeatTimeout - 600ms);
-}
-
 class C10dRendezvous final : public Rendezvous {
  public:
   C10dRendezvous(const RendezvousOptions& options, C10dStoreAccess access)

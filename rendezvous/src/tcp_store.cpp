@@ -144,7 +144,8 @@ class TcpStore::Connection {
     if (blocking) q.timeoutMs = static_cast<uint32_t>(timeout.count());
     std::string frame;
     wire::encodeRequest(q, frame);  // InvalidArgument before anything is sent
-    milliseconds budget = blocking ? timeout + replyGrace(timeout) : clampTimeout(options_.timeout);
+    const milliseconds grace = options_.replyGrace > 0ms ? options_.replyGrace : replyGrace(timeout);
+    milliseconds budget = blocking ? timeout + grace : clampTimeout(options_.timeout);
     Deadline deadline(budget);
     auto started = Clock::now();
     {

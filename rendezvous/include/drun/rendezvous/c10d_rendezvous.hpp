@@ -55,6 +55,10 @@ struct C10dStoreAccess {
 
 std::unique_ptr<Rendezvous> makeC10dRendezvous(const RendezvousOptions& options,
                                                C10dStoreAccess access);
+// The longest single watch of the membership watcher: half the heartbeat timeout. A lost link
+// shows as a watch with no reply after it plus the watcher connection's reply grace (the rest of
+// the heartbeat timeout, less 100 ms).
+milliseconds watchSlice(milliseconds heartbeatTimeout);
 // Connects to (or hosts) the store at options.endpointHost:endpointPort. Throws
 // InvalidArgument for bad options, TimeoutError when no store answers within joinTimeout.
 std::unique_ptr<Rendezvous> makeC10dRendezvous(const RendezvousOptions& options);

@@ -41,6 +41,10 @@ struct TcpStoreOptions {
   milliseconds timeout = 300s;          // deadline of a call that takes none (set, add, ...)
   milliseconds heartbeatInterval = 1s;  // 0 = send no heartbeats (tests of lease expiry)
   milliseconds leaseTimeout = 5s;       // server drops us after this much silence; 0 = server default
+  // How long after a blocking call's own timeout the client still waits for the server's answer
+  // before it takes the connection for lost. 0: 10% of the timeout, 0.5-5 s. The membership
+  // watcher sets more: a store host paused that long (a GC pause, a loaded node) is not lost.
+  milliseconds replyGrace = 0ms;
   ProgressSink onConnectWait;           // a connect still retrying is said here, at this pace
   milliseconds progressInterval = 30s;
   // The store's shared secret ("" = none; token_file.hpp reads it). With one, the client proves
