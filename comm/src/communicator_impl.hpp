@@ -28,7 +28,7 @@ class Communicator::Impl : public std::enable_shared_from_this<Communicator::Imp
   struct Setup {
     std::unique_ptr<detail::Backend> backend;  // null for a non-member
     Backend kind = Backend::Gloo;
-    std::shared_ptr<rdzv::Store> worldStore;   // "drun_comm/" of the store
+    std::shared_ptr<rdzv::LivenessStore> worldStore;   // "drun_comm/" of the store
     int rank = 0;                              // in this communicator, -1 for a non-member
     int size = 1;
     std::vector<int> worldRanks;

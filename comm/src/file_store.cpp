@@ -195,29 +195,4 @@ void FileStore::append(const std::string& key, const rdzv::Bytes& value) {
   });
 }
 
-std::optional<rdzv::Bytes> FileStore::watch(const std::string& key, const std::optional<rdzv::Bytes>& known,
-                                            milliseconds timeout) {
-  std::optional<rdzv::Bytes> now;
-  pollUntil("watch of [" + key + "]", timeout, [&](Map& m) {
-    auto it = m.find(key);
-    now = it == m.end() ? std::nullopt : std::optional<rdzv::Bytes>(it->second);
-    return now != known;
-  });
-  return now;
-}
-
-void FileStore::setWill(const Will&) {
-  throw InvalidArgument("file store: no wills (a process cannot act after it died on a file)");
-}
-
-int64_t FileStore::deletePrefix(const std::string& prefix) {
-  if (prefix.empty()) throw InvalidArgument("file store: deletePrefix needs a non-empty prefix");
-  return locked([&](Map& m, std::string& log) {
-    int64_t n = 0;
-    for (auto it = m.lower_bound(prefix); it != m.end() && it->first.starts_with(prefix); ++it, ++n)
-      putRecord(log, 'D', it->first);
-    return n;
-  });
-}
-
 }  // namespace drun::comm

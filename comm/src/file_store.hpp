@@ -1,8 +1,8 @@
 // FileStore: the Store contract over one file on a file system every rank shares (file:// init,
 // torch's FileStore). Each call takes an exclusive flock, replays the file's log of sets and
 // deletes, appends its own records and unlocks; blocking calls poll (1 ms growing to 20 ms) until
-// their deadline. No wills (setWill throws InvalidArgument): failures are reported without the
-// lost peer's name. The file is not removed: use a fresh path per job.
+// their deadline. A plain Store, not a LivenessStore: a process cannot act on a file after it
+// died (no wills), so failures are reported without the lost peer's name. The file is not removed: use a fresh path per job.
 // Threading: thread-safe (one mutex per object, flock between processes).
 #pragma once
 
@@ -34,10 +34,6 @@ class FileStore final : public rdzv::Store {
   std::vector<rdzv::Bytes> multiGet(const std::vector<std::string>& keys, milliseconds timeout) override;
   void multiSet(const std::vector<std::string>& keys, const std::vector<rdzv::Bytes>& values) override;
   void append(const std::string& key, const rdzv::Bytes& value) override;
-  std::optional<rdzv::Bytes> watch(const std::string& key, const std::optional<rdzv::Bytes>& known,
-                                   milliseconds timeout) override;
-  void setWill(const Will& will) override;
-  int64_t deletePrefix(const std::string& prefix) override;
 
  private:
   using Map = std::map<std::string, rdzv::Bytes>;

@@ -11,13 +11,13 @@ const std::string kGoneCount = "gone_count";
 std::string goneKey(int rank) { return "gone/" + std::to_string(rank); }
 }  // namespace
 
-Liveness::Liveness(std::shared_ptr<rdzv::Store> store, int rank, int worldSize)
+Liveness::Liveness(std::shared_ptr<rdzv::LivenessStore> store, int rank, int worldSize)
     : store_(std::move(store)), rank_(rank), worldSize_(worldSize) {}
 
 void Liveness::arm() {
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
-  rdzv::Store::Will will;
+  rdzv::LivenessStore::Will will;
   will.sets.emplace_back(goneKey(rank_), std::string(host) + " pid " + std::to_string(getpid()));
   will.adds.emplace_back(kGoneCount, 1);
   try {

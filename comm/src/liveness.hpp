@@ -20,7 +20,7 @@ namespace drun::comm::detail {
 class Liveness {
  public:
   // store: the world communicator's store (already prefixed).
-  Liveness(std::shared_ptr<rdzv::Store> store, int rank, int worldSize);
+  Liveness(std::shared_ptr<rdzv::LivenessStore> store, int rank, int worldSize);
   // The store lives in rank 0's process, so losing the store means losing rank 0.
   void setRank0HostsStore(bool value) { rank0HostsStore_ = value; }
 
@@ -33,7 +33,7 @@ class Liveness {
   int goneCount() const;  // 0 when unknown
 
  private:
-  std::shared_ptr<rdzv::Store> store_;
+  std::shared_ptr<rdzv::LivenessStore> store_;
   int rank_;
   int worldSize_;
   std::atomic<bool> rank0HostsStore_{false};

@@ -1,6 +1,9 @@
 // In-process tests: types and reductions, the file store, and communicators whose ranks are
 // threads of this process over a MemoryStore (groups, misuse, timeouts, requests).
 #include <catch2/catch.hpp>
+#include <type_traits>
+
+#include "drun/rendezvous/prefix_store.hpp"
 
 #include <unistd.h>
 
@@ -108,9 +111,14 @@ TEST_CASE("comm: the file store keeps the store contract across handles", "[comm
   auto t0 = std::chrono::steady_clock::now();
   CHECK_THROWS_AS(b.wait({"never"}, 50ms), drun::TimeoutError);
   CHECK(std::chrono::steady_clock::now() - t0 >= 50ms);
-  CHECK(a.deletePrefix("n") == 1);
+  CHECK(a.deleteKey("n"));
   CHECK(b.numKeys() == 1);
-  CHECK_THROWS_AS(a.setWill({}), drun::InvalidArgument);
+  // A file cannot act for a process that died: a Store, not a LivenessStore, and a prefix view
+  // of it says so when asked for a will.
+  STATIC_REQUIRE_FALSE(std::is_base_of_v<drun::rdzv::LivenessStore, FileStore>);
+  drun::rdzv::PrefixStore view("p/", std::make_shared<FileStore>(path));
+  CHECK_FALSE(view.hasLiveness());
+  CHECK_THROWS_WITH(view.setWill({}), Catch::Contains("no liveness"));
   std::filesystem::remove(path);
 }
 

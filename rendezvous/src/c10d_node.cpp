@@ -29,7 +29,7 @@ void signalChange(Store& store, const std::string& runId, uint64_t round, const 
   store.add(keys::changes(runId, round), 1);
 }
 
-void watchQuietly(Store& store, const std::string& key, const std::optional<Bytes>& known,
+void watchQuietly(LivenessStore& store, const std::string& key, const std::optional<Bytes>& known,
                   milliseconds timeout) {
   try {
     store.watch(key, known, timeout);

@@ -44,7 +44,7 @@ void bumpStatus(Store& store, const std::string& runId, uint64_t round);
 void wakeWatchers(Store& store, const std::string& runId, uint64_t round);
 void signalChange(Store& store, const std::string& runId, uint64_t round, const std::string& reason);
 // Waits on `key` until it differs from `known` or `timeout` passes (no error at the deadline).
-void watchQuietly(Store& store, const std::string& key, const std::optional<Bytes>& known,
+void watchQuietly(LivenessStore& store, const std::string& key, const std::optional<Bytes>& known,
                   milliseconds timeout);
 
 }  // namespace drun::rdzv

@@ -298,8 +298,8 @@ class C10dRendezvous final : public Rendezvous {
   void stopWatcher() { watcher_.reset(); }
 
   C10dNode node_;
-  std::unique_ptr<Store> store_;
-  std::function<std::unique_ptr<Store>()> connect_;
+  std::unique_ptr<LivenessStore> store_;
+  std::function<std::unique_ptr<LivenessStore>()> connect_;
   std::unique_ptr<StoreServer> server_;
   std::shared_ptr<EventSlot> slot_;
   ExitBarrier barrier_;

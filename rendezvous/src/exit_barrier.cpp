@@ -12,7 +12,7 @@ namespace drun::rdzv {
 // they are leaving (the store's host serves until they have), waited for at most close_timeout,
 // then a clear error (never a reset under live nodes). An outcome before any round of the job
 // closed is stale or forged (no job ended that never formed): removed and not believed.
-void ExitBarrier::enter(Store& store, const Deadline& deadline) {
+void ExitBarrier::enter(LivenessStore& store, const Deadline& deadline) {
   if (present_) return;
   const std::string& id = node_.runId();
   const RendezvousOptions& o = node_.options;
@@ -61,19 +61,19 @@ void ExitBarrier::enter(Store& store, const Deadline& deadline) {
   present_ = true;
 }
 
-void ExitBarrier::finish(Store& store, uint64_t round, int64_t nodeCount) {
+void ExitBarrier::finish(LivenessStore& store, uint64_t round, int64_t nodeCount) {
   const int64_t done = store.add(keys::finished(node_.runId(), round), 1);
   wakeWatchers(store, node_.runId(), round);  // they read the counter itself
   if (done >= nodeCount) publishOutcome(store, round, std::nullopt);
 }
 
-void ExitBarrier::publishOutcome(Store& store, uint64_t round,
+void ExitBarrier::publishOutcome(LivenessStore& store, uint64_t round,
                                  const std::optional<FailureRecord>& failure) {
   store.compareSet(keys::outcome(node_.runId()), "", keys::encodeOutcome(failure));
   bumpStatus(store, node_.runId(), round + 1);
 }
 
-void ExitBarrier::throwIfJobEnded(Store& store) {
+void ExitBarrier::throwIfJobEnded(LivenessStore& store) {
   const std::string& id = node_.runId();
   auto outcome = store.tryGet(keys::outcome(id));
   if (!outcome || keys::isOutcomeReset(*outcome)) return;
@@ -87,7 +87,7 @@ void ExitBarrier::throwIfJobEnded(Store& store) {
                  failure->statusCode());
 }
 
-void ExitBarrier::leave(Store& store, std::optional<uint64_t> lastRound, bool hostingStore) {
+void ExitBarrier::leave(LivenessStore& store, std::optional<uint64_t> lastRound, bool hostingStore) {
   store.setWill({});
   if (lastRound) {
     store.add(keys::left(node_.runId(), *lastRound), 1);
@@ -101,7 +101,7 @@ void ExitBarrier::leave(Store& store, std::optional<uint64_t> lastRound, bool ho
     waitForOthersToLeave(store);
 }
 
-void ExitBarrier::removeJobKeys(Store& store) {
+void ExitBarrier::removeJobKeys(LivenessStore& store) {
   try {
     const int64_t n = store.deletePrefix(keys::job(node_.runId()));
     spdlog::debug("rendezvous '{}': last node out, removed {} key(s)", node_.runId(), n);
@@ -110,7 +110,7 @@ void ExitBarrier::removeJobKeys(Store& store) {
   }
 }
 
-void ExitBarrier::waitForOthersToLeave(Store& store) {
+void ExitBarrier::waitForOthersToLeave(LivenessStore& store) {
   const Deadline deadline(node_.options.closeTimeout);
   const std::string key = keys::present(node_.runId());
   for (;;) {

@@ -23,27 +23,27 @@ class ExitBarrier {
 
   // Counts this node in, once sure that the job it joins has not already ended (an ended run's
   // leftovers are cleared first, see exit_barrier.cpp). No-op when already counted.
-  void enter(Store& store, const Deadline& deadline);
+  void enter(LivenessStore& store, const Deadline& deadline);
   // This node's connection closed: its will counted it out.
   void forget() { present_ = false; }
 
   // This node's workers all succeeded in `round` (of `nodeCount` members): the last member to
   // finish records the job's success.
-  void finish(Store& store, uint64_t round, int64_t nodeCount);
+  void finish(LivenessStore& store, uint64_t round, int64_t nodeCount);
   // The job is over: records how (the first record stays) and wakes the nodes waiting for the
   // next round (spares), who learn it.
-  void publishOutcome(Store& store, uint64_t round, const std::optional<FailureRecord>& failure);
+  void publishOutcome(LivenessStore& store, uint64_t round, const std::optional<FailureRecord>& failure);
   // Throws JobEnded when the job has an outcome (a node waiting to join learns it is over).
-  void throwIfJobEnded(Store& store);
+  void throwIfJobEnded(LivenessStore& store);
 
   // Leaves for good: the will dropped first (a clean leave is no loss), `left` of the last
   // round counted, then out of `present`; the last one out removes the job's keys, and a node
   // hosting the store waits for the others to leave first.
-  void leave(Store& store, std::optional<uint64_t> lastRound, bool hostingStore);
+  void leave(LivenessStore& store, std::optional<uint64_t> lastRound, bool hostingStore);
 
  private:
-  void removeJobKeys(Store& store);
-  void waitForOthersToLeave(Store& store);
+  void removeJobKeys(LivenessStore& store);
+  void waitForOthersToLeave(LivenessStore& store);
 
   const C10dNode& node_;
   bool present_ = false;

@@ -39,7 +39,7 @@ struct Reported {
 // has an assignment under another node's id. Only a will that is alone since the last look is
 // checked (last_dead names the latest will, and `lost` unchanged around the read says no other
 // came in between); two or more at once are reported, so a member's loss is never hidden.
-bool lonelyNonMemberDeath(Store& store, const WatchedRound& w, int64_t lostRead) {
+bool lonelyNonMemberDeath(LivenessStore& store, const WatchedRound& w, int64_t lostRead) {
   auto dead = store.tryGet(keys::lastDead(w.runId, w.round));
   const int64_t lostAgain =
       keys::parseCounter(store.tryGet(keys::lost(w.runId, w.round))).value_or(0);
@@ -51,7 +51,7 @@ bool lonelyNonMemberDeath(Store& store, const WatchedRound& w, int64_t lostRead)
 }
 
 // Reads the round's job state after a change; fires what is new.
-void classify(Store& store, const WatchedRound& w, Reported& seen, EventSlot& slot,
+void classify(LivenessStore& store, const WatchedRound& w, Reported& seen, EventSlot& slot,
               const std::atomic<bool>& stopped) {
   auto event = [&](Kind kind, std::string reason) {
     JobEvent e;
@@ -118,7 +118,7 @@ void storeLost(const WatchedRound& w, EventSlot& slot, const std::atomic<bool>& 
   fire(slot, stopped, lost);
 }
 
-void run(Store& store, const WatchedRound& w, EventSlot& slot, std::atomic<bool>& stopped) {
+void run(LivenessStore& store, const WatchedRound& w, EventSlot& slot, std::atomic<bool>& stopped) {
   const std::string changesKey = keys::changes(w.runId, w.round);
   std::optional<Bytes> known;
   if (w.changesAtClose > 0) known = std::to_string(w.changesAtClose);
@@ -178,7 +178,7 @@ class LiveThreads {
 
 }  // namespace
 
-MembershipWatcher::MembershipWatcher(std::unique_ptr<Store> store, WatchedRound round,
+MembershipWatcher::MembershipWatcher(std::unique_ptr<LivenessStore> store, WatchedRound round,
                                      std::shared_ptr<EventSlot> slot)
     : slot_(std::move(slot)),
       stopped_(std::make_shared<std::atomic<bool>>(false)),

@@ -43,7 +43,7 @@ struct WatchedRound {
 
 class MembershipWatcher {
  public:
-  MembershipWatcher(std::unique_ptr<Store> store, WatchedRound round,
+  MembershipWatcher(std::unique_ptr<LivenessStore> store, WatchedRound round,
                     std::shared_ptr<EventSlot> slot);
   // After the destructor returns, the callback is not running and will not be called by this
   // watcher.
@@ -54,7 +54,7 @@ class MembershipWatcher {
  private:
   std::shared_ptr<EventSlot> slot_;
   std::shared_ptr<std::atomic<bool>> stopped_;
-  std::shared_ptr<Store> store_;  // shared with the thread: interrupted on destruction
+  std::shared_ptr<LivenessStore> store_;  // shared with the thread: interrupted on destruction
 };
 
 }  // namespace drun::rdzv

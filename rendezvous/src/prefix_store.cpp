@@ -5,8 +5,17 @@
 namespace drun::rdzv {
 
 PrefixStore::PrefixStore(std::string prefix, std::shared_ptr<Store> store)
-    : prefix_(std::move(prefix)), store_(std::move(store)) {
+    : prefix_(std::move(prefix)),
+      store_(std::move(store)),
+      liveness_(std::dynamic_pointer_cast<LivenessStore>(store_)) {
   if (!store_) throw InvalidArgument("PrefixStore('" + prefix_ + "'): no underlying store");
+}
+
+LivenessStore& PrefixStore::liveness(const char* what) const {
+  if (!liveness_)
+    throw InvalidArgument(std::string(what) + " under '" + prefix_ +
+                          "': the underlying store has no liveness (a file store)");
+  return *liveness_;
 }
 
 std::vector<std::string> PrefixStore::k(const std::vector<std::string>& keys) const {
@@ -43,18 +52,21 @@ void PrefixStore::append(const std::string& key, const Bytes& value) {
 }
 std::optional<Bytes> PrefixStore::watch(const std::string& key, const std::optional<Bytes>& known,
                                         milliseconds timeout) {
-  return store_->watch(k(key), known, timeout);
+  return liveness("watch").watch(k(key), known, timeout);
 }
 void PrefixStore::setWill(const Will& will) {
   Will prefixed;
   for (const auto& [key, value] : will.sets) prefixed.sets.emplace_back(k(key), value);
   for (const auto& [key, delta] : will.adds) prefixed.adds.emplace_back(k(key), delta);
   prefixed.deletes = k(will.deletes);
-  store_->setWill(prefixed);
+  liveness("setWill").setWill(prefixed);
+}
+void PrefixStore::interrupt() {
+  if (liveness_) liveness_->interrupt();
 }
 int64_t PrefixStore::deletePrefix(const std::string& prefix) {
   if (prefix.empty()) throw InvalidArgument("deletePrefix: the prefix must not be empty");
-  return store_->deletePrefix(k(prefix));
+  return liveness("deletePrefix").deletePrefix(k(prefix));
 }
 
 }  // namespace drun::rdzv

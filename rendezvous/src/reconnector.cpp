@@ -6,7 +6,7 @@
 
 namespace drun::rdzv {
 
-std::unique_ptr<Store> reconnect(const std::function<std::unique_ptr<Store>()>& connect,
+std::unique_ptr<LivenessStore> reconnect(const std::function<std::unique_ptr<LivenessStore>()>& connect,
                                  const C10dNode& node, const Deadline& deadline) {
   const std::string lost = "rendezvous '" + node.runId() + "': lost the store at " + node.endpoint;
   if (!connect) throw NetworkError(lost);

@@ -13,7 +13,7 @@
 
 namespace drun::rdzv {
 
-std::unique_ptr<Store> reconnect(const std::function<std::unique_ptr<Store>()>& connect,
+std::unique_ptr<LivenessStore> reconnect(const std::function<std::unique_ptr<LivenessStore>()>& connect,
                                  const C10dNode& node, const Deadline& deadline);
 
 }  // namespace drun::rdzv

@@ -13,7 +13,7 @@ namespace {
 // How often a closer re-reads its snapshot when wills keep running under it.
 constexpr int kMaxCloseLooks = 3;
 
-int64_t counter(Store& store, const std::string& key) {
+int64_t counter(LivenessStore& store, const std::string& key) {
   return keys::parseCounter(store.tryGet(key)).value_or(0);
 }
 

@@ -21,7 +21,7 @@ namespace drun::rdzv {
 
 class RoundCloser {
  public:
-  RoundCloser(Store& store, const C10dNode& node) : store_(store), node_(node) {}
+  RoundCloser(LivenessStore& store, const C10dNode& node) : store_(store), node_(node) {}
 
   // The decision header of `round` when it closed successfully (its `status`), else nullopt.
   std::optional<keys::RoundState> closedRound(uint64_t round);
@@ -45,7 +45,7 @@ class RoundCloser {
   int restartCountFor(uint64_t round);
   void forgetRound(uint64_t round);
 
-  Store& store_;
+  LivenessStore& store_;
   const C10dNode& node_;
 };
 

@@ -77,7 +77,7 @@ void RoundJoin::on(Event event, const std::string& reason) {
                 rdzv::toString(phase_));
 }
 
-RoundJoin::RoundJoin(Store& store, const C10dNode& node, ExitBarrier& barrier, uint64_t round,
+RoundJoin::RoundJoin(LivenessStore& store, const C10dNode& node, ExitBarrier& barrier, uint64_t round,
                      bool forRunningJob)
     : store_(store),
       node_(node),

@@ -49,7 +49,7 @@ class RoundJoin {
  public:
   // `forRunningJob`: this node arrived while the job runs (a spare, a late node): it waits as
   // long as the job runs, and says so.
-  RoundJoin(Store& store, const C10dNode& node, ExitBarrier& barrier, uint64_t round,
+  RoundJoin(LivenessStore& store, const C10dNode& node, ExitBarrier& barrier, uint64_t round,
             bool forRunningJob);
 
   // Joins; returns this node's seat, or nullopt when the round closed without it. Throws the
@@ -79,7 +79,7 @@ class RoundJoin {
   milliseconds replaceTimeout() const;
   std::string waitingText(int64_t arrivals, const Deadline& deadline) const;
 
-  Store& store_;
+  LivenessStore& store_;
   const C10dNode& node_;
   ExitBarrier& barrier_;
   RoundCloser closer_;

@@ -60,7 +60,7 @@ struct MemoryCluster {
     access.endpoint = "memory";
     return makeC10dRendezvous(o, std::move(access));
   }
-  Store& store() { return observer; }
+  LivenessStore& store() { return observer; }
 };
 
 // Agents as TcpStore clients of one StoreServer on a loopback port.
@@ -95,11 +95,11 @@ struct TcpCluster {
     access.endpoint = "127.0.0.1:" + std::to_string(server.port());
     return makeC10dRendezvous(o, std::move(access));
   }
-  Store& store() { return *observer; }
+  LivenessStore& store() { return *observer; }
 };
 
 // Blocks until `count` agents have joined round `round` (the arrival counter), via watch.
-inline void awaitArrivals(Store& store, const std::string& runId, uint64_t round, int64_t count) {
+inline void awaitArrivals(LivenessStore& store, const std::string& runId, uint64_t round, int64_t count) {
   const auto key = keys::count(runId, round);
   const Deadline deadline(kHang);
   std::optional<Bytes> value = store.tryGet(key);

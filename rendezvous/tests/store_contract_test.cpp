@@ -21,7 +21,7 @@ namespace {
 
 struct MemoryFixture {
   std::shared_ptr<MemoryStore::Shared> shared = MemoryStore::makeShared();
-  std::unique_ptr<Store> client() { return std::make_unique<MemoryStore>(shared); }
+  std::unique_ptr<LivenessStore> client() { return std::make_unique<MemoryStore>(shared); }
 };
 
 struct TcpFixture {
@@ -32,7 +32,7 @@ struct TcpFixture {
     return o;
   }()};
   TcpFixture() { server.start(); }
-  std::unique_ptr<Store> client() {
+  std::unique_ptr<LivenessStore> client() {
     TcpStoreOptions o;
     o.port = server.port();
     o.connectTimeout = 5s;
@@ -342,7 +342,7 @@ TEMPLATE_TEST_CASE("store: concurrent adds from many threads and clients", "[sto
                    MemoryFixture, TcpFixture) {
   TestType fx;
   constexpr int kClients = 4, kThreadsPerClient = 2, kAdds = 200;
-  std::vector<std::unique_ptr<Store>> clients;
+  std::vector<std::unique_ptr<LivenessStore>> clients;
   for (int i = 0; i < kClients; ++i) clients.push_back(fx.client());
   std::vector<std::thread> threads;
   for (int c = 0; c < kClients; ++c)

@@ -44,10 +44,10 @@ class StoreServer;
 // How a c10d rendezvous reaches its store (tests and embedders build one; the factory below
 // builds it from the options).
 struct C10dStoreAccess {
-  std::unique_ptr<Store> store;  // this agent's connection; its will is this node's liveness
+  std::unique_ptr<LivenessStore> store;  // this agent's connection; its will is this node's liveness
   // Opens another connection (no will): the membership watcher's, once per round, and this
   // agent's own when it lost the store and joins again.
-  std::function<std::unique_ptr<Store>()> connectWatcher;
+  std::function<std::unique_ptr<LivenessStore>()> connectWatcher;
   std::string selfAddress;       // this node's address as the others reach it
   std::string endpoint;          // "host:port", for messages
   std::unique_ptr<StoreServer> server;  // embedded server this agent hosts, or null

@@ -21,7 +21,7 @@
 
 namespace drun::rdzv {
 
-class MemoryStore final : public Store {
+class MemoryStore final : public LivenessStore {
  public:
   class Shared;  // opaque: StoreCore + mutex + condition variable
   static std::shared_ptr<Shared> makeShared();

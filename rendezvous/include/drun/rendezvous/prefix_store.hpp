@@ -3,6 +3,8 @@
 //
 // Every operation forwards to the underlying store with the prefix prepended (also in wills and
 // deletePrefix); numKeys() counts the whole underlying store. Errors are the underlying store's.
+// The liveness operations need an underlying LivenessStore: over a plain Store (FileStore) they
+// throw InvalidArgument saying so (hasLiveness() tells beforehand).
 // Threading: as thread-safe as the underlying store. Ownership: shares the underlying store.
 #pragma once
 
@@ -13,13 +15,14 @@
 
 namespace drun::rdzv {
 
-class PrefixStore final : public Store {
+class PrefixStore final : public LivenessStore {
  public:
   // Throws InvalidArgument when `store` is null.
   PrefixStore(std::string prefix, std::shared_ptr<Store> store);
 
   const std::string& prefix() const { return prefix_; }
   const std::shared_ptr<Store>& underlying() const { return store_; }
+  bool hasLiveness() const { return liveness_ != nullptr; }
 
   void set(const std::string& key, const Bytes& value) override;
   Bytes get(const std::string& key, milliseconds timeout) override;
@@ -37,13 +40,16 @@ class PrefixStore final : public Store {
                              milliseconds timeout) override;
   void setWill(const Will& will) override;
   int64_t deletePrefix(const std::string& prefix) override;
+  void interrupt() override;
 
  private:
+  LivenessStore& liveness(const char* what) const;
   std::string k(const std::string& key) const { return prefix_ + key; }
   std::vector<std::string> k(const std::vector<std::string>& keys) const;
 
   std::string prefix_;
   std::shared_ptr<Store> store_;
+  std::shared_ptr<LivenessStore> liveness_;  // store_, when it is one
 };
 
 }  // namespace drun::rdzv

@@ -1,7 +1,9 @@
-// Store: the key-value interface every rendezvous, agent and comm bootstrap talks to.
+// Store: the key-value interface every rendezvous, agent and comm bootstrap talks to, and
+// LivenessStore: the same plus what liveness needs (watch, will, deletePrefix, interrupt).
 //
 // Implementations: MemoryStore (in-process, for tests and the embedded fast path) and TcpStore
-// (client of StoreServer over the wire protocol). One contract test runs against both.
+// (client of StoreServer over the wire protocol) are LivenessStores; one contract test runs
+// against both. FileStore (libdrun_comm's file://) and PrefixStore's key-value view are Stores.
 //
 // Threading: implementations are safe to call from several threads; a call blocks at most until
 // its deadline (every blocking call takes a timeout) and throws TimeoutError naming the keys,
@@ -50,6 +52,21 @@ class Store {
   // Appends to the value (creates the key when missing).
   virtual void append(const std::string& key, const Bytes& value) = 0;
 
+  // A will (LivenessStore::setWill): sets, adds and deletes, as the wire and the store core carry
+  // it.
+  struct Will {
+    std::vector<std::pair<std::string, Bytes>> sets;
+    std::vector<std::pair<std::string, int64_t>> adds;
+    std::vector<std::string> deletes;
+  };
+};
+
+// LivenessStore: what the rendezvous and libdrun_comm's peer-death detection need beyond keys
+// and values: change notification, a connection's "last will", removing a job's keys, and ending
+// a blocked call from another thread. TcpStore and MemoryStore are LivenessStores; a store that
+// cannot tell when a client goes away (FileStore: a shared file) is only a Store.
+class LivenessStore : public Store {
+ public:
   // Change notification without polling: blocks until the value of `key` differs from `known`
   // (nullopt = "absent"), then returns the new value (nullopt = deleted/absent). Throws
   // TimeoutError at the deadline.
@@ -61,27 +78,17 @@ class Store {
   // waiters/watchers are woken, exactly as if the client had issued them. Replaces any will set
   // earlier on this connection. For MemoryStore the will runs when the Store object is destroyed
   // or fireWillForTest() is called.
-  struct Will {
-    std::vector<std::pair<std::string, Bytes>> sets;
-    std::vector<std::pair<std::string, int64_t>> adds;
-    std::vector<std::string> deletes;
-  };
   virtual void setWill(const Will& will) = 0;
 
   // Removes every key that starts with `prefix` (non-empty) and returns how many were removed;
   // watchers of those keys are woken. The last agent to leave a job calls
   // deletePrefix("rdzv/<run_id>/") so a long-lived daemon does not keep finished jobs' keys.
-  // Added after the skeleton: implementations that do not support it throw InvalidArgument.
-  virtual int64_t deletePrefix(const std::string& prefix);
+  virtual int64_t deletePrefix(const std::string& prefix) = 0;
 
   // Ends this client's connection now, from any thread: a call blocked in another thread returns
   // at once with NetworkError instead of at its deadline (a watcher being stopped does not hold a
   // connection for a whole watch). The will runs as on any close. Default: nothing to end.
   virtual void interrupt() {}
 };
-
-inline int64_t Store::deletePrefix(const std::string& prefix) {
-  throw InvalidArgument("deletePrefix('" + prefix + "') is not supported by this store");
-}
 
 }  // namespace drun::rdzv

@@ -53,7 +53,7 @@ struct TcpStoreOptions {
   std::string scope;  // the run id this client works for: a server with per-job tokens needs it
 };
 
-class TcpStore final : public Store {
+class TcpStore final : public LivenessStore {
  public:
   // Connects (with retries until connectTimeout) and performs the version handshake.
   // Throws TimeoutError (nothing accepted the connection in time), ProtocolError (not a drun
