@@ -135,12 +135,14 @@ class Node {
 
 class Cluster {
  public:
-  explicit Cluster(std::string runId) : runId(std::move(runId)) {}
+  // `shared`: the store of an earlier cluster (the same id started again), else a fresh one.
+  explicit Cluster(std::string runId, std::shared_ptr<MemoryStore::Shared> store = nullptr)
+      : runId(std::move(runId)), shared(store ? std::move(store) : MemoryStore::makeShared()) {}
   ~Cluster() { stopAll(); }
 
   const std::string runId;
   const Clock::time_point created = Clock::now();
-  std::shared_ptr<MemoryStore::Shared> shared = MemoryStore::makeShared();
+  std::shared_ptr<MemoryStore::Shared> shared;
   MemoryStore observer{shared};
   NodeLink::Hook hook;  // set before nodes are added
 
