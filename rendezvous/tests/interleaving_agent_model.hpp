@@ -19,6 +19,8 @@ inline Node::Node(Cluster& cluster, std::string name, RendezvousOptions options)
       std::lock_guard lock(cluster_.mutex);
       pending_.push_back(e);
       seenEvents.push_back(e);
+      cluster_.noteLocked(name_ + " told " + toString(e.kind) + "@" + std::to_string(e.round) +
+                          ": " + e.reason);
     }
     cluster_.changed.notify_all();
   });
@@ -177,7 +179,8 @@ inline bool Node::runRound(const RoundResult& r) {
       try {
         cause = call("report", [&] { return rdzv_->reportFailure(mine, maxRestarts); });
       } catch (const std::exception& e) {
-        end(Ending::Error, 1, std::string("reportFailure: ") + e.what());
+        // As the agent: nobody can be told; the job ends here with this node's own cause.
+        end(Ending::Failed, mine.statusCode(), std::string("could not report: ") + e.what());
         return false;
       }
       {
@@ -196,13 +199,13 @@ inline bool Node::runRound(const RoundResult& r) {
       cluster_.notify();
       try {
         call("finish", [&] { rdzv_->finish(); });
-      } catch (const std::exception& e) {
-        end(Ending::Error, 1, std::string("finish: ") + e.what());
-        return false;
+      } catch (const std::exception&) {
+        return true;  // as the agent: the store was lost in the barrier (StoreLost): join again
       }
       {
         std::lock_guard relock(cluster_.mutex);
         finishReturned = true;
+        cluster_.noteLocked(name_ + " finished round " + std::to_string(r.round));
       }
       cluster_.notify();
       return barrier(r);

@@ -49,6 +49,7 @@ inline RendezvousOptions shortOptions(int minNodes, int maxNodes, const std::str
 
 constexpr auto kStuck = 6s;        // a node waiting this long for anything is stuck
 constexpr auto kTellBound = 5s;    // survivors learn of a dead member within this
+constexpr auto kFenceBound = 1s;   // a cut-off node stops its workers within this (heartbeat)
 
 enum class Phase { Idle, Joining, Running, Finishing, Ended };
 enum class Ending { None, Succeeded, JobEnded, Failed, Error, Dead, Stuck };
@@ -152,6 +153,7 @@ class Cluster {
   std::vector<Interval> intervals;
   std::vector<CauseSeen> causes;
   std::vector<std::pair<std::string, Clock::time_point>> deaths;
+  std::vector<std::pair<std::string, Clock::time_point>> cuts;
   std::vector<std::string> notes;  // what the driver or an injection did, for messages
 
   Node& add(const std::string& name, RendezvousOptions options) {
@@ -201,6 +203,19 @@ class Cluster {
       closeIntervalLocked(name);
     }
     n.link().dropAll(true);
+    notify();
+  }
+
+  // The node's link is cut for a moment: every connection closes (wills run, blocked calls end)
+  // but the node may connect again; it runs on until it notices (its watcher: StoreLost).
+  void cut(const std::string& name) {
+    Node& n = node(name);
+    {
+      std::lock_guard lock(mutex);
+      cuts.push_back({name, Clock::now()});
+      noteLocked("cut " + name + "'s link");
+    }
+    n.link().dropAll(false);
     notify();
   }
 

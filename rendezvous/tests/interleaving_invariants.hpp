@@ -33,6 +33,12 @@ inline std::vector<std::string> Cluster::violations() {
   auto isDead = [&](const std::string& name) {
     return std::any_of(deaths.begin(), deaths.end(), [&](auto& d) { return d.first == name; });
   };
+  auto ms = [&](Clock::time_point t) {
+    return std::to_string(std::chrono::duration_cast<milliseconds>(t - t0).count()) + "ms";
+  };
+  std::string lost;  // who died or was cut off, for the "stuck" messages
+  for (auto& [name, at] : deaths) lost += " " + name + " died at " + ms(at) + ";";
+  for (auto& [name, at] : cuts) lost += " " + name + "'s link was cut at " + ms(at) + ";";
   // Every node ends, none stuck.
   for (auto& n : nodes) {
     if (n->phase == Phase::Idle) continue;
@@ -40,15 +46,22 @@ inline std::vector<std::string> Cluster::violations() {
       out.push_back(n->name() + " never ended (still " +
                     (n->phase == Phase::Joining ? "joining" : "running or finishing") + ")");
     else if (n->ending == Ending::Stuck)
-      out.push_back(n->name() + " stuck: " + n->endText);
+      out.push_back(n->name() + " stuck: " + n->endText + (lost.empty() ? "" : " (" + lost + " )"));
   }
+  // A node whose link was cut runs on until it notices (fencing, bounded by the heartbeat
+  // timeout): its rounds' overlap with the next is no split brain if it ends within that bound.
+  auto fenced = [&](const Interval& i) {
+    return std::any_of(cuts.begin(), cuts.end(), [&](auto& cut) {
+      return cut.first == i.node && i.start <= cut.second && i.end <= cut.second + kFenceBound;
+    });
+  };
   // (a) At most one round runs workers at a time: never two rank-0 groups of different rounds
   // at once, and no node counted in a round while it runs another.
   for (size_t i = 0; i < intervals.size(); ++i)
     for (size_t j = i + 1; j < intervals.size(); ++j) {
       const Interval& a = intervals[i];
       const Interval& b = intervals[j];
-      if (a.result.round == b.result.round || !overlaps(a, b)) continue;
+      if (a.result.round == b.result.round || !overlaps(a, b) || fenced(a) || fenced(b)) continue;
       if (a.result.nodeRank == 0 && b.result.nodeRank == 0)
         out.push_back("two rank-0 groups at once (split brain): " + describe(a, t0) + " AND " +
                       describe(b, t0));
@@ -57,21 +70,23 @@ inline std::vector<std::string> Cluster::violations() {
                       describe(b, t0));
     }
   // (b) A dead member's survivors stop within kTellBound (a MemberLost or Failed reached them).
-  for (auto& [dead, at] : deaths)
+  auto gone = deaths;
+  gone.insert(gone.end(), cuts.begin(), cuts.end());
+  for (auto& [dead, at] : gone)
     for (const Interval& i : intervals) {
       if (i.node == dead || !isMember(i, dead) || i.end <= at) continue;
       if (i.end - std::max(at, i.start) > kTellBound)
-        out.push_back("round ran with dead member " + dead + " (killed at " +
-                      std::to_string(std::chrono::duration_cast<milliseconds>(at - t0).count()) +
-                      "ms) and " + i.node + " was not told: " + describe(i, t0));
+        out.push_back("round ran with lost member " + dead + " (gone at " + ms(at) + ") and " +
+                      i.node + " was not told: " + describe(i, t0));
     }
-  // (c) A succeeded job: every live node succeeded, or (never a member) ended with code 0.
+  // (c) A succeeded job: every live node succeeded; a node whose workers never succeeded (a
+  // spare, a late node, one that re-formed) may end with the job's code 0 instead.
   const bool succeeded = std::any_of(nodes.begin(), nodes.end(),
                                      [](auto& n) { return n->ending == Ending::Succeeded; });
   if (succeeded)
     for (auto& n : nodes) {
       if (n->phase != Phase::Ended || isDead(n->name()) || n->ending == Ending::Succeeded) continue;
-      if (n->ending == Ending::JobEnded && n->exitCode == 0) continue;
+      if (n->ending == Ending::JobEnded && n->exitCode == 0 && !n->finishReturned) continue;
       out.push_back("the job succeeded but " + n->name() + " ended " + toString(n->ending) +
                     " (code " + std::to_string(n->exitCode) + "): " + n->endText);
     }

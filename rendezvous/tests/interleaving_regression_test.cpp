@@ -147,6 +147,34 @@ TEST_CASE("v2 exit barrier: a slow spare ends with the job's code 0 and leaves n
   CHECK(c.observer.numKeys() == 0);
 }
 
+TEST_CASE("v2 exit barrier: a member that dies after its workers succeeded fails nobody",
+          "[rendezvous][v2]") {
+  // n2 and n0 finished (they wait in the barrier); n2 dies; n1 finishes: every node's workers
+  // succeeded. n0 must end succeeded without running its workers again (on 8601258 it re-forms
+  // on the MemberLost: it re-runs them with n1, or ends "job ended while waiting").
+  Cluster c("donedead");
+  for (int i = 0; i < 3; ++i) c.add("n" + std::to_string(i), shortOptions(2, 3, "donedead"));
+  for (int i = 0; i < 3; ++i) c.arrive("n" + std::to_string(i));
+  REQUIRE(c.awaitRunning({"n0", "n1", "n2"}));
+  for (const char* name : {"n2", "n0"}) {
+    c.node(name).requestFinish();
+    REQUIRE(c.waitFor(3s, [&] { return c.nodeLocked(name).finishReturned; }));
+  }
+  c.kill("n2");
+  c.waitFor(1s, [&] { return sawEvent(c, "n0", JobEvent::Kind::MemberLost); });
+  CHECK(c.finishAll());
+  INFO(c.journalText());
+  {
+    std::lock_guard lock(c.mutex);
+    CHECK(c.nodeLocked("n0").ending == Ending::Succeeded);
+    CHECK(c.nodeLocked("n1").ending == Ending::Succeeded);
+    const auto n0Rounds = std::count_if(c.intervals.begin(), c.intervals.end(),
+                                        [](const Interval& i) { return i.node == "n0"; });
+    CHECK(n0Rounds == 1);  // its workers succeeded once: they do not run again
+  }
+  CHECK(violationText(c) == "");
+}
+
 TEST_CASE("v2 a joiner left out of the round dies: it is no lost member", "[rendezvous][v2]") {
   Cluster c("leftout");
   int setWills = 0;

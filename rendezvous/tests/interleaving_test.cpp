@@ -177,7 +177,42 @@ void arriveInOrder(Cluster& c, int count) {
   for (int i = 0; i < count; ++i) c.arrive(nodeName(i));
 }
 
-void killInjection(Cluster& c, const std::string& victim) { c.kill(victim); }
+// Injections: `victim` dies, or its link is cut.
+std::function<void(Cluster&, const StoreOp&)> killing(std::string victim) {
+  return [victim](Cluster& c, const StoreOp&) { c.kill(victim); };
+}
+std::function<void(Cluster&, const StoreOp&)> cutting(std::string victim) {
+  return [victim](Cluster& c, const StoreOp&) { c.cut(victim); };
+}
+
+// The first `count` nodes form the job, which then runs until every node finishes.
+std::function<void(Cluster&)> formAndFinish(int count) {
+  return [count](Cluster& c) {
+    arriveInOrder(c, count);
+    c.settle();
+    c.finishAll();
+  };
+}
+
+// The first `count` nodes form the job; `first` finishes before the others (it waits in the
+// exit barrier), optionally after `before` did.
+std::function<void(Cluster&)> finishFirst(int count, std::string first, std::string before = {}) {
+  return [=](Cluster& c) {
+    arriveInOrder(c, count);
+    std::vector<std::string> all;
+    for (int i = 0; i < count; ++i) all.push_back(nodeName(i));
+    c.awaitRunning(all);
+    for (const std::string& name : {before, first}) {
+      if (name.empty()) continue;
+      c.node(name).requestFinish();
+      c.waitFor(3s, [&] {
+        auto& n = c.nodeLocked(name);
+        return n.finishReturned || n.phase == Phase::Ended;
+      });
+    }
+    c.finishAll();
+  };
+}
 
 }  // namespace
 
@@ -191,13 +226,9 @@ TEST_CASE("interleavings: a member's will fires at each point of the closer's jo
     s.name = "--nnodes " + std::to_string(shape.minNodes) + ":" + std::to_string(shape.maxNodes) +
              ", " + std::to_string(shape.count) + " nodes, n0 dies while the closer joins";
     s.setup = nodes(shape.count, shape.minNodes, shape.maxNodes);
-    s.drive = [=](Cluster& c) {
-      arriveInOrder(c, shape.count);
-      c.settle();
-      c.finishAll();
-    };
+    s.drive = formAndFinish(shape.count);
     s.targets = {{nodeName(shape.count - 1), "join"}};
-    s.inject = [](Cluster& c, const StoreOp&) { killInjection(c, "n0"); };
+    s.inject = killing("n0");
     enumerate(s);
   }
 }
@@ -218,7 +249,7 @@ TEST_CASE("interleavings: a spare dies at each point of the survivors' re-formin
     c.finishAll();
   };
   s.targets = {{"n0", "join", 2}, {"n1", "join", 2}};  // either may close the round
-  s.inject = [](Cluster& c, const StoreOp&) { killInjection(c, "n3"); };
+  s.inject = killing("n3");
   enumerate(s);
 }
 
@@ -242,7 +273,7 @@ TEST_CASE("interleavings: a member dies at each point of a newcomer's join (one,
       c.finishAll();
     };
     s.targets = {{"n2", "join"}};
-    s.inject = [](Cluster& c, const StoreOp&) { killInjection(c, "n1"); };
+    s.inject = killing("n1");
     enumerate(s);
   }
 }
@@ -256,24 +287,9 @@ TEST_CASE("interleavings: a member dies at each point of the exit barrier (finis
                (victimFinished ? "in the exit barrier" : "while running") +
                " during n0's finish and leave";
       s.setup = nodes(count, 2, count);
-      s.drive = [=](Cluster& c) {
-        arriveInOrder(c, count);
-        std::vector<std::string> all;
-        for (int i = 0; i < count; ++i) all.push_back(nodeName(i));
-        c.awaitRunning(all);
-        if (victimFinished) {
-          c.node("n1").requestFinish();
-          c.waitFor(3s, [&] { return c.nodeLocked("n1").phase != Phase::Running; });
-        }
-        c.node("n0").requestFinish();
-        c.waitFor(3s, [&] {
-          auto& n0 = c.nodeLocked("n0");
-          return n0.finishReturned || n0.phase == Phase::Ended;
-        });
-        c.finishAll();
-      };
+      s.drive = finishFirst(count, "n0", victimFinished ? "n1" : "");
       s.targets = {{"n0", "finish"}, {"n0", "leave"}};
-      s.inject = [](Cluster& c, const StoreOp&) { killInjection(c, "n1"); };
+      s.inject = killing("n1");
       enumerate(s);
     }
   }
@@ -292,6 +308,25 @@ TEST_CASE("interleavings: a failure report races a member's death",
     c.finishAll();
   };
   s.targets = {{"n0", "report"}, {"n0", "join", 2}};
-  s.inject = [](Cluster& c, const StoreOp&) { killInjection(c, "n1"); };
+  s.inject = killing("n1");
   enumerate(s);
+}
+
+TEST_CASE("interleavings: a member's link is cut at each point of a join and of the exit barrier",
+          "[rendezvous][interleaving][v2]") {
+  // The node cut off notices (StoreLost), fences its workers and joins again as a newcomer.
+  Scenario join;
+  join.name = "2:3, 3 nodes, n0's link is cut while the closer joins";
+  join.setup = nodes(3, 2, 3);
+  join.drive = formAndFinish(3);
+  join.targets = {{"n2", "join"}};
+  join.inject = cutting("n0");
+  enumerate(join);
+
+  Scenario barrier = join;
+  barrier.name = "2:3, 3 nodes, n1's link is cut during n0's finish and leave";
+  barrier.drive = finishFirst(3, "n0");
+  barrier.targets = {{"n0", "finish"}, {"n0", "leave"}};
+  barrier.inject = cutting("n1");
+  enumerate(barrier);
 }
