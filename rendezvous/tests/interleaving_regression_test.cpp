@@ -121,9 +121,9 @@ TEST_CASE("v2 tryClose window: a member whose will fires between the closer's re
 
 TEST_CASE("v2 exit barrier: a slow spare ends with the job's code 0 and leaves nothing behind",
           "[rendezvous][v2]") {
+  std::atomic<bool> paused{false};  // (declared before the cluster, whose hook uses it)
   Cluster c("slowspare");
   // The spare is slow (paused, loaded) right when the job ends.
-  std::atomic<bool> paused{false};
   c.hook = [&](const StoreOp& op) {
     if (op.node == "n2" && op.call == "join" && c.observer.check({keys::outcome("slowspare")}) &&
         !paused.exchange(true))
@@ -177,8 +177,8 @@ TEST_CASE("v2 exit barrier: a member that dies after its workers succeeded fails
 }
 
 TEST_CASE("v2 a joiner left out of the round dies: it is no lost member", "[rendezvous][v2]") {
+  int setWills = 0;  // (declared before the cluster: its nodes' hooks use it until they end)
   Cluster c("leftout");
-  int setWills = 0;
   c.hook = [&](const StoreOp& op) {
     if (op.node != "n2" || op.call != "join" || op.name != "setWill") return;
     if (++setWills == 1) {

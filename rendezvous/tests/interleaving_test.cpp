@@ -89,10 +89,10 @@ struct RunResult {
 // operation of a target call is recorded as a point.
 RunResult runOnce(const Scenario& s, const std::string& runId, const Point* at,
                   std::vector<Point>* seen) {
-  Cluster cluster(runId);
-  OpCounter counter;
+  OpCounter counter;  // (declared before the cluster, whose hook uses them)
   std::mutex seenMutex;
   std::atomic<bool> fired{false};
+  Cluster cluster(runId);
   cluster.hook = [&](const StoreOp& op) {
     const Target* target = nullptr;
     for (const Target& t : s.targets)
