@@ -225,7 +225,9 @@ class HookStore final : public Store {
     before("deletePrefix", prefix);
     return inner_->deletePrefix(prefix);
   }
-  void interrupt() override { inner_->interrupt(); }
+  // As TcpStore's: the connection ends now (its will runs) and a blocked call returns within a
+  // slice with NetworkError.
+  void interrupt() override { drop(); }
 
  private:
   static std::string first(const std::vector<std::string>& keys) {

@@ -278,9 +278,8 @@ TEST_CASE("interleavings: a member dies at each point of a newcomer's join (one,
   }
 }
 
-// Passes on 8601258: registered with CTest by default.
 TEST_CASE("interleavings: a member dies at each point of the exit barrier (finish, leave)",
-          "[rendezvous][interleaving]") {
+          "[rendezvous][interleaving][v2]") {
   for (int count : {2, 3}) {
     for (bool victimFinished : {false, true}) {
       Scenario s;
