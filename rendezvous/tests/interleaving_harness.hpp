@@ -158,8 +158,10 @@ class Cluster {
 
   Node& add(const std::string& name, RendezvousOptions options) {
     options.localAddr = name;
+    // Built outside `mutex`: the node's event callback takes it under the rendezvous' own lock.
+    auto node = std::make_unique<Node>(*this, name, std::move(options));
     std::lock_guard lock(mutex);
-    nodes.push_back(std::make_unique<Node>(*this, name, std::move(options)));
+    nodes.push_back(std::move(node));
     return *nodes.back();
   }
   Node& node(const std::string& name) {
