@@ -35,7 +35,14 @@ inline void Node::start() {
     std::lock_guard lock(cluster_.mutex);
     phase = Phase::Joining;
   }
-  thread_ = std::thread([this] { run(); });
+  thread_ = std::thread([this] {
+    try {
+      run();
+    } catch (const std::exception& e) {  // no exception may end a thread (std::terminate)
+      end(Ending::Error, 1, std::string("agent model: ") + e.what());
+      rdzv_.reset();
+    }
+  });
 }
 
 inline void Node::requestFinish() {
