@@ -22,6 +22,8 @@ void ExitBarrier::enter(LivenessStore& store, const Deadline& deadline) {
   for (;;) {
     auto outcome = store.tryGet(outcomeKey);
     if (!outcome) break;
+    // A node of this job that lost the store and came back: the job ended while it was away.
+    if (cameBack_) throwIfJobEnded(store);
     if (keys::parseCounter(store.tryGet(keys::currentRound(id))).value_or(0) == 0) {
       spdlog::warn("rendezvous '{}': ignoring a job outcome written before any round closed", id);
       store.deleteKey(outcomeKey);
@@ -53,6 +55,8 @@ void ExitBarrier::enter(LivenessStore& store, const Deadline& deadline) {
     const std::string claim = keys::encodeOutcomeReset(node_.self.id);
     if (store.compareSet(outcomeKey, *outcome, claim) == claim) {
       removeJobKeys(store);
+      store.deleteKey(keys::currentRound(id));  // the tombstone, claim included
+      store.deleteKey(outcomeKey);
       spdlog::info("rendezvous '{}': an earlier run with this id ended; starting afresh", id);
       break;
     }
@@ -63,8 +67,12 @@ void ExitBarrier::enter(LivenessStore& store, const Deadline& deadline) {
 
 void ExitBarrier::finish(LivenessStore& store, uint64_t round, int64_t nodeCount) {
   const int64_t done = store.add(keys::finished(node_.runId(), round), 1);
-  wakeWatchers(store, node_.runId(), round);  // they read the counter itself
   if (done >= nodeCount) publishOutcome(store, round, std::nullopt);
+  // From here on this node's death is no loss (a will that counted `lost` would send the others
+  // back to re-run what succeeded). Dying between the two calls: a spurious re-form at worst;
+  // the other order could leave the job neither finished nor told.
+  store.setWill(keys::finishedWill(node_.runId(), round, node_.self.id, node_.self.displayName()));
+  wakeWatchers(store, node_.runId(), round);  // they read the counter itself
 }
 
 void ExitBarrier::publishOutcome(LivenessStore& store, uint64_t round,
@@ -87,8 +95,14 @@ void ExitBarrier::throwIfJobEnded(LivenessStore& store) {
                  failure->statusCode());
 }
 
-void ExitBarrier::leave(LivenessStore& store, std::optional<uint64_t> lastRound, bool hostingStore) {
+void ExitBarrier::leave(LivenessStore& store, std::optional<uint64_t> lastRound, int64_t nodeCount,
+                        bool hostingStore) {
   store.setWill({});
+  // Every member finished, and the one that made it so died before recording it: recorded here,
+  // so that a node coming back (cut off in the barrier) learns the job succeeded.
+  if (lastRound &&
+      keys::parseCounter(store.tryGet(keys::finished(node_.runId(), *lastRound))).value_or(0) >= nodeCount)
+    store.compareSet(keys::outcome(node_.runId()), "", keys::encodeOutcome(std::nullopt));
   if (lastRound) {
     store.add(keys::left(node_.runId(), *lastRound), 1);
     wakeWatchers(store, node_.runId(), *lastRound);  // they look again (a job that ended: they end)
@@ -101,12 +115,24 @@ void ExitBarrier::leave(LivenessStore& store, std::optional<uint64_t> lastRound,
     waitForOthersToLeave(store);
 }
 
+// Everything but `outcome` and `round`, which stay as the job's tombstone (an outcome with a round
+// is one of a job that formed): a node that was cut off and
+// comes back learns how the job ended (JobEnded) instead of waiting alone in a fresh round; a
+// new start finds it with nobody present and resets it. Rounds older than the current one less
+// two are gone already (RoundCloser::forgetRound); a spare waits at most one round ahead.
 void ExitBarrier::removeJobKeys(LivenessStore& store) {
+  const std::string& id = node_.runId();
   try {
-    const int64_t n = store.deletePrefix(keys::job(node_.runId()));
-    spdlog::debug("rendezvous '{}': last node out, removed {} key(s)", node_.runId(), n);
-  } catch (const InvalidArgument& e) {
-    spdlog::debug("rendezvous '{}': keys left in the store: {}", node_.runId(), e.what());
+    const uint64_t current = keys::parseCounter(store.tryGet(keys::currentRound(id))).value_or(0);
+    int64_t n = 0;
+    for (uint64_t r = current > 3 ? current - 3 : 0; r <= current + 2; ++r)
+      n += store.deletePrefix(keys::round(id, r));
+    for (const std::string& key : {keys::config(id), keys::present(id)})
+      n += store.deleteKey(key) ? 1 : 0;
+    if (!store.check({keys::outcome(id)})) n += store.deleteKey(keys::currentRound(id)) ? 1 : 0;
+    spdlog::debug("rendezvous '{}': last node out, removed {} key(s)", id, n);
+  } catch (const Error& e) {
+    spdlog::debug("rendezvous '{}': keys left in the store: {}", id, e.what());
   }
 }
 

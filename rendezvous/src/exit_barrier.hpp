@@ -24,8 +24,12 @@ class ExitBarrier {
   // Counts this node in, once sure that the job it joins has not already ended (an ended run's
   // leftovers are cleared first, see exit_barrier.cpp). No-op when already counted.
   void enter(LivenessStore& store, const Deadline& deadline);
-  // This node's connection closed: its will counted it out.
-  void forget() { present_ = false; }
+  // This node's connection closed: its will counted it out. It comes back as a node of the job:
+  // an outcome found then is the job's end, not an earlier run's leftover.
+  void forget() {
+    present_ = false;
+    cameBack_ = true;
+  }
 
   // This node's workers all succeeded in `round` (of `nodeCount` members): the last member to
   // finish records the job's success.
@@ -39,7 +43,8 @@ class ExitBarrier {
   // Leaves for good: the will dropped first (a clean leave is no loss), `left` of the last
   // round counted, then out of `present`; the last one out removes the job's keys, and a node
   // hosting the store waits for the others to leave first.
-  void leave(LivenessStore& store, std::optional<uint64_t> lastRound, bool hostingStore);
+  void leave(LivenessStore& store, std::optional<uint64_t> lastRound, int64_t nodeCount,
+             bool hostingStore);
 
  private:
   void removeJobKeys(LivenessStore& store);
@@ -47,6 +52,7 @@ class ExitBarrier {
 
   const C10dNode& node_;
   bool present_ = false;
+  bool cameBack_ = false;  // lost the store and reconnected (forget())
 };
 
 }  // namespace drun::rdzv

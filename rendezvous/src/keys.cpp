@@ -173,6 +173,18 @@ Store::Will joinWill(std::string_view runId, uint64_t r, std::string_view node,
   return will;
 }
 
+Store::Will finishedWill(std::string_view runId, uint64_t r, std::string_view node,
+                         std::string_view displayName) {
+  Store::Will will;
+  will.sets = {{dead(runId, r, node), "1"},
+               {lastChange(runId, r),
+                "node " + std::string(displayName) + " left round " + std::to_string(r) +
+                    " after its workers succeeded"},
+               {lastDead(runId, r), std::string(node)}};
+  will.adds = {{left(runId, r), 1}, {changes(runId, r), 1}, {present(runId), -1}};
+  return will;
+}
+
 std::string NodeDescriptor::displayName() const {
   return host == addr ? host : host + "(" + addr + ")";
 }

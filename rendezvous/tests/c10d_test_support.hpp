@@ -216,4 +216,12 @@ inline void loseMember(Rendezvous& survivor, std::unique_ptr<Rendezvous>& victim
   lost.get();
 }
 
+// The keys of job `runId` besides its tombstone (`outcome` and `round`, kept once every node
+// left so that a node coming back learns how the job ended): 0 when the job left nothing else.
+inline int64_t keysBesidesTombstone(Store& store, const std::string& runId) {
+  int64_t n = store.numKeys();
+  if (store.tryGet(keys::outcome(runId))) n -= 1 + (store.tryGet(keys::currentRound(runId)) ? 1 : 0);
+  return n;
+}
+
 }  // namespace drun::rdzv::test

@@ -129,7 +129,7 @@ class NodeLink {
   std::set<HookStore*> open_;
 };
 
-class HookStore final : public Store {
+class HookStore final : public LivenessStore {
  public:
   HookStore(std::shared_ptr<NodeLink> link, std::unique_ptr<MemoryStore> inner)
       : link_(std::move(link)), inner_(std::move(inner)) {

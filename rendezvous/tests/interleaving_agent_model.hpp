@@ -9,7 +9,7 @@ inline Node::Node(Cluster& cluster, std::string name, RendezvousOptions options)
   link_ = std::make_shared<NodeLink>(name_, cluster_.hook, [&c = cluster_] { c.notify(); });
   C10dStoreAccess access;
   access.store = std::make_unique<HookStore>(link_, std::make_unique<MemoryStore>(cluster_.shared));
-  access.connectWatcher = [link = link_, shared = cluster_.shared]() -> std::unique_ptr<Store> {
+  access.connectWatcher = [link = link_, shared = cluster_.shared]() -> std::unique_ptr<LivenessStore> {
     return std::make_unique<HookStore>(link, std::make_unique<MemoryStore>(shared));
   };
   access.endpoint = "memory";
@@ -86,15 +86,26 @@ inline void Node::end(Ending how, int code, const std::string& text) {
   cluster_.notify();
 }
 
+inline void Node::leaveQuietly() {
+  try {
+    call("leave", [&] { rdzv_->leave(); });
+  } catch (const std::exception&) {
+    // leave() never throws; a model must not end on it either
+  }
+}
+
 inline void Node::run() {
   for (;;) {
     RoundResult r;
     try {
       r = call("join", [&] { return rdzv_->next(); });
     } catch (const JobEnded& e) {
+      // As the agent: a spare or a late joiner leaves as a known node of the job.
+      leaveQuietly();
       end(Ending::JobEnded, e.exitCode(), e.what());
       break;
     } catch (const std::exception& e) {
+      leaveQuietly();  // as the agent: clean, so a store host would still serve the others
       end(Ending::Error, 1, e.what());
       break;
     }

@@ -112,6 +112,7 @@ class Node {
  private:
   friend class Cluster;
   void run();
+  void leaveQuietly();
   bool runRound(const RoundResult& r);  // true: join again
   bool barrier(const RoundResult& r);
   template <typename More>

@@ -79,14 +79,15 @@ inline std::vector<std::string> Cluster::violations() {
         out.push_back("round ran with lost member " + dead + " (gone at " + ms(at) + ") and " +
                       i.node + " was not told: " + describe(i, t0));
     }
-  // (c) A succeeded job: every live node succeeded; a node whose workers never succeeded (a
-  // spare, a late node, one that re-formed) may end with the job's code 0 instead.
+  // (c) A succeeded job: every live node succeeded, or learned the job's end with its code 0
+  // (JobEnded: a spare, a late node, one cut off in the barrier that came back; the agent then
+  // exits 0 as Succeeded).
   const bool succeeded = std::any_of(nodes.begin(), nodes.end(),
                                      [](auto& n) { return n->ending == Ending::Succeeded; });
   if (succeeded)
     for (auto& n : nodes) {
       if (n->phase != Phase::Ended || isDead(n->name()) || n->ending == Ending::Succeeded) continue;
-      if (n->ending == Ending::JobEnded && n->exitCode == 0 && !n->finishReturned) continue;
+      if (n->ending == Ending::JobEnded && n->exitCode == 0) continue;
       out.push_back("the job succeeded but " + n->name() + " ended " + toString(n->ending) +
                     " (code " + std::to_string(n->exitCode) + "): " + n->endText);
     }

@@ -108,6 +108,11 @@ std::string lastDead(std::string_view runId, uint64_t round);
 Store::Will joinWill(std::string_view runId, uint64_t round, std::string_view node,
                      std::string_view displayName);
 
+// The will of a member whose workers all succeeded (finish()): its part of the job is done, so
+// its death is no loss (no `lost`, no MemberLost: the others are not sent back to re-run), but
+// it is gone (`left`: a later re-forming round does not wait for it) and out of `present`.
+Store::Will finishedWill(std::string_view runId, uint64_t round, std::string_view node,
+                         std::string_view displayName);
 // One joiner, as it describes itself in `joined`:
 //   "<id>\t<host>\t<addr>\t<local world size>\t<requested node rank or ->\t<master port>\t<m[rank]|->\n"
 // (m: the node was a member of the previous round, with the node rank it had there: the closer
