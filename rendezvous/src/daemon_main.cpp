@@ -4,10 +4,19 @@
 //   drun-rendezvous [--host 0.0.0.0] [--port 29400] [--lease-timeout 10s] [--log-level info]
 //                   [--max-connections N] [--max-connections-per-peer N] [--max-lease-timeout 5m]
 //                   [--stalled-frame-timeout 30s] [--token-file PATH] [--job-token RUN_ID=PATH]...
+//                   [--max-pending-connections 256] [--handshake-timeout 3s]
+//                   [--max-stored-bytes 1G] [--max-stored-bytes-per-job 256M]
+//                   [--max-call-bytes 256M] [--max-call-bytes-per-connection 64M]
+//                   [--max-input-bytes 512M] [--max-output-bytes 512M]
 //
 // Prints "drun-rendezvous listening on HOST:PORT" on stdout once it accepts connections (with
 // --port 0, PORT is the one chosen). SIGINT/SIGTERM stop it gracefully.
 #include <signal.h>
+
+#include <cctype>
+#include <cstdint>
+#include <iterator>
+#include <utility>
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -22,6 +31,27 @@
 #include "drun/rendezvous/store_server.hpp"
 #include "drun/rendezvous/token_file.hpp"
 
+namespace {
+
+// "1048576", "64K", "256M", "1G" (binary units) -> bytes; InvalidArgument naming the flag.
+size_t parseBytes(const std::string& text, const std::string& flag) {
+  size_t digits = 0;
+  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
+  const std::string unit = text.substr(digits);
+  int shift = -1;
+  if (unit.empty()) shift = 0;
+  if (unit == "K" || unit == "KiB") shift = 10;
+  if (unit == "M" || unit == "MiB") shift = 20;
+  if (unit == "G" || unit == "GiB") shift = 30;
+  if (digits == 0 || digits > 12 || shift < 0)
+    throw drun::InvalidArgument(flag + " '" + text + "': expected bytes, e.g. 1048576, 64K, 256M, 1G");
+  const uint64_t value = std::stoull(text.substr(0, digits)) << shift;
+  if (value == 0) throw drun::InvalidArgument(flag + ": must be more than 0");
+  return static_cast<size_t>(value);
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"drun-rendezvous: the drun rendezvous store server"};
   drun::rdzv::StoreServerOptions options;
@@ -32,6 +62,26 @@ int main(int argc, char** argv) {
   std::string stalledFrameTimeout = "30s";
   std::string tokenFile;
   std::vector<std::string> jobTokens;
+  std::string handshakeTimeout = "3s";
+  // Byte budgets (rendezvous/README.md, "Limits"): flag, option, default text.
+  struct ByteFlag {
+    const char* flag;
+    size_t* option;
+    std::string text;
+    const char* help;
+  };
+  std::vector<ByteFlag> byteFlags = {
+      {"--max-stored-bytes", &options.maxStoredBytes, "1G", "keys + values the store holds in all"},
+      {"--max-stored-bytes-per-job", &options.maxStoredBytesPerJob, "256M",
+       "keys + values under one job's rdzv/<id>/"},
+      {"--max-call-bytes", &options.maxCallBytes, "256M",
+       "blocking calls' keys and wills of all connections"},
+      {"--max-call-bytes-per-connection", &options.maxCallBytesPerConnection, "64M",
+       "blocking calls' keys and the will of one connection"},
+      {"--max-input-bytes", &options.maxInputBytes, "512M", "received, undecoded bytes of all connections"},
+      {"--max-output-bytes", &options.maxOutputBytes, "512M",
+       "unsent replies of all connections (the heaviest reader is dropped)"},
+  };
   app.add_option("--host", options.host, "address to listen on")->capture_default_str();
   app.add_option("--port", options.port, "port to listen on (0 = any; the chosen one is printed)")
       ->capture_default_str();
@@ -41,20 +91,28 @@ int main(int argc, char** argv) {
   app.add_option("--orphan-ttl", orphanTtl,
                  "remove a job's keys this long after its last agent died (0 = never)")
       ->capture_default_str();
-  app.add_option("--max-connections", options.maxConnections,
-                 "open connections in all; more are refused")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  app.add_option("--max-connections-per-peer", options.maxConnectionsPerPeer,
-                 "open connections from one address; more are refused")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+  const std::pair<const char*, size_t*> countFlags[] = {
+      {"--max-connections", &options.maxConnections},
+      {"--max-connections-per-peer", &options.maxConnectionsPerPeer},
+      {"--max-pending-connections", &options.maxPendingConnections}};
+  const char* countHelp[] = {
+      "admitted connections in all; more are refused (Busy)",
+      "admitted connections from one address; more are refused (Busy)",
+      "connections before their hello (and proof); the oldest is dropped for a new one"};
+  for (size_t i = 0; i < std::size(countFlags); ++i)
+    app.add_option(countFlags[i].first, *countFlags[i].second, countHelp[i])
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber);
   app.add_option("--max-lease-timeout", maxLeaseTimeout,
                  "the longest lease a client may ask for (its will runs at most this late)")
       ->capture_default_str();
   app.add_option("--stalled-frame-timeout", stalledFrameTimeout,
                  "drop a client whose frame is not whole this long after its first byte")
       ->capture_default_str();
+  app.add_option("--handshake-timeout", handshakeTimeout,
+                 "drop a connection whose hello (and proof) is not complete this long after it connected")
+      ->capture_default_str();
+  for (ByteFlag& f : byteFlags) app.add_option(f.flag, f.text, f.help)->capture_default_str();
   app.add_option("--token-file", tokenFile,
                  "every client must prove this shared secret (a file of mode 600)");
   app.add_option("--job-token", jobTokens,
@@ -74,6 +132,10 @@ int main(int argc, char** argv) {
     if (options.maxLeaseTimeout < options.minLeaseTimeout)
       throw drun::InvalidArgument("--max-lease-timeout: must be at least " +
                                   std::to_string(options.minLeaseTimeout.count()) + "ms");
+    options.handshakeTimeout = drun::env::parseDuration(handshakeTimeout, "--handshake-timeout");
+    if (options.handshakeTimeout.count() <= 0)
+      throw drun::InvalidArgument("--handshake-timeout: must be more than 0");
+    for (const ByteFlag& f : byteFlags) *f.option = parseBytes(f.text, f.flag);
     if (options.stalledFrameTimeout.count() <= 0)
       throw drun::InvalidArgument("--stalled-frame-timeout: must be more than 0");
     if (!tokenFile.empty()) options.token = drun::rdzv::readTokenFile(tokenFile, "--token-file");
