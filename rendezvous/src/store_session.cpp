@@ -332,7 +332,7 @@ void Session::queue(std::string frame) {
     state_.counters.slowDropped++;
     spdlog::warn("store server: dropped {}: output {}; it does not read its replies",
                  heaviest->peer_, why);
-    heaviest->close("output " + why + ": the client does not read");
+    heaviest->close("output queue over its limit: " + why + "; the client does not read");
   }
   if (phase_ == SessionPhase::Closed) return;
   outBytes_ += frame.size();
