@@ -111,6 +111,8 @@ def responses(s, quiet=0.5, limit=100000):
             message = body[4:4 + struct.unpack("<I", body[:4])[0]].decode(errors="replace") if status and len(body) >= 4 else ""
             out.append((status, rid, message))
             data = data[16 + length:]
+        if len(out) >= limit:
+            break
         try:
             chunk = s.recv(1 << 20)
         except (socket.timeout, ConnectionError):
@@ -165,6 +167,7 @@ def main():
         rows = []
 
         def attack(name, fn):
+            print(f"... {name}", file=sys.stderr, flush=True)
             before = rss_kb(pid)
             peak = Peak(pid)
             outcome = fn()
@@ -310,7 +313,7 @@ def main():
             return (f"{stored} x 16 MiB stored, then refused: {per_job} maxStoredBytesPerJob, "
                     f"{total} maxStoredBytes; RSS held {held // 1024} MB; deleted")
 
-        def many_waiters():
+        def waiters_on_many_connections():
             keys = [b"atk/never/%04d/" % k + b"x" * 88 for k in range(500)]
             body = wait_body(keys)
             socks, per_conn, total, pending = [], 0, 0, 0
@@ -395,7 +398,7 @@ def main():
         attack("disconnect in the middle of a wait", disconnect_mid_wait)
         attack("64 watches, known = the stored 16 MiB value", big_known_watches)
         attack("16 MiB sets into 6 jobs until refused", many_large_sets)
-        attack("16 conns x 256 waits on 500 keys", many_waiters)
+        attack("16 conns x 256 waits on 500 keys", waiters_on_many_connections)
         attack("8 conns x setWill of 48 MiB", large_wills)
         attack("crowd of 1500 from 127.0.0.1, then a client", crowd_then_client)
         attack("hello dripped 1 byte / 100 ms", dripping_hello)

@@ -53,7 +53,7 @@ struct StoreServerOptions {
 
   // Limits against hostile or broken peers (rendezvous/README.md, "Limits"). The server never
   // allocates for a length a peer claims: its input buffer grows with the bytes that arrived.
-  size_t maxConnections = 16384;          // admitted connections in all; beyond: HelloStatus::Busy
+  size_t maxConnections = 32768;          // admitted connections in all; beyond: HelloStatus::Busy
   size_t maxConnectionsPerPeer = 1024;    // admitted connections from one peer address
   size_t maxPendingConnections = 256;     // before their hello/proof; the oldest is dropped
   size_t maxOutputBytes = 512u << 20;     // queued output of all connections; the heaviest is dropped
