@@ -569,7 +569,7 @@ void attackWhileJobRuns(Daemon& daemon, const std::string& jobId, const std::str
   report("random garbage (4 KiB)", garbageClosed ? "closed" : "NOT closed");
   report("wrong magic (HTTP)", wrongMagicClosed ? "closed" : "NOT closed");
   report("header claiming 4 GiB", hugeLengthClosed ? "closed" : "NOT closed");
-  report("half hello + half frame held", "held until the job ended");
+  report("half hello + half frame", "held while the job ran (a half hello only until the 3 s handshake deadline)");
   report("never reads 100 x 1 MiB gets", std::string(slowReaderDropped ? "dropped" : "NOT dropped") +
                                               " after " + std::to_string(slowReaderBytes / 1024) + " KiB read");
   report("1500 idle from 127.0.0.2", std::to_string(idleOk) + " ok, " + std::to_string(idleBusy) +

@@ -17,6 +17,14 @@
 namespace drun::crypto {
 namespace {
 
+// libcrypto is initialised once, without its atexit cleanup: threads that use it (the store
+// server's io thread) may end during static destruction, after that cleanup would have run, and
+// their thread-local state would leak. Its memory is given back at process exit anyway.
+void initialise() {
+  static const bool done = OPENSSL_init_crypto(OPENSSL_INIT_NO_ATEXIT, nullptr) == 1;
+  (void)done;
+}
+
 [[noreturn]] void fail(const char* what) {
   char text[256] = {};
   ERR_error_string_n(ERR_get_error(), text, sizeof text);
@@ -31,6 +39,7 @@ struct Sha256::Context {
 };
 
 Sha256::Sha256() : context_(std::make_unique<Context>()) {
+  initialise();
   context_->md = EVP_MD_CTX_new();
   if (!context_->md || EVP_DigestInit_ex(context_->md, EVP_sha256(), nullptr) != 1)
     fail("SHA-256 init");
@@ -59,6 +68,7 @@ Digest sha256(std::string_view data) {
 }
 
 Digest hmacSha256(std::string_view key, std::string_view message) {
+  initialise();
   if (key.size() > INT_MAX) throw Error("libcrypto: HMAC key too long");
   Digest out{};
   unsigned int size = 0;
@@ -75,6 +85,7 @@ bool equalDigests(const Digest& a, const Digest& b) {
 }
 
 void randomBytes(uint8_t* out, size_t size) {
+  initialise();
   while (size > 0) {
     const int chunk = static_cast<int>(std::min<size_t>(size, 1 << 20));
     if (RAND_bytes(out, chunk) != 1) fail("RAND_bytes");

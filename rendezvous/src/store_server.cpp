@@ -10,6 +10,7 @@
 #include <sys/resource.h>
 
 #include <atomic>
+#include <cstring>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/redirect_error.hpp>
@@ -19,6 +20,7 @@
 #include <thread>
 
 #include "drun/common/error.hpp"
+#include "drun/common/resolve.hpp"
 #include "server_state.hpp"
 #include "store_session.hpp"
 
@@ -67,18 +69,25 @@ class StoreServer::Impl {
   void closeAll();
 };
 
-
 StoreServer::Impl::Impl(const StoreServerOptions& options) : state_(options) {
   raiseFileLimit();
   const StoreServerOptions& o = state_.options;
   std::string host = o.host.empty() ? "0.0.0.0" : o.host;
   std::string where = host + ":" + std::to_string(o.port);
+  // The address to listen on: a host name is resolved within net::kResolveTimeout.
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  net::Resolved resolved = net::resolve(host, std::to_string(o.port), hints);
+  if (!resolved.addresses) throw NetworkError("store server: cannot listen on " + where + ": " + resolved.error);
+  tcp::endpoint endpoint;
+  const addrinfo& first = *resolved.addresses;
+  if (first.ai_addrlen > endpoint.capacity())
+    throw NetworkError("store server: cannot listen on " + where + ": unexpected address size");
+  std::memcpy(endpoint.data(), first.ai_addr, first.ai_addrlen);
+  endpoint.resize(first.ai_addrlen);
   try {
-    tcp::resolver resolver(state_.ioc);
-    auto results = resolver.resolve(host, std::to_string(o.port),
-                                    tcp::resolver::passive | tcp::resolver::numeric_service);
-    if (results.empty()) throw NetworkError("store server: cannot resolve " + where);
-    tcp::endpoint endpoint = results.begin()->endpoint();
     acceptor_.open(endpoint.protocol());
     acceptor_.set_option(tcp::acceptor::reuse_address(true));
     acceptor_.bind(endpoint);
