@@ -28,7 +28,7 @@ std::string refusal(const std::function<void()>& write) {
 
 }  // namespace
 
-TEST_CASE("store budget: a job scope over its share is refused, naming the limit; others go on",
+TEST_CASE("store budget: a job scope over its share is refused naming the limit and other scopes go on",
           "[store][limits]") {
   StoreCore core(kStoreLimits, smallBudget());
   core.set("rdzv/a/x", std::string(3'000, 'v'));
