@@ -100,7 +100,7 @@ TEST_CASE("daemon memory: large known values, large sets, many waiters and a lar
       REQUIRE(p);
       CHECK(p->id == 99);
     }
-    CHECK(daemon.residentBytes() < start + kBound);
+    if (kRssIsMeaningful) CHECK(daemon.residentBytes() < start + kBound);
   }
 
   // 2. Large sets: a job's share (32 MiB), then the total (64 MiB).
@@ -148,7 +148,7 @@ TEST_CASE("daemon memory: large known values, large sets, many waiters and a lar
     for (int i = 0; i < 3; ++i) will.will.sets.emplace_back("atk/will/" + std::to_string(i), big);
     willer->request(will);
     CHECK(refusalsNaming(*willer, "maxCallBytesPerConnection", 300ms) == 1);
-    CHECK(daemon.residentBytes() < start + kBound);
+    if (kRssIsMeaningful) CHECK(daemon.residentBytes() < start + kBound);
   }
 
   const size_t peak = sampler.finish();
@@ -156,7 +156,9 @@ TEST_CASE("daemon memory: large known values, large sets, many waiters and a lar
   const size_t after = daemon.residentBytes();
   INFO("RSS before " << start / 1024 << " KiB, peak " << peak / 1024 << " KiB, after " << after / 1024
                      << " KiB");
-  CHECK(peak < start + kBound);
-  CHECK(after < start + kBound);
+  if (kRssIsMeaningful) {
+    CHECK(peak < start + kBound);
+    CHECK(after < start + kBound);
+  }
   CHECK(daemon.stop() == 0);
 }
