@@ -9,6 +9,7 @@ cd "$(dirname "$0")/.."
 packages=(
   build-essential cmake ninja-build pkg-config
   libboost-dev libcli11-dev libspdlog-dev nlohmann-json3-dev libgloo-dev catch2
+  libssl-dev                            # libcrypto: the store's HMAC-SHA256, nonces (common/crypto)
   iproute2 procps util-linux
   openmpi-bin libopenmpi-dev python3 python3-torch
   slurmctld slurmd slurm-client munge   # the [slurm] tests' cluster (scripts/slurm/up.sh)

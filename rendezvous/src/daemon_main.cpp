@@ -4,10 +4,21 @@
 //   drun-rendezvous [--host 0.0.0.0] [--port 29400] [--lease-timeout 10s] [--log-level info]
 //                   [--max-connections N] [--max-connections-per-peer N] [--max-lease-timeout 5m]
 //                   [--stalled-frame-timeout 30s] [--token-file PATH] [--job-token RUN_ID=PATH]...
+//                   [--max-pending-connections 256] [--handshake-timeout 3s]
+//                   [--max-stored-bytes 1G] [--max-stored-bytes-per-job 256M]
+//                   [--max-call-bytes 256M] [--max-call-bytes-per-connection 64M]
+//                   [--max-input-bytes 512M] [--max-output-bytes 512M]
 //
 // Prints "drun-rendezvous listening on HOST:PORT" on stdout once it accepts connections (with
 // --port 0, PORT is the one chosen). SIGINT/SIGTERM stop it gracefully.
+#include <malloc.h>
 #include <signal.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cstdint>
+#include <iterator>
+#include <utility>
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -22,6 +33,42 @@
 #include "drun/rendezvous/store_server.hpp"
 #include "drun/rendezvous/token_file.hpp"
 
+namespace {
+
+// "1048576", "64K", "256M", "1G" (binary units) -> bytes; InvalidArgument naming the flag.
+size_t parseBytes(const std::string& text, const std::string& flag) {
+  size_t digits = 0;
+  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
+  const std::string unit = text.substr(digits);
+  int shift = -1;
+  if (unit.empty()) shift = 0;
+  if (unit == "K" || unit == "KiB") shift = 10;
+  if (unit == "M" || unit == "MiB") shift = 20;
+  if (unit == "G" || unit == "GiB") shift = 30;
+  if (digits == 0 || digits > 12 || shift < 0)
+    throw drun::InvalidArgument(flag + " '" + text + "': expected bytes, e.g. 1048576, 64K, 256M, 1G");
+  const uint64_t value = std::stoull(text.substr(0, digits)) << shift;
+  if (value == 0) throw drun::InvalidArgument(flag + ": must be more than 0");
+  return static_cast<size_t>(value);
+}
+
+// malloc_trim when the process holds at least 128 MiB more than the server's budgets count.
+void returnFreedMemory(const drun::rdzv::StoreServer& server) {
+  long pages = 0, resident = 0;
+  if (std::FILE* statm = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(statm, "%ld %ld", &pages, &resident) != 2) resident = 0;
+    std::fclose(statm);
+  }
+  const auto s = server.stats();
+  const uint64_t held = s.storedBytes + s.inputBytesBuffered + s.outputBytesQueued + s.callBytesHeld;
+  const uint64_t rss = static_cast<uint64_t>(resident) * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  if (rss < held + (uint64_t{128} << 20)) return;
+  malloc_trim(0);
+  spdlog::debug("returned freed memory: RSS {} MiB, {} MiB held for clients", rss >> 20, held >> 20);
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"drun-rendezvous: the drun rendezvous store server"};
   drun::rdzv::StoreServerOptions options;
@@ -32,6 +79,26 @@ int main(int argc, char** argv) {
   std::string stalledFrameTimeout = "30s";
   std::string tokenFile;
   std::vector<std::string> jobTokens;
+  std::string handshakeTimeout = "3s";
+  // Byte budgets (rendezvous/README.md, "Limits"): flag, option, default text.
+  struct ByteFlag {
+    const char* flag;
+    size_t* option;
+    std::string text;
+    const char* help;
+  };
+  std::vector<ByteFlag> byteFlags = {
+      {"--max-stored-bytes", &options.maxStoredBytes, "1G", "keys + values the store holds in all"},
+      {"--max-stored-bytes-per-job", &options.maxStoredBytesPerJob, "256M",
+       "keys + values under one job's rdzv/<id>/"},
+      {"--max-call-bytes", &options.maxCallBytes, "256M",
+       "blocking calls' keys and wills of all connections"},
+      {"--max-call-bytes-per-connection", &options.maxCallBytesPerConnection, "64M",
+       "blocking calls' keys and the will of one connection"},
+      {"--max-input-bytes", &options.maxInputBytes, "512M", "received, undecoded bytes of all connections"},
+      {"--max-output-bytes", &options.maxOutputBytes, "512M",
+       "unsent replies of all connections (the heaviest reader is dropped)"},
+  };
   app.add_option("--host", options.host, "address to listen on")->capture_default_str();
   app.add_option("--port", options.port, "port to listen on (0 = any; the chosen one is printed)")
       ->capture_default_str();
@@ -41,20 +108,28 @@ int main(int argc, char** argv) {
   app.add_option("--orphan-ttl", orphanTtl,
                  "remove a job's keys this long after its last agent died (0 = never)")
       ->capture_default_str();
-  app.add_option("--max-connections", options.maxConnections,
-                 "open connections in all; more are refused")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  app.add_option("--max-connections-per-peer", options.maxConnectionsPerPeer,
-                 "open connections from one address; more are refused")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+  const std::pair<const char*, size_t*> countFlags[] = {
+      {"--max-connections", &options.maxConnections},
+      {"--max-connections-per-peer", &options.maxConnectionsPerPeer},
+      {"--max-pending-connections", &options.maxPendingConnections}};
+  const char* countHelp[] = {
+      "admitted connections in all; more are refused (Busy)",
+      "admitted connections from one address; more are refused (Busy)",
+      "connections before their hello (and proof); the oldest is dropped for a new one"};
+  for (size_t i = 0; i < std::size(countFlags); ++i)
+    app.add_option(countFlags[i].first, *countFlags[i].second, countHelp[i])
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber);
   app.add_option("--max-lease-timeout", maxLeaseTimeout,
                  "the longest lease a client may ask for (its will runs at most this late)")
       ->capture_default_str();
   app.add_option("--stalled-frame-timeout", stalledFrameTimeout,
                  "drop a client whose frame is not whole this long after its first byte")
       ->capture_default_str();
+  app.add_option("--handshake-timeout", handshakeTimeout,
+                 "drop a connection whose hello (and proof) is not complete this long after it connected")
+      ->capture_default_str();
+  for (ByteFlag& f : byteFlags) app.add_option(f.flag, f.text, f.help)->capture_default_str();
   app.add_option("--token-file", tokenFile,
                  "every client must prove this shared secret (a file of mode 600)");
   app.add_option("--job-token", jobTokens,
@@ -74,6 +149,10 @@ int main(int argc, char** argv) {
     if (options.maxLeaseTimeout < options.minLeaseTimeout)
       throw drun::InvalidArgument("--max-lease-timeout: must be at least " +
                                   std::to_string(options.minLeaseTimeout.count()) + "ms");
+    options.handshakeTimeout = drun::env::parseDuration(handshakeTimeout, "--handshake-timeout");
+    if (options.handshakeTimeout.count() <= 0)
+      throw drun::InvalidArgument("--handshake-timeout: must be more than 0");
+    for (const ByteFlag& f : byteFlags) *f.option = parseBytes(f.text, f.flag);
     if (options.stalledFrameTimeout.count() <= 0)
       throw drun::InvalidArgument("--stalled-frame-timeout: must be more than 0");
     if (!tokenFile.empty()) options.token = drun::rdzv::readTokenFile(tokenFile, "--token-file");
@@ -109,8 +188,11 @@ int main(int argc, char** argv) {
                    "--token-file (and the jobs --rdzv-conf token_file)",
                    options.host, server.port());
 
+    // Between signals, every 2 s: hand freed memory back to the system (glibc keeps what was
+    // freed, e.g. after an attacker's large values were refused or a job's keys deleted).
     int signal = 0;
-    sigwait(&stopSignals, &signal);
+    const timespec period{2, 0};
+    while ((signal = sigtimedwait(&stopSignals, nullptr, &period)) < 0) returnFreedMemory(server);
     spdlog::info("{} received: stopping", signal == SIGINT ? "SIGINT" : "SIGTERM");
     server.stop();
     auto stats = server.stats();

@@ -1,5 +1,6 @@
 // Network helpers of the rendezvous: this host's name, whether an endpoint is this host, the
-// source address towards a peer. Each may block in the resolver: never call them on an event loop.
+// source address towards a peer. Each may wait for the resolver (at most net::kResolveTimeout):
+// never call them on an event loop.
 #include "drun/rendezvous/network.hpp"
 
 #include <arpa/inet.h>
@@ -13,6 +14,7 @@
 #include <cstring>
 
 #include "drun/common/error.hpp"
+#include "drun/common/resolve.hpp"
 
 namespace drun::rdzv {
 namespace {
@@ -57,8 +59,9 @@ bool isLocalEndpoint(const std::string& host, const std::string& localAddr) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
-  addrinfo* resolved = nullptr;
-  if (::getaddrinfo(host.c_str(), nullptr, &hints, &resolved) != 0) return false;
+  net::Resolved found = net::resolve(host, "", hints);
+  if (!found.addresses) return false;
+  addrinfo* resolved = found.addresses.get();
   ifaddrs* interfaces = nullptr;
   ::getifaddrs(&interfaces);
   bool local = false;
@@ -68,7 +71,6 @@ bool isLocalEndpoint(const std::string& host, const std::string& localAddr) {
       if (i->ifa_addr && sameAddress(ai->ai_addr, i->ifa_addr)) local = true;
   }
   if (interfaces) ::freeifaddrs(interfaces);
-  ::freeaddrinfo(resolved);
   return local;
 }
 
@@ -76,10 +78,10 @@ std::string routeSourceAddress(const std::string& host, uint16_t port) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_DGRAM;
-  addrinfo* resolved = nullptr;
   const std::string service = std::to_string(port == 0 ? 9 : port);
-  if (int rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &resolved); rc != 0)
-    throw NetworkError("cannot resolve '" + host + "': " + ::gai_strerror(rc));
+  net::Resolved found = net::resolve(host, service, hints);
+  if (!found.addresses) throw NetworkError(found.error);
+  addrinfo* resolved = found.addresses.get();
   std::string error = "no address";
   for (addrinfo* ai = resolved; ai; ai = ai->ai_next) {
     int fd = ::socket(ai->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
@@ -96,13 +98,11 @@ std::string routeSourceAddress(const std::string& host, uint16_t port) {
                             : static_cast<const void*>(
                                   &reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr);
       ::inet_ntop(local.ss_family, raw, text, sizeof text);
-      ::freeaddrinfo(resolved);
       return text;
     }
     error = std::strerror(errno);
     ::close(fd);
   }
-  ::freeaddrinfo(resolved);
   throw NetworkError("no route to '" + host + "': " + error);
 }
 

@@ -1,12 +1,11 @@
 #include "drun/rendezvous/protocol.hpp"
 
-#include <sys/random.h>
 
 #include <cerrno>
 #include <cstring>
 
+#include "drun/common/crypto.hpp"
 #include "drun/common/error.hpp"
-#include "drun/common/sha256.hpp"
 
 namespace drun::rdzv::wire {
 namespace {
@@ -496,13 +495,7 @@ bool equalMacs(const Mac& a, const Mac& b) { return crypto::equalDigests(a, b); 
 
 Nonce randomNonce() {
   Nonce n;
-  size_t got = 0;
-  while (got < n.size()) {
-    ssize_t r = ::getrandom(n.data() + got, n.size() - got, 0);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) throw Error(std::string("getrandom: ") + std::strerror(errno));
-    got += static_cast<size_t>(r);
-  }
+  crypto::randomBytes(n.data(), n.size());
   return n;
 }
 

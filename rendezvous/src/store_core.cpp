@@ -25,7 +25,70 @@ int64_t parseStoredInt(const std::string& key, const Bytes& value) {
   return parsed;
 }
 
+size_t entryCost(const std::string& key, size_t valueBytes) {
+  return key.size() + valueBytes + kStoredEntryOverhead;
+}
+
+std::string mib(size_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
+
 }  // namespace
+
+std::optional<KnownValue> KnownValue::of(const std::optional<Bytes>& value) {
+  if (!value) return std::nullopt;
+  return KnownValue{value->size(), crypto::sha256(*value)};
+}
+
+bool KnownValue::matches(const Bytes& value) const {
+  return value.size() == size && crypto::equalDigests(crypto::sha256(value), digest);
+}
+
+// ---- the budget
+
+std::string_view StoreCore::scopeOf(std::string_view key) const {
+  const std::string& root = budget_.jobRoot;
+  if (root.empty() || key.size() <= root.size() || key.compare(0, root.size(), root) != 0)
+    return {};
+  size_t slash = key.find('/', root.size());
+  return slash == std::string_view::npos ? std::string_view{} : key.substr(0, slash + 1);
+}
+
+size_t StoreCore::storedBytesOfScope(const std::string& key) const {
+  auto it = scopeBytes_.find(std::string(scopeOf(key)));
+  return it == scopeBytes_.end() ? 0 : it->second;
+}
+
+size_t StoreCore::growthOf(const std::string& key, size_t newValueBytes) const {
+  const Bytes* current = find(key);
+  size_t before = current ? entryCost(key, current->size()) : 0;
+  size_t after = entryCost(key, newValueBytes);
+  return after > before ? after - before : 0;
+}
+
+void StoreCore::checkGrowth(const std::string& key, size_t growth) const {
+  if (growth == 0) return;
+  if (storedBytes_ + growth > budget_.maxStoredBytes)
+    throw InvalidArgument("the store holds " + std::to_string(storedBytes_) + " bytes; writing key '" +
+                          shown(key) + "' would pass its limit maxStoredBytes of " +
+                          mib(budget_.maxStoredBytes) + " (drun-rendezvous --max-stored-bytes)");
+  std::string_view scope = scopeOf(key);
+  size_t inScope = storedBytesOfScope(key);
+  if (inScope + growth > budget_.maxStoredBytesPerJob)
+    throw InvalidArgument(
+        (scope.empty() ? std::string("the keys outside any job") : "job scope " + std::string(scope)) +
+        " holds " + std::to_string(inScope) + " bytes; writing key '" + shown(key) +
+        "' would pass the limit maxStoredBytesPerJob of " + mib(budget_.maxStoredBytesPerJob) +
+        " (drun-rendezvous --max-stored-bytes-per-job)");
+}
+
+void StoreCore::charge(const std::string& key, size_t oldCost, size_t newCost) {
+  storedBytes_ = storedBytes_ - oldCost + newCost;
+  std::string scope(scopeOf(key));
+  size_t& bytes = scopeBytes_[scope];
+  bytes = bytes - oldCost + newCost;
+  if (bytes == 0) scopeBytes_.erase(scope);
+}
+
+// ---- reads and writes
 
 const Bytes* StoreCore::find(const std::string& key) const {
   auto it = data_.find(key);
@@ -57,6 +120,7 @@ void StoreCore::run(Wakeups& wakeups) {
 void StoreCore::set(const std::string& key, Bytes value) {
   validateKey(key);
   validateValue(key, value);
+  checkGrowth(key, growthOf(key, value.size()));
   Wakeups wakeups;
   setLocked(key, std::move(value), wakeups);
   run(wakeups);
@@ -64,6 +128,7 @@ void StoreCore::set(const std::string& key, Bytes value) {
 
 void StoreCore::setLocked(const std::string& key, Bytes value, Wakeups& wakeups) {
   auto [it, created] = data_.try_emplace(key);
+  charge(key, created ? 0 : entryCost(key, it->second.size()), entryCost(key, value.size()));
   it->second = std::move(value);
   touched(key, created, wakeups);
 }
@@ -83,7 +148,9 @@ int64_t StoreCore::addLocked(const std::string& key, int64_t delta, Wakeups& wak
   if (__builtin_add_overflow(value, delta, &sum))
     throw InvalidArgument("add on key '" + shown(key) + "': " + std::to_string(value) + " + " +
                           std::to_string(delta) + " overflows int64");
-  setLocked(key, std::to_string(sum), wakeups);
+  std::string text = std::to_string(sum);
+  checkGrowth(key, growthOf(key, text.size()));
+  setLocked(key, std::move(text), wakeups);
   return sum;
 }
 
@@ -98,6 +165,7 @@ Bytes StoreCore::compareSet(const std::string& key, const Bytes& expected, Bytes
   } else if (*current != expected) {
     return *current;
   }
+  checkGrowth(key, growthOf(key, desired.size()));
   Wakeups wakeups;
   setLocked(key, desired, wakeups);
   run(wakeups);
@@ -112,7 +180,10 @@ bool StoreCore::erase(const std::string& key) {
 }
 
 bool StoreCore::eraseLocked(const std::string& key, Wakeups& wakeups) {
-  if (data_.erase(key) == 0) return false;
+  auto it = data_.find(key);
+  if (it == data_.end()) return false;
+  charge(key, entryCost(key, it->second.size()), 0);
+  data_.erase(it);
   touched(key, false, wakeups);
   return true;
 }
@@ -122,10 +193,18 @@ void StoreCore::multiSet(const std::vector<std::string>& keys, const std::vector
     throw InvalidArgument("multiSet: " + std::to_string(keys.size()) + " keys but " +
                           std::to_string(values.size()) + " values");
   validateKeyCount(keys.size());
+  std::unordered_map<std::string_view, size_t> growthByScope;  // only growth: an upper bound
+  size_t growth = 0;
   for (size_t i = 0; i < keys.size(); ++i) {
     validateKey(keys[i]);
     validateValue(keys[i], values[i]);
+    size_t g = growthOf(keys[i], values[i].size());
+    growth += g;
+    size_t& inScope = growthByScope[scopeOf(keys[i])];
+    inScope += g;
+    checkGrowth(keys[i], inScope);  // this scope's growth so far
   }
+  if (storedBytes_ + growth > budget_.maxStoredBytes) checkGrowth(keys.front(), growth);
   Wakeups wakeups;
   for (size_t i = 0; i < keys.size(); ++i) setLocked(keys[i], values[i], wakeups);
   run(wakeups);
@@ -139,8 +218,10 @@ void StoreCore::append(const std::string& key, const Bytes& value) {
     throw InvalidArgument("append to key '" + shown(key) + "' would make it " +
                           std::to_string(size) + " bytes, over the limit of " +
                           std::to_string(limits_.maxValueBytes));
+  checkGrowth(key, current ? value.size() : entryCost(key, value.size()));
   Wakeups wakeups;
   auto [it, created] = data_.try_emplace(key);
+  charge(key, created ? 0 : entryCost(key, it->second.size()), entryCost(key, size));
   it->second += value;
   touched(key, created, wakeups);
   run(wakeups);
@@ -154,6 +235,7 @@ int64_t StoreCore::erasePrefix(const std::string& prefix) {
   auto it = data_.lower_bound(prefix);
   while (it != data_.end() && it->first.compare(0, prefix.size(), prefix) == 0) {
     std::string key = it->first;
+    charge(key, entryCost(key, it->second.size()), 0);
     it = data_.erase(it);
     ++removed;
     touched(key, false, wakeups);
@@ -181,16 +263,24 @@ void StoreCore::touched(const std::string& key, bool created, Wakeups& wakeups) 
   auto watchers = keyWatchers_.find(key);
   if (watchers == keyWatchers_.end()) return;
   const Bytes* now = find(key);
+  std::optional<crypto::Digest> digest;  // of `now`, computed once, only if a size matches
   std::vector<WaiterId> fired;
   for (WaiterId id : watchers->second) {
     const Waiter& w = waiters_.at(id);
-    bool differs = now ? (!w.known || *w.known != *now) : w.known.has_value();
-    if (differs) fired.push_back(id);
+    bool differs = !now || !w.known || w.known->size != now->size();
+    if (now && !differs) {
+      if (!digest) digest = crypto::sha256(*now);
+      differs = !crypto::equalDigests(*digest, w.known->digest);
+    }
+    if (now ? differs : w.known.has_value()) fired.push_back(id);
   }
-  std::optional<Bytes> value = now ? std::optional<Bytes>(*now) : std::nullopt;
+  if (fired.empty()) return;
+  // One copy of the value for every watcher woken (thousands may watch one key).
+  auto value = std::make_shared<const std::optional<Bytes>>(now ? std::optional<Bytes>(*now)
+                                                                 : std::nullopt);
   for (WaiterId id : fired) {
     auto changed = std::move(waiters_.at(id).changed);
-    wakeups.push_back([changed = std::move(changed), value] { changed(value); });
+    wakeups.push_back([changed = std::move(changed), value] { changed(*value); });
     removeWaiter(id);
   }
 }
@@ -219,12 +309,25 @@ StoreCore::WaiterId StoreCore::waitFor(ClientId client, std::vector<std::string>
   return id;
 }
 
-StoreCore::WaiterId StoreCore::watch(ClientId client, std::string key, std::optional<Bytes> known,
+bool StoreCore::differs(const std::string& key, const std::optional<KnownValue>& known) const {
+  const Bytes* now = find(key);
+  return now ? (!known || !known->matches(*now)) : known.has_value();
+}
+
+StoreCore::WaiterId StoreCore::watch(ClientId client, std::string key,
+                                     const std::optional<Bytes>& known,
                                      std::function<void(const std::optional<Bytes>&)> changed) {
   validateKey(key);
   const Bytes* now = find(key);
-  bool differs = now ? (!known || *known != *now) : known.has_value();
-  if (differs) return 0;
+  if (now ? (!known || *known != *now) : known.has_value()) return 0;  // no digest needed
+  return watch(client, std::move(key), KnownValue::of(known), std::move(changed));
+}
+
+StoreCore::WaiterId StoreCore::watch(ClientId client, std::string key,
+                                     std::optional<KnownValue> known,
+                                     std::function<void(const std::optional<Bytes>&)> changed) {
+  validateKey(key);
+  if (differs(key, known)) return 0;
   WaiterId id = ++lastWaiter_;
   Waiter& w = waiters_[id];
   w.client = client;
@@ -283,7 +386,14 @@ bool StoreCore::clientGone(ClientId client) {
   if (!node) return false;
   const Will& will = node.mapped();
   Wakeups wakeups;
-  for (const auto& [k, v] : will.sets) setLocked(k, v, wakeups);
+  for (const auto& [k, v] : will.sets) {
+    try {
+      checkGrowth(k, growthOf(k, v.size()));
+      setLocked(k, v, wakeups);
+    } catch (const InvalidArgument&) {
+      // Over the store's budget: skipped like an add the store refuses; the rest still runs.
+    }
+  }
   for (const auto& [k, d] : will.adds) {
     try {
       addLocked(k, d, wakeups);

@@ -22,6 +22,7 @@
 
 #include "drun/common/deadline.hpp"
 #include "drun/common/error.hpp"
+#include "drun/common/resolve.hpp"
 #include "drun/common/safe_text.hpp"
 #include "drun/rendezvous/protocol.hpp"
 
@@ -218,15 +219,14 @@ class TcpStore::Connection {
     addrinfo hints{};
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
-    addrinfo* found = nullptr;
-    std::string port = std::to_string(options_.port);
-    int rc = ::getaddrinfo(options_.host.c_str(), port.c_str(), &hints, &found);
-    if (rc != 0) {
-      error = std::string("cannot resolve host: ") + ::gai_strerror(rc);
+    // The resolver gets what is left of the connect deadline, at most net::kResolveTimeout.
+    net::Resolved resolved = net::resolve(options_.host, std::to_string(options_.port), hints,
+                                          std::min(deadline.remaining(), net::kResolveTimeout));
+    if (!resolved.addresses) {
+      error = resolved.error;
       return false;
     }
-    std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> guard(found, ::freeaddrinfo);
-    for (addrinfo* a = found; a; a = a->ai_next) {
+    for (addrinfo* a = resolved.addresses.get(); a; a = a->ai_next) {
       int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
       if (fd < 0) {
         error = "socket: " + errnoText(errno);

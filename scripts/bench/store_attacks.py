@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Hostile clients against drun-rendezvous (issue 9): each attack's outcome and the daemon's
-resident memory before and after it, as a table. Loopback only; every loop bounded in count and
-time; the daemon is started here and stopped by its PID.
+"""Hostile clients against drun-rendezvous (issues 9 and 15): each attack's outcome and the
+daemon's resident memory before, at the peak (sampled every 10 ms) and after it, as a table.
+Loopback only; every loop bounded in count and time; the daemon (default limits) is started here
+and stopped by its PID.
 
   python3 scripts/bench/store_attacks.py [--build-dir build]
 """
@@ -13,6 +14,7 @@ import socket
 import struct
 import subprocess
 import sys
+import threading
 import time
 
 MAGIC = b"drun"
@@ -77,6 +79,77 @@ def reply_status(data):
     return struct.unpack("<H", data[6:8])[0] if len(data) >= 12 else None
 
 
+def sstr(b):
+    return struct.pack("<I", len(b)) + b
+
+
+OP_SET, OP_GET, OP_TRYGET, OP_WAIT, OP_SETWILL, OP_WATCH, OP_DELPREFIX = 1, 2, 3, 6, 14, 13, 16
+
+
+def frame(op, body, rid):
+    return header(len(body), op=op, rid=rid) + body
+
+
+def watch_body(key, known, timeout_ms=60000):
+    return struct.pack("<I", timeout_ms) + sstr(key) + b"\x01" + sstr(known)
+
+
+def wait_body(keys, timeout_ms=60000):
+    return struct.pack("<II", timeout_ms, len(keys)) + b"".join(sstr(k) for k in keys)
+
+
+def responses(s, quiet=0.5, limit=100000):
+    """Reads response frames until none arrives for `quiet` s: [(status, id, message)]."""
+    s.settimeout(quiet)
+    data, out = b"", []
+    while len(out) < limit:
+        while len(data) >= 16:
+            length, _op, status, _r, rid = struct.unpack("<IBBHQ", data[:16])
+            if len(data) < 16 + length:
+                break
+            body = data[16:16 + length]
+            message = body[4:4 + struct.unpack("<I", body[:4])[0]].decode(errors="replace") if status and len(body) >= 4 else ""
+            out.append((status, rid, message))
+            data = data[16 + length:]
+        if len(out) >= limit:
+            break
+        try:
+            chunk = s.recv(1 << 20)
+        except (socket.timeout, ConnectionError):
+            break
+        if not chunk:
+            break
+        data += chunk
+    return out
+
+
+def admitted(port, lease_ms=60_000):
+    s = connect(port)
+    s.sendall(hello(lease_ms))
+    st = reply_status(read_reply(s))
+    assert st == 0, f"hello refused: {st}"
+    return s
+
+
+class Peak:
+    """Samples a process's RSS every 10 ms while an attack runs."""
+
+    def __init__(self, pid):
+        self.pid, self.peak, self.stop = pid, rss_kb(pid), False
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        while not self.stop:
+            self.peak = max(self.peak, rss_kb(self.pid))
+            time.sleep(0.01)
+
+    def finish(self):
+        self.stop = True
+        self.thread.join()
+        return self.peak
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build-dir", default=os.environ.get("DRUN_BUILD_DIR", "build"))
@@ -94,10 +167,12 @@ def main():
         rows = []
 
         def attack(name, fn):
+            print(f"... {name}", file=sys.stderr, flush=True)
             before = rss_kb(pid)
+            peak = Peak(pid)
             outcome = fn()
             time.sleep(0.3)
-            rows.append((name, outcome, before, rss_kb(pid), fds(pid)))
+            rows.append((name, outcome, before, peak.finish(), rss_kb(pid), fds(pid)))
 
         def claim_64mib():
             socks = [connect(port) for _ in range(3)]
@@ -204,6 +279,111 @@ def main():
             s.close()
             return "closed; its waiter dropped"
 
+        def big_known_watches():
+            big = b"k" * (16 << 20)
+            s = admitted(port)
+            s.sendall(frame(OP_SET, sstr(b"atk/big") + sstr(big), 1))
+            body = watch_body(b"atk/big", big)
+            for i in range(64):
+                s.sendall(frame(OP_WATCH, body, 100 + i))
+            s.sendall(frame(OP_TRYGET, sstr(b"atk/none"), 999))
+            got = responses(s, quiet=10, limit=2)
+            pending = [r for r in got if r[1] >= 100 and r[1] < 999]
+            s.close()
+            return f"64 watches pending ({len(pending)} answered early); each keeps a 32-byte digest"
+
+        def many_large_sets():
+            big = b"v" * (16 << 20)
+            s = admitted(port)
+            stored, per_job, total, rid = 0, 0, 0, 1
+            for job in range(6):
+                for i in range(20):
+                    rid += 1
+                    s.sendall(frame(OP_SET, sstr(f"rdzv/atk{job}/{i}".encode()) + sstr(big), rid))
+                    (status, _, msg), = responses(s, quiet=10, limit=1) or [(99, 0, "no reply")]
+                    stored += status == 0
+                    per_job += "maxStoredBytesPerJob" in msg
+                    total += "maxStoredBytes " in msg
+            held = rss_kb(pid)
+            for job in range(6):
+                rid += 1
+                s.sendall(frame(OP_DELPREFIX, sstr(f"rdzv/atk{job}/".encode()), rid))
+            responses(s, quiet=2, limit=6)
+            s.close()
+            return (f"{stored} x 16 MiB stored, then refused: {per_job} maxStoredBytesPerJob, "
+                    f"{total} maxStoredBytes; RSS held {held // 1024} MB; deleted")
+
+        def waiters_on_many_connections():
+            keys = [b"atk/never/%04d/" % k + b"x" * 88 for k in range(500)]
+            body = wait_body(keys)
+            socks, per_conn, total, pending = [], 0, 0, 0
+            for c in range(16):
+                s = admitted(port)
+                s.sendall(b"".join(frame(OP_WAIT, body, i) for i in range(1, 257)))
+                socks.append(s)
+            for s in socks:
+                got = responses(s, quiet=1.0)
+                per_conn += sum("maxCallBytesPerConnection" in m for _, _, m in got)
+                total += sum("maxCallBytes " in m for _, _, m in got)
+                pending += 256 - len(got)
+            held = rss_kb(pid)
+            for s in socks:
+                s.close()
+            return (f"{pending} of 4096 pending (500 keys each); refused: {total} maxCallBytes, "
+                    f"{per_conn} maxCallBytesPerConnection; RSS held {held // 1024} MB")
+
+        def large_wills():
+            value = b"w" * ((16 << 20) - 1024)
+            body = struct.pack("<I", 3) + b"".join(sstr(b"rdzv/atk/will/%d" % i) + sstr(value) for i in range(3))
+            body += struct.pack("<I", 0) + struct.pack("<I", 0)
+            socks, ok, refused = [], 0, 0
+            for c in range(8):
+                s = admitted(port)
+                s.sendall(frame(OP_SETWILL, body, 1))
+                (status, _, msg), = responses(s, quiet=10, limit=1) or [(99, 0, "")]
+                ok += status == 0
+                refused += "maxCallBytes" in msg
+                socks.append(s)
+            held = rss_kb(pid)
+            for s in socks:
+                s.close()
+            return f"8 x 48 MiB wills: {ok} kept, {refused} refused (maxCallBytes); RSS held {held // 1024} MB"
+
+        def crowd_then_client():
+            crowd = []
+            for _ in range(1400):
+                crowd.append(connect(port))
+            for _ in range(50):
+                crowd.append(connect(port))
+                crowd[-1].sendall(os.urandom(256))
+            for _ in range(50):
+                crowd.append(connect(port))
+                crowd[-1].sendall(hello(60_000) + header(100) + b"x" * 10)
+            t0 = time.monotonic()
+            s = connect(port)
+            s.sendall(hello())
+            st = reply_status(read_reply(s))
+            ms = (time.monotonic() - t0) * 1000
+            s.close()
+            for c in crowd:
+                c.close()
+            return f"1400 silent + 50 garbage + 50 mid-frame, then a client from 127.0.0.1: {'admitted' if st == 0 else f'status {st}'} in {ms:.1f} ms"
+
+        def dripping_hello():
+            s = connect(port)
+            data = hello()
+            t0 = time.monotonic()
+            for i in range(len(data)):
+                try:
+                    s.sendall(data[i:i + 1])
+                except OSError:
+                    break
+                if closed_by_server(s, 0.1):
+                    break
+            took = time.monotonic() - t0
+            s.close()
+            return f"dropped {took:.1f}s after connecting (handshake deadline 3s; all of it would take 4.8s)"
+
         start_rss, start_fds = rss_kb(pid), fds(pid)
         attack("3 x (hello asking 1h lease + header claiming 64 MiB)", claim_64mib)
         attack("4 KiB of random bytes", garbage)
@@ -216,12 +396,18 @@ def main():
         attack("300 pending gets on one connection", many_waiters)
         attack("8 MiB value read back 18 times, client never reads", slow_reader)
         attack("disconnect in the middle of a wait", disconnect_mid_wait)
+        attack("64 watches, known = the stored 16 MiB value", big_known_watches)
+        attack("16 MiB sets into 6 jobs until refused", many_large_sets)
+        attack("16 conns x 256 waits on 500 keys", waiters_on_many_connections)
+        attack("8 conns x setWill of 48 MiB", large_wills)
+        attack("crowd of 1500 from 127.0.0.1, then a client", crowd_then_client)
+        attack("hello dripped 1 byte / 100 ms", dripping_hello)
 
         print(f"drun-rendezvous under hostile clients (pid {pid}); at start: RSS {start_rss} kB, {start_fds} fds")
-        print(f"{'attack':56} | {'outcome':64} | {'RSS before kB':>13} | {'RSS after kB':>12} | fds")
-        print("-" * 164)
-        for name, outcome, before, after, nfd in rows:
-            print(f"{name:56} | {outcome:64} | {before:>13} | {after:>12} | {nfd}")
+        print(f"{'attack':52} | {'outcome':100} | {'RSS before kB':>13} | {'peak kB':>9} | {'after kB':>9} | fds")
+        print("-" * 204)
+        for name, outcome, before, peak, after, nfd in rows:
+            print(f"{name:52} | {outcome:100} | {before:>13} | {peak:>9} | {after:>9} | {nfd}")
     finally:
         daemon.terminate()
         try:

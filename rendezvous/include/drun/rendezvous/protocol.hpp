@@ -177,8 +177,8 @@ Mac clientProof(std::string_view token, const Nonce& client, const Nonce& server
                 std::string_view scope);
 Mac serverProof(std::string_view token, const Nonce& client, const Nonce& server,
                 std::string_view scope);
-bool equalMacs(const Mac& a, const Mac& b);  // in time independent of where they differ
-Nonce randomNonce();                          // getrandom(2); throws Error if it fails
+bool equalMacs(const Mac& a, const Mac& b);  // CRYPTO_memcmp: time independent of the bytes
+Nonce randomNonce();                          // RAND_bytes; throws Error if it fails
 DecodeResult decodeRequest(std::string_view in, Request& out, const Limits& limits = kLimits);
 DecodeResult decodeResponse(std::string_view in, Response& out, const Limits& limits = kLimits);
 

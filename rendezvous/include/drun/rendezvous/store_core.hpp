@@ -7,6 +7,11 @@
 // cancels a waiter that timed out. Each waiter belongs to a client (a connection, a MemoryStore
 // handle); clientGone() drops that client's waiters and applies its will.
 //
+// Memory: what it holds is bounded. Stored keys and values count against StoreBudget (in all and
+// per job scope "rdzv/<id>/"); a write over it is refused with InvalidArgument naming the limit.
+// A watcher keeps the size and SHA-256 of the value it knows (KnownValue), never the value.
+// Waiters' key lists and wills are bounded by the owner (StoreServer counts them per connection).
+//
 // Threading: not thread-safe; the owner serialises every call. Callbacks run synchronously with
 // the state already updated; they may read the core (find/missing) but must not write to it.
 #pragma once
@@ -21,6 +26,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "drun/common/crypto.hpp"
 #include "drun/rendezvous/store.hpp"
 
 namespace drun::rdzv {
@@ -40,13 +46,33 @@ void checkKeyLimit(const std::string& key, const StoreLimits& limits);
 void checkValueLimit(const std::string& key, const Bytes& value, const StoreLimits& limits);
 void checkKeyCountLimit(size_t count, const StoreLimits& limits);
 
+// How many bytes the store may hold (keys + values + kStoredEntryOverhead per key). A key
+// "<jobRoot><id>/..." belongs to the job scope "<jobRoot><id>/"; every other key to the scope "".
+// The option names are StoreServerOptions' (rendezvous/README.md, "Limits").
+struct StoreBudget {
+  size_t maxStoredBytes = size_t{1} << 30;         // in all
+  size_t maxStoredBytesPerJob = size_t{256} << 20;  // per job scope
+  std::string jobRoot = "rdzv/";
+};
+// What one stored key costs beyond its bytes: the ordered map's node and two string headers.
+inline constexpr size_t kStoredEntryOverhead = 96;
+
+// What a watcher knows of a value: its size and SHA-256 (the bytes are not kept).
+struct KnownValue {
+  size_t size = 0;
+  crypto::Digest digest{};
+  static std::optional<KnownValue> of(const std::optional<Bytes>& value);
+  bool matches(const Bytes& value) const;
+};
+
 class StoreCore {
  public:
   using ClientId = uint64_t;
   using WaiterId = uint64_t;  // 0 = "no waiter: ready at once"
   using Will = Store::Will;
 
-  explicit StoreCore(StoreLimits limits = kStoreLimits) : limits_(limits) {}
+  explicit StoreCore(StoreLimits limits = kStoreLimits, StoreBudget budget = {})
+      : limits_(limits), budget_(std::move(budget)) {}
 
   const StoreLimits& limits() const { return limits_; }
   void validateKey(const std::string& key) const { checkKeyLimit(key, limits_); }
@@ -61,6 +87,10 @@ class StoreCore {
   bool check(const std::vector<std::string>& keys) const;
   std::vector<std::string> missing(const std::vector<std::string>& keys) const;
   int64_t numKeys() const { return static_cast<int64_t>(data_.size()); }
+  // Bytes charged against the budget: in all, and of the scope `key` belongs to.
+  size_t storedBytes() const { return storedBytes_; }
+  size_t storedBytesOfScope(const std::string& key) const;
+  const StoreBudget& budget() const { return budget_; }
 
   // --- writes; each wakes the waiters and watchers it satisfies before returning
   void set(const std::string& key, Bytes value);
@@ -78,8 +108,12 @@ class StoreCore {
   WaiterId waitFor(ClientId client, std::vector<std::string> keys, std::function<void()> ready);
   // Calls `changed` with the new value (nullopt = absent) once the key's value differs from
   // `known`. Returns 0 (and does not call) when it already differs.
-  WaiterId watch(ClientId client, std::string key, std::optional<Bytes> known,
+  WaiterId watch(ClientId client, std::string key, const std::optional<Bytes>& known,
                  std::function<void(const std::optional<Bytes>&)> changed);
+  WaiterId watch(ClientId client, std::string key, std::optional<KnownValue> known,
+                 std::function<void(const std::optional<Bytes>&)> changed);
+  // Whether the key's value (nullopt = absent) differs from `known`.
+  bool differs(const std::string& key, const std::optional<KnownValue>& known) const;
   // Forgets a waiter without calling it (deadline passed). Unknown ids are ignored.
   void cancel(WaiterId id);
   size_t waiterCount() const { return waiters_.size(); }
@@ -101,7 +135,7 @@ class StoreCore {
     std::vector<std::string> keys;  // waitFor: all keys; watch: the one key
     size_t pendingKeys = 0;         // waitFor: keys registered as missing
     bool isWatch = false;
-    std::optional<Bytes> known;
+    std::optional<KnownValue> known;
     std::function<void()> ready;
     std::function<void(const std::optional<Bytes>&)> changed;
   };
@@ -114,8 +148,17 @@ class StoreCore {
   void setLocked(const std::string& key, Bytes value, Wakeups& wakeups);
   bool eraseLocked(const std::string& key, Wakeups& wakeups);
   int64_t addLocked(const std::string& key, int64_t delta, Wakeups& wakeups);
+  std::string_view scopeOf(std::string_view key) const;
+  // Throws InvalidArgument naming the limit when `growth` more bytes in `key`'s scope (and in
+  // all) would pass the budget.
+  void checkGrowth(const std::string& key, size_t growth) const;
+  size_t growthOf(const std::string& key, size_t newValueBytes) const;
+  void charge(const std::string& key, size_t oldCost, size_t newCost);
 
   StoreLimits limits_;
+  StoreBudget budget_;
+  size_t storedBytes_ = 0;
+  std::unordered_map<std::string, size_t> scopeBytes_;  // bytes by scopeOf(key)
   std::map<std::string, Bytes, std::less<>> data_;  // ordered: erasePrefix is a range
   std::unordered_map<WaiterId, Waiter> waiters_;
   std::unordered_map<std::string, std::unordered_set<WaiterId>> keyWaiters_;   // missing keys

@@ -8,6 +8,14 @@
 // call is answered with a timeout status at its deadline). A dropped or closed connection's
 // waiters are discarded and its will is run.
 //
+// Memory: every byte held for a client counts against a budget per connection and in all
+// (input, output, blocking calls' keys and wills, stored keys and values in all and per job);
+// over one, the client gets InvalidArgument naming the option, or is dropped (rendezvous/
+// README.md, "Limits", states the resulting bound on the process's memory). Admission: a
+// connection is pending until its hello (and proof) is complete, within handshakeTimeout; at
+// maxPendingConnections the oldest pending one is dropped for a new one; the connection caps
+// count admitted connections only.
+//
 // Threading: the constructor binds (so port() is known at once, also with port 0); then either
 // run() serves on the calling thread until stop(), or start() spawns the io thread. stop() may
 // be called from any thread, any number of times; it closes every connection and returns once
@@ -35,7 +43,7 @@ struct StoreServerOptions {
   milliseconds leaseTimeout = 10s;        // silence allowed when the client asks for no lease
   milliseconds minLeaseTimeout = 100ms;   // client-requested leases are clamped to [min, max]
   milliseconds maxLeaseTimeout = 5min;    // a dead client's waiters and will wait at most this
-  milliseconds handshakeTimeout = 10s;    // a connection must say hello within this
+  milliseconds handshakeTimeout = 3s;     // hello (and proof) complete within this of connecting
   size_t maxOutputQueueBytes = 64 << 20;  // per connection; beyond it the client is dropped
   // A job whose keys ("<orphanRoot><run id>/...") no connected client's will names any more (its
   // agents all died) is removed after orphanTtl; 0 = never (an agent's embedded server ends with
@@ -45,8 +53,17 @@ struct StoreServerOptions {
 
   // Limits against hostile or broken peers (rendezvous/README.md, "Limits"). The server never
   // allocates for a length a peer claims: its input buffer grows with the bytes that arrived.
-  size_t maxConnections = 16384;          // open connections in all; beyond: HelloStatus::Busy
-  size_t maxConnectionsPerPeer = 1024;    // open connections from one peer address
+  size_t maxConnections = 32768;          // admitted connections in all; beyond: HelloStatus::Busy
+  size_t maxConnectionsPerPeer = 1024;    // admitted connections from one peer address
+  size_t maxPendingConnections = 256;     // before their hello/proof; the oldest is dropped
+  size_t maxOutputBytes = 512u << 20;     // queued output of all connections; the heaviest is dropped
+  // Blocking calls' keys (+ digests of watched values) and the will, per connection and in all;
+  // beyond: InvalidArgument.
+  size_t maxCallBytesPerConnection = 64u << 20;
+  size_t maxCallBytes = 256u << 20;
+  // Keys + values stored, in all and per job ("<orphanRoot><id>/"); beyond: InvalidArgument.
+  size_t maxStoredBytes = size_t{1} << 30;
+  size_t maxStoredBytesPerJob = 256u << 20;
   size_t maxInputBytesPerConnection = (64u << 20) + 65536;  // one frame of the largest size
   size_t maxInputBytes = 512u << 20;      // buffered input of all connections together
   milliseconds stalledFrameTimeout = 30s; // a frame must arrive whole within this of its start
@@ -78,6 +95,13 @@ struct StoreServerStats {
   uint64_t stalledDropped = 0;     // connections closed for a frame not whole in time
   uint64_t inputBytesBuffered = 0; // received, not yet decoded, all connections
   uint64_t authRefused = 0;        // connections that did not prove the token
+  uint64_t connectionsPending = 0; // in their handshake now
+  uint64_t pendingEvicted = 0;     // pending connections dropped for newer ones
+  uint64_t handshakesExpired = 0;  // connections dropped at the handshake deadline
+  uint64_t outputBytesQueued = 0;  // replies not yet written, all connections
+  uint64_t callBytesHeld = 0;      // blocking calls' keys and wills, all connections
+  uint64_t storedBytes = 0;        // keys + values (+ per-key overhead) in the store
+  uint64_t overBudget = 0;         // calls and wills refused over a byte budget
 };
 
 class StoreServer {

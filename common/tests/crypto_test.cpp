@@ -1,9 +1,10 @@
-// SHA-256 against FIPS 180-2 (appendix B) and HMAC-SHA256 against RFC 4231.
+// The libcrypto binding (crypto.hpp): SHA-256 against FIPS 180-2 (appendix B), HMAC-SHA256
+// against RFC 4231, random bytes, the constant-time comparison.
 #include <catch2/catch.hpp>
 
 #include <string>
 
-#include "drun/common/sha256.hpp"
+#include "drun/common/crypto.hpp"
 
 using namespace drun::crypto;
 
@@ -85,4 +86,13 @@ TEST_CASE("hmac-sha256: digests compare equal only when equal", "[crypto]") {
   b[31] ^= 1;
   CHECK_FALSE(equalDigests(a, b));
   CHECK_FALSE(equalDigests(a, hmacSha256("key2", "m")));
+}
+
+TEST_CASE("random bytes: two draws differ and fill the whole buffer", "[crypto]") {
+  std::array<uint8_t, 64> a{}, b{};
+  randomBytes(a.data(), a.size());
+  randomBytes(b.data(), b.size());
+  CHECK(a != b);
+  // 64 zero bytes from a working generator: probability 2^-512.
+  CHECK(a != std::array<uint8_t, 64>{});
 }
