@@ -225,6 +225,7 @@ int main(int argc, char** argv) {
     me = world->rank();
     if (mode == "matrix") {
       bool quick = argc > 2 && std::strcmp(argv[2], "--quick") == 0;
+      std::printf("rank %d: transport %s\n", me, world->transport().c_str());
       runMatrix(*world, quick);
     } else if (mode == "victim") {
       int victim = argc > 2 ? std::atoi(argv[2]) : world->size() - 1;

@@ -254,6 +254,7 @@ class NcclBackend final : public Backend {
   }
 
   void abort() override { comm_->abort(); }
+  const char* transport() const override { return "nccl"; }
 
  private:
   std::shared_ptr<Request::State> p2p(bool isSend, void* buf, size_t bytes, int peer, milliseconds timeout) {

@@ -1,0 +1,46 @@
+// ShmCollectives: the nine collectives over a ShmSegment (every rank of the communicator on one
+// host). Each step: write into this rank's next half, publish the flag, wait for every rank's
+// flag, read the peers' halves. Data written for flag k lives in half k%2 and is read before the
+// reader's next publish, so two halves let a rank write the next step while slower ranks still
+// read the last one, with one flag round per step and no "done reading" round.
+//
+// Algorithms by size (bytes B, ranks n, half H):
+//   all_reduce/reduce, B <= kOneShotBytes: one step, every rank (reduce: the root) reduces all
+//     inputs in rank order (the same bits everywhere).
+//   larger: per chunk of min(H, kChunkBytes): inputs, step, each rank reduces its 1/n of the
+//     chunk into its next half, step, every rank (reduce: the root) copies the n parts out.
+//   broadcast/scatter/gather/all_gather/all_to_all/reduce_scatter: one step per chunk.
+// Threading: one thread at a time (the front end runs collectives in order).
+#pragma once
+
+#include <cstdint>
+
+#include "backend.hpp"
+#include "shm/shm_segment.hpp"
+
+namespace drun::comm::detail {
+
+class ShmCollectives {
+ public:
+  explicit ShmCollectives(ShmSegment& segment) : seg_(segment) {}
+  void run(const Collective& c);
+
+  static constexpr size_t kOneShotBytes = 64u << 10;
+  static constexpr size_t kChunkBytes = 512u << 10;
+
+ private:
+  void step(const Deadline& deadline, const char* what);
+  char* next() const { return seg_.half(seg_.rank(), seq_ + 1); }  // to write before step()
+  const char* last(int r) const { return seg_.half(r, seq_); }      // to read after step()
+  // Elements per chunk when each step moves `blocks` blocks of `es`-byte elements per rank.
+  size_t chunkElements(size_t count, size_t es, size_t blocks, bool cache) const;
+
+  void reduceAll(const Collective& c, bool toAll, const Deadline& d);
+  void broadcast(const Collective& c, const Deadline& d);
+  void blocks(const Collective& c, const Deadline& d);  // scatter, gather, all_gather, all_to_all, reduce_scatter
+
+  ShmSegment& seg_;
+  uint64_t seq_ = 0;  // this rank's flag: steps done
+};
+
+}  // namespace drun::comm::detail
