@@ -3,6 +3,7 @@
 //        --min-bytes 8 --max-bytes 64M --factor 2 --iters 20 --warmup 5 [--backend gloo|nccl] [--check]
 // Time per size: the slowest rank's average over --iters after --warmup, float32 (sum).
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "bench_table.hpp"
@@ -71,7 +72,8 @@ int main(int argc, char** argv) {
     auto world = init(o);
     const int n = world->size(), r = world->rank();
     const bool allReduce = a.op == "all_reduce";
-    if (r == 0) drun::bench::printHeader(a, n, "drun::comm");
+    const std::string impl = "drun::comm (" + world->transport() + ")";
+    if (r == 0) drun::bench::printHeader(a, n, impl.c_str());
     drun::bench::sweep(a, n, r == 0, [&](size_t count, size_t total) {
       Buffers buf(o.backend == Backend::Nccl, a.op == "all_gather" ? count : total,
                   a.op == "reduce_scatter" ? count : total);

@@ -23,6 +23,7 @@ namespace {
 constexpr uint64_t kMagic = 0x6472756e73686d31ull;  // "drunshm1"
 constexpr size_t kLine = 64;
 constexpr size_t kFixedHeader = 256;
+constexpr auto kBusyWait = std::chrono::milliseconds(2);
 const std::string kSegmentKey = "shm/segment";
 std::string attachedKey(int r) { return "shm/attached/" + std::to_string(r); }
 
@@ -43,8 +44,12 @@ inline void cpuRelax() {
 #endif
 }
 
-// Spinning only pays when every rank has a core; oversubscribed ranks yield at once.
-bool oversubscribed(int ranks) { return ranks > static_cast<int>(std::thread::hardware_concurrency()); }
+// Spinning only pays when every rank has a core; oversubscribed ranks yield at once. (Asked
+// once: glibc reads /sys for every hardware_concurrency() call.)
+bool oversubscribed(int ranks) {
+  static const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  return ranks > cores;
+}
 
 struct alignas(kLine) RankLine {
   std::atomic<uint64_t> flag;
@@ -204,14 +209,18 @@ void ShmSegment::waitAll(uint64_t value, const Deadline& deadline, const std::st
   };
   if (ready()) return;
   const auto start = Clock::now();
-  const auto spinFor = oversubscribed(size_) ? std::chrono::microseconds(0) : std::chrono::microseconds(100);
-  for (int i = 1; Clock::now() - start < spinFor; ++i) {
-    for (int k = 0; k < 64; ++k, cpuRelax())
+  // A rank with a core of its own spins (a yield under load hands the core away for a whole
+  // time slice, milliseconds); oversubscribed ranks yield so that the awaited rank can run.
+  // Either way a futex sleep after kBusyWait: an idle wait costs no CPU.
+  const bool spin = !oversubscribed(size_);
+  while (Clock::now() - start < kBusyWait) {
+    if (spin) {
+      for (int k = 0; k < 256; ++k, cpuRelax())
+        if (ready()) return;
+    } else {
       if (ready()) return;
-  }
-  while (Clock::now() - start < std::chrono::milliseconds(2)) {
-    if (ready()) return;
-    sched_yield();
+      sched_yield();
+    }
   }
   for (;;) {
     const uint32_t epoch = h.epoch.load(std::memory_order_seq_cst);
