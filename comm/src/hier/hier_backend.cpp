@@ -12,6 +12,8 @@ namespace {
 
 class HierBackend final : public Backend {
  public:
+  static constexpr size_t kSplitBytes = 256u << 10;  // all_reduce's per-local-rank split from here
+
   HierBackend(std::shared_ptr<rdzv::Store> store, int rank, const std::vector<std::string>& hostOfRank,
               milliseconds timeout, const ShmOptions& shm, std::shared_ptr<GlooDevice> device)
       : size_(static_cast<int>(hostOfRank.size())) {
@@ -34,9 +36,15 @@ class HierBackend final : public Backend {
     if (mine.size() > 1)
       local_ = makeShmBackend(*std::make_shared<rdzv::PrefixStore>("local" + std::to_string(myHost_) + "/", store),
                               localRank_, static_cast<int>(mine.size()), timeout, shm);
-    if (localRank_ == 0)
-      leaders_ = makeGlooBackend(device, std::make_shared<rdzv::PrefixStore>("leaders/", store), myHost_,
-                                 static_cast<int>(members_.size()), timeout);
+    // Hosts of equal size: the ranks with the same local index across hosts form a Gloo mesh
+    // each (the leaders' is index 0's), so that large all_reduces use every rank's TCP share.
+    const bool even = std::all_of(members_.begin(), members_.end(), [&](const auto& m) { return m.size() == mine.size(); });
+    if (localRank_ == 0 || even)
+      peers_ = makeGlooBackend(device, std::make_shared<rdzv::PrefixStore>("peers" + std::to_string(localRank_) + "/", store),
+                               myHost_, static_cast<int>(members_.size()), timeout);
+    if (localRank_ == 0) leaders_ = peers_.get();
+    if (!even) localPeers_ = 0;
+    else localPeers_ = static_cast<int>(mine.size());
   }
 
   void run(const Collective& c) override {
@@ -69,16 +77,46 @@ class HierBackend final : public Backend {
   }
   void abort() override {
     if (local_) local_->abort();
-    if (leaders_) leaders_->abort();
+    if (peers_) peers_->abort();
     full_->abort();
   }
   const char* transport() const override { return "hierarchical"; }
 
  private:
+  // Large, hosts of equal size L: shm reduce_scatter (each local rank holds 1/L of the host's
+  // sum), Gloo all_reduce of that part among the ranks of the same local index, shm all_gather;
+  // what does not divide by L takes the leaders' path.
   template <class Sub>
   void allReduce(const Collective& c, Sub&& sub) {
+    const size_t es = dtypeSize(c.dtype);
+    const size_t parts = local_ && localPeers_ > 1 && c.count * es >= kSplitBytes ? static_cast<size_t>(localPeers_) : 0;
+    const size_t part = parts ? c.count / parts : 0;
     Collective s = c;
     if (s.op == ReduceOp::Avg) s.op = ReduceOp::Sum;  // divided once, by the whole size, at the end
+    if (part > 0) {
+      std::vector<char> mine(part * es);
+      s.kind = OpKind::ReduceScatter;
+      s.send = c.recv;
+      s.recv = mine.data();
+      s.count = part;
+      local_->run(sub(s));
+      s.kind = OpKind::AllReduce;
+      peers_->run(sub(s));
+      s.kind = OpKind::AllGather;
+      s.send = mine.data();
+      s.recv = c.recv;
+      local_->run(sub(s));
+      s = c;
+      if (s.op == ReduceOp::Avg) s.op = ReduceOp::Sum;
+      s.recv = static_cast<char*>(c.recv) + part * parts * es;
+      s.count = c.count - part * parts;
+    }
+    if (s.count > 0) leaderAllReduce(s, sub);
+    if (c.op == ReduceOp::Avg) divideInPlace(c.recv, c.count, c.dtype, size_);
+  }
+
+  template <class Sub>
+  void leaderAllReduce(Collective s, Sub&& sub) {
     s.kind = OpKind::Reduce;
     s.root = 0;
     if (local_) local_->run(sub(s));
@@ -86,7 +124,6 @@ class HierBackend final : public Backend {
     if (leaders_) leaders_->run(sub(s));
     s.kind = OpKind::Broadcast;
     if (local_) local_->run(sub(s));
-    if (c.op == ReduceOp::Avg) divideInPlace(c.recv, c.count, c.dtype, size_);
   }
 
   template <class Sub>
@@ -149,7 +186,9 @@ class HierBackend final : public Backend {
   std::vector<int> hostOf_;                // per rank: its host's index
   std::vector<std::vector<int>> members_;  // per host: its ranks, ascending
   int myHost_ = 0, localRank_ = 0;
-  std::unique_ptr<Backend> full_, local_, leaders_;
+  std::unique_ptr<Backend> full_, local_, peers_;
+  Backend* leaders_ = nullptr;  // peers_ of local rank 0
+  int localPeers_ = 0;          // ranks per host when all hosts have as many, else 0
 };
 
 }  // namespace

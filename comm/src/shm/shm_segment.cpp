@@ -23,7 +23,8 @@ namespace {
 constexpr uint64_t kMagic = 0x6472756e73686d31ull;  // "drunshm1"
 constexpr size_t kLine = 64;
 constexpr size_t kFixedHeader = 256;
-constexpr auto kBusyWait = std::chrono::milliseconds(2);
+constexpr auto kMaxBusy = std::chrono::milliseconds(2);
+constexpr auto kMinBusy = std::chrono::microseconds(20);
 const std::string kSegmentKey = "shm/segment";
 std::string attachedKey(int r) { return "shm/attached/" + std::to_string(r); }
 
@@ -211,17 +212,24 @@ void ShmSegment::waitAll(uint64_t value, const Deadline& deadline, const std::st
   const auto start = Clock::now();
   // A rank with a core of its own spins (a yield under load hands the core away for a whole
   // time slice, milliseconds); oversubscribed ranks yield so that the awaited rank can run.
-  // Either way a futex sleep after kBusyWait: an idle wait costs no CPU.
+  // Either way a futex sleep after the busy budget, which adapts: halved by every wait that
+  // outlasted it (peers busy elsewhere, e.g. hierarchical leaders on TCP: spinning would steal
+  // their CPU), doubled by every wait that ended well within it, between kMinBusy and kMaxBusy.
   const bool spin = !oversubscribed(size_);
-  while (Clock::now() - start < kBusyWait) {
+  while (Clock::now() - start < busyBudget_) {
+    bool done = false;
     if (spin) {
-      for (int k = 0; k < 256; ++k, cpuRelax())
-        if (ready()) return;
+      for (int k = 0; k < 256 && !done; ++k, cpuRelax()) done = ready();
     } else {
-      if (ready()) return;
-      sched_yield();
+      done = ready();
+      if (!done) sched_yield();
+    }
+    if (done) {
+      if (Clock::now() - start < busyBudget_ / 4) busyBudget_ = std::min(busyBudget_ * 2, Clock::duration(kMaxBusy));
+      return;
     }
   }
+  busyBudget_ = std::max(busyBudget_ / 2, Clock::duration(kMinBusy));
   for (;;) {
     const uint32_t epoch = h.epoch.load(std::memory_order_seq_cst);
     h.sleepers.fetch_add(1, std::memory_order_seq_cst);

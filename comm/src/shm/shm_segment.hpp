@@ -98,6 +98,7 @@ class ShmSegment {
   ShmOptions options_;
   size_t totalBytes_ = 0, halfBytes_ = 0, slotsOffset_ = 0, ringsOffset_ = 0, ringBytes_ = 0;
   char* base_ = nullptr;
+  Clock::duration busyBudget_ = std::chrono::milliseconds(2);  // waitAll's spin before the futex
   std::vector<int> pidfds_;  // per peer, -1 for self or where pidfd_open is refused
   std::vector<int> pids_;
 };
