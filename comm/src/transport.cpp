@@ -44,6 +44,7 @@ TransportPlan::TransportPlan(BackendConfig base)
     : base_(std::move(base)), transport_(parseTransport(env::getString("DRUN_COMM_TRANSPORT"))) {
   shm_.slotBytes = static_cast<size_t>(env::parseInt(env::getString("DRUN_COMM_SHM_BYTES"),
                                                      "DRUN_COMM_SHM_BYTES", 64 << 10, 1ll << 32));
+  shm_.singleCopy = env::getBool("DRUN_COMM_SHM_SINGLE_COPY");
 }
 
 std::shared_ptr<GlooDevice> TransportPlan::device() {

@@ -17,6 +17,9 @@ constexpr VarDoc kDrunEnvVars[] = {
      "libdrun_comm: ranks compare every collective's arguments first (clear error on mismatch)"},
     {"DRUN_COMM_SHM_BYTES", VarType::Int, "4194304",
      "libdrun_comm (shm): bytes of each rank's collective slot in the host's shared segment"},
+    {"DRUN_COMM_SHM_SINGLE_COPY", VarType::Bool, "true",
+     "libdrun_comm (shm): large collectives read the peers' buffers directly (process_vm_readv) "
+     "where the kernel allows it"},
     {"DRUN_COMM_TIMEOUT", VarType::DurationMs, "300s",
      "libdrun_comm: default timeout of init and of every operation (InitOptions.timeout wins)"},
     {"DRUN_COMM_TRANSPORT", VarType::String, "auto",

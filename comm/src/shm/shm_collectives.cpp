@@ -21,6 +21,9 @@ size_t ShmCollectives::chunkElements(size_t count, size_t es, size_t blocks, boo
 
 void ShmCollectives::run(const Collective& c) {
   const Deadline deadline(c.timeout);
+  if (seg_.singleCopy() && seg_.size() > 1 && c.count * dtypeSize(c.dtype) >= kSingleCopyBytes &&
+      singleCopy(c, deadline))
+    return;
   switch (c.kind) {
     case OpKind::Barrier: return step(deadline, "barrier");
     case OpKind::AllReduce: return reduceAll(c, true, deadline);

@@ -10,10 +10,16 @@
 //   larger: per chunk of min(H, kChunkBytes): inputs, step, each rank reduces its 1/n of the
 //     chunk into its next half, step, every rank (reduce: the root) copies the n parts out.
 //   broadcast/scatter/gather/all_gather/all_to_all/reduce_scatter: one step per chunk.
+//   From kSingleCopyBytes, where process_vm_readv is allowed: all_reduce reads its 1/n of every
+//   peer's buffer (staged in kStageBytes pieces) and reduces it in place, step, then reads the
+//   other parts from their owners; all_gather, broadcast and reduce_scatter read the peers'
+//   buffers once. Two or three steps in all; the last one keeps every buffer in place until
+//   every reader is done.
 // Threading: one thread at a time (the front end runs collectives in order).
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "backend.hpp"
 #include "shm/shm_segment.hpp"
@@ -27,6 +33,10 @@ class ShmCollectives {
 
   static constexpr size_t kOneShotBytes = 64u << 10;
   static constexpr size_t kChunkBytes = 512u << 10;
+  // From here (bytes per rank) all_reduce, all_gather, broadcast and reduce_scatter copy once,
+  // straight from the peers' buffers (process_vm_readv), where the segment's probe allowed it.
+  static constexpr size_t kSingleCopyBytes = 256u << 10;
+  static constexpr size_t kStageBytes = 64u << 10;  // a peer's part staged for a reduction
 
  private:
   void step(const Deadline& deadline, const char* what);
@@ -35,12 +45,19 @@ class ShmCollectives {
   // Elements per chunk when each step moves `blocks` blocks of `es`-byte elements per rank.
   size_t chunkElements(size_t count, size_t es, size_t blocks, bool cache) const;
 
+  // Single copy (shm_single_copy.cpp): step (buffers published), read the peers' buffers,
+  // step (nobody reads mine any more). False when `c` has no single-copy form.
+  bool singleCopy(const Collective& c, const Deadline& d);
+  void singleCopyAllReduce(const Collective& c, const Deadline& d);
+  void singleCopyReduceScatter(const Collective& c, const Deadline& d);
+
   void reduceAll(const Collective& c, bool toAll, const Deadline& d);
   void broadcast(const Collective& c, const Deadline& d);
   void blocks(const Collective& c, const Deadline& d);  // scatter, gather, all_gather, all_to_all, reduce_scatter
 
   ShmSegment& seg_;
   uint64_t seq_ = 0;  // this rank's flag: steps done
+  std::vector<char> stage_;
 };
 
 }  // namespace drun::comm::detail

@@ -8,8 +8,10 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <sstream>
@@ -55,7 +57,11 @@ bool oversubscribed(int ranks) {
 struct alignas(kLine) RankLine {
   std::atomic<uint64_t> flag;
   std::atomic<int32_t> pid;
+  std::atomic<uint64_t> probe;     // the address of this rank's probe word (single-copy probe)
+  std::atomic<uint64_t> sendAddr;  // this rank's buffers in the current operation (single copy)
+  std::atomic<uint64_t> recvAddr;
 };
+constexpr uint64_t kProbeMagic = 0x636d612d70726f62ull;  // "cma-prob"
 struct alignas(kLine) BellLine {
   std::atomic<uint32_t> bell;
   std::atomic<uint32_t> sleepers;
@@ -131,6 +137,7 @@ ShmSegment::ShmSegment(rdzv::Store& store, int rank, int size, const ShmOptions&
       h.size = static_cast<uint32_t>(size);
       h.magic = kMagic;
     }
+    h.ranks()[rank].probe.store(reinterpret_cast<uint64_t>(&probeWord_), std::memory_order_relaxed);
     h.ranks()[rank].pid.store(getpid(), std::memory_order_release);
   }
   if (rank != 0 && fd >= 0) close(fd);
@@ -158,6 +165,53 @@ ShmSegment::ShmSegment(rdzv::Store& store, int rank, int size, const ShmOptions&
   if (header().magic != kMagic || header().size != static_cast<uint32_t>(size))
     throw CommError("shared memory segment: bad header");
   attachPeers();
+  probeSingleCopy(store, timeout);
+}
+
+// process_vm_readv needs ptrace read rights on the peer (Yama scope >= 1 or a container's
+// seccomp refuses it): every rank reads every peer's probe word, and single copy is used only
+// when every rank could (the ranks agree through the store).
+void ShmSegment::probeSingleCopy(rdzv::Store& store, milliseconds timeout) {
+  probeWord_ = kProbeMagic;
+  bool ok = options_.singleCopy;
+  for (int r = 0; r < size_ && ok; ++r) {
+    if (r == rank_) continue;
+    uint64_t got = 0;
+    iovec local{&got, sizeof(got)};
+    iovec remote{reinterpret_cast<void*>(header().ranks()[r].probe.load()), sizeof(got)};
+    ok = process_vm_readv(pids_[static_cast<size_t>(r)], &local, 1, &remote, 1, 0) == sizeof(got) &&
+         got == kProbeMagic;
+  }
+  store.set("shm/single_copy/" + std::to_string(rank_), ok ? "1" : "0");
+  std::vector<std::string> keys;
+  for (int r = 0; r < size_; ++r) keys.push_back("shm/single_copy/" + std::to_string(r));
+  auto all = store.multiGet(keys, timeout);
+  singleCopy_ = std::all_of(all.begin(), all.end(), [](const auto& v) { return v == "1"; });
+}
+
+void ShmSegment::publishBuffers(const void* send, const void* recv) {
+  RankLine& line = header().ranks()[rank_];
+  line.sendAddr.store(reinterpret_cast<uint64_t>(send), std::memory_order_relaxed);
+  line.recvAddr.store(reinterpret_cast<uint64_t>(recv), std::memory_order_relaxed);  // publish() releases
+}
+uint64_t ShmSegment::sendAddr(int r) const { return header().ranks()[r].sendAddr.load(std::memory_order_relaxed); }
+uint64_t ShmSegment::recvAddr(int r) const { return header().ranks()[r].recvAddr.load(std::memory_order_relaxed); }
+
+void ShmSegment::readPeer(int r, uint64_t address, void* into, size_t bytes) const {
+  char* to = static_cast<char*>(into);
+  while (bytes > 0) {
+    iovec local{to, bytes};
+    iovec remote{reinterpret_cast<void*>(address), bytes};
+    ssize_t got = process_vm_readv(pids_[static_cast<size_t>(r)], &local, 1, &remote, 1, 0);
+    if (got <= 0) {
+      std::string failure = peerFailure(r);
+      throw CommError("shm: reading rank " + std::to_string(r) + "'s buffer: " +
+                      (failure.empty() ? std::string(std::strerror(errno)) + " (did the ranks pass the same sizes?)" : failure));
+    }
+    to += got;
+    address += static_cast<uint64_t>(got);
+    bytes -= static_cast<size_t>(got);
+  }
 }
 
 void ShmSegment::layout() {

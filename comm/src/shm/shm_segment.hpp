@@ -33,6 +33,7 @@ struct ShmOptions {
   size_t slotBytes = 4u << 20;   // per rank, both halves (DRUN_COMM_SHM_BYTES)
   size_t cellBytes = 32u << 10;  // one point-to-point cell (header included)
   size_t cells = 8;              // cells per ordered pair of ranks
+  bool singleCopy = true;        // process_vm_readv where allowed (DRUN_COMM_SHM_SINGLE_COPY)
 };
 
 // One point-to-point cell's header; the payload follows at kCellHeader.
@@ -81,6 +82,16 @@ class ShmSegment {
   uint32_t bell() const;
   void sleepOnBell(uint32_t seen, milliseconds timeout);
 
+  // ---- single copy (process_vm_readv), where every rank may read every other's memory ----
+  bool singleCopy() const { return singleCopy_; }
+  // This rank's buffers for the current operation; visible to the others with its next publish.
+  void publishBuffers(const void* send, const void* recv);
+  uint64_t sendAddr(int r) const;
+  uint64_t recvAddr(int r) const;
+  // Copies `bytes` at `address` in rank r's memory into `into`; CommError (naming r when it is
+  // gone) on failure.
+  void readPeer(int r, uint64_t address, void* into, size_t bytes) const;
+
   // After a failure: every rank's waits fail at once naming this rank.
   void abort();
   // "" while rank r lives, else "rank r (pid N) is gone" / "... aborted ...".
@@ -93,11 +104,14 @@ class ShmSegment {
   Header& header() const;
   void attachPeers();
   void layout();  // offsets from options_ and size_
+  void probeSingleCopy(rdzv::Store& store, milliseconds timeout);
 
   int rank_, size_;
   ShmOptions options_;
   size_t totalBytes_ = 0, halfBytes_ = 0, slotsOffset_ = 0, ringsOffset_ = 0, ringBytes_ = 0;
   char* base_ = nullptr;
+  bool singleCopy_ = false;
+  uint64_t probeWord_ = 0;  // read by the peers' probe
   Clock::duration busyBudget_ = std::chrono::milliseconds(2);  // waitAll's spin before the futex
   std::vector<int> pidfds_;  // per peer, -1 for self or where pidfd_open is refused
   std::vector<int> pids_;
