@@ -50,6 +50,8 @@ class ShmCollectives {
   bool singleCopy(const Collective& c, const Deadline& d);
   void singleCopyAllReduce(const Collective& c, const Deadline& d);
   void singleCopyReduceScatter(const Collective& c, const Deadline& d);
+  template <class PeerAddress>
+  void reducePeers(const Collective& c, char* out, size_t count, PeerAddress&& peerAddress);
 
   void reduceAll(const Collective& c, bool toAll, const Deadline& d);
   void broadcast(const Collective& c, const Deadline& d);

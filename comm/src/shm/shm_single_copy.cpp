@@ -41,6 +41,23 @@ bool ShmCollectives::singleCopy(const Collective& c, const Deadline& d) {
   }
 }
 
+// out[0..count) = out op each peer's `count` elements at peerAddress(r), in rank order, staged
+// through stage_ in kStageBytes pieces (a piece stays in cache between its read and its use).
+template <class PeerAddress>
+void ShmCollectives::reducePeers(const Collective& c, char* out, size_t count, PeerAddress&& peerAddress) {
+  const size_t es = dtypeSize(c.dtype), stage = std::max<size_t>(1, kStageBytes / es);
+  const ReduceFn fn = reduceFunction(c.dtype, c.op);
+  stage_.resize(kStageBytes);
+  for (size_t off = 0; off < count; off += stage) {
+    const size_t m = std::min(stage, count - off);
+    for (int r = 0; r < seg_.size(); ++r) {
+      if (r == seg_.rank()) continue;
+      seg_.readPeer(r, peerAddress(r) + off * es, stage_.data(), m * es);
+      fn(out + off * es, out + off * es, stage_.data(), m);
+    }
+  }
+}
+
 // Rank r owns elements [count*r/n, count*(r+1)/n): it reduces that part of every buffer into its
 // own (its own value first, then the peers' in rank order), then everyone reads the owners' parts.
 void ShmCollectives::singleCopyAllReduce(const Collective& c, const Deadline& d) {
@@ -48,20 +65,10 @@ void ShmCollectives::singleCopyAllReduce(const Collective& c, const Deadline& d)
   const size_t es = dtypeSize(c.dtype);
   const char* what = "all_reduce";
   char* buf = static_cast<char*>(c.recv);
-  const ReduceFn fn = reduceFunction(c.dtype, c.op);
   auto lo = [&](int r) { return c.count * static_cast<size_t>(r) / n; };
-  stage_.resize(kStageBytes);
-  const size_t stage = std::max<size_t>(1, kStageBytes / es);
   seg_.publishBuffers(nullptr, buf);
   step(d, what);
-  for (size_t off = lo(me); off < lo(me + 1); off += stage) {
-    const size_t m = std::min(stage, lo(me + 1) - off);
-    for (int r = 0; r < n; ++r) {
-      if (r == me) continue;
-      seg_.readPeer(r, seg_.recvAddr(r) + off * es, stage_.data(), m * es);
-      fn(buf + off * es, buf + off * es, stage_.data(), m);
-    }
-  }
+  reducePeers(c, buf + lo(me) * es, lo(me + 1) - lo(me), [&](int r) { return seg_.recvAddr(r) + lo(me) * es; });
   step(d, what);
   for (int r = 0; r < n; ++r)
     if (r != me) seg_.readPeer(r, seg_.recvAddr(r) + lo(r) * es, buf + lo(r) * es, (lo(r + 1) - lo(r)) * es);
@@ -74,21 +81,11 @@ void ShmCollectives::singleCopyReduceScatter(const Collective& c, const Deadline
   const size_t es = dtypeSize(c.dtype);
   const char* what = "reduce_scatter";
   char* recv = static_cast<char*>(c.recv);
-  const ReduceFn fn = reduceFunction(c.dtype, c.op);
-  stage_.resize(kStageBytes);
-  const size_t stage = std::max<size_t>(1, kStageBytes / es);
   const size_t mine = static_cast<size_t>(me) * c.count * es;  // my block in every send buffer
   seg_.publishBuffers(c.send, c.recv);
   step(d, what);
   std::memcpy(recv, static_cast<const char*>(c.send) + mine, c.count * es);
-  for (size_t off = 0; off < c.count; off += stage) {
-    const size_t m = std::min(stage, c.count - off);
-    for (int r = 0; r < n; ++r) {
-      if (r == me) continue;
-      seg_.readPeer(r, seg_.sendAddr(r) + mine + off * es, stage_.data(), m * es);
-      fn(recv + off * es, recv + off * es, stage_.data(), m);
-    }
-  }
+  reducePeers(c, recv, c.count, [&](int r) { return seg_.sendAddr(r) + mine; });
   step(d, what);
   if (c.op == ReduceOp::Avg) divideInPlace(recv, c.count, c.dtype, n);
 }
