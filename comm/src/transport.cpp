@@ -30,8 +30,13 @@ Transport parseTransport(const std::string& text) {
 std::string hostIdentity() {
   std::string boot;
   std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
-  struct stat ns{};
-  std::string net = stat("/proc/self/ns/net", &ns) == 0 ? std::to_string(ns.st_ino) : "?";
+  // The network namespace tells hosts apart (a namespace "host" has its own address); the pid
+  // namespace is added because the segment is taken by pid (pidfd_getfd, process_vm_readv).
+  auto inode = [](const char* path) {
+    struct stat ns{};
+    return stat(path, &ns) == 0 ? std::to_string(ns.st_ino) : std::string("?");
+  };
+  const std::string net = inode("/proc/self/ns/net") + "/" + inode("/proc/self/ns/pid");
   char host[256] = {};
   if (boot.empty()) {  // no boot id: the host name is the next best thing
     gethostname(host, sizeof(host) - 1);

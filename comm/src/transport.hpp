@@ -1,8 +1,8 @@
 // TransportPlan: which transport the ranks of a communicator use, decided the same way on every
 // rank (DRUN_COMM_TRANSPORT = shm | tcp | auto, default auto):
 //   tcp   Gloo's TCP transport for every operation.
-//   auto  the ranks exchange their host identity through the store (boot id + network namespace
-//         inode: two ranks can share memory exactly when both match); all on one host: shared
+//   auto  the ranks exchange their host identity through the store (boot id + network and pid
+//         namespace inodes: two ranks share memory when all match); all on one host: shared
 //         memory; on several hosts: hierarchical (shared memory within each host, Gloo among
 //         one leader per host, Gloo for what is not hierarchical); a segment that cannot be
 //         shared (every rank learns it): Gloo.
@@ -24,7 +24,7 @@ namespace drun::comm::detail {
 enum class Transport { Auto, Shm, Tcp };
 // Throws InvalidArgument naming the text.
 Transport parseTransport(const std::string& text);
-// "<boot id>/<netns inode>" of this process.
+// "<boot id>/<netns inode>/<pidns inode>" of this process.
 std::string hostIdentity();
 
 class TransportPlan {

@@ -33,9 +33,13 @@ class HierBackend final : public Backend {
     localRank_ = static_cast<int>(std::find(mine.begin(), mine.end(), rank) - mine.begin());
     // The same order on every rank: the full mesh (all), the host's segment, the leaders' mesh.
     full_ = makeGlooBackend(device, std::make_shared<rdzv::PrefixStore>("full/", store), rank, size_, timeout);
+    // The host's ranks wait for their leader's TCP work: spinning there would take the CPU the
+    // leaders need, so their waits sleep soon.
+    ShmOptions hostShm = shm;
+    hostShm.busyWait = std::chrono::microseconds(100);
     if (mine.size() > 1)
       local_ = makeShmBackend(*std::make_shared<rdzv::PrefixStore>("local" + std::to_string(myHost_) + "/", store),
-                              localRank_, static_cast<int>(mine.size()), timeout, shm);
+                              localRank_, static_cast<int>(mine.size()), timeout, hostShm);
     // Hosts of equal size: the ranks with the same local index across hosts form a Gloo mesh
     // each (the leaders' is index 0's), so that large all_reduces use every rank's TCP share.
     const bool even = std::all_of(members_.begin(), members_.end(), [&](const auto& m) { return m.size() == mine.size(); });

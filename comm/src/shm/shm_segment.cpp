@@ -25,8 +25,6 @@ namespace {
 constexpr uint64_t kMagic = 0x6472756e73686d31ull;  // "drunshm1"
 constexpr size_t kLine = 64;
 constexpr size_t kFixedHeader = 256;
-constexpr auto kMaxBusy = std::chrono::milliseconds(2);
-constexpr auto kMinBusy = std::chrono::microseconds(20);
 const std::string kSegmentKey = "shm/segment";
 std::string attachedKey(int r) { return "shm/attached/" + std::to_string(r); }
 
@@ -264,26 +262,20 @@ void ShmSegment::waitAll(uint64_t value, const Deadline& deadline, const std::st
   };
   if (ready()) return;
   const auto start = Clock::now();
-  // A rank with a core of its own spins (a yield under load hands the core away for a whole
-  // time slice, milliseconds); oversubscribed ranks yield so that the awaited rank can run.
-  // Either way a futex sleep after the busy budget, which adapts: halved by every wait that
-  // outlasted it (peers busy elsewhere, e.g. hierarchical leaders on TCP: spinning would steal
-  // their CPU), doubled by every wait that ended well within it, between kMinBusy and kMaxBusy.
+  // A rank with a core of its own spins (a yield or a sleep under load hands the core away for
+  // a whole time slice, milliseconds: OpenMPI spins for the same reason); oversubscribed ranks
+  // yield so that the awaited rank can run. A futex sleep only after options_.busyWait, so that
+  // a long wait costs no CPU (the hierarchical backend's hosts wait for TCP: a short budget).
   const bool spin = !oversubscribed(size_);
-  while (Clock::now() - start < busyBudget_) {
-    bool done = false;
+  while (Clock::now() - start < options_.busyWait) {
     if (spin) {
-      for (int k = 0; k < 256 && !done; ++k, cpuRelax()) done = ready();
+      for (int k = 0; k < 256; ++k, cpuRelax())
+        if (ready()) return;
     } else {
-      done = ready();
-      if (!done) sched_yield();
-    }
-    if (done) {
-      if (Clock::now() - start < busyBudget_ / 4) busyBudget_ = std::min(busyBudget_ * 2, Clock::duration(kMaxBusy));
-      return;
+      if (ready()) return;
+      sched_yield();
     }
   }
-  busyBudget_ = std::max(busyBudget_ / 2, Clock::duration(kMinBusy));
   for (;;) {
     const uint32_t epoch = h.epoch.load(std::memory_order_seq_cst);
     h.sleepers.fetch_add(1, std::memory_order_seq_cst);

@@ -34,6 +34,8 @@ struct ShmOptions {
   size_t cellBytes = 32u << 10;  // one point-to-point cell (header included)
   size_t cells = 8;              // cells per ordered pair of ranks
   bool singleCopy = true;        // process_vm_readv where allowed (DRUN_COMM_SHM_SINGLE_COPY)
+  // How long a collective's wait spins (or yields) before it sleeps on the futex.
+  std::chrono::microseconds busyWait{10000};
 };
 
 // One point-to-point cell's header; the payload follows at kCellHeader.
@@ -112,7 +114,6 @@ class ShmSegment {
   char* base_ = nullptr;
   bool singleCopy_ = false;
   uint64_t probeWord_ = 0;  // read by the peers' probe
-  Clock::duration busyBudget_ = std::chrono::milliseconds(2);  // waitAll's spin before the futex
   std::vector<int> pidfds_;  // per peer, -1 for self or where pidfd_open is refused
   std::vector<int> pids_;
 };
