@@ -104,6 +104,9 @@ ShmSegment::ShmSegment(rdzv::Store& store, int rank, int size, const ShmOptions&
     text >> first >> remoteFd >> options_.slotBytes >> options_.cellBytes >> options_.cells;
     if (first == "error" || !text) {
       problem = "rank 0 could not create it: " + text.str();
+    } else if (options_.cells < 1 || options_.cells > 4096 || options_.cellBytes <= kCellHeader ||
+               options_.cellBytes > (64u << 20) || options_.slotBytes > (size_t{1} << 40)) {
+      problem = "rank 0 published a layout out of range: '" + text.str() + "'";  // the store is input
     } else {
       pid_t pid = static_cast<pid_t>(std::stol(first));
       int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
