@@ -20,6 +20,8 @@ constexpr VarDoc kDrunEnvVars[] = {
     {"DRUN_COMM_SHM_SINGLE_COPY", VarType::Bool, "true",
      "libdrun_comm (shm): large collectives read the peers' buffers directly (process_vm_readv) "
      "where the kernel allows it"},
+    {"DRUN_COMM_SHM_SPIN", VarType::DurationMs, "10ms",
+     "libdrun_comm (shm): how long a collective's wait spins before it sleeps (CPU for latency)"},
     {"DRUN_COMM_TIMEOUT", VarType::DurationMs, "300s",
      "libdrun_comm: default timeout of init and of every operation (InitOptions.timeout wins)"},
     {"DRUN_COMM_TRANSPORT", VarType::String, "auto",
