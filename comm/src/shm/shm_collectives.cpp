@@ -21,6 +21,10 @@ size_t ShmCollectives::chunkElements(size_t count, size_t es, size_t blocks, boo
 
 void ShmCollectives::run(const Collective& c) {
   const Deadline deadline(c.timeout);
+  if (lagging_) {  // the last step was a root's broadcast that did not wait: everyone read it now
+    seg_.waitAll(seq_, deadline, toString(c.kind));
+    lagging_ = false;
+  }
   if (seg_.singleCopy() && seg_.size() > 1 && c.count * dtypeSize(c.dtype) >= kSingleCopyBytes &&
       singleCopy(c, deadline))
     return;
@@ -81,6 +85,18 @@ void ShmCollectives::broadcast(const Collective& c, const Deadline& d) {
   char* buf = static_cast<char*>(c.recv);
   const size_t chunk = chunkElements(c.count, es, 1, true);
   const bool root = seg_.rank() == c.root;
+  if (chunk >= c.count) {
+    // One chunk: the root publishes and returns, the others wait for the root alone (a loop of
+    // broadcasts pipelines); the next operation first waits until everyone read it (lagging_).
+    if (root) std::memcpy(next(), buf, c.count * es);
+    seg_.publish(++seq_);
+    if (!root) {
+      seg_.waitAll(seq_, d, "broadcast", c.root);
+      std::memcpy(buf, last(c.root), c.count * es);
+    }
+    lagging_ = true;
+    return;
+  }
   for (size_t off = 0; off < c.count; off += chunk) {
     const size_t m = std::min(chunk, c.count - off);
     if (root) std::memcpy(next(), buf + off * es, m * es);

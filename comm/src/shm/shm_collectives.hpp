@@ -9,7 +9,9 @@
 //     inputs in rank order (the same bits everywhere).
 //   larger: per chunk of min(H, kChunkBytes): inputs, step, each rank reduces its 1/n of the
 //     chunk into its next half, step, every rank (reduce: the root) copies the n parts out.
-//   broadcast/scatter/gather/all_gather/all_to_all/reduce_scatter: one step per chunk.
+//   broadcast/scatter/gather/all_gather/all_to_all/reduce_scatter: one step per chunk; a
+//     one-chunk broadcast does not wait for every rank (the root returns once it published, the
+//     others wait for the root only): the next operation waits for them first.
 //   From kSingleCopyBytes, where process_vm_readv is allowed: all_reduce reads its 1/n of every
 //   peer's buffer (staged in kStageBytes pieces) and reduces it in place, step, then reads the
 //   other parts from their owners; all_gather, broadcast and reduce_scatter read the peers'
@@ -59,6 +61,7 @@ class ShmCollectives {
 
   ShmSegment& seg_;
   uint64_t seq_ = 0;  // this rank's flag: steps done
+  bool lagging_ = false;  // the last step did not wait for every rank (a one-chunk broadcast)
   std::vector<char> stage_;
 };
 

@@ -254,12 +254,13 @@ void ShmSegment::publish(uint64_t value) {
   }
 }
 
-void ShmSegment::waitAll(uint64_t value, const Deadline& deadline, const std::string& what) {
+void ShmSegment::waitAll(uint64_t value, const Deadline& deadline, const std::string& what, int only) {
   Header& h = header();
   RankLine* ranks = h.ranks();
-  int behind = 0;  // the first rank not there yet: where the scan resumes
+  const int end = only < 0 ? size_ : only + 1;
+  int behind = only < 0 ? 0 : only;  // the first rank not there yet: where the scan resumes
   auto ready = [&] {
-    for (; behind < size_; ++behind)
+    for (; behind < end; ++behind)
       if (ranks[behind].flag.load(std::memory_order_acquire) < value) return false;
     return true;
   };
@@ -287,7 +288,7 @@ void ShmSegment::waitAll(uint64_t value, const Deadline& deadline, const std::st
     if (!ok) futexWait(&h.epoch, epoch, std::min(deadline.remaining(), milliseconds(5)) + milliseconds(1));
     h.sleepers.fetch_sub(1, std::memory_order_seq_cst);
     if (ok || ready()) return;
-    for (int r = behind; r < size_; ++r) {
+    for (int r = behind; r < end; ++r) {
       if (ranks[r].flag.load(std::memory_order_acquire) >= value) continue;
       std::string failure = peerFailure(r);
       if (!failure.empty()) throw CommError("shm " + what + ": " + failure);

@@ -67,9 +67,10 @@ class ShmSegment {
   // ---- collectives: one thread ----
   // Sets this rank's flag to `value` (release) and wakes sleepers.
   void publish(uint64_t value);
-  // Until every rank's flag >= value, or the deadline (TimeoutError), or a peer died / aborted
+  // Until every rank's flag (or `only`'s) >= value, or the deadline (TimeoutError), or a peer died / aborted
   // (CommError naming it). `what` names the operation in the error.
-  void waitAll(uint64_t value, const Deadline& deadline, const std::string& what);
+  // only >= 0: that rank's flag alone.
+  void waitAll(uint64_t value, const Deadline& deadline, const std::string& what, int only = -1);
 
   // ---- point to point ----
   // Cell i of the ring src -> dst, and the ring's counters (producer: tail, consumer: head).
