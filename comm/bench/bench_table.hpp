@@ -56,8 +56,9 @@ inline Args parseArgs(int argc, char** argv) {
     else if (k == "--check") a.check = true;
     else throw std::invalid_argument("unknown option " + k);
   }
-  if (a.op != "all_reduce" && a.op != "all_gather" && a.op != "reduce_scatter" && a.op != "all_to_all")
-    throw std::invalid_argument("--op must be all_reduce, all_gather, reduce_scatter or all_to_all");
+  if (a.op != "all_reduce" && a.op != "all_gather" && a.op != "reduce_scatter" && a.op != "all_to_all" &&
+      a.op != "broadcast")
+    throw std::invalid_argument("--op must be all_reduce, all_gather, reduce_scatter, all_to_all or broadcast");
   if (a.factor <= 1 || a.iters < 1 || a.warmup < 0 || a.minBytes < 1 || a.maxBytes < a.minBytes ||
       a.maxBytes > (size_t{1} << 32))
     throw std::invalid_argument("need --factor > 1, --iters >= 1, --warmup >= 0, 1 <= min <= max <= 4G");
@@ -68,6 +69,7 @@ inline Args parseArgs(int argc, char** argv) {
 inline double busFactor(const std::string& op, int n) {
   if (n <= 1) return 0;
   if (op == "all_reduce") return 2.0 * (n - 1) / n;
+  if (op == "broadcast") return 1;
   return static_cast<double>(n - 1) / n;  // all_gather, reduce_scatter, all_to_all
 }
 
@@ -94,9 +96,15 @@ inline void printRow(const Args& a, int n, size_t bytes, double us, long wrong) 
 // rank's time in us and the #wrong; the rows and the footer are printed where `print` holds.
 template <class Measure>
 void sweep(const Args& a, int n, bool print, Measure measure) {
-  const bool allReduce = a.op == "all_reduce";
+  const bool allReduce = a.op == "all_reduce" || a.op == "broadcast";  // one whole buffer
   double busbwSum = 0;
   int rows = 0;
+  // One discarded pass over the smallest size: the first moments of a job (processes just
+  // started, the store and the launcher still busy) are not the transport's speed.
+  {
+    const size_t count = allReduce ? std::max<size_t>(1, a.minBytes / 4) : std::max<size_t>(1, a.minBytes / 4 / n);
+    measure(count, allReduce ? count : count * n);
+  }
   for (size_t bytes = a.minBytes; bytes <= a.maxBytes;
        bytes = std::max(bytes + 1, static_cast<size_t>(bytes * a.factor))) {
     const size_t count = allReduce ? std::max<size_t>(1, bytes / 4) : std::max<size_t>(1, bytes / 4 / n);

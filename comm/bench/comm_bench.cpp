@@ -2,7 +2,9 @@
 //   drun --standalone --nproc-per-node 4 build/bin/drun-comm-bench --op all_reduce
 //        --min-bytes 8 --max-bytes 64M --factor 2 --iters 20 --warmup 5 [--backend gloo|nccl] [--check]
 // Time per size: the slowest rank's average over --iters after --warmup, float32 (sum).
+#include <algorithm>
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "bench_table.hpp"
@@ -70,13 +72,15 @@ int main(int argc, char** argv) {
     o.backend = parseBackend(a.backend.c_str());
     auto world = init(o);
     const int n = world->size(), r = world->rank();
-    const bool allReduce = a.op == "all_reduce";
-    if (r == 0) drun::bench::printHeader(a, n, "drun::comm");
+    const bool allReduce = a.op == "all_reduce" || a.op == "broadcast";  // the result in send()
+    const std::string impl = "drun::comm (" + world->transport() + ")";
+    if (r == 0) drun::bench::printHeader(a, n, impl.c_str());
     drun::bench::sweep(a, n, r == 0, [&](size_t count, size_t total) {
       Buffers buf(o.backend == Backend::Nccl, a.op == "all_gather" ? count : total,
                   a.op == "reduce_scatter" ? count : total);
       auto runOnce = [&] {
         if (a.op == "all_reduce") world->allReduce(buf.send(), count, DType::Float32, ReduceOp::Sum);
+        else if (a.op == "broadcast") world->broadcast(buf.send(), count, DType::Float32, 0);
         else if (a.op == "all_gather") world->allGather(buf.send(), buf.recv(), count, DType::Float32);
         else if (a.op == "reduce_scatter") world->reduceScatter(buf.send(), buf.recv(), count, DType::Float32, ReduceOp::Sum);
         else world->allToAll(buf.send(), buf.recv(), count, DType::Float32);
@@ -88,11 +92,13 @@ int main(int argc, char** argv) {
       if (a.check) {  // rank k sends k+1 (all_to_all: 1000k + destination block index)
         auto& in = buf.sendHost();
         for (size_t i = 0; i < in.size(); ++i) in[i] = a.op == "all_to_all" ? 1000.0f * r + i / count : r + 1.0f;
+        if (a.op == "broadcast" && r != 0) std::fill(in.begin(), in.end(), 0.0f);
         buf.upload();
         runOnce();
         const auto& out = buf.download(allReduce);
         for (size_t i = 0; i < out.size(); ++i) {
-          float want = a.op == "all_gather" ? static_cast<float>(i / count + 1)
+          float want = a.op == "broadcast"    ? 1.0f
+                     : a.op == "all_gather" ? static_cast<float>(i / count + 1)
                      : a.op == "all_to_all" ? 1000.0f * (i / count) + r
                                             : n * (n + 1) / 2.0f;
           wrong += out[i] != want;

@@ -6,10 +6,16 @@
 #include <gloo/allreduce.h>
 #include <gloo/alltoall.h>
 #include <gloo/barrier.h>
+#include <gloo/broadcast.h>
 #include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/file_store.h>
 #include <gloo/transport/tcp/device.h>
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -19,6 +25,27 @@
 #include "bench_table.hpp"
 
 namespace {
+
+// The local address whose route reaches `host` (a connected UDP socket sends nothing).
+std::string addressRouting(const char* host) {
+  if (!host) throw std::invalid_argument("MASTER_ADDR is not set (run under drun)");
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host, "9", &hints, &res) != 0 || !res) throw std::invalid_argument(std::string("cannot resolve ") + host);
+  int fd = socket(AF_INET, SOCK_DGRAM, 0);
+  sockaddr_in local{};
+  socklen_t len = sizeof(local);
+  char text[INET_ADDRSTRLEN] = {};
+  bool ok = fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) == 0 &&
+            getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0 &&
+            inet_ntop(AF_INET, &local.sin_addr, text, sizeof(text));
+  if (fd >= 0) close(fd);
+  freeaddrinfo(res);
+  if (!ok) throw std::invalid_argument(std::string("no local address routes to ") + host);
+  return text;
+}
 
 int envInt(const char* name) {
   const char* v = std::getenv(name);
@@ -38,8 +65,7 @@ int main(int argc, char** argv) {
     std::filesystem::create_directories(dir);
     gloo::rendezvous::FileStore store(dir.string());
     gloo::transport::tcp::attr attr;
-    attr.hostname = std::getenv("MASTER_ADDR");
-    if (attr.hostname == "localhost") attr.hostname = "127.0.0.1";
+    attr.hostname = addressRouting(std::getenv("MASTER_ADDR"));  // this host's, also on several hosts
     auto device = gloo::transport::tcp::CreateDevice(attr);
     auto context = std::make_shared<gloo::rendezvous::Context>(r, n);
     context->connectFullMesh(store, device);
@@ -66,6 +92,12 @@ int main(int argc, char** argv) {
           o.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
           o.setTag(tag++);
           gloo::allreduce(o);
+        } else if (a.op == "broadcast") {
+          gloo::BroadcastOptions o(context);
+          o.setOutput(send.data(), count);
+          o.setRoot(0);
+          o.setTag(tag++);
+          gloo::broadcast(o);
         } else if (a.op == "all_gather") {
           gloo::AllgatherOptions o(context);
           o.setInput(send.data(), count);

@@ -16,6 +16,9 @@
 namespace drun::rdzv {
 class Store;
 }
+namespace gloo::transport {
+class Device;
+}
 
 namespace drun::comm {
 
@@ -65,6 +68,8 @@ class Backend {
                                              int size, milliseconds timeout) = 0;
   // After a failure: release what a pending operation might hold, without waiting for peers.
   virtual void abort() {}
+  // "tcp" (Gloo), "shm", "hierarchical", "nccl".
+  virtual const char* transport() const = 0;
 };
 
 struct BackendConfig {
@@ -77,7 +82,13 @@ struct BackendConfig {
   int device = 0;            // nccl: the CUDA device
 };
 
-std::unique_ptr<Backend> makeGlooBackend(const BackendConfig& config);
+using GlooDevice = gloo::transport::Device;
+// Gloo's TCP device on the interface BackendConfig names (socketIfname, else the route to
+// masterAddr). Throws InvalidArgument for an unusable interface.
+std::shared_ptr<GlooDevice> makeGlooDevice(const BackendConfig& config);
+// A Gloo full mesh of `size` ranks over `device`, connected through `store`.
+std::unique_ptr<Backend> makeGlooBackend(std::shared_ptr<GlooDevice> device, std::shared_ptr<rdzv::Store> store,
+                                         int rank, int size, milliseconds timeout);
 std::unique_ptr<Backend> makeNcclBackend(const BackendConfig& config);
 // Throws InvalidArgument when NCCL was not built in, or `device` is not a present CUDA device.
 void checkNcclUsable(int device);

@@ -357,6 +357,7 @@ std::shared_ptr<Communicator> Communicator::Impl::newGroup(const std::vector<int
   g.worldStore = s_.worldStore;
   g.timeout = s_.timeout;
   g.liveness = s_.liveness;
+  g.plan = s_.plan;
   g.world = s_.world ? s_.world : shared_from_this();
   g.name = "group " + std::to_string(seq);
   g.checkCollectives = s_.checkCollectives;
@@ -366,7 +367,8 @@ std::shared_ptr<Communicator> Communicator::Impl::newGroup(const std::vector<int
   if (g.rank >= 0) {
     auto store = std::make_shared<rdzv::PrefixStore>("group" + std::to_string(seq) + "/", s_.worldStore);
     try {
-      g.backend = s_.backend->makeGroup(store, g.rank, g.size, timeout);
+      g.backend = s_.plan ? s_.plan->make(store, g.rank, g.size, timeout)
+                          : s_.backend->makeGroup(store, g.rank, g.size, timeout);
     } catch (...) {
       fail("new_group", std::current_exception());
     }
@@ -421,6 +423,7 @@ bool Communicator::isMember() const { return impl_->isMember(); }
 Backend Communicator::backend() const { return impl_->kind(); }
 milliseconds Communicator::timeout() const { return impl_->timeout(); }
 const std::vector<int>& Communicator::worldRanks() const { return impl_->worldRanks(); }
+std::string Communicator::transport() const { return impl_->transport(); }
 void Communicator::destroy() { impl_->destroy(); }
 
 std::shared_ptr<Communicator> Communicator::newGroup(const std::vector<int>& ranks, milliseconds timeout) {

@@ -14,6 +14,7 @@
 
 #include "backend.hpp"
 #include "liveness.hpp"
+#include "transport.hpp"
 
 namespace drun::comm {
 
@@ -27,6 +28,7 @@ class Communicator::Impl : public std::enable_shared_from_this<Communicator::Imp
  public:
   struct Setup {
     std::unique_ptr<detail::Backend> backend;  // null for a non-member
+    std::shared_ptr<detail::TransportPlan> plan;  // gloo: how groups pick their transport
     Backend kind = Backend::Gloo;
     std::shared_ptr<rdzv::LivenessStore> worldStore;   // "drun_comm/" of the store
     int rank = 0;                              // in this communicator, -1 for a non-member
@@ -48,6 +50,7 @@ class Communicator::Impl : public std::enable_shared_from_this<Communicator::Imp
   Backend kind() const { return s_.kind; }
   milliseconds timeout() const { return s_.timeout; }
   const std::vector<int>& worldRanks() const { return s_.worldRanks; }
+  std::string transport() const { return s_.backend ? s_.backend->transport() : ""; }
 
   std::shared_ptr<Communicator> newGroup(const std::vector<int>& ranks, milliseconds timeout);
   Request collective(detail::Collective c, bool async);

@@ -9,6 +9,7 @@
 #include "drun/rendezvous/token_file.hpp"
 #include "file_store.hpp"
 #include "store_host.hpp"
+#include "transport.hpp"
 
 namespace drun::comm {
 
@@ -95,8 +96,12 @@ std::shared_ptr<Communicator> makeWorld(std::shared_ptr<rdzv::Store> store,
   config.masterAddr = masterAddr;
   config.device = o.backend == Backend::Nccl ? resolveDevice(o) : 0;
   Communicator::Impl::Setup setup;
-  setup.backend = o.backend == Backend::Nccl ? detail::makeNcclBackend(config)
-                                             : detail::makeGlooBackend(config);
+  if (o.backend == Backend::Nccl) {
+    setup.backend = detail::makeNcclBackend(config);
+  } else {  // shared memory, TCP or both (DRUN_COMM_TRANSPORT)
+    setup.plan = std::make_shared<detail::TransportPlan>(config);
+    setup.backend = setup.plan->make(config.store, r.rank, r.size, r.timeout);
+  }
   // Every rank has connected: if rank 0 hosts the store, its key is there by now.
   liveness->setRank0HostsStore(worldStore->tryGet(kHostedByRank0).has_value());
   setup.kind = o.backend;
@@ -110,7 +115,8 @@ std::shared_ptr<Communicator> makeWorld(std::shared_ptr<rdzv::Store> store,
   // Fingerprints travel in host memory: the check is Gloo's (NCCL reports its own misuse).
   setup.checkCollectives = o.backend == Backend::Gloo &&
                            o.checkCollectives.value_or(env::getBool("DRUN_COMM_CHECK"));
-  spdlog::debug("drun_comm: rank {} of {} connected ({})", r.rank, r.size, toString(o.backend));
+  spdlog::debug("drun_comm: rank {} of {} connected ({}, {})", r.rank, r.size, toString(o.backend),
+                setup.backend->transport());
   return std::make_shared<Communicator>(std::make_shared<Communicator::Impl>(std::move(setup)));
 }
 

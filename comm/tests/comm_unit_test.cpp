@@ -48,6 +48,21 @@ void runRanks(int n, const std::function<void(int, Communicator&)>& fn, millisec
   for (auto& f : ranks) f.get();
 }
 
+// DRUN_COMM_TRANSPORT for the communicators a test makes (in-process ranks share one host, so
+// "auto" would pick shared memory for every one).
+class TransportScope {
+ public:
+  explicit TransportScope(const char* transport) { setenv("DRUN_COMM_TRANSPORT", transport, 1); }
+  ~TransportScope() { unsetenv("DRUN_COMM_TRANSPORT"); }
+};
+const char* const kTransports[] = {"shm", "tcp"};
+
+int threadCount() {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) n += e.is_directory() ? 1 : 0;
+  return n;
+}
+
 std::string tempPath(const char* name) {
   return (std::filesystem::temp_directory_path() /
           (std::string("drun_comm_") + name + "_" + std::to_string(getpid()))).string();
@@ -273,16 +288,83 @@ TEST_CASE("comm: requests: async collectives keep call order, test() polls witho
 }
 
 TEST_CASE("comm: with DRUN_COMM_CHECK, mismatched collectives fail on every rank by name", "[comm]") {
-  runRanks(2, [](int r, Communicator& world) {
-    std::vector<float> v(r == 0 ? 10 : 20, 1.0f);
-    CHECK_THROWS_WITH(world.allReduce(v.data(), v.size(), DType::Float32, ReduceOp::Sum),
-                      Catch::Contains("rank 0 called all_reduce of 10 float32") &&
-                          Catch::Contains("rank 1 called all_reduce of 20 float32"));
-    int root = r;  // disagreeing roots
-    CHECK_THROWS_WITH(world.broadcast(v.data(), 1, DType::Float32, root), Catch::Contains("root 1"));
-    world.allReduce(v.data(), 10, DType::Float32, ReduceOp::Sum);  // still usable
-    CHECK(v[0] == 2.0f);
-  }, 20s, /*check=*/true);
+  for (const char* transport : kTransports) {
+    DYNAMIC_SECTION(transport) {
+      TransportScope scope(transport);
+      runRanks(2, [&](int r, Communicator& world) {
+        CHECK(world.transport() == transport);
+        std::vector<float> v(r == 0 ? 10 : 20, 1.0f);
+        CHECK_THROWS_WITH(world.allReduce(v.data(), v.size(), DType::Float32, ReduceOp::Sum),
+                          Catch::Contains("rank 0 called all_reduce of 10 float32") &&
+                              Catch::Contains("rank 1 called all_reduce of 20 float32"));
+        int root = r;  // disagreeing roots
+        CHECK_THROWS_WITH(world.broadcast(v.data(), 1, DType::Float32, root), Catch::Contains("root 1"));
+        world.allReduce(v.data(), 10, DType::Float32, ReduceOp::Sum);  // still usable
+        CHECK(v[0] == 2.0f);
+      }, 20s, /*check=*/true);
+    }
+  }
+}
+
+// Polling must not cost a thread per request (Gloo's waits only block), and a request dropped
+// after one test() must not hold its dropper until the deadline.
+TEST_CASE("comm: polled requests: 1000 tested receives take a bounded number of threads", "[comm]") {
+  for (const char* transport : kTransports) {
+    DYNAMIC_SECTION(transport) {
+      TransportScope scope(transport);
+      constexpr int kMessages = 1000;
+      runRanks(2, [&](int r, Communicator& world) {
+        std::vector<int32_t> in(kMessages, -1);
+        if (r == 0) {
+          std::vector<Request> pending;
+          const int before = threadCount();
+          for (int i = 0; i < kMessages; ++i) {
+            pending.push_back(world.irecv(&in[static_cast<size_t>(i)], 1, DType::Int32, 1, i));
+            CHECK_FALSE(pending.back().test());
+          }
+          CHECK(threadCount() - before <= 2);  // one progress thread at most (plus slack)
+          world.barrier();                      // rank 1 sends only now
+          for (int i = kMessages - 1; i >= 0; --i) pending[static_cast<size_t>(i)].wait();
+          for (int i = 0; i < kMessages; ++i) CHECK(in[static_cast<size_t>(i)] == 3 * i);
+        } else {
+          world.barrier();
+          for (int i = kMessages - 1; i >= 0; --i) {  // in the reverse order of the receives
+            int32_t v = 3 * i;
+            world.send(&v, 1, DType::Int32, 0, i);
+          }
+        }
+        world.barrier();
+      });
+    }
+  }
+}
+
+TEST_CASE("comm: dropping a once-polled request returns at once", "[comm]") {
+  for (const char* transport : kTransports) {
+    DYNAMIC_SECTION(transport) {
+      TransportScope scope(transport);
+      runRanks(2, [&](int r, Communicator& world) {
+        if (r == 0) {
+          char byte = 0;
+          auto t0 = std::chrono::steady_clock::now();
+          {
+            Request never = world.irecv(&byte, 1, DType::Int8, 1, 42, 10s);  // nobody sends it
+            CHECK_FALSE(never.test());
+          }
+          CHECK(std::chrono::steady_clock::now() - t0 < 1s);
+          int v = 1;
+          world.allReduce(&v, 1, DType::Int32, ReduceOp::Sum);  // the communicator goes on
+          CHECK(v == 2);
+        } else {
+          int v = 1;
+          world.allReduce(&v, 1, DType::Int32, ReduceOp::Sum);
+        }
+        auto t0 = std::chrono::steady_clock::now();
+        world.destroy();  // the dropped receive is failed, not waited for
+        CHECK(std::chrono::steady_clock::now() - t0 < 5s);
+      });
+    }
+  }
 }
 
 TEST_CASE("comm: the C API over tcp:// init: statuses, requests, groups, per-thread errors", "[comm]") {

@@ -1,7 +1,9 @@
 // comm_worker: one rank of the multi-process tests (run under build/bin/drun, or started by a
 // test with RANK/WORLD_SIZE/MASTER_* set). Modes:
 //   matrix [--quick]   every collective and point-to-point op x dtype x reduce op x sizes
-//                      0, 1, odd, 1 MiB+, checked against a reference computed locally
+//                      0, 1, odd, 1 MiB+, checked against a reference computed locally; then
+//                      groups mixing ranks of one host and of several (runGroups)
+//   loop               all_reduce in a loop until killed ("rank R: looping (transport)")
 //   victim N           all_reduce in a loop; rank N SIGKILLs itself in the 3rd iteration; the
 //                      survivors' all_reduce and their pending receive from rank N must fail
 //                      within the timeout with an error naming rank N
@@ -216,6 +218,42 @@ void runMatrix(Communicator& c, bool quick) {
   c.barrier();
 }
 
+// Groups that mix ranks of one host and of several (on 2 hosts x 2: {0,1,2} is hierarchical,
+// {0,3} TCP, {2,3} shared memory): each runs the hierarchical ops and one that is not, checked.
+void runGroups(Communicator& world) {
+  const int n = world.size();
+  std::vector<std::vector<int>> lists = {{0, n - 1}};
+  if (n > 2) {
+    lists.push_back({});
+    for (int r = 0; r + 1 < n; ++r) lists.back().push_back(r);
+    lists.push_back({n - 2, n - 1});
+  }
+  for (const auto& ranks : lists) {
+    auto g = world.newGroup(ranks);
+    if (!g->isMember()) continue;
+    const int gn = g->size(), gr = g->rank();
+    std::string name;
+    for (int r : ranks) name += (name.empty() ? "" : ",") + std::to_string(r);
+    std::printf("rank %d: group {%s} transport %s\n", me, name.c_str(), g->transport().c_str());
+    std::vector<int64_t> v(1000, me), all(static_cast<size_t>(gn)), b(37, gr == gn - 1 ? 7 : 0);
+    g->allReduce(v.data(), v.size(), DType::Int64, ReduceOp::Sum);
+    int64_t sum = 0;
+    for (int r : ranks) sum += r;
+    expect("group all_reduce {" + name + "}", v.data(), v.size(), DType::Int64, [&](size_t) { return double(sum); });
+    g->broadcast(b.data(), b.size(), DType::Int64, gn - 1);
+    expect("group broadcast {" + name + "}", b.data(), b.size(), DType::Int64, [](size_t) { return 7.0; });
+    int64_t mine = me;
+    g->allGather(&mine, all.data(), 1, DType::Int64);
+    expect("group all_gather {" + name + "}", all.data(), all.size(), DType::Int64,
+           [&](size_t i) { return double(ranks[i]); });
+    g->barrier();
+    std::vector<int64_t> blocks(static_cast<size_t>(gn) * 3, me), out(3);
+    g->reduceScatter(blocks.data(), out.data(), 3, DType::Int64, ReduceOp::Max);
+    expect("group reduce_scatter {" + name + "}", out.data(), 3, DType::Int64,
+           [&](size_t) { return double(ranks.back()); });
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -225,7 +263,9 @@ int main(int argc, char** argv) {
     me = world->rank();
     if (mode == "matrix") {
       bool quick = argc > 2 && std::strcmp(argv[2], "--quick") == 0;
+      std::printf("rank %d: transport %s\n", me, world->transport().c_str());
       runMatrix(*world, quick);
+      if (world->size() > 1) runGroups(*world);
     } else if (mode == "victim") {
       int victim = argc > 2 ? std::atoi(argv[2]) : world->size() - 1;
       std::vector<float> v(1 << 16, 1.0f);
@@ -259,6 +299,15 @@ int main(int argc, char** argv) {
           named = named && pnamed && pms < 10000 + 3000;
         }
         return named && ms < 10000 + 3000 ? 0 : 1;
+      }
+    } else if (mode == "loop") {  // all_reduce until killed (the test SIGKILLs every rank)
+      std::vector<float> v(1 << 16, 1.0f);
+      for (long it = 0;; ++it) {
+        world->allReduce(v.data(), v.size(), DType::Float32, ReduceOp::Max, 30s);
+        if (it == 10) {
+          std::printf("rank %d: looping (%s)\n", me, world->transport().c_str());
+          std::fflush(stdout);
+        }
       }
     } else {
       std::fprintf(stderr, "comm_worker: unknown mode '%s'\n", mode.c_str());

@@ -15,8 +15,18 @@ namespace {
 constexpr VarDoc kDrunEnvVars[] = {
     {"DRUN_COMM_CHECK", VarType::Bool, "false",
      "libdrun_comm: ranks compare every collective's arguments first (clear error on mismatch)"},
+    {"DRUN_COMM_SHM_BYTES", VarType::Int, "4194304",
+     "libdrun_comm (shm): bytes of each rank's collective slot in the host's shared segment"},
+    {"DRUN_COMM_SHM_SINGLE_COPY", VarType::Bool, "true",
+     "libdrun_comm (shm): large collectives read the peers' buffers directly (process_vm_readv) "
+     "where the kernel allows it"},
+    {"DRUN_COMM_SHM_SPIN", VarType::DurationMs, "10ms",
+     "libdrun_comm (shm): how long a collective's wait spins before it sleeps (CPU for latency)"},
     {"DRUN_COMM_TIMEOUT", VarType::DurationMs, "300s",
      "libdrun_comm: default timeout of init and of every operation (InitOptions.timeout wins)"},
+    {"DRUN_COMM_TRANSPORT", VarType::String, "auto",
+     "libdrun_comm (gloo): shm, tcp or auto (shared memory among the ranks on one host, "
+     "hierarchical across hosts)"},
     {"DRUN_LOG_LEVEL", VarType::String, "warn",
      "log level of drun itself: trace, debug, info, warn, error, off (-v sets debug)"},
     {"DRUN_PYTHON", VarType::String, "python3",

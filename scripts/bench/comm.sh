@@ -1,31 +1,39 @@
 #!/usr/bin/env bash
-# Collective benchmark, one run on this machine: drun::comm (drun-comm-bench, gloo backend) beside
-# raw Gloo (drun-comm-bench-gloo: the same Gloo algorithm and transport, no drun code), OpenMPI's
-# MPI_Allreduce (mpirun, its default transports: shared memory on one host) and torch.distributed
-# with gloo, all_reduce float32 sum from 8 B to 64 MiB, for world sizes 2 and 4. Every program prints
-# nccl-tests' table; this script joins them by size and checks drun's targets: busbw >= 95% of raw
-# Gloo from 1 MiB, time <= 1.1x raw Gloo up to 64 KiB. With REPEAT > 1 each program runs that many
-# times and the best time per size counts (this machine is shared: noise only ever adds time).
+# Collective benchmark, one run on this machine. On one host, for world sizes 2 and 4:
+# drun::comm over shared memory (DRUN_COMM_TRANSPORT=shm) and over Gloo's TCP (tcp), raw Gloo
+# (drun-comm-bench-gloo: Gloo's algorithms and transport, no drun code), OpenMPI (mpirun, its
+# default transports: shared memory on one host) and torch.distributed with gloo. On two hosts
+# (network namespaces, scripts/netns.sh) x 2 ranks: drun::comm hierarchical (auto: shared memory
+# within a host, Gloo among the hosts' leaders) against raw Gloo. Ops: all_reduce, all_gather,
+# broadcast, reduce_scatter (float32, sum), 8 B to 64 MiB. Every program prints nccl-tests' table;
+# this script joins them by size, keeps the best of REPEAT runs per size (the machine is shared:
+# noise only adds time) and checks drun's targets:
+#   one host:  shm busbw >= 1.0x OpenMPI from 64 KiB to 64 MiB; 8-byte time <= 2x OpenMPI
+#   two hosts: hierarchical busbw >= 1.5x raw Gloo from 64 KiB
 #
 #   scripts/bench/comm.sh | tee comm/bench/results.txt
-#   WORLDS="2 4" OP=all_reduce MIN_BYTES=8 MAX_BYTES=64M ITERS=20 WARMUP=5 REPEAT=3 scripts/bench/comm.sh
+#   WORLDS="2 4" OPS="all_reduce all_gather" MIN_BYTES=8 MAX_BYTES=64M ITERS=20 WARMUP=5 REPEAT=3 HOSTS=1 scripts/bench/comm.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD_DIR=${BUILD_DIR:-build}
 WORLDS=${WORLDS:-2 4}
-OP=${OP:-all_reduce}
+OPS=${OPS:-all_reduce all_gather broadcast reduce_scatter}
 MIN_BYTES=${MIN_BYTES:-8}
 MAX_BYTES=${MAX_BYTES:-64M}
 ITERS=${ITERS:-20}
 WARMUP=${WARMUP:-5}
-REPEAT=${REPEAT:-1}
+REPEAT=${REPEAT:-3}
+HOSTS=${HOSTS:-1}  # 0: skip the two-host part
 PYTHON=${PYTHON:-/usr/bin/python3}
 
 cmake --build "$BUILD_DIR" --target drun drun-comm-bench drun-comm-bench-gloo -j2 >/dev/null
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-args=(--op "$OP" --min-bytes "$MIN_BYTES" --max-bytes "$MAX_BYTES" --factor 2 --iters "$ITERS"
-      --warmup "$WARMUP")
+netns_prefix="dcb$$"
+cleanup() {
+  if ((HOSTS)); then scripts/netns.sh -p "$netns_prefix" down >/dev/null 2>&1 || true; fi
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
 have_mpi=0
 if command -v mpicxx >/dev/null && mpicxx -O2 -std=c++20 -o "$tmp/mpi-comm-bench" comm/bench/mpi_bench.cpp 2>"$tmp/mpicxx.err"; then
   have_mpi=1
@@ -34,85 +42,57 @@ else
 fi
 have_torch=0
 "$PYTHON" -c 'import torch.distributed' 2>/dev/null && have_torch=1
+abs_build=$(cd "$BUILD_DIR" && pwd)
 
-drun_launch() {  # drun_launch N program args...
-  local n=$1
-  shift
-  timeout 600 "$BUILD_DIR/bin/drun" --standalone --nproc-per-node "$n" --prefix '' "$@" 2>/dev/null
+drun_launch() {  # drun_launch TRANSPORT N program args...
+  local transport=$1 n=$2
+  shift 2
+  DRUN_COMM_TRANSPORT=$transport timeout 600 "$BUILD_DIR/bin/drun" --standalone --nproc-per-node "$n" \
+    --prefix '' "$@" 2>/dev/null
 }
 
-for n in $WORLDS; do
-  for ((rep = 0; rep < REPEAT; rep++)); do
-    drun_launch "$n" "$BUILD_DIR/bin/drun-comm-bench" "${args[@]}" >>"$tmp/drun.$n"
-    drun_launch "$n" "$BUILD_DIR/bin/drun-comm-bench-gloo" "${args[@]}" >>"$tmp/gloo.$n"
-    if ((have_mpi)); then
-      timeout 600 mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$n" \
-        "$tmp/mpi-comm-bench" "${args[@]}" >>"$tmp/mpi.$n" 2>/dev/null || true
-    fi
-    if ((have_torch)); then
-      drun_launch "$n" "$PYTHON" scripts/bench/comm_torch.py "${args[@]}" >>"$tmp/torch.$n" || true
-    fi
+for op in $OPS; do
+  args=(--op "$op" --min-bytes "$MIN_BYTES" --max-bytes "$MAX_BYTES" --factor 2 --iters "$ITERS" --warmup "$WARMUP")
+  for n in $WORLDS; do
+    for ((rep = 0; rep < REPEAT; rep++)); do
+      drun_launch shm "$n" "$BUILD_DIR/bin/drun-comm-bench" "${args[@]}" >>"$tmp/shm.$op.$n" || true
+      drun_launch tcp "$n" "$BUILD_DIR/bin/drun-comm-bench" "${args[@]}" >>"$tmp/tcp.$op.$n" || true
+      drun_launch tcp "$n" "$BUILD_DIR/bin/drun-comm-bench-gloo" "${args[@]}" >>"$tmp/gloo.$op.$n" || true
+      if ((have_mpi)); then
+        timeout 600 mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$n" \
+          "$tmp/mpi-comm-bench" "${args[@]}" >>"$tmp/mpi.$op.$n" 2>/dev/null || true
+      fi
+      if ((have_torch)); then
+        drun_launch tcp "$n" "$PYTHON" scripts/bench/comm_torch.py "${args[@]}" >>"$tmp/torch.$op.$n" || true
+      fi
+    done
   done
 done
 
-"$PYTHON" - "$tmp" "$OP" "$WORLDS" "$REPEAT" <<'PY'
-import math, os, platform, sys
-tmp, op, worlds, repeat = sys.argv[1], sys.argv[2], sys.argv[3].split(), sys.argv[4]
-impls = [("drun", "drun::comm"), ("gloo", "raw Gloo"), ("mpi", "OpenMPI"), ("torch", "torch+gloo")]
+# Two hosts x 2 ranks: one drun per namespace host, the job's rendezvous on host 0.
+if ((HOSTS)) && scripts/netns.sh -p "$netns_prefix" up 2 >/dev/null 2>&1; then
+  endpoint="$(scripts/netns.sh -p "$netns_prefix" addr 0):29400"
+  two_hosts() {  # two_hosts OUT program args...
+    local out=$1 h
+    shift
+    local id="bench-$RANDOM$RANDOM"
+    for h in 0 1; do
+      scripts/netns.sh -p "$netns_prefix" exec "$h" timeout 600 "$abs_build/bin/drun" --nnodes 2 \
+        --nproc-per-node 2 --rdzv-endpoint "$endpoint" --rdzv-id "$id" --prefix '' "$@" \
+        >"$tmp/host$h.out" 2>/dev/null &
+    done
+    wait
+    cat "$tmp/host0.out" "$tmp/host1.out" >>"$out"
+  }
+  for op in $OPS; do
+    args=(--op "$op" --min-bytes "$MIN_BYTES" --max-bytes "$MAX_BYTES" --factor 2 --iters "$ITERS" --warmup "$WARMUP")
+    for ((rep = 0; rep < REPEAT; rep++)); do
+      DRUN_COMM_TRANSPORT=auto two_hosts "$tmp/hier.$op.2x2" "$abs_build/bin/drun-comm-bench" "${args[@]}"
+      two_hosts "$tmp/gloo.$op.2x2" "$abs_build/bin/drun-comm-bench-gloo" "${args[@]}"
+    done
+  done
+elif ((HOSTS)); then
+  echo "# two-host part skipped: network namespaces unavailable (needs root and ip netns)" >&2
+fi
 
-def table(path):
-    """size -> (best time us, busbw at that time) over every repeat in the file."""
-    rows = {}
-    if not os.path.exists(path):
-        return rows
-    for line in open(path):
-        f = line.split()
-        if len(f) == 9 and f[0].isdigit():
-            size, us, busbw = int(f[0]), float(f[5]), float(f[7])
-            if size not in rows or us < rows[size][0]:
-                rows[size] = (us, busbw)
-    return rows
-
-def human(b):
-    for unit, scale in (("M", 1 << 20), ("K", 1 << 10)):
-        if b >= scale and b % scale == 0:
-            return f"{b // scale}{unit}"
-    return str(b)
-
-print(f"# {op}, float32 sum; time(us) and busbw(GB/s) per implementation; best of {repeat} run(s)")
-print(f"# {platform.node()}: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the end")
-verdicts = []
-for n in worlds:
-    data = {k: table(os.path.join(tmp, f"{k}.{n}")) for k, _ in impls}
-    present = [(k, name) for k, name in impls if data[k]]
-    print(f"\n## world {n}")
-    head = f"{'size':>6}" + "".join(f" {name + ' us':>15} {'busbw':>7}" for _, name in present)
-    head += f" {'drun/gloo time':>15} {'drun/gloo busbw':>16}"
-    print(head)
-    worst_small, worst_big, small, big = 0.0, 10.0, [], []
-    for size in sorted(data["drun"]):
-        line = f"{human(size):>6}"
-        for k, _ in present:
-            us, bw = data[k].get(size, (float("nan"), float("nan")))
-            line += f" {us:>15.1f} {bw:>7.3f}"
-        d, g = data["drun"].get(size), data["gloo"].get(size)
-        if d and g:
-            t_ratio, bw_ratio = d[0] / g[0], (d[1] / g[1] if g[1] > 0 else float("nan"))
-            line += f" {t_ratio:>15.2f} {bw_ratio:>16.2f}"
-            if size <= 64 << 10:
-                worst_small = max(worst_small, t_ratio)
-                small.append(t_ratio)
-            if size >= 1 << 20:
-                worst_big = min(worst_big, bw_ratio)
-                big.append(bw_ratio)
-        print(line)
-    for k, name in present:
-        bws = [bw for _, bw in data[k].values()]
-        print(f"# {name}: avg bus bandwidth {sum(bws) / len(bws):.3f} GB/s")
-    gmean = lambda xs: math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
-    verdicts.append(f"# world {n}: drun/gloo time up to 64K: geomean {gmean(small):.2f}, worst {worst_small:.2f} "
-                    f"(target <= 1.10); drun/gloo busbw from 1M: geomean {gmean(big):.2f}, worst {worst_big:.2f} "
-                    f"(target >= 0.95)")
-print()
-print("\n".join(verdicts))
-PY
+"$PYTHON" scripts/bench/comm_tables.py "$tmp" "$OPS" "$WORLDS" "$REPEAT"

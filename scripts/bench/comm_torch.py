@@ -16,7 +16,7 @@ def parse_bytes(text):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--op", default="all_reduce", choices=["all_reduce", "all_gather", "reduce_scatter", "all_to_all"])
+    p.add_argument("--op", default="all_reduce", choices=["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast"])
     p.add_argument("--min-bytes", default="8")
     p.add_argument("--max-bytes", default="64M")
     p.add_argument("--factor", type=float, default=2)
@@ -25,14 +25,19 @@ def main():
     a = p.parse_args()
     dist.init_process_group("gloo", init_method="env://", timeout=datetime.timedelta(seconds=300))
     r, n = dist.get_rank(), dist.get_world_size()
-    factor = 2 * (n - 1) / n if a.op == "all_reduce" else (n - 1) / n
+    factor = 2 * (n - 1) / n if a.op == "all_reduce" else 1.0 if a.op == "broadcast" else (n - 1) / n
     if r == 0:
         print(f"# torch.distributed {torch.__version__}: {a.op}, {n} ranks, gloo backend, iters {a.iters}, warmup {a.warmup}")
         print("# %12s %12s %8s %6s %5s %10s %11s %11s %6s" % ("size(B)", "count", "type", "redop", "root", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong"))
     size, top, total_busbw, rows = parse_bytes(a.min_bytes), parse_bytes(a.max_bytes), 0.0, 0
+    # A discarded start (as bench_table.hpp's sweep): the first moments of a job are not its speed.
+    for _ in range(a.warmup + a.iters):
+        dist.all_reduce(torch.zeros(1))
+    dist.barrier()
     while size <= top:
-        count = max(1, size // 4) if a.op == "all_reduce" else max(1, size // 4 // n)
-        total = count if a.op == "all_reduce" else count * n
+        whole = a.op in ("all_reduce", "broadcast")
+        count = max(1, size // 4) if whole else max(1, size // 4 // n)
+        total = count if whole else count * n
         x = torch.zeros(total if a.op != "all_gather" else count)
         outs = [torch.zeros(count) for _ in range(n)]
         out = torch.zeros(count)
@@ -41,6 +46,8 @@ def main():
         def once():
             if a.op == "all_reduce":
                 dist.all_reduce(x)
+            elif a.op == "broadcast":
+                dist.broadcast(x, 0)
             elif a.op == "all_gather":
                 dist.all_gather(outs, x)
             elif a.op == "reduce_scatter":  # gloo has no reduce_scatter: all_to_all + sum, as drun

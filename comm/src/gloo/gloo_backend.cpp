@@ -25,7 +25,6 @@
 #include <cstdio>
 #include <exception>
 #include <cstring>
-#include <future>
 #include <mutex>
 #include <numeric>
 #include <vector>
@@ -34,9 +33,27 @@
 #include "../reduce.hpp"
 #include "drun/common/deadline.hpp"
 #include "drun/common/env.hpp"
+#include "gloo/gloo_p2p.hpp"
 #include "gloo/store_adapter.hpp"
 
 namespace drun::comm::detail {
+
+// Gloo's errors as drun's: its timeouts (an IoException saying "Timed out") as TimeoutError,
+// every other transport failure as CommError. Call from a catch block.
+[[noreturn]] void rethrowGlooAsDrun() {
+  try {
+    throw;
+  } catch (const gloo::IoException& e) {
+    std::string msg = std::string("gloo: ") + e.what();
+    if (msg.find("Timed out") != std::string::npos) throw TimeoutError(msg);
+    throw CommError(msg);
+  } catch (const gloo::EnforceNotMet& e) {
+    throw CommError(std::string("gloo: ") + e.what());
+  } catch (const gloo::Exception& e) {
+    throw CommError(std::string("gloo: ") + e.what());
+  }
+}
+
 namespace {
 
 // Point-to-point slots live above every collective prefix Gloo uses (0x01..0x08 << 56).
@@ -108,7 +125,9 @@ void ignoreSigpipeAtDefault() {
     std::signal(SIGPIPE, SIG_IGN);
 }
 
-std::shared_ptr<gloo::transport::Device> makeDevice(const BackendConfig& config) {
+}  // namespace
+
+std::shared_ptr<gloo::transport::Device> makeGlooDevice(const BackendConfig& config) {
   explainGlooAborts();
   ignoreSigpipeAtDefault();
   gloo::transport::tcp::attr attr;
@@ -132,22 +151,6 @@ std::shared_ptr<gloo::transport::Device> makeDevice(const BackendConfig& config)
   }
 }
 
-// Gloo's errors as drun's: its timeouts (an IoException saying "Timed out") as TimeoutError,
-// every other transport failure as CommError. Call from a catch block.
-[[noreturn]] void rethrowAsDrun() {
-  try {
-    throw;
-  } catch (const gloo::IoException& e) {
-    std::string msg = std::string("gloo: ") + e.what();
-    if (msg.find("Timed out") != std::string::npos) throw TimeoutError(msg);
-    throw CommError(msg);
-  } catch (const gloo::EnforceNotMet& e) {
-    throw CommError(std::string("gloo: ") + e.what());
-  } catch (const gloo::Exception& e) {
-    throw CommError(std::string("gloo: ") + e.what());
-  }
-}
-
 // Calls f(T{}) with an unsigned carrier type as wide as one element: Gloo's typed setters only
 // use sizeof(T), the reduce callback knows the real type.
 template <class F>
@@ -160,75 +163,13 @@ void withCarrier(DType dtype, F&& f) {
   }
 }
 
-// A pending send or receive. Gloo can only block on an unbound buffer, so test() hands the wait
-// to a helper task (started once, bounded by the operation's deadline) and polls its future.
-class GlooP2P final : public Request::State {
- public:
-  // Gloo refuses empty buffers: a zero-byte message travels as one byte of `empty`.
-  GlooP2P(gloo::Context& context, void* ptr, size_t bytes, bool isSend, milliseconds timeout)
-      : buf_(context.createUnboundBuffer(bytes ? ptr : &empty_, bytes ? bytes : 1)),
-        isSend_(isSend), deadline_(timeout) {}
-  gloo::transport::UnboundBuffer& buffer() { return *buf_; }
-
-  void wait(milliseconds timeout) override {
-    std::unique_lock lock(mutex_);
-    if (done_) return;
-    if (helper_.valid()) {
-      lock.unlock();
-      if (timeout != kDefaultTimeout && helper_.wait_for(timeout) != std::future_status::ready)
-        throw TimeoutError("wait timed out after " + std::to_string(timeout.count()) + "ms");
-      helper_.get();  // rethrows the helper's error
-      return;
-    }
-    milliseconds left = deadline_.remaining();
-    if (timeout != kDefaultTimeout) left = std::min(left, timeout);
-    block(std::max(left, milliseconds(1)));  // Gloo reads 0 as "the context's timeout"
-  }
-
-  bool test() override {
-    std::unique_lock lock(mutex_);
-    if (done_) return true;
-    if (!helper_.valid())
-      helper_ = std::async(std::launch::async, [this] {
-                  std::lock_guard helperLock(mutex_);
-                  if (!done_) block(std::max(deadline_.remaining(), milliseconds(1)));
-                }).share();
-    lock.unlock();
-    if (helper_.wait_for(0ms) != std::future_status::ready) return false;
-    helper_.get();
-    return true;
-  }
-
-  int source() const override { return source_; }
-
- private:
-  void block(milliseconds timeout) {  // mutex_ held
-    int peer = -1;
-    try {
-      if (isSend_) buf_->waitSend(&peer, timeout);
-      else buf_->waitRecv(&peer, timeout);
-    } catch (...) {
-      rethrowAsDrun();
-    }
-    source_ = isSend_ ? -1 : peer;
-    done_ = true;
-  }
-
-  std::mutex mutex_;
-  char empty_ = 0;
-  std::unique_ptr<gloo::transport::UnboundBuffer> buf_;
-  bool isSend_;
-  Deadline deadline_;
-  bool done_ = false;
-  std::atomic<int> source_{-1};
-  std::shared_future<void> helper_;
-};
+namespace {
 
 class GlooBackend final : public Backend {
  public:
   GlooBackend(std::shared_ptr<gloo::transport::Device> device, std::shared_ptr<rdzv::Store> store,
               int rank, int size, milliseconds timeout)
-      : device_(std::move(device)) {
+      : device_(std::move(device)), poller_(std::make_shared<GlooPoller>()) {
     auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
     context->setTimeout(timeout);
     GlooStoreAdapter adapter(std::move(store), timeout);
@@ -244,7 +185,7 @@ class GlooBackend final : public Backend {
     } catch (const Error&) {
       throw;
     } catch (...) {
-      rethrowAsDrun();
+      rethrowGlooAsDrun();
     }
     context_ = std::move(context);
   }
@@ -256,7 +197,7 @@ class GlooBackend final : public Backend {
     } catch (const Error&) {
       throw;
     } catch (...) {
-      rethrowAsDrun();
+      rethrowGlooAsDrun();
     }
   }
 
@@ -281,18 +222,18 @@ class GlooBackend final : public Backend {
   std::shared_ptr<Request::State> isend(const void* buf, size_t bytes, int dst, int tag,
                                         milliseconds timeout) override {
     try {
-      auto request = std::make_shared<GlooP2P>(*context_, const_cast<void*>(buf), bytes, true, timeout);
+      auto request = std::make_shared<GlooP2P>(*context_, const_cast<void*>(buf), bytes, true, timeout, poller_);
       request->buffer().send(dst, p2pSlot(tag));
       return request;
     } catch (...) {
-      rethrowAsDrun();
+      rethrowGlooAsDrun();
     }
   }
 
   std::shared_ptr<Request::State> irecv(void* buf, size_t bytes, int src, int tag,
                                         milliseconds timeout) override {
     try {
-      auto request = std::make_shared<GlooP2P>(*context_, buf, bytes, false, timeout);
+      auto request = std::make_shared<GlooP2P>(*context_, buf, bytes, false, timeout, poller_);
       if (src == kAnySource) {
         std::vector<int> others;
         for (int r = 0; r < context_->size; ++r)
@@ -303,7 +244,7 @@ class GlooBackend final : public Backend {
       }
       return request;
     } catch (...) {
-      rethrowAsDrun();
+      rethrowGlooAsDrun();
     }
   }
 
@@ -311,6 +252,9 @@ class GlooBackend final : public Backend {
                                      milliseconds timeout) override {
     return std::make_unique<GlooBackend>(device_, std::move(store), rank, size, timeout);
   }
+
+  ~GlooBackend() override { poller_->stop(); }  // before the context its requests use
+  const char* transport() const override { return "tcp"; }
 
  private:
   // Every functional op: its tag (distinct per call) and its deadline.
@@ -414,15 +358,16 @@ class GlooBackend final : public Backend {
   }
 
   std::shared_ptr<gloo::transport::Device> device_;
+  std::shared_ptr<GlooPoller> poller_;
   std::shared_ptr<gloo::Context> context_;
   uint32_t nextTag_ = 0;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> makeGlooBackend(const BackendConfig& config) {
-  return std::make_unique<GlooBackend>(makeDevice(config), config.store, config.rank, config.size,
-                                       config.timeout);
+std::unique_ptr<Backend> makeGlooBackend(std::shared_ptr<GlooDevice> device, std::shared_ptr<rdzv::Store> store,
+                                         int rank, int size, milliseconds timeout) {
+  return std::make_unique<GlooBackend>(std::move(device), std::move(store), rank, size, timeout);
 }
 
 }  // namespace drun::comm::detail

@@ -51,43 +51,82 @@ ncclRedOp_t ncclOp(ReduceOp op, DType d) {
   }
 }
 
-// Polls until the communicator has no operation in progress; aborts it on error or at the deadline.
+// The NCCL communicator handle, shared by the backend and its requests. NCCL communicators are
+// not thread-safe, and one thread may abort while others poll: every use of the handle (enqueue,
+// async-error query, abort, finalize/destroy) happens under one (recursive) mutex, and after
+// abort() the handle is gone for good, so nothing touches a freed communicator.
 class NcclComm {
  public:
-  ncclComm_t comm = nullptr;
+  // Runs f(handle) under the lock; CommError once aborted.
+  template <class F>
+  auto with(const char* what, F&& f) {
+    std::lock_guard lock(mutex_);
+    if (!comm_) throw CommError(std::string("nccl: ") + what + ": the communicator was aborted");
+    return f(comm_);
+  }
+  ncclComm_t* slot() { return &comm_; }  // init only, before any other thread sees it
 
-  void await(const char* what, const Deadline& deadline, milliseconds timeout, cudaEvent_t event = nullptr) {
-    for (int spins = 0;; ++spins) {
-      ncclResult_t state = ncclSuccess;
-      ncclCommGetAsyncError(comm, &state);
-      if (state != ncclSuccess && state != ncclInProgress) {
-        std::string msg = std::string("nccl: ") + what + ": " + ncclGetErrorString(state) + " (" +
-                          ncclGetLastError(comm) + ")";
-        abort();
-        throw CommError(msg);
-      }
-      if (state == ncclSuccess) {
-        if (!event) return;
-        cudaError_t e = cudaEventQuery(event);
-        if (e == cudaSuccess) return;
-        if (e != cudaErrorNotReady) {
-          abort();
-          cudaCheck(e, what);
-        }
-      }
-      if (deadline.expired()) {
-        abort();
-        throw TimeoutError(std::string("nccl: ") + what + " timed out after " +
-                           std::to_string(timeout.count()) + "ms");
-      }
-      if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  // One poll: true once the work is done (the async state is success and `event`, if any, has
+  // completed). Throws CommError on an async error, TimeoutError past the deadline; both abort.
+  bool poll(const char* what, const Deadline& deadline, milliseconds timeout, cudaEvent_t event) {
+    std::unique_lock lock(mutex_);
+    if (!comm_) throw CommError(std::string("nccl: ") + what + ": the communicator was aborted");
+    ncclResult_t state = ncclSuccess;
+    ncclCommGetAsyncError(comm_, &state);
+    if (state != ncclSuccess && state != ncclInProgress) {
+      std::string msg = std::string("nccl: ") + what + ": " + ncclGetErrorString(state) + " (" +
+                        ncclGetLastError(comm_) + ")";
+      abortLocked();
+      throw CommError(msg);
     }
+    if (state == ncclSuccess) {
+      if (!event) return true;
+      cudaError_t e = cudaEventQuery(event);
+      if (e == cudaSuccess) return true;
+      if (e != cudaErrorNotReady) {
+        abortLocked();
+        cudaCheck(e, what);
+      }
+    }
+    if (deadline.expired()) {
+      abortLocked();
+      throw TimeoutError(std::string("nccl: ") + what + " timed out after " + std::to_string(timeout.count()) + "ms");
+    }
+    return false;
+  }
+
+  // Polls (the lock is released between polls, so others may enqueue, poll or abort).
+  void await(const char* what, const Deadline& deadline, milliseconds timeout, cudaEvent_t event = nullptr) {
+    for (int spins = 0; !poll(what, deadline, timeout, event); ++spins)
+      if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
 
   void abort() {
-    if (comm) ncclCommAbort(comm);
-    comm = nullptr;
+    std::lock_guard lock(mutex_);
+    abortLocked();
   }
+
+  // Orderly end: flush (bounded), then destroy; a failure or the deadline aborts instead.
+  void finalize() {
+    try {
+      with("finalize", [&](ncclComm_t c) { return ncclCommFinalize(c); });
+      await("finalize", Deadline(kFinalizeTimeout), kFinalizeTimeout);
+    } catch (const Error&) {
+      // aborted already
+    }
+    std::lock_guard lock(mutex_);
+    if (comm_) ncclCommDestroy(comm_);
+    comm_ = nullptr;
+  }
+
+ private:
+  void abortLocked() {
+    if (comm_) ncclCommAbort(comm_);
+    comm_ = nullptr;
+  }
+
+  std::recursive_mutex mutex_;  // ncclCheck may abort while an enqueue holds it
+  ncclComm_t comm_ = nullptr;
 };
 
 void ncclCheck(ncclResult_t r, NcclComm& c, const char* what) {
@@ -108,17 +147,14 @@ class NcclRequest final : public Request::State {
     std::lock_guard lock(mutex_);
     if (done_) return;
     Deadline d = timeout == kDefaultTimeout ? deadline_ : Deadline(std::min(timeout, deadline_.remaining()));
-    if (!comm_->comm) throw CommError("nccl: the communicator was aborted");
     comm_->await("point-to-point", d, timeout_, event_);
     done_ = true;
   }
+  // One poll, never blocking: the async error and the deadline count as in wait().
   bool test() override {
     std::lock_guard lock(mutex_);
     if (done_) return true;
-    cudaError_t e = cudaEventQuery(event_);
-    if (e == cudaErrorNotReady) return false;
-    cudaCheck(e, "point-to-point");
-    return done_ = true;
+    return done_ = comm_->poll("point-to-point", deadline_, timeout_, event_);
   }
   int source() const override { return source_; }
 
@@ -151,36 +187,36 @@ class NcclBackend final : public Backend {
     }
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 0;
-    ncclCheck(ncclCommInitRankConfig(&comm_->comm, size_, id, rank_, &cfg), *comm_, "ncclCommInitRankConfig");
+    ncclCheck(ncclCommInitRankConfig(comm_->slot(), size_, id, rank_, &cfg), *comm_, "ncclCommInitRankConfig");
     comm_->await("init", Deadline(config.timeout), config.timeout);
   }
 
   ~NcclBackend() override {
-    if (comm_->comm) {
-      // Flush what is outstanding (bounded); a failure or the deadline aborts instead.
-      try {
-        ncclCheck(ncclCommFinalize(comm_->comm), *comm_, "finalize");
-        comm_->await("finalize", Deadline(kFinalizeTimeout), kFinalizeTimeout);
-      } catch (const Error&) {
-        // await() aborted the communicator already
-      }
-      if (comm_->comm) ncclCommDestroy(comm_->comm);
-      comm_->comm = nullptr;
-    }
+    comm_->finalize();
     cudaFree(scratch_);
     cudaStreamDestroy(stream_);
   }
 
   void run(const Collective& c) override {
-    std::unique_lock enqueue(enqueueMutex_);  // released before the wait
-    if (!comm_->comm) throw CommError("nccl: the communicator was aborted");
-    cudaCheck(cudaSetDevice(device_), "cudaSetDevice");
     Deadline deadline(c.timeout);
+    const char* what = toString(c.kind);
+    // Enqueued under the handle's lock (released before the wait): no abort in between.
+    cudaEvent_t event = comm_->with(what, [&](ncclComm_t comm) { return enqueue(c, comm); });
+    try {
+      comm_->await(what, deadline, c.timeout, event);
+    } catch (...) {
+      cudaEventDestroy(event);
+      throw;
+    }
+    cudaEventDestroy(event);
+  }
+
+  cudaEvent_t enqueue(const Collective& c, ncclComm_t comm) {
+    cudaCheck(cudaSetDevice(device_), "cudaSetDevice");
     const ncclDataType_t t = c.kind == OpKind::Barrier ? ncclFloat32 : ncclType(c.dtype);
     const size_t bytes = c.kind == OpKind::Barrier ? 0 : c.count * dtypeSize(c.dtype);
     auto at = [](const void* p, size_t offset) { return static_cast<const char*>(p) + offset; };
     auto atw = [](void* p, size_t offset) { return static_cast<char*>(p) + offset; };
-    ncclComm_t comm = comm_->comm;
     const char* what = toString(c.kind);
     switch (c.kind) {
       case OpKind::Broadcast:
@@ -221,17 +257,14 @@ class NcclBackend final : public Backend {
         ncclCheck(ncclGroupEnd(), *comm_, what);
         break;
     }
+    return recordEvent();
+  }
+
+  cudaEvent_t recordEvent() {
     cudaEvent_t event;
     cudaCheck(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreate");
     cudaEventRecord(event, stream_);
-    enqueue.unlock();
-    try {
-      comm_->await(what, deadline, c.timeout, event);
-    } catch (...) {
-      cudaEventDestroy(event);
-      throw;
-    }
-    cudaEventDestroy(event);
+    return event;
   }
 
   std::shared_ptr<Request::State> isend(const void* buf, size_t bytes, int dst, int, milliseconds timeout) override {
@@ -254,23 +287,21 @@ class NcclBackend final : public Backend {
   }
 
   void abort() override { comm_->abort(); }
+  const char* transport() const override { return "nccl"; }
 
  private:
   std::shared_ptr<Request::State> p2p(bool isSend, void* buf, size_t bytes, int peer, milliseconds timeout) {
-    std::lock_guard enqueue(enqueueMutex_);
-    if (!comm_->comm) throw CommError("nccl: the communicator was aborted");
-    cudaCheck(cudaSetDevice(device_), "cudaSetDevice");
-    // Bytes as int8: tags do not exist in NCCL, messages between two ranks arrive in order.
-    if (isSend) ncclCheck(ncclSend(buf, bytes, ncclInt8, peer, comm_->comm, stream_), *comm_, "send");
-    else ncclCheck(ncclRecv(buf, bytes, ncclInt8, peer, comm_->comm, stream_), *comm_, "recv");
-    cudaEvent_t event;
-    cudaCheck(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreate");
-    cudaEventRecord(event, stream_);
+    cudaEvent_t event = comm_->with(isSend ? "send" : "recv", [&](ncclComm_t comm) {
+      cudaCheck(cudaSetDevice(device_), "cudaSetDevice");
+      // Bytes as int8: tags do not exist in NCCL, messages between two ranks arrive in order.
+      if (isSend) ncclCheck(ncclSend(buf, bytes, ncclInt8, peer, comm, stream_), *comm_, "send");
+      else ncclCheck(ncclRecv(buf, bytes, ncclInt8, peer, comm, stream_), *comm_, "recv");
+      return recordEvent();
+    });
     return std::make_shared<NcclRequest>(comm_, event, timeout, isSend ? -1 : peer);
   }
 
   int rank_, size_, device_;
-  std::mutex enqueueMutex_;  // NCCL communicators are not thread-safe: one enqueue at a time
   cudaStream_t stream_ = nullptr;
   void* scratch_ = nullptr;
   std::shared_ptr<NcclComm> comm_ = std::make_shared<NcclComm>();

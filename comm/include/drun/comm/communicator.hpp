@@ -105,6 +105,10 @@ class Communicator {
   milliseconds timeout() const;
   // This group's ranks in the world communicator (0..size-1 for the world itself).
   const std::vector<int>& worldRanks() const;
+  // How this communicator's ranks talk: "shm" (all on this host, shared memory), "tcp" (Gloo),
+  // "hierarchical" (shared memory within each host, Gloo across), "nccl"; "" for a non-member.
+  // Chosen at init / newGroup by DRUN_COMM_TRANSPORT (shm | tcp | auto, default auto).
+  std::string transport() const;
 
   // Every rank calls newGroup with the same ranks, in the same order relative to other groups.
   // Members get a usable communicator; the others get one whose operations throw InvalidArgument.

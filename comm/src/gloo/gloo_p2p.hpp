@@ -1,0 +1,84 @@
+// Point-to-point requests over Gloo's unbound buffers, and GlooPoller: the one thread per
+// backend that completes the requests someone polled with test().
+//
+// Gloo can only block on an unbound buffer (a wait that times out breaks the whole context), so
+// a request that is only ever waited for blocks in Gloo on the caller's thread; one that was
+// tested goes to the backend's poller, which blocks on one buffer at a time and rotates when a
+// caller tests or waits on another (Gloo's abortWait interrupts the current wait, which is then
+// taken up again later). A dropped request stays with the poller until it completes or its
+// deadline passes: dropping never blocks. No thread per request.
+// Threading: thread-safe. Ownership: requests and the backend share the poller; the backend
+// stops it (fails what is pending) before its context goes.
+#pragma once
+
+#include <gloo/context.h>
+#include <gloo/transport/unbound_buffer.h>
+
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "backend.hpp"
+#include "drun/common/deadline.hpp"
+
+namespace drun::comm::detail {
+
+// Gloo's errors as drun's (defined in gloo_backend.cpp); call from a catch block.
+[[noreturn]] void rethrowGlooAsDrun();
+
+class GlooPoller;
+
+class GlooP2P final : public Request::State, public std::enable_shared_from_this<GlooP2P> {
+ public:
+  // Gloo refuses empty buffers: a zero-byte message travels as one byte of `empty_`.
+  GlooP2P(gloo::Context& context, void* ptr, size_t bytes, bool isSend, milliseconds timeout,
+          std::shared_ptr<GlooPoller> poller);
+  gloo::transport::UnboundBuffer& buffer() { return *buf_; }
+
+  void wait(milliseconds timeout) override;
+  bool test() override;
+  int source() const override { return source_; }
+
+ private:
+  friend class GlooPoller;
+  enum class State { Idle, Direct, Polled, Done };
+  // Blocks in Gloo until done (true) or interrupted by abortWait (false); throws drun's errors.
+  bool waitOnce(milliseconds limit);
+  void interrupt();
+  void finish(std::exception_ptr error);
+
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  char empty_ = 0;
+  std::unique_ptr<gloo::transport::UnboundBuffer> buf_;
+  bool isSend_;
+  milliseconds timeout_;
+  Deadline deadline_;
+  std::shared_ptr<GlooPoller> poller_;
+  State state_ = State::Idle;
+  std::exception_ptr error_;
+  std::atomic<int> source_{-1};
+};
+
+class GlooPoller {
+ public:
+  ~GlooPoller() { stop(); }
+  void add(std::shared_ptr<GlooP2P> request);
+  void want(GlooP2P* request);  // serve it next
+  // Fails every pending request and joins the thread.
+  void stop();
+
+ private:
+  void loop();
+
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<GlooP2P>> pending_;
+  GlooP2P* current_ = nullptr;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace drun::comm::detail

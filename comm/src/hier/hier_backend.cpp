@@ -1,0 +1,207 @@
+#include "hier/hier_backend.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "drun/rendezvous/prefix_store.hpp"
+#include "reduce.hpp"
+#include "shm/shm_backend.hpp"
+
+namespace drun::comm::detail {
+namespace {
+
+class HierBackend final : public Backend {
+ public:
+  static constexpr size_t kSplitBytes = 256u << 10;  // all_reduce's per-local-rank split from here
+
+  HierBackend(std::shared_ptr<rdzv::Store> store, int rank, const std::vector<std::string>& hostOfRank,
+              milliseconds timeout, const ShmOptions& shm, std::shared_ptr<GlooDevice> device)
+      : size_(static_cast<int>(hostOfRank.size())) {
+    std::vector<std::string> ids;  // hosts in the order of their lowest rank
+    for (int r = 0; r < size_; ++r) {
+      auto at = std::find(ids.begin(), ids.end(), hostOfRank[static_cast<size_t>(r)]);
+      if (at == ids.end()) {
+        ids.push_back(hostOfRank[static_cast<size_t>(r)]);
+        members_.emplace_back();
+        at = ids.end() - 1;
+      }
+      hostOf_.push_back(static_cast<int>(at - ids.begin()));
+      members_[static_cast<size_t>(hostOf_.back())].push_back(r);
+    }
+    myHost_ = hostOf_[static_cast<size_t>(rank)];
+    const auto& mine = members_[static_cast<size_t>(myHost_)];
+    localRank_ = static_cast<int>(std::find(mine.begin(), mine.end(), rank) - mine.begin());
+    // The same order on every rank: the full mesh (all), the host's segment, the leaders' mesh.
+    full_ = makeGlooBackend(device, std::make_shared<rdzv::PrefixStore>("full/", store), rank, size_, timeout);
+    // The host's ranks wait for their leader's TCP work: spinning there would take the CPU the
+    // leaders need, so their waits sleep soon.
+    ShmOptions hostShm = shm;
+    hostShm.busyWait = std::chrono::microseconds(100);
+    if (mine.size() > 1)
+      local_ = makeShmBackend(*std::make_shared<rdzv::PrefixStore>("local" + std::to_string(myHost_) + "/", store),
+                              localRank_, static_cast<int>(mine.size()), timeout, hostShm);
+    // Hosts of equal size: the ranks with the same local index across hosts form a Gloo mesh
+    // each (the leaders' is index 0's), so that large all_reduces use every rank's TCP share.
+    const bool even = std::all_of(members_.begin(), members_.end(), [&](const auto& m) { return m.size() == mine.size(); });
+    if (localRank_ == 0 || even)
+      peers_ = makeGlooBackend(device, std::make_shared<rdzv::PrefixStore>("peers" + std::to_string(localRank_) + "/", store),
+                               myHost_, static_cast<int>(members_.size()), timeout);
+    if (localRank_ == 0) leaders_ = peers_.get();
+    if (!even) localPeers_ = 0;
+    else localPeers_ = static_cast<int>(mine.size());
+  }
+
+  void run(const Collective& c) override {
+    const Deadline deadline(c.timeout);
+    auto sub = [&](Collective s) {  // each step gets what is left of the operation's time
+      s.timeout = std::max(deadline.remaining(), milliseconds(1));
+      return s;
+    };
+    switch (c.kind) {
+      case OpKind::AllReduce: return allReduce(c, sub);
+      case OpKind::Broadcast: return broadcast(c, sub);
+      case OpKind::AllGather: return allGather(c, sub);
+      case OpKind::Barrier:
+        if (local_) local_->run(sub(c));
+        if (leaders_) leaders_->run(sub(c));
+        if (local_) local_->run(sub(c));
+        return;
+      default: return full_->run(c);
+    }
+  }
+
+  std::shared_ptr<Request::State> isend(const void* buf, size_t bytes, int dst, int tag, milliseconds timeout) override {
+    return full_->isend(buf, bytes, dst, tag, timeout);
+  }
+  std::shared_ptr<Request::State> irecv(void* buf, size_t bytes, int src, int tag, milliseconds timeout) override {
+    return full_->irecv(buf, bytes, src, tag, timeout);
+  }
+  std::unique_ptr<Backend> makeGroup(std::shared_ptr<rdzv::Store> store, int rank, int size, milliseconds timeout) override {
+    return full_->makeGroup(std::move(store), rank, size, timeout);
+  }
+  void abort() override {
+    if (local_) local_->abort();
+    if (peers_) peers_->abort();
+    full_->abort();
+  }
+  const char* transport() const override { return "hierarchical"; }
+
+ private:
+  // Large, hosts of equal size L: shm reduce_scatter (each local rank holds 1/L of the host's
+  // sum), Gloo all_reduce of that part among the ranks of the same local index, shm all_gather;
+  // what does not divide by L takes the leaders' path.
+  template <class Sub>
+  void allReduce(const Collective& c, Sub&& sub) {
+    const size_t es = dtypeSize(c.dtype);
+    const size_t parts = local_ && localPeers_ > 1 && c.count * es >= kSplitBytes ? static_cast<size_t>(localPeers_) : 0;
+    const size_t part = parts ? c.count / parts : 0;
+    Collective s = c;
+    if (s.op == ReduceOp::Avg) s.op = ReduceOp::Sum;  // divided once, by the whole size, at the end
+    if (part > 0) {
+      std::vector<char> mine(part * es);
+      s.kind = OpKind::ReduceScatter;
+      s.send = c.recv;
+      s.recv = mine.data();
+      s.count = part;
+      local_->run(sub(s));
+      s.kind = OpKind::AllReduce;
+      peers_->run(sub(s));
+      s.kind = OpKind::AllGather;
+      s.send = mine.data();
+      s.recv = c.recv;
+      local_->run(sub(s));
+      s = c;
+      if (s.op == ReduceOp::Avg) s.op = ReduceOp::Sum;
+      s.recv = static_cast<char*>(c.recv) + part * parts * es;
+      s.count = c.count - part * parts;
+    }
+    if (s.count > 0) leaderAllReduce(s, sub);
+    if (c.op == ReduceOp::Avg) divideInPlace(c.recv, c.count, c.dtype, size_);
+  }
+
+  template <class Sub>
+  void leaderAllReduce(Collective s, Sub&& sub) {
+    s.kind = OpKind::Reduce;
+    s.root = 0;
+    if (local_) local_->run(sub(s));
+    s.kind = OpKind::AllReduce;
+    if (leaders_) leaders_->run(sub(s));
+    s.kind = OpKind::Broadcast;
+    if (local_) local_->run(sub(s));
+  }
+
+  template <class Sub>
+  void broadcast(const Collective& c, Sub&& sub) {
+    const int rootHost = hostOf_[static_cast<size_t>(c.root)];
+    const auto& rootMembers = members_[static_cast<size_t>(rootHost)];
+    const int rootLocal = static_cast<int>(std::find(rootMembers.begin(), rootMembers.end(), c.root) - rootMembers.begin());
+    Collective s = c;
+    if (myHost_ == rootHost && rootLocal != 0 && local_) {  // to the root host's leader
+      s.root = rootLocal;
+      local_->run(sub(s));
+    }
+    if (leaders_) {
+      s.root = rootHost;
+      leaders_->run(sub(s));
+    }
+    if (myHost_ != rootHost && local_) {
+      s.root = 0;
+      local_->run(sub(s));
+    }
+  }
+
+  template <class Sub>
+  void allGather(const Collective& c, Sub&& sub) {
+    const size_t es = dtypeSize(c.dtype), block = c.count * es;
+    size_t widest = 0;
+    for (const auto& m : members_) widest = std::max(widest, m.size());
+    std::vector<char> host(widest * block);
+    Collective s = c;
+    if (local_) {
+      s.kind = OpKind::Gather;
+      s.root = 0;
+      s.recv = host.data();
+      local_->run(sub(s));
+    } else {
+      std::memcpy(host.data(), c.send, block);
+    }
+    if (leaders_) {
+      std::vector<char> all(members_.size() * widest * block);
+      s.kind = OpKind::AllGather;
+      s.send = host.data();
+      s.recv = all.data();
+      s.count = widest * c.count;
+      leaders_->run(sub(s));
+      for (size_t h = 0; h < members_.size(); ++h)
+        for (size_t i = 0; i < members_[h].size(); ++i)
+          std::memcpy(static_cast<char*>(c.recv) + static_cast<size_t>(members_[h][i]) * block,
+                      all.data() + (h * widest + i) * block, block);
+    }
+    if (local_) {
+      s = c;
+      s.kind = OpKind::Broadcast;
+      s.root = 0;
+      s.count = c.count * static_cast<size_t>(size_);
+      local_->run(sub(s));
+    }
+  }
+
+  int size_;
+  std::vector<int> hostOf_;                // per rank: its host's index
+  std::vector<std::vector<int>> members_;  // per host: its ranks, ascending
+  int myHost_ = 0, localRank_ = 0;
+  std::unique_ptr<Backend> full_, local_, peers_;
+  Backend* leaders_ = nullptr;  // peers_ of local rank 0
+  int localPeers_ = 0;          // ranks per host when all hosts have as many, else 0
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> makeHierarchicalBackend(std::shared_ptr<rdzv::Store> store, int rank,
+                                                 const std::vector<std::string>& hostOfRank,
+                                                 milliseconds timeout, const ShmOptions& shm,
+                                                 std::shared_ptr<GlooDevice> device) {
+  return std::make_unique<HierBackend>(std::move(store), rank, hostOfRank, timeout, shm, std::move(device));
+}
+
+}  // namespace drun::comm::detail

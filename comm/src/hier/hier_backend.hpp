@@ -1,0 +1,29 @@
+// The hierarchical backend: ranks on several hosts. Within a host the ranks share memory (a shm
+// backend per host); among hosts, one leader per host (its lowest rank) talks over Gloo; every
+// rank is also in a full Gloo mesh for what is not hierarchical.
+//   all_reduce  shm reduce to the leader, Gloo all_reduce among leaders, shm broadcast; from
+//               256 KiB on hosts of equal size L: shm reduce_scatter, L Gloo all_reduces of 1/L
+//               each (ranks of the same local index across hosts), shm all_gather
+//   broadcast   shm broadcast on the root's host (root -> its leader), Gloo broadcast among
+//               leaders, shm broadcast on the other hosts
+//   all_gather  shm gather to the leader, Gloo all_gather among leaders (blocks padded to the
+//               largest host), shm broadcast of the result
+//   barrier     shm barrier, Gloo barrier among leaders, shm barrier
+//   the rest, send/recv: the full Gloo mesh
+// hostOfRank: each rank's host identity (TransportPlan). Threading and ownership: a Backend's.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "backend.hpp"
+#include "shm/shm_segment.hpp"
+
+namespace drun::comm::detail {
+
+std::unique_ptr<Backend> makeHierarchicalBackend(std::shared_ptr<rdzv::Store> store, int rank,
+                                                 const std::vector<std::string>& hostOfRank,
+                                                 milliseconds timeout, const ShmOptions& shm,
+                                                 std::shared_ptr<GlooDevice> device);
+
+}  // namespace drun::comm::detail

@@ -1,0 +1,158 @@
+#include "shm/shm_collectives.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "reduce.hpp"
+
+namespace drun::comm::detail {
+
+void ShmCollectives::step(const Deadline& deadline, const char* what) {
+  ++seq_;
+  seg_.publish(seq_);
+  seg_.waitAll(seq_, deadline, what);
+}
+
+size_t ShmCollectives::chunkElements(size_t count, size_t es, size_t blocks, bool cache) const {
+  size_t room = seg_.halfBytes() / blocks;
+  if (cache) room = std::min(room, kChunkBytes);
+  return std::max<size_t>(1, std::min(count, room / es));
+}
+
+void ShmCollectives::run(const Collective& c) {
+  const Deadline deadline(c.timeout);
+  if (lagging_) {  // the last step was a root's broadcast that did not wait: everyone read it now
+    seg_.waitAll(seq_, deadline, toString(c.kind));
+    lagging_ = false;
+  }
+  if (seg_.singleCopy() && seg_.size() > 1 && c.count * dtypeSize(c.dtype) >= kSingleCopyBytes &&
+      singleCopy(c, deadline))
+    return;
+  switch (c.kind) {
+    case OpKind::Barrier: return step(deadline, "barrier");
+    case OpKind::AllReduce: return reduceAll(c, true, deadline);
+    case OpKind::Reduce: return reduceAll(c, false, deadline);
+    case OpKind::Broadcast: return broadcast(c, deadline);
+    default: return blocks(c, deadline);
+  }
+}
+
+// all_reduce (toAll) and reduce (the root only); in place in c.recv.
+void ShmCollectives::reduceAll(const Collective& c, bool toAll, const Deadline& d) {
+  const int n = seg_.size(), me = seg_.rank();
+  const char* what = toString(c.kind);
+  const size_t es = dtypeSize(c.dtype);
+  char* buf = static_cast<char*>(c.recv);
+  const bool receives = toAll || me == c.root;
+  const ReduceFn fn = reduceFunction(c.dtype, c.op);
+  auto reduceFrom = [&](char* out, size_t offset, size_t elems) {  // out = op over every rank's last half
+    if (n == 1) {
+      if (out != last(0) + offset) std::memcpy(out, last(0) + offset, elems * es);
+      return;
+    }
+    fn(out, last(0) + offset, last(1) + offset, elems);
+    for (int r = 2; r < n; ++r) fn(out, out, last(r) + offset, elems);
+  };
+  const size_t bytes = c.count * es;
+  if (n == 1) {
+    // nothing to combine; AVG of one rank is the value itself
+  } else if (bytes <= kOneShotBytes && bytes <= seg_.halfBytes()) {
+    std::memcpy(next(), buf, bytes);
+    step(d, what);
+    if (receives) reduceFrom(buf, 0, c.count);
+  } else {
+    const size_t chunk = chunkElements(c.count, es, 1, true);
+    for (size_t off = 0; off < c.count; off += chunk) {
+      const size_t m = std::min(chunk, c.count - off);
+      std::memcpy(next(), buf + off * es, m * es);
+      step(d, what);
+      const size_t lo = m * static_cast<size_t>(me) / n, hi = m * static_cast<size_t>(me + 1) / n;
+      char* part = next();  // my part of the result, at its place in the chunk
+      if (hi > lo) reduceFrom(part + lo * es, lo * es, hi - lo);
+      step(d, what);
+      if (!receives) continue;
+      for (int r = 0; r < n; ++r) {
+        const size_t rlo = m * static_cast<size_t>(r) / n, rhi = m * static_cast<size_t>(r + 1) / n;
+        std::memcpy(buf + (off + rlo) * es, last(r) + rlo * es, (rhi - rlo) * es);
+      }
+    }
+  }
+  if (c.op == ReduceOp::Avg && receives) divideInPlace(buf, c.count, c.dtype, n);
+}
+
+void ShmCollectives::broadcast(const Collective& c, const Deadline& d) {
+  const size_t es = dtypeSize(c.dtype);
+  char* buf = static_cast<char*>(c.recv);
+  const size_t chunk = chunkElements(c.count, es, 1, true);
+  const bool root = seg_.rank() == c.root;
+  if (chunk >= c.count) {
+    // One chunk: the root publishes and returns, the others wait for the root alone (a loop of
+    // broadcasts pipelines); the next operation first waits until everyone read it (lagging_).
+    if (root) std::memcpy(next(), buf, c.count * es);
+    seg_.publish(++seq_);
+    if (!root) {
+      seg_.waitAll(seq_, d, "broadcast", c.root);
+      std::memcpy(buf, last(c.root), c.count * es);
+    }
+    lagging_ = true;
+    return;
+  }
+  for (size_t off = 0; off < c.count; off += chunk) {
+    const size_t m = std::min(chunk, c.count - off);
+    if (root) std::memcpy(next(), buf + off * es, m * es);
+    step(d, "broadcast");
+    if (!root) std::memcpy(buf + off * es, last(c.root), m * es);
+  }
+}
+
+// The block-structured ops: per chunk of m elements of each rank's count, one step.
+void ShmCollectives::blocks(const Collective& c, const Deadline& d) {
+  const int n = seg_.size(), me = seg_.rank();
+  const size_t es = dtypeSize(c.dtype), count = c.count;
+  const char* what = toString(c.kind);
+  const char* send = static_cast<const char*>(c.send);
+  char* recv = static_cast<char*>(c.recv);
+  const bool root = me == c.root;
+  // Per rank and step: n blocks (scatter's root, all_to_all, reduce_scatter) or one.
+  const bool nBlocks = c.kind == OpKind::Scatter || c.kind == OpKind::AllToAll || c.kind == OpKind::ReduceScatter;
+  const size_t chunk = chunkElements(count, es, nBlocks ? static_cast<size_t>(n) : 1, false);
+  const ReduceFn fn = c.kind == OpKind::ReduceScatter ? reduceFunction(c.dtype, c.op) : nullptr;
+  for (size_t off = 0; off < count; off += chunk) {
+    const size_t m = std::min(chunk, count - off), mb = m * es;
+    // Write: block j's chunk at j*mb (n blocks), or this rank's chunk at 0.
+    if (nBlocks) {
+      if (c.kind != OpKind::Scatter || root)
+        for (int j = 0; j < n; ++j) std::memcpy(next() + j * mb, send + (j * count + off) * es, mb);
+    } else {
+      std::memcpy(next(), send + off * es, mb);
+    }
+    step(d, what);
+    switch (c.kind) {
+      case OpKind::Scatter:
+        std::memcpy(recv + off * es, last(c.root) + me * mb, mb);
+        break;
+      case OpKind::Gather:
+        if (!root) break;
+        [[fallthrough]];
+      case OpKind::AllGather:
+        for (int r = 0; r < n; ++r) std::memcpy(recv + (r * count + off) * es, last(r), mb);
+        break;
+      case OpKind::AllToAll:
+        for (int r = 0; r < n; ++r) std::memcpy(recv + (r * count + off) * es, last(r) + me * mb, mb);
+        break;
+      case OpKind::ReduceScatter:
+        if (n == 1) {
+          std::memcpy(recv + off * es, last(0), mb);
+          break;
+        }
+        fn(recv + off * es, last(0) + me * mb, last(1) + me * mb, m);
+        for (int r = 2; r < n; ++r) fn(recv + off * es, recv + off * es, last(r) + me * mb, m);
+        break;
+      default:
+        break;
+    }
+  }
+  if (c.kind == OpKind::ReduceScatter && c.op == ReduceOp::Avg) divideInPlace(recv, count, c.dtype, n);
+}
+
+}  // namespace drun::comm::detail

@@ -1,0 +1,122 @@
+// ShmSegment: the memory the ranks of one communicator on one host share, and the waits on it.
+//
+// Lifecycle: rank 0 of the communicator creates an anonymous memfd (never a name in /dev/shm),
+// sizes and maps it, and publishes "<pid> <fd>" in the store; every other rank takes the same
+// file with pidfd_getfd (or /proc/<pid>/fd/<fd> where that is refused) and maps it. Once every
+// rank reported its attach, rank 0 closes the fd: the memory lives exactly as long as one rank
+// still maps it, and the kernel frees it when the last one exits, SIGKILL included.
+//
+// Layout: a header (per-rank sequence flags, pids, a futex word), per rank a collective slot
+// of two halves (data written for flag value k lives in half k%2), then one ring of cells per
+// ordered pair of ranks for point-to-point messages.
+//
+// Waits: spin briefly, then yield, then sleep on a futex; every wait has a deadline and checks
+// the peers' pidfds, so a rank that died fails the wait naming it.
+// Threading: publish/waitAll belong to the one thread running collectives; the p2p doorbell
+// calls are thread-safe. Ownership: unmaps on destruction.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "drun/common/deadline.hpp"
+#include "drun/rendezvous/store.hpp"
+
+namespace drun::comm::detail {
+
+struct ShmOptions {
+  size_t slotBytes = 4u << 20;   // per rank, both halves (DRUN_COMM_SHM_BYTES)
+  size_t cellBytes = 32u << 10;  // one point-to-point cell (header included)
+  size_t cells = 8;              // cells per ordered pair of ranks
+  bool singleCopy = true;        // process_vm_readv where allowed (DRUN_COMM_SHM_SINGLE_COPY)
+  // How long a collective's wait spins (or yields) before it sleeps on the futex.
+  std::chrono::microseconds busyWait{10000};
+};
+
+// One point-to-point cell's header; the payload follows at kCellHeader.
+struct ShmCell {
+  uint32_t tag;
+  uint32_t length;  // payload bytes in this cell
+  uint64_t total;   // the whole message's bytes
+  uint64_t offset;  // this cell's place in the message
+};
+
+class ShmSegment {
+ public:
+  static constexpr size_t kCellHeader = 64;
+
+  // Creates (rank 0) or attaches the segment through `store` (a prefix of this communicator).
+  // Throws CommError when it cannot be shared (every rank throws: the attach results are
+  // exchanged), TimeoutError when a rank does not come within `timeout`.
+  ShmSegment(rdzv::Store& store, int rank, int size, const ShmOptions& options, milliseconds timeout);
+  ~ShmSegment();
+  ShmSegment(const ShmSegment&) = delete;
+  ShmSegment& operator=(const ShmSegment&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  size_t halfBytes() const { return halfBytes_; }
+  // Half h of rank r's collective slot.
+  char* half(int r, uint64_t h) const;
+
+  // ---- collectives: one thread ----
+  // Sets this rank's flag to `value` (release) and wakes sleepers.
+  void publish(uint64_t value);
+  // Until every rank's flag (or `only`'s) >= value, or the deadline (TimeoutError), or a peer died / aborted
+  // (CommError naming it). `what` names the operation in the error.
+  // only >= 0: that rank's flag alone.
+  void waitAll(uint64_t value, const Deadline& deadline, const std::string& what, int only = -1);
+
+  // ---- point to point ----
+  // Cell i of the ring src -> dst, and the ring's counters (producer: tail, consumer: head).
+  ShmCell* cell(int src, int dst, uint64_t index) const;
+  std::atomic<uint64_t>& ringHead(int src, int dst) const;
+  std::atomic<uint64_t>& ringTail(int src, int dst) const;
+  size_t cells() const { return options_.cells; }
+  size_t cellPayload() const { return options_.cellBytes - kCellHeader; }
+  // Rings rank r's doorbell (something for it to do), and sleeps on this rank's own until it
+  // changes from `seen` or `timeout` passes.
+  void ring(int r);
+  uint32_t bell() const;
+  void sleepOnBell(uint32_t seen, milliseconds timeout);
+
+  // ---- single copy (process_vm_readv), where every rank may read every other's memory ----
+  bool singleCopy() const { return singleCopy_; }
+  // This rank's buffers for the current operation; visible to the others with its next publish.
+  void publishBuffers(const void* send, const void* recv);
+  uint64_t sendAddr(int r) const;
+  uint64_t recvAddr(int r) const;
+  // Copies `bytes` at `address` in rank r's memory into `into`; CommError (naming r when it is
+  // gone) on failure.
+  void readPeer(int r, uint64_t address, void* into, size_t bytes) const;
+
+  // After a failure: every rank's waits fail at once naming this rank.
+  void abort();
+  // "" while rank r lives, else "rank r (pid N) is gone" / "... aborted ...".
+  std::string peerFailure(int r) const;
+  // The first failed rank among all, as peerFailure says it; "" when none.
+  std::string anyFailure() const;
+
+ private:
+  struct Header;
+  Header& header() const;
+  void attachPeers();
+  void layout();  // offsets from options_ and size_
+  void probeSingleCopy(rdzv::Store& store, milliseconds timeout);
+
+  int rank_, size_;
+  ShmOptions options_;
+  size_t totalBytes_ = 0, halfBytes_ = 0, slotsOffset_ = 0, ringsOffset_ = 0, ringBytes_ = 0;
+  char* base_ = nullptr;
+  bool singleCopy_ = false;
+  uint64_t probeWord_ = 0;  // read by the peers' probe
+  std::vector<int> pidfds_;  // per peer, -1 for self or where pidfd_open is refused
+  std::vector<int> pids_;
+};
+
+}  // namespace drun::comm::detail
