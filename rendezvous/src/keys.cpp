@@ -155,14 +155,24 @@ std::string config(std::string_view runId) { return cat(job(runId), "config"); }
 std::string present(std::string_view runId) { return cat(job(runId), "present"); }
 std::string lastDead(std::string_view runId, uint64_t r) { return cat(round(runId, r), "last_dead"); }
 
+namespace {
+
+// What every will of a node in round r says: its dead flag, why (for the watchers' messages),
+// and its id as the latest death.
+std::vector<std::pair<std::string, Bytes>> deathNotice(std::string_view runId, uint64_t r,
+                                                        std::string_view node, std::string why) {
+  return {{dead(runId, r, node), "1"}, {lastChange(runId, r), std::move(why)},
+          {lastDead(runId, r), std::string(node)}};
+}
+
+}  // namespace
+
 Store::Will joinWill(std::string_view runId, uint64_t r, std::string_view node,
                      std::string_view displayName) {
   Store::Will will;
-  will.sets = {{dead(runId, r, node), "1"},
-               {lastChange(runId, r),
-                "node " + std::string(displayName) + " left round " + std::to_string(r) +
-                    " (its connection to the rendezvous store closed or went silent)"},
-               {lastDead(runId, r), std::string(node)}};
+  will.sets = deathNotice(runId, r, node,
+                          "node " + std::string(displayName) + " left round " + std::to_string(r) +
+                              " (its connection to the rendezvous store closed or went silent)");
   // status last: once the round is closed it holds the state, and the store skips that add.
   will.adds = {{left(runId, r), 1},
                {lost(runId, r), 1},
@@ -176,11 +186,9 @@ Store::Will joinWill(std::string_view runId, uint64_t r, std::string_view node,
 Store::Will finishedWill(std::string_view runId, uint64_t r, std::string_view node,
                          std::string_view displayName) {
   Store::Will will;
-  will.sets = {{dead(runId, r, node), "1"},
-               {lastChange(runId, r),
-                "node " + std::string(displayName) + " left round " + std::to_string(r) +
-                    " after its workers succeeded"},
-               {lastDead(runId, r), std::string(node)}};
+  will.sets = deathNotice(runId, r, node,
+                          "node " + std::string(displayName) + " left round " + std::to_string(r) +
+                              " after its workers succeeded");
   will.adds = {{left(runId, r), 1}, {changes(runId, r), 1}, {present(runId), -1}};
   return will;
 }
