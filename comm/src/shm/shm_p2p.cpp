@@ -239,8 +239,9 @@ bool ShmP2P::drain(int src) {
     }
     const char* payload = reinterpret_cast<const char*>(cell) + ShmSegment::kCellHeader;
     const size_t len = std::min<size_t>(cell->length, in->total - std::min(in->total, cell->offset));
-    if (in->op && !in->discard) std::memcpy(in->op->buf + cell->offset, payload, len);
-    else if (in->kept) std::memcpy(in->kept->data.data() + cell->offset, payload, len);
+    // (len 0: a zero-length message, whose buffer may be null: memcpy's arguments must not be)
+    if (len > 0 && in->op && !in->discard) std::memcpy(in->op->buf + cell->offset, payload, len);
+    else if (len > 0 && in->kept) std::memcpy(in->kept->data.data() + cell->offset, payload, len);
     in->received += len;
     head.store(h + 1, std::memory_order_release);
     moved = true;
