@@ -184,6 +184,15 @@ TEST_CASE("elastic: the store's host serves until a spare has left, even a slow 
   checkRound({getWithin(fh), getWithin(fm)}, {1, 1});
   auto spare = makeC10dRendezvous(withNode(o, ""));
   auto fs = startNext(*spare);
+  {
+    // The spare waits in round 1 before the job ends (one arriving after the end waits for the
+    // leaving nodes, then starts afresh: another case).
+    TcpStoreOptions observer;
+    observer.port = o.endpointPort;
+    observer.connectTimeout = 5s;
+    TcpStore store(observer);
+    awaitArrivals(store, "barrier", 1, 1);
+  }
   FirstChange done(*host, "succeeded");
   member->finish();
   host->finish();
