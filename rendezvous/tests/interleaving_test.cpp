@@ -7,8 +7,7 @@
 // count. The store host's exit barrier (invariant (d)) is not expressible over MemoryStore (no
 // node hosts a server there): the agent-level and chaos tests cover it.
 //
-// Tagged [v2] where points fail on the landed code (8601258; see rendezvous/README.md): those are
-// registered with CTest once -DDRUN_V2_TESTS=ON (rendezvous/CMakeLists.txt).
+// Tagged [v2] where points failed on 8601258 (see rendezvous/README.md).
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
