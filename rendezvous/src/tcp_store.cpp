@@ -62,23 +62,28 @@ std::string errnoText(int err) { return std::strerror(err); }
 
 // Waits for `events` on fd until the deadline; false on timeout.
 // After this process was stopped and continued (SIGSTOP/SIGCONT: a debugger, a loaded node,
-// the chaos driver), poll() returns EINTR, and a deadline may have passed while nothing here ran
-// — also the store server's thread, when this process hosts it. Such a deadline gets this much
-// more once, so that the peer can answer before the connection is declared lost.
+// the chaos driver), a deadline may have passed while nothing here ran — nor the store server's
+// thread, when this process hosts it. poll() then returns a plain timeout (EINTR only at times),
+// so the stop is seen by the clock: poll() waits in slices of kStallProbe, and one that returns
+// kStallSlack later than asked means this process did not run meanwhile. Such a deadline gets
+// kGraceAfterStop more, once, so that the peer can answer before the connection is declared lost.
 constexpr milliseconds kGraceAfterStop{500};
+constexpr milliseconds kStallProbe{250};
+constexpr milliseconds kStallSlack{250};
 
 bool pollUntil(int fd, short events, const Deadline& callDeadline) {
+  using Clock = std::chrono::steady_clock;
   Deadline deadline = callDeadline;
-  bool stopped = false;  // poll() was interrupted: perhaps this process did not run for a while
+  bool stopped = false;  // this process (perhaps) did not run for a while during the call
   bool graced = false;
   for (;;) {
-    milliseconds left = deadline.remaining();
-    int ms = static_cast<int>(std::min<long long>(left.count(), 60'000));
+    const milliseconds slice = std::min(deadline.remaining(), kStallProbe);
     pollfd p{fd, events, 0};
-    int n = ::poll(&p, 1, ms);
+    const auto before = Clock::now();
+    int n = ::poll(&p, 1, static_cast<int>(slice.count()));
     if (n > 0) return true;
     if (n < 0 && errno != EINTR) throw NetworkError(std::string("poll: ") + errnoText(errno));
-    if (n < 0) stopped = true;
+    if (n < 0 || Clock::now() - before > slice + kStallSlack) stopped = true;
     if (deadline.expired()) {
       if (!stopped || graced) return false;
       graced = true;

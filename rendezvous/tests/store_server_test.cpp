@@ -366,6 +366,88 @@ TEST_CASE("daemon: drun-rendezvous prints its port, serves, and stops on SIGTERM
   CHECK(daemon.stop() == 0);
 }
 
+// Chaos seed 40010: the store host paused (SIGSTOP) for longer than the leases; on SIGCONT the
+// server's lease timers fired before it read the heartbeats queued meanwhile, ran every live
+// agent's will, and a job that had succeeded ended in failure on every node.
+TEST_CASE("daemon: a server paused longer than the leases keeps its heartbeating clients",
+          "[server]") {
+  DaemonProcess daemon;
+  TcpStoreOptions o = clientOptions(daemon.port());
+  o.heartbeatInterval = 50ms;
+  o.leaseTimeout = 300ms;
+  TcpStore live(o);
+  live.setWill({{{"paused/live/dead", "1"}}, {}, {}});
+  TcpStoreOptions silentOptions = o;
+  silentOptions.heartbeatInterval = 0ms;  // silent: its lease must still expire after the pause
+  TcpStore silent(silentOptions);
+  silent.setWill({{{"paused/silent/dead", "1"}}, {}, {}});
+
+  REQUIRE(::kill(daemon.pid(), SIGSTOP) == 0);
+  std::this_thread::sleep_for(1200ms);  // the scenario: four leases of the server's own stall
+  REQUIRE(::kill(daemon.pid(), SIGCONT) == 0);
+
+  TcpStore observer(clientOptions(daemon.port()));
+  CHECK(observer.get("paused/silent/dead", 5s) == "1");
+  std::this_thread::sleep_for(300ms);  // one more lease: the live client is heard in it
+  CHECK_FALSE(observer.tryGet("paused/live/dead"));
+  live.set("paused/live/still", "here");
+  CHECK(observer.get("paused/live/still", 5s) == "here");
+}
+
+// The same seed, in the paused process itself: the agent hosting the store was stopped while its
+// own client waited on a watch; on SIGCONT the client found its reply deadline passed (poll()
+// returned a plain timeout, no EINTR) before the server thread beside it had run, declared the
+// store lost, and the agent failed a job that had succeeded.
+TEST_CASE("client: a call in a process stopped past its deadline waits for its own server's answer",
+          "[server]") {
+  int ready[2];
+  REQUIRE(::pipe2(ready, O_CLOEXEC) == 0);
+  pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    int code = 3;
+    try {
+      StoreServer server(localOptions());
+      server.start();
+      TcpStoreOptions o = clientOptions(server.port());
+      o.replyGrace = 300ms;
+      TcpStore c(o);
+      (void)!::write(ready[1], "r", 1);
+      try {
+        c.get("never", 800ms);  // answered by the server's Timeout, 800 ms on the server's clock
+        code = 2;
+      } catch (const drun::TimeoutError&) {
+        code = 0;
+      } catch (const drun::NetworkError&) {
+        code = 1;  // "no reply ... connection presumed lost"
+      }
+    } catch (...) {
+    }
+    ::_exit(code);
+  }
+  ::close(ready[1]);
+  char byte = 0;
+  pollfd p{ready[0], POLLIN, 0};
+  REQUIRE(::poll(&p, 1, 10000) == 1);
+  REQUIRE(::read(ready[0], &byte, 1) == 1);
+  ::close(ready[0]);
+  std::this_thread::sleep_for(300ms);
+  REQUIRE(::kill(child, SIGSTOP) == 0);
+  std::this_thread::sleep_for(1500ms);  // past the call's 800 ms and its 300 ms grace
+  REQUIRE(::kill(child, SIGCONT) == 0);
+  int status = 0;
+  Deadline deadline(10s);
+  while (::waitpid(child, &status, WNOHANG) == 0 && !deadline.expired())
+    std::this_thread::sleep_for(10ms);
+  if (deadline.expired()) {
+    ::kill(child, SIGKILL);
+    ::waitpid(child, &status, 0);
+  }
+  INFO("child exit: 0 = the server's Timeout, 1 = connection presumed lost, 2 = a value, 3 = error");
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+}
+
 TEST_CASE("server: a job whose agents all died is removed after the orphan TTL, others stay",
           "[server]") {
   StoreServerOptions o = localOptions();
