@@ -32,24 +32,33 @@ namespace drun::rdzv::test {
 
 using namespace std::chrono_literals;
 
+// Under a sanitizer every thread runs several times slower and CI runs two such tests at once:
+// a heartbeat thread starved past a 1 s timeout would be a false death, reported as a violation
+// of the design rather than of the build. There every timeout and bound below is this much longer.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+inline constexpr int kTimeScale = 3;
+#else
+inline constexpr int kTimeScale = 1;
+#endif
+
 // Short timeouts: the whole enumeration must stay within about a minute.
 inline RendezvousOptions shortOptions(int minNodes, int maxNodes, const std::string& runId) {
   RendezvousOptions o;
   o.runId = runId;
   o.minNodes = minNodes;
   o.maxNodes = maxNodes;
-  o.joinTimeout = 3s;
-  o.lastCallTimeout = 100ms;
-  o.closeTimeout = 1s;
-  o.heartbeatInterval = 100ms;
-  o.heartbeatTimeout = 1s;
-  o.readTimeout = 2s;
+  o.joinTimeout = 3s * kTimeScale;
+  o.lastCallTimeout = 100ms * kTimeScale;
+  o.closeTimeout = 1s * kTimeScale;
+  o.heartbeatInterval = 100ms * kTimeScale;
+  o.heartbeatTimeout = 1s * kTimeScale;
+  o.readTimeout = 2s * kTimeScale;
   return o;
 }
 
-constexpr auto kStuck = 6s;        // a node waiting this long for anything is stuck
-constexpr auto kTellBound = 5s;    // survivors learn of a dead member within this
-constexpr auto kFenceBound = 1s;   // a cut-off node stops its workers within this (heartbeat)
+constexpr auto kStuck = 6s * kTimeScale;       // a node waiting this long for anything is stuck
+constexpr auto kTellBound = 5s * kTimeScale;   // survivors learn of a dead member within this
+constexpr auto kFenceBound = 1s * kTimeScale;  // a cut-off node stops its workers within this (heartbeat)
 
 enum class Phase { Idle, Joining, Running, Finishing, Ended };
 enum class Ending { None, Succeeded, JobEnded, Failed, Error, Dead, Stuck };
@@ -223,7 +232,7 @@ class Cluster {
   }
 
   // Starts `name` and waits until it blocks in its join's watch, or formed a round, or ended.
-  bool arrive(const std::string& name, milliseconds bound = 3s) {
+  bool arrive(const std::string& name, milliseconds bound = 3s * kTimeScale) {
     Node& n = node(name);
     note(name + " arrives");
     n.start();
@@ -235,7 +244,7 @@ class Cluster {
 
   // Waits until the named nodes run one round together (and returns it), or nullopt.
   std::optional<uint64_t> awaitRunning(const std::vector<std::string>& names,
-                                       milliseconds bound = 5s) {
+                                       milliseconds bound = 5s * kTimeScale) {
     std::optional<uint64_t> common;
     waitFor(bound, [&] {
       common.reset();
@@ -251,7 +260,7 @@ class Cluster {
 
   // Waits until nothing moves: every live node runs (all in one round) or waits blocked in a
   // join (a spare, a late node), and nobody is mid-call. False at the bound.
-  bool settle(milliseconds bound = 5s) {
+  bool settle(milliseconds bound = 5s * kTimeScale) {
     return waitFor(bound, [&] {
       std::optional<uint64_t> common;
       bool anyRunning = false;
@@ -274,7 +283,7 @@ class Cluster {
 
   // Every started node's workers succeed (now, or as soon as it runs a round); waits until every
   // node ended. False at the bound.
-  bool finishAll(milliseconds bound = 12s) {
+  bool finishAll(milliseconds bound = 12s * kTimeScale) {
     {
       std::lock_guard lock(mutex);
       for (auto& n : nodes) n->finishRequested_ = true;

@@ -45,7 +45,7 @@ void newcomersWaitForRunningNodes(int minNodes, int maxNodes, int running, int n
   Cluster c("split");
   for (int i = 0; i < running + newcomers; ++i) {
     Node& n = c.add("n" + std::to_string(i), shortOptions(minNodes, maxNodes, "split"));
-    if (i < running) n.stopTime = 1s;  // ten last calls
+    if (i < running) n.stopTime = 1s * kTimeScale;  // ten last calls
   }
   std::vector<std::string> members;
   for (int i = 0; i < running; ++i) {
@@ -56,7 +56,7 @@ void newcomersWaitForRunningNodes(int minNodes, int maxNodes, int running, int n
   for (int i = running; i < running + newcomers; ++i) c.arrive("n" + std::to_string(i));
   // The running nodes take the newcomers in after the last call (and their workers' stop).
   const std::string first = "n" + std::to_string(running);
-  CHECK(c.waitFor(5s, [&] { return c.nodeLocked(first).phase != Phase::Joining; }));
+  CHECK(c.waitFor(5s * kTimeScale, [&] { return c.nodeLocked(first).phase != Phase::Joining; }));
   CHECK(c.finishAll());
   const auto hosts = firstRoundHosts(c, first);
   const bool withRunning = std::all_of(members.begin(), members.end(), [&](auto& m) {
@@ -88,7 +88,7 @@ TEST_CASE("v2 split brain: the same --nnodes 1 job started twice: the second wai
   REQUIRE(c.awaitRunning({"n0"}));
   c.arrive("n1");
   // While n0 runs, n1 must not run: it waits (a spare) and ends with the job.
-  CHECK_FALSE(c.waitFor(500ms, [&] { return c.nodeLocked("n1").phase == Phase::Running; }));
+  CHECK_FALSE(c.waitFor(500ms * kTimeScale, [&] { return c.nodeLocked("n1").phase == Phase::Running; }));
   CHECK(c.finishAll());
   INFO(c.journalText());
   {
@@ -115,7 +115,7 @@ TEST_CASE("v2 tryClose window: a member whose will fires inside the closer's sna
   for (int i = 0; i < 3; ++i) c.add("n" + std::to_string(i), shortOptions(2, 3, "window"));
   for (int i = 0; i < 3; ++i) c.arrive("n" + std::to_string(i));
   REQUIRE(c.awaitRunning({"n0", "n2"}));
-  const bool told = c.waitFor(1s, [&] {
+  const bool told = c.waitFor(1s * kTimeScale, [&] {
     return sawEvent(c, "n0", JobEvent::Kind::MemberLost) &&
            sawEvent(c, "n2", JobEvent::Kind::MemberLost);
   });
@@ -139,7 +139,7 @@ TEST_CASE("v2 exit barrier: a slow spare ends with the job's code 0 and leaves n
   c.hook = [&](const StoreOp& op) {
     if (op.node == "n2" && op.call == "join" && c.observer.check({keys::outcome("slowspare")}) &&
         !paused.exchange(true))
-      std::this_thread::sleep_for(600ms);  // a pause injected, not a synchronisation
+      std::this_thread::sleep_for(600ms * kTimeScale);  // a pause injected, not a synchronisation
   };
   for (int i = 0; i < 3; ++i) c.add("n" + std::to_string(i), shortOptions(2, 2, "slowspare"));
   c.arrive("n0");
@@ -174,10 +174,10 @@ TEST_CASE("v2 exit barrier: a member that dies after its workers succeeded fails
   REQUIRE(c.awaitRunning({"n0", "n1", "n2"}));
   for (const char* name : {"n2", "n0"}) {
     c.node(name).requestFinish();
-    REQUIRE(c.waitFor(3s, [&] { return c.nodeLocked(name).finishReturned; }));
+    REQUIRE(c.waitFor(3s * kTimeScale, [&] { return c.nodeLocked(name).finishReturned; }));
   }
   c.kill("n2");
-  c.waitFor(1s, [&] { return sawEvent(c, "n0", JobEvent::Kind::MemberLost); });
+  c.waitFor(1s * kTimeScale, [&] { return sawEvent(c, "n0", JobEvent::Kind::MemberLost); });
   CHECK(c.finishAll());
   INFO(c.journalText());
   {
@@ -207,9 +207,9 @@ TEST_CASE("v2 a joiner left out of the round dies: it is no lost member", "[rend
   for (int i = 0; i < 3; ++i) c.add("n" + std::to_string(i), shortOptions(2, 2, "leftout"));
   c.arrive("n0");
   c.arrive("n2");
-  REQUIRE(c.waitFor(3s, [&] { return c.nodeLocked("n2").phase == Phase::Ended; }));
+  REQUIRE(c.waitFor(3s * kTimeScale, [&] { return c.nodeLocked("n2").phase == Phase::Ended; }));
   // Neither member may be told that a member was lost (nor re-form for it).
-  const bool lost = c.waitFor(1s, [&] {
+  const bool lost = c.waitFor(1s * kTimeScale, [&] {
     return sawEvent(c, "n0", JobEvent::Kind::MemberLost) ||
            sawEvent(c, "n1", JobEvent::Kind::MemberLost);
   });
@@ -236,7 +236,7 @@ TEST_CASE("v2 a reused id: the same ids start again after a failed job and form 
   again.add("n1", shortOptions(2, 2, "reused"));
   again.arrive("n0");
   again.arrive("n1");
-  const auto round = again.awaitRunning({"n0", "n1"}, 3s);
+  const auto round = again.awaitRunning({"n0", "n1"}, 3s * kTimeScale);
   INFO("store keys left by the failed job: " << failed.observer.numKeys() << "\n"
                                              << again.journalText());
   CHECK(round.has_value());
@@ -252,18 +252,18 @@ TEST_CASE("v2 replacement: --nnodes 2 loses a member, the survivor waits, a newc
           "place", "[rendezvous][v2][replace]") {
   Cluster c("replace");
   auto options = shortOptions(2, 2, "replace");
-  options.replaceTimeout = 3s;
+  options.replaceTimeout = 3s * kTimeScale;
   for (const char* name : {"n0", "n1", "n2"}) c.add(name, options);
   c.arrive("n0");
   c.arrive("n1");
   REQUIRE(c.awaitRunning({"n0", "n1"}));
   c.kill("n1");
   // n0 is told, stops and waits in the rendezvous for a replacement (not fails at once).
-  REQUIRE(c.waitFor(3s, [&] {
+  REQUIRE(c.waitFor(3s * kTimeScale, [&] {
     return c.nodeLocked("n0").phase == Phase::Joining && c.nodeLocked("n0").link().blockedInWatch();
   }));
   c.arrive("n2");  // later: a pod restart, a requeue
-  const auto round = c.awaitRunning({"n0", "n2"}, 3s);
+  const auto round = c.awaitRunning({"n0", "n2"}, 3s * kTimeScale);
   INFO(c.journalText());
   REQUIRE(round.has_value());
   CHECK(*round == 1);

@@ -204,7 +204,7 @@ std::function<void(Cluster&)> finishFirst(int count, std::string first, std::str
     for (const std::string& name : {before, first}) {
       if (name.empty()) continue;
       c.node(name).requestFinish();
-      c.waitFor(3s, [&] {
+      c.waitFor(3s * kTimeScale, [&] {
         auto& n = c.nodeLocked(name);
         return n.finishReturned || n.phase == Phase::Ended;
       });
@@ -262,7 +262,7 @@ TEST_CASE("interleavings: a member dies at each point of a newcomer's join (one,
     s.setup = [=](Cluster& c, const std::string& runId) {
       nodes(2 + newcomers, 2, maxNodes)(c, runId);
       // The running nodes' workers take 3 last calls to stop: the newcomers must wait for them.
-      for (const char* running : {"n0", "n1"}) c.node(running).stopTime = 300ms;
+      for (const char* running : {"n0", "n1"}) c.node(running).stopTime = 300ms * kTimeScale;
     };
     s.drive = [=](Cluster& c) {
       arriveInOrder(c, 2);
