@@ -35,15 +35,7 @@ TEST_CASE("torch: the tutorial programs on two namespace hosts with 2 ranks each
           "PATH)", "[torch][multinode]") {
   skipWithoutTorch("torch tutorials on two hosts");
   skipWithoutNetns("torch tutorials on two hosts");
-  TwoHosts job({"--nproc-per-node", "2"}, {"python3", torchProgram("tutorials.py").string()});
-  auto runs = job.run();
-  INFO(describe(runs));
-  for (const auto& r : runs) REQUIRE(r.status() == 0);
-  checkTutorials(runs[0].out + runs[1].out, 4);
-  // Each host ran its own two ranks: node rank 0 (the endpoint's) ranks 0-1.
-  for (const auto& l : tagged(runs[0].out, "TUTORIALS")) CHECK(l.rank() < 2);
-  for (const auto& l : tagged(runs[1].out, "TUTORIALS")) CHECK(l.rank() >= 2);
-  CHECK(job.marker.leftovers(5s).empty());
+  checkTutorialsOnTwoHosts();
 }
 
 TEST_CASE("torch: an exception recorded by @record reaches drun's failure summary", "[torch]") {

@@ -161,4 +161,18 @@ inline RunOptions singleNode(const MarkerScope& marker, std::vector<std::string>
 }
 
 
+// tutorials.py on two namespace hosts x 2 ranks, every result checked; `env`: the backend's.
+inline void checkTutorialsOnTwoHosts(std::vector<std::string> env = {}) {
+  TwoHosts job({"--nproc-per-node", "2"}, {"python3", torchProgram("tutorials.py").string()},
+               std::move(env));
+  auto runs = job.run();
+  INFO(describe(runs));
+  for (const auto& r : runs) REQUIRE(r.status() == 0);
+  checkTutorials(runs[0].out + runs[1].out, 4);
+  // Each host ran its own two ranks: node rank 0 (the endpoint's) ranks 0-1.
+  for (const auto& l : tagged(runs[0].out, "TUTORIALS")) CHECK(l.rank() < 2);
+  for (const auto& l : tagged(runs[1].out, "TUTORIALS")) CHECK(l.rank() >= 2);
+  CHECK(job.marker.leftovers(5s).empty());
+}
+
 }  // namespace drun::test
