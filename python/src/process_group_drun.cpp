@@ -1,5 +1,7 @@
 #include "process_group_drun.hpp"
 
+#include <cstring>
+
 #include "drun_work.hpp"
 #include "tensor_args.hpp"
 #include "torch_store_adapter.hpp"
@@ -224,24 +226,65 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDrun::alltoall_base(
     std::vector<int64_t>& inputSplits, const c10d::AllToAllOptions& opts) {
   auto out = stage(output, "all_to_all_single");
   auto in = stage(input, "all_to_all_single");
-  auto even = [&](const std::vector<int64_t>& splits, const at::Tensor& t) {
-    if (splits.empty()) return true;
-    for (auto s : splits)
-      if (s * size_ != t.size(0)) return false;
-    return true;
-  };
-  TORCH_CHECK(even(outputSplits, output) && even(inputSplits, input),
-              "drun backend: all_to_all_single with uneven split sizes is not supported "
-              "(equal blocks only)");
-  TORCH_CHECK(out.user.scalar_type() == in.user.scalar_type() && out.count() == in.count(),
-              "drun backend: all_to_all_single: input and output differ in dtype or size");
-  size_t block = blockCount(in.user, size_, "all_to_all_single", "input");
-  guarded("all_to_all_single", [&] {
-    comm_->allToAll(in.data(), out.data(), block, dtypeOf(in.user, "all_to_all"),
-                    opTimeout(opts.timeout));
-  });
+  TORCH_CHECK(out.user.scalar_type() == in.user.scalar_type(),
+              "drun backend: all_to_all_single: input and output differ in dtype");
+  if (outputSplits.empty() && inputSplits.empty()) {
+    TORCH_CHECK(out.count() == in.count(),
+                "drun backend: all_to_all_single: input and output differ in size");
+    size_t block = blockCount(in.user, size_, "all_to_all_single", "input");
+    guarded("all_to_all_single", [&] {
+      comm_->allToAll(in.data(), out.data(), block, dtypeOf(in.user, "all_to_all"),
+                      opTimeout(opts.timeout));
+    });
+  } else {
+    unevenAllToAll(out, in, outputSplits, inputSplits, opts);
+  }
   out.copyBack();
   return done(OpType::ALLTOALL_BASE, {output});
+}
+
+// Uneven splits (rows of dim 0 per peer): one isend and one irecv per peer on a tag of its own,
+// then wait for all of them.
+void ProcessGroupDrun::unevenAllToAll(const Staged& out, const Staged& in,
+                                      const std::vector<int64_t>& outputSplits,
+                                      const std::vector<int64_t>& inputSplits,
+                                      const c10d::AllToAllOptions& opts) {
+  auto offsets = [&](std::vector<int64_t> splits, const at::Tensor& t, const char* what) {
+    if (splits.empty()) splits.assign(size_, t.size(0) / size_);
+    TORCH_CHECK(static_cast<int>(splits.size()) == size_, "drun backend: all_to_all_single: ",
+                what, " splits has ", splits.size(), " sizes, expected ", size_);
+    int64_t rows = 0;
+    for (auto s : splits) rows += s;
+    TORCH_CHECK(rows == t.size(0), "drun backend: all_to_all_single: ", what, " splits sum to ",
+                rows, ", the tensor has ", t.size(0), " rows");
+    return splits;
+  };
+  auto outRows = offsets(outputSplits, out.user, "output");
+  auto inRows = offsets(inputSplits, in.user, "input");
+  const int64_t rowElements = in.user.dim() > 0 && in.user.size(0) > 0 ? in.user.numel() / in.user.size(0) : 1;
+  const size_t elementBytes = in.flat.element_size();
+  const auto dtype = dtypeOf(in.user, "all_to_all_single");
+  std::vector<comm::Request> requests;
+  guarded("all_to_all_single", [&] {
+    int64_t sendRow = 0, recvRow = 0;
+    for (int peer = 0; peer < size_; ++peer) {
+      auto* src = static_cast<char*>(in.data()) + sendRow * rowElements * elementBytes;
+      auto* dst = static_cast<char*>(out.data()) + recvRow * rowElements * elementBytes;
+      sendRow += inRows[peer];
+      recvRow += outRows[peer];
+      if (peer == rank_) {  // this rank's own block: a copy
+        TORCH_CHECK(inRows[peer] == outRows[peer], "drun backend: all_to_all_single: this rank "
+                    "sends itself ", inRows[peer], " rows but receives ", outRows[peer]);
+        std::memcpy(dst, src, inRows[peer] * rowElements * elementBytes);
+        continue;
+      }
+      requests.push_back(comm_->irecv(dst, outRows[peer] * rowElements, dtype, peer,
+                                      kAllToAllTag, opTimeout(opts.timeout)));
+      requests.push_back(comm_->isend(src, inRows[peer] * rowElements, dtype, peer,
+                                      kAllToAllTag, opTimeout(opts.timeout)));
+    }
+    for (auto& r : requests) r.wait();
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDrun::alltoall(std::vector<at::Tensor>& outputs,

@@ -10,7 +10,8 @@
 // strides (non-contiguous ones are staged); reduce ops SUM PRODUCT MIN MAX AVG BAND BOR BXOR.
 // Collectives run on the calling thread and return a completed DrunWork; send/recv return a
 // pending one. Errors (TORCH_CHECK / RuntimeError) name the call; drun's failures keep drun's
-// message (a dead peer is named). Unsupported calls (uneven all_to_all splits, PREMUL_SUM,
+// message (a dead peer is named). all_to_all_single with uneven splits goes point to point.
+// Unsupported calls (PREMUL_SUM,
 // CUDA tensors, monitored barrier) raise a RuntimeError that names them.
 //
 // Threading: as the Communicator: collectives in call order, point to point concurrently.
@@ -20,6 +21,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "drun/comm/communicator.hpp"
+#include "tensor_args.hpp"
 
 namespace drun::torch_backend {
 
@@ -75,6 +77,11 @@ class ProcessGroupDrun final : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> done(c10d::OpType type, std::vector<at::Tensor> outputs);
   c10::intrusive_ptr<c10d::Work> receive(std::vector<at::Tensor>& tensors, int src, int tag,
                                          c10d::OpType type);
+  void unevenAllToAll(const Staged& out, const Staged& in, const std::vector<int64_t>& outputSplits,
+                      const std::vector<int64_t>& inputSplits, const c10d::AllToAllOptions& opts);
+
+  // The tag of uneven all_to_all's messages: far above the tags torch programs use.
+  static constexpr int kAllToAllTag = 0x7ffffff0;
 
   std::shared_ptr<comm::Communicator> comm_;
 };

@@ -224,10 +224,21 @@ def shapes_and_work(rank, size, check):
     # Unsupported calls fail clearly, and the group stays usable.
     check.raises(lambda: dist.all_reduce(torch.ones(2, dtype=torch.int16)), "not supported",
                  "int16")
-    if size > 1:
-        uneven = [1] * (size - 1) + [size + 1]
-        check.raises(lambda: dist.all_to_all_single(torch.empty(2 * size), torch.ones(2 * size),
-                                                    uneven, uneven), "uneven", "uneven splits")
+    # all_to_all_single with uneven splits: rank r sends peer j (r + j) % 3 + 1 rows of 2.
+    splits = [(rank + j) % 3 + 1 for j in range(size)]
+
+    def uneven(group):
+        mine = torch.arange(sum(splits) * 2, dtype=torch.float64).reshape(-1, 2) + 100 * rank
+        out = torch.empty(sum(splits), 2, dtype=torch.float64)
+        dist.all_to_all_single(out, mine, splits, splits, group=group)
+        return out
+    want = []
+    for peer in range(size):
+        theirs = [(peer + j) % 3 + 1 for j in range(size)]
+        rows = torch.arange(sum(theirs) * 2, dtype=torch.float64).reshape(-1, 2) + 100 * peer
+        want.append(rows[sum(theirs[:rank]):sum(theirs[:rank + 1])])
+    check.same(check.against_gloo(uneven, "all_to_all_single uneven"), torch.cat(want),
+               "all_to_all_single uneven")
     check.raises(lambda: dist.all_reduce(torch.ones(2), op=R.BAND), "bitwise", "BAND on floats")
     t = torch.ones(1)
     dist.all_reduce(t)
