@@ -3,7 +3,8 @@
 // checked as the gloo runs are (results recomputed from the world size) and against a gloo run
 // of the same programs (the SGD loss curve); every collective x dtype x op against gloo's result
 // in the same job (tests/torch/backend_matrix.py); DDP trained on both backends in one job
-// (tests/torch/ddp_compare.py); a rank SIGKILLed mid-collective (tests/torch/peer_death.py).
+// (tests/torch/ddp_compare.py); a rank SIGKILLed mid-collective and a silent rank against
+// init_process_group's timeout (tests/torch/peer_death.py).
 //
 // PYTHONPATH names the built package (<build>/lib/drun/python) until the agent sets it for its
 // workers. SKIPPED without torch, without the compiled drun.torch module (libtorch-dev), and the
@@ -95,40 +96,67 @@ TEST_CASE("torch backend drun: every collective x dtype x op, and DDP, against g
   CHECK(marker.leftovers(5s).empty());
 }
 
-TEST_CASE("torch backend drun: a rank SIGKILLed mid-collective makes every survivor raise "
-          "naming it", "[torch]") {
-  skipWithoutDrunTorch("peer death on the drun backend");
-  constexpr int kWorld = 4, kVictim = 2;
-  constexpr auto kTimeout = 30s;
+namespace {
+
+// peer_death.py on kWorld ranks started directly; returns each rank's result.
+std::vector<RunResult> runPeerDeath(int world, int victim, std::chrono::seconds timeout,
+                                    const std::string& mode) {
   MarkerScope marker;
   TempDir dir;
   std::vector<std::unique_ptr<Process>> ranks;
-  for (int rank = 0; rank < kWorld; ++rank) {
+  for (int rank = 0; rank < world; ++rank) {
     RunOptions o;
     o.argv = {kTorchPython, torchProgram("peer_death.py").string(), (dir / "store").string(),
-              std::to_string(kVictim), std::to_string(kTimeout.count())};
+              std::to_string(victim), std::to_string(timeout.count()), mode};
     o.env = {marker.env(), drunPythonPath(), "RANK=" + std::to_string(rank),
-             "WORLD_SIZE=" + std::to_string(kWorld), "OMP_NUM_THREADS=1"};
-    o.timeout = kTimeout + 60s;  // the imports, then at most the timeout
+             "WORLD_SIZE=" + std::to_string(world), "OMP_NUM_THREADS=1"};
+    o.timeout = 3 * timeout + 60s;  // the imports, then at most the timeout
     ranks.push_back(std::make_unique<Process>(o));
   }
-  for (int rank = 0; rank < kWorld; ++rank) {
-    RunResult r = ranks[rank]->wait();
+  std::vector<RunResult> results;
+  for (auto& p : ranks) results.push_back(p->wait());
+  CHECK(marker.leftovers(5s).empty());
+  return results;
+}
+
+// Every rank but `victim` raised, explained it (`named`), within [minSeconds, maxSeconds).
+void checkSurvivors(const std::vector<RunResult>& results, int victim, double minSeconds,
+                    double maxSeconds) {
+  for (int rank = 0; rank < static_cast<int>(results.size()); ++rank) {
+    if (rank == victim) continue;
+    const RunResult& r = results[rank];
     INFO("rank " << rank << ": " << r.describe());
-    if (rank == kVictim) {
-      CHECK(r.signal == SIGKILL);
-      continue;
-    }
     CHECK(r.status() == 0);
-    auto lines = tagged(r.out, "DEATH");
     bool raised = false;
-    for (const auto& l : lines) {
+    for (const auto& l : tagged(r.out, "DEATH")) {
       if (!l.fields.count("raised")) continue;
       raised = l.fields.at("raised") == "1";
-      CHECK(l.fields.at("named") == "1");  // "rank 2 ... is gone"
-      CHECK(std::stod(l.fields.at("seconds")) < std::chrono::duration<double>(kTimeout).count());
+      CHECK(l.fields.at("named") == "1");
+      CHECK(std::stod(l.fields.at("seconds")) >= minSeconds);
+      CHECK(std::stod(l.fields.at("seconds")) < maxSeconds);
     }
     CHECK(raised);
   }
-  CHECK(marker.leftovers(5s).empty());
+}
+
+}  // namespace
+
+TEST_CASE("torch backend drun: a rank SIGKILLed mid-collective makes every survivor raise "
+          "naming it", "[torch]") {
+  skipWithoutDrunTorch("peer death on the drun backend");
+  constexpr int kVictim = 2;
+  auto results = runPeerDeath(4, kVictim, 30s, "kill");
+  INFO("victim: " << results[kVictim].describe());
+  CHECK(results[kVictim].signal == SIGKILL);
+  checkSurvivors(results, kVictim, 0.0, 30.0);  // "rank 2 (pid N) is gone", well before 30 s
+}
+
+TEST_CASE("torch backend drun: a silent rank makes the others' collective raise at "
+          "init_process_group's timeout", "[torch]") {
+  skipWithoutDrunTorch("timeout on the drun backend");
+  constexpr int kSilent = 1;
+  auto results = runPeerDeath(3, kSilent, 4s, "stall");
+  INFO("silent rank: " << results[kSilent].describe());
+  CHECK(results[kSilent].status() == 0);  // it saw the others give up
+  checkSurvivors(results, kSilent, 3.5, 4.0 + 10.0);
 }
