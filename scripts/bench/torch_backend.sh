@@ -25,7 +25,7 @@ export OMP_NUM_THREADS=1
 "$PYTHON" -c 'import drun.torch' || { echo "torch_backend.sh: drun.torch does not import" >&2; exit 1; }
 bench=$PWD/scripts/bench/torch_backend_bench.py
 
-echo "# drun vs gloo inside torch.distributed, $(date -u +%FT%TZ), $(nproc) cores, $(uname -r)"
+echo "# drun vs gloo inside torch.distributed, $(date -u +%FT%TZ), $(getconf _NPROCESSORS_ONLN) cores, $(uname -r)"
 for n in $WORLDS; do
   BENCH_LABEL="one node, $n ranks" timeout 1200 "$BUILD_DIR/bin/drun" --standalone \
     --nproc-per-node "$n" --prefix '' "$PYTHON" "$bench" 2>/dev/null
