@@ -4,7 +4,8 @@
 // of the same programs (the SGD loss curve); every collective x dtype x op against gloo's result
 // in the same job (tests/torch/backend_matrix.py); DDP trained on both backends in one job
 // (tests/torch/ddp_compare.py); a rank SIGKILLed mid-collective and a silent rank against
-// init_process_group's timeout (tests/torch/peer_death.py).
+// init_process_group's timeout (tests/torch/peer_death.py); the init methods file://, tcp:// and
+// store= (tests/torch/init_methods.py).
 //
 // PYTHONPATH names the built package (<build>/lib/drun/python) until the agent sets it for its
 // workers. SKIPPED without torch, without the compiled drun.torch module (libtorch-dev), and the
@@ -98,25 +99,34 @@ TEST_CASE("torch backend drun: every collective x dtype x op, and DDP, against g
 
 namespace {
 
-// peer_death.py on kWorld ranks started directly; returns each rank's result.
-std::vector<RunResult> runPeerDeath(int world, int victim, std::chrono::seconds timeout,
-                                    const std::string& mode) {
+// tests/torch/<program> on `world` ranks started directly (RANK, WORLD_SIZE; no launcher):
+// argv[1] is a store file in a fresh directory, then `args`. Returns each rank's result.
+std::vector<RunResult> runRanks(int world, const std::string& program,
+                                const std::vector<std::string>& args, std::chrono::seconds bound) {
   MarkerScope marker;
   TempDir dir;
   std::vector<std::unique_ptr<Process>> ranks;
   for (int rank = 0; rank < world; ++rank) {
     RunOptions o;
-    o.argv = {kTorchPython, torchProgram("peer_death.py").string(), (dir / "store").string(),
-              std::to_string(victim), std::to_string(timeout.count()), mode};
+    o.argv = {kTorchPython, torchProgram(program).string(), (dir / "store").string()};
+    o.argv.insert(o.argv.end(), args.begin(), args.end());
     o.env = {marker.env(), drunPythonPath(), "RANK=" + std::to_string(rank),
              "WORLD_SIZE=" + std::to_string(world), "OMP_NUM_THREADS=1"};
-    o.timeout = 3 * timeout + 60s;  // the imports, then at most the timeout
+    o.timeout = bound;
     ranks.push_back(std::make_unique<Process>(o));
   }
   std::vector<RunResult> results;
   for (auto& p : ranks) results.push_back(p->wait());
   CHECK(marker.leftovers(5s).empty());
   return results;
+}
+
+std::vector<RunResult> runPeerDeath(int world, int victim, std::chrono::seconds timeout,
+                                    const std::string& mode) {
+  // The imports, then at most the timeout (the silent rank waits up to 3 of them).
+  return runRanks(world, "peer_death.py",
+                  {std::to_string(victim), std::to_string(timeout.count()), mode},
+                  3 * timeout + 60s);
 }
 
 // Every rank but `victim` raised, explained it (`named`), within [minSeconds, maxSeconds).
@@ -159,4 +169,21 @@ TEST_CASE("torch backend drun: a silent rank makes the others' collective raise 
   INFO("silent rank: " << results[kSilent].describe());
   CHECK(results[kSilent].status() == 0);  // it saw the others give up
   checkSurvivors(results, kSilent, 3.5, 4.0 + 10.0);
+}
+
+TEST_CASE("torch backend drun: init_process_group through file://, tcp:// and a TCPStore",
+          "[torch]") {
+  skipWithoutDrunTorch("init methods of the drun backend");
+  auto results = runRanks(2, "init_methods.py", {}, 120s);
+  for (int rank = 0; rank < 2; ++rank) {
+    INFO("rank " << rank << ": " << results[rank].describe());
+    CHECK(results[rank].status() == 0);
+    std::set<std::string> methods;
+    for (const auto& l : tagged(results[rank].out, "INIT")) {
+      methods.insert(l.fields.at("method"));
+      CHECK(l.fields.at("sum") == "3");         // 1 + 2
+      CHECK(l.fields.at("objects") == "0,1");  // all_gather_object
+    }
+    CHECK(methods == std::set<std::string>{"file", "tcp", "store"});
+  }
 }

@@ -213,6 +213,18 @@ def shapes_and_work(rank, size, check):
             check.same(torch.tensor(got), torch.arange(1, size), "recv from any source")
         else:
             dist.send(torch.ones(1), 0, tag=9)
+    # The object collectives (pickles in uint8 tensors, sizes in int64 ones).
+    objs = [{"from": 0, "list": [1, 2]}, "text"] if rank == 0 else [None, None]
+    dist.broadcast_object_list(objs, src=0)
+    check.same(torch.tensor([objs[0]["list"] == [1, 2] and objs[1] == "text"]),
+               torch.tensor([True]), "broadcast_object_list")
+    gathered = [None] * size if rank == 0 else None
+    dist.gather_object(("rank", rank), gathered, dst=0)
+    if rank == 0:
+        check.same(torch.tensor([g[1] for g in gathered]), torch.arange(size), "gather_object")
+    got = [None]
+    dist.scatter_object_list(got, [f"to {r}" for r in range(size)] if rank == 0 else None, src=0)
+    check.same(torch.tensor([got[0] == f"to {rank}"]), torch.tensor([True]), "scatter_object_list")
     # new_group over the even ranks (every rank calls it).
     members = list(range(0, size, 2))
     group = dist.new_group(members)
