@@ -65,7 +65,9 @@ TEST_CASE("torch backend drun: the tutorial programs on two namespace hosts x 2"
           "[torch][multinode]") {
   skipWithoutDrunTorch("tutorials on the drun backend on two hosts");
   skipWithoutNetns("tutorials on the drun backend on two hosts");
-  checkTutorialsOnTwoHosts({kDrunBackend, drunPythonPath()});
+  // No GLOO_SOCKET_IFNAME: the route to the TCPStore's host picks the interface (every namespace
+  // host's name resolves to loopback).
+  checkTutorialsOnTwoHosts({kDrunBackend, drunPythonPath(), "GLOO_SOCKET_IFNAME"});
 }
 
 TEST_CASE("torch backend drun: every collective x dtype x op, and DDP, against gloo in one job",

@@ -1,5 +1,8 @@
 #include "process_group_drun.hpp"
 
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
 #include <cstring>
 
 #include "drun_work.hpp"
@@ -28,6 +31,14 @@ size_t blockCount(const at::Tensor& whole, int parts, const char* call, const ch
   return static_cast<size_t>(whole.numel() / parts);
 }
 
+// The host of the TCPStore under the PrefixStores torch wraps it in (empty for another store):
+// the route to it picks the interface Gloo listens on, as MASTER_ADDR does for drun's env://.
+std::string tcpStoreHost(c10::intrusive_ptr<c10d::Store> store) {
+  while (auto* prefix = dynamic_cast<c10d::PrefixStore*>(store.get())) store = prefix->getUnderlyingStore();
+  auto* tcp = dynamic_cast<c10d::TCPStore*>(store.get());
+  return tcp ? tcp->getHost() : std::string();
+}
+
 }  // namespace
 
 c10::intrusive_ptr<c10d::ProcessGroup> ProcessGroupDrun::create(
@@ -38,6 +49,7 @@ c10::intrusive_ptr<c10d::ProcessGroup> ProcessGroupDrun::create(
   options.rank = rank;
   options.worldSize = size;
   options.timeout = timeout.count() > 0 ? timeout : std::chrono::milliseconds(0);
+  options.masterAddr = tcpStoreHost(store);
   std::shared_ptr<comm::Communicator> comm;
   try {
     comm = comm::init(std::make_shared<TorchStoreAdapter>(store), options);
