@@ -70,6 +70,29 @@ TEST_CASE("torch backend drun: the tutorial programs on two namespace hosts x 2"
   checkTutorialsOnTwoHosts({kDrunBackend, drunPythonPath(), "GLOO_SOCKET_IFNAME"});
 }
 
+namespace {
+
+// The MATRIX and DDP lines of a job of ranks 0..3 that ran backend_matrix and ddp_compare.
+void checkMatrixAndDdp(const std::string& out) {
+  std::set<int> matrixRanks, ddpRanks;
+  for (const auto& l : tagged(out, "MATRIX")) {
+    matrixRanks.insert(l.rank());
+    CHECK(std::stoi(l.fields.at("checks")) > 250);
+    CHECK(std::stoi(l.fields.at("gloo")) > 100);  // most results were gloo's too
+  }
+  for (const auto& l : tagged(out, "DDP")) {
+    ddpRanks.insert(l.rank());
+    CHECK(l.fields.at("ranks_equal") == "1");
+    CHECK(std::stod(l.fields.at("loss_diff")) <= 1e-4);
+    CHECK(std::stod(l.fields.at("param_diff")) <= 1e-4);
+  }
+  const std::set<int> all = {0, 1, 2, 3};
+  CHECK(matrixRanks == all);
+  CHECK(ddpRanks == all);
+}
+
+}  // namespace
+
 TEST_CASE("torch backend drun: every collective x dtype x op, and DDP, against gloo in one job",
           "[torch]") {
   skipWithoutDrunTorch("drun vs gloo matrix");
@@ -80,23 +103,22 @@ TEST_CASE("torch backend drun: every collective x dtype x op, and DDP, against g
                           {kDrunBackend, drunPythonPath()}));
   INFO(r.describe());
   REQUIRE(r.status() == 0);
-  std::set<int> matrixRanks, ddpRanks;
-  for (const auto& l : tagged(r.out, "MATRIX")) {
-    matrixRanks.insert(l.rank());
-    CHECK(std::stoi(l.fields.at("checks")) > 250);
-    CHECK(std::stoi(l.fields.at("gloo")) > 100);  // most results were gloo's too
-  }
-  std::set<std::string> lastLosses;
-  for (const auto& l : tagged(r.out, "DDP")) {
-    ddpRanks.insert(l.rank());
-    CHECK(l.fields.at("ranks_equal") == "1");
-    CHECK(std::stod(l.fields.at("loss_diff")) <= 1e-4);
-    CHECK(std::stod(l.fields.at("param_diff")) <= 1e-4);
-  }
-  const std::set<int> all = {0, 1, 2, 3};
-  CHECK(matrixRanks == all);
-  CHECK(ddpRanks == all);
+  checkMatrixAndDdp(r.out);
   CHECK(marker.leftovers(5s).empty());
+}
+
+TEST_CASE("torch backend drun: every collective x dtype x op, and DDP, against gloo on two "
+          "namespace hosts x 2 (hierarchical)", "[torch][multinode]") {
+  skipWithoutDrunTorch("drun vs gloo matrix on two hosts");
+  skipWithoutNetns("drun vs gloo matrix on two hosts");
+  TwoHosts job({"--nproc-per-node", "2"},
+               {"python3", torchProgram("tutorials.py").string(), "backend_matrix", "ddp_compare"},
+               {kDrunBackend, drunPythonPath()});
+  auto runs = job.run();
+  INFO(describe(runs));
+  for (const auto& r : runs) REQUIRE(r.status() == 0);
+  checkMatrixAndDdp(runs[0].out + runs[1].out);
+  CHECK(job.marker.leftovers(5s).empty());
 }
 
 namespace {

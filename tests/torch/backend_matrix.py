@@ -147,12 +147,13 @@ def data_movement(rank, size, check):
         check.same(check.against_gloo(all_gather, f"all_gather {dtype}"), torch.cat(everyone),
                    f"all_gather {dtype}")
 
-        def broadcast(group):
-            t = mine.clone()
-            dist.broadcast(t, root, group=group)
-            return t
-        check.same(check.against_gloo(broadcast, f"broadcast {dtype}"), everyone[root],
-                   f"broadcast {dtype}")
+        for source in range(size):  # every root: a host's leader or not (hierarchical)
+            def broadcast(group):
+                t = mine.clone()
+                dist.broadcast(t, source, group=group)
+                return t
+            check.same(check.against_gloo(broadcast, f"broadcast {dtype} from {source}"),
+                       everyone[source], f"broadcast {dtype} from {source}")
 
         def gather(group):
             out = [torch.empty(N, dtype=dtype) for _ in range(size)] if rank == root else None
