@@ -193,6 +193,12 @@ def shapes_and_work(rank, size, check):
     dist.broadcast(target, 0)
     check.same(column[:, 1], torch.tensor([5, 6, 7, 8]), "broadcast into a strided column")
     check.same(column[:, 0], torch.zeros(4, dtype=torch.int64), "the column's neighbours")
+    # Complex tensors: torch hands the backend their float view (SUM).
+    z = torch.tensor([1 + 2j, 3 - 1j], dtype=torch.complex64) * (rank + 1)
+    dist.all_reduce(z)
+    check.same(torch.view_as_real(z), torch.view_as_real(
+        torch.tensor([1 + 2j, 3 - 1j], dtype=torch.complex64) * sum(range(1, size + 1))),
+        "all_reduce complex64")
     # Async work objects.
     t = torch.ones(8)
     work = dist.all_reduce(t, async_op=True)
