@@ -12,6 +12,7 @@ packages=(
   libssl-dev                            # libcrypto: the store's HMAC-SHA256, nonces (common/crypto)
   iproute2 procps util-linux
   openmpi-bin libopenmpi-dev python3 python3-torch
+  libtorch-dev pybind11-dev python3-numpy python3-dev  # drun.torch (the "drun" backend, python/drun/torch)
   slurmctld slurmd slurm-client munge   # the [slurm] tests' cluster (scripts/slurm/up.sh)
   clang-16 libclang-rt-16-dev           # the libFuzzer targets (scripts/fuzz.sh)
 )

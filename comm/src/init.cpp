@@ -168,7 +168,7 @@ std::shared_ptr<Communicator> init(std::shared_ptr<rdzv::Store> store, const Ini
   if (!store) throw InvalidArgument("init: the store is null");
   Resolved r = resolve(options);
   if (options.backend == Backend::Nccl) detail::checkNcclUsable(resolveDevice(options));
-  return makeWorld(std::move(store), nullptr, options, r, "");
+  return makeWorld(std::move(store), nullptr, options, r, options.masterAddr);
 }
 
 }  // namespace drun::comm

@@ -103,7 +103,7 @@ bool close(double got, double want, DType d) {
   return std::fabs(got - want) <= tol * std::max(1.0, std::fabs(want));
 }
 
-std::string label(const char* what, DType d, ReduceOp op, size_t count) {
+std::string label(const std::string& what, DType d, ReduceOp op, size_t count) {
   return std::string(what) + " " + toString(d) + " " + toString(op) + " count " + std::to_string(count);
 }
 
@@ -170,10 +170,14 @@ void runMatrix(Communicator& c, bool quick) {
       // Data movement: values encode (source rank, index).
       auto val = [&](int src, size_t i) { return static_cast<double>((src * 5 + i) % 11); };
       std::vector<char> buf(count * es + 1), all(count * es * n + 1), mine(count * es * n + 1);
+      // broadcast from every root: a host's leader or not (the hierarchical paths differ).
+      for (int from = 0; from < n; ++from) {
+        for (size_t i = 0; i < count; ++i) put(buf.data(), i, d, r == from ? val(from, i) : 0);
+        c.broadcast(buf.data(), count, d, from);
+        expect(label("broadcast from " + std::to_string(from), d, ReduceOp::Sum, count), buf.data(),
+               count, d, [&](size_t i) { return val(from, i); });
+      }
       int root = (n > 1) ? 1 : 0;
-      for (size_t i = 0; i < count; ++i) put(buf.data(), i, d, r == root ? val(root, i) : 0);
-      c.broadcast(buf.data(), count, d, root);
-      expect(label("broadcast", d, ReduceOp::Sum, count), buf.data(), count, d, [&](size_t i) { return val(root, i); });
 
       for (size_t i = 0; i < count * n; ++i) put(mine.data(), i, d, r == root ? val(static_cast<int>(i / std::max<size_t>(count, 1)), i) : 0);
       c.scatter(mine.data(), buf.data(), count, d, root);

@@ -28,17 +28,40 @@ inline std::filesystem::path torchrunCompat() {
   return std::filesystem::path(DRUN_SOURCE_DIR) / "scripts" / "bench" / "torchrun_compat.py";
 }
 
-inline void skipWithoutTorch(const std::string& test) {
+// The Python package drun builds (<build>/lib/drun/python: drun.comm, drun.torch), for
+// PYTHONPATH until the agent puts it there for its workers.
+inline std::string drunPythonPath() {
+  return "PYTHONPATH=" + (buildDir() / "lib" / "drun" / "python").string();
+}
+
+// SKIPPED unless kTorchPython can find `module` (find_spec: no import, which costs seconds).
+inline void skipWithoutPythonModule(const std::string& test, const std::string& module,
+                                    const std::string& package) {
   if (::access(kTorchPython, X_OK) != 0)
-    skipTest(test + ": " + kTorchPython + " is missing (scripts/setup.sh installs python3-torch)");
-  // find_spec looks torch up without importing it (an import costs seconds here).
+    skipTest(test + ": " + kTorchPython + " is missing (scripts/setup.sh installs " + package + ")");
   RunOptions o;
   o.argv = {kTorchPython, "-c",
-            "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('torch') else 3)"};
+            "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('" + module +
+                "') else 3)"};
   o.timeout = std::chrono::seconds(20);
   if (RunResult r = run(o); r.status() != 0)
-    skipTest(test + ": " + kTorchPython +
-             " cannot find the torch package (install python3-torch): " + r.describe());
+    skipTest(test + ": " + kTorchPython + " cannot find the " + module + " package (install " +
+             package + "): " + r.describe());
+}
+
+inline void skipWithoutTorch(const std::string& test) {
+  skipWithoutPythonModule(test, "torch", "python3-torch");
+}
+
+// SKIPPED unless the build made drun.torch's compiled module (CMake found libtorch-dev).
+inline void skipWithoutDrunTorch(const std::string& test) {
+  skipWithoutTorch(test);
+  auto dir = buildDir() / "lib" / "drun" / "python" / "drun" / "torch";
+  if (std::filesystem::exists(dir))
+    for (const auto& entry : std::filesystem::directory_iterator(dir))
+      if (entry.path().filename().string().rfind("_backend", 0) == 0) return;
+  skipTest(test + ": drun.torch's module was not built in " + dir.string() +
+           " (CMake did not find libtorch-dev / pybind11-dev / python3-dev)");
 }
 
 }  // namespace drun::test

@@ -136,7 +136,9 @@ class HierBackend final : public Backend {
     const auto& rootMembers = members_[static_cast<size_t>(rootHost)];
     const int rootLocal = static_cast<int>(std::find(rootMembers.begin(), rootMembers.end(), c.root) - rootMembers.begin());
     Collective s = c;
-    if (myHost_ == rootHost && rootLocal != 0 && local_) {  // to the root host's leader
+    // The root's host first: everyone there (its leader included) gets it from the root. The
+    // other hosts' ranks get it from their leaders below.
+    if (myHost_ == rootHost && local_) {
       s.root = rootLocal;
       local_->run(sub(s));
     }

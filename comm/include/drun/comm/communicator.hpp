@@ -61,6 +61,9 @@ struct InitOptions {
   // Gloo: the interface for worker traffic; empty = DRUN_SOCKET_IFNAME, then GLOO_SOCKET_IFNAME,
   // else the local address that routes to the master.
   std::string socketIfname;
+  // init(store, options) only: the store's host, whose route picks Gloo's interface when none
+  // is named (as MASTER_ADDR does for env://); empty = the interface of this host's name.
+  std::string masterAddr;
   // NCCL: the CUDA device; -1 = LOCAL_RANK (0 when unset).
   int device = -1;
   // Gloo: before every collective, the ranks compare what they were asked to do (op, dtype,

@@ -1,0 +1,52 @@
+// DrunWork: the c10d::Work that ProcessGroupDrun returns (torch's async work object).
+//
+// Collectives run when called (on the caller's thread, torch's GIL released) and return a Work
+// that is already complete, with a completed Future holding the output tensors (DDP's reducer
+// reads it). Point-to-point operations return a Work over a pending drun::comm::Request:
+// wait(timeout) and isCompleted() drive it, then copy a staged receive back into the caller's
+// tensor (once). A failure is kept as the Work's exception and raised by wait() as torch's
+// RuntimeError with drun's message.
+//
+// Threading: wait/isCompleted may be called from any thread; one mutex guards the state.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <functional>
+#include <mutex>
+
+#include "drun/comm/communicator.hpp"
+
+namespace drun::torch_backend {
+
+class DrunWork final : public c10d::Work {
+ public:
+  // A finished operation; `outputs` is the Future's value.
+  DrunWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs);
+  // A pending one: `finish` runs once when `request` completed without error.
+  DrunWork(int rank, c10d::OpType type, comm::Request request, std::vector<at::Tensor> outputs,
+           std::function<void()> finish);
+
+  bool isCompleted() override;
+  bool isSuccess() const override;
+  std::exception_ptr exception() const override;
+  int sourceRank() const override;
+  std::vector<at::Tensor> result() override;
+  void synchronize() override {}
+  bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+
+ private:
+  // Called with the mutex held once the request is done (or failed with `error`).
+  void complete(std::exception_ptr error);
+
+  mutable std::mutex stateMutex_;
+  comm::Request request_;
+  bool pending_ = false;
+  std::exception_ptr error_;
+  std::vector<at::Tensor> outputs_;
+  std::function<void()> finish_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+}  // namespace drun::torch_backend

@@ -1,0 +1,89 @@
+// ProcessGroupDrun: torch.distributed's process group "drun" (c10d::ProcessGroup, torch 1.13)
+// over one libdrun_comm Communicator: shared memory between the ranks of a host, Gloo across
+// hosts (DRUN_COMM_TRANSPORT picks, as for any drun communicator).
+//
+// Created by create() from what init_process_group / new_group hand a registered backend: the
+// torch Store (bootstrap through TorchStoreAdapter), this rank, the group size and the timeout.
+// Each new_group is a process group of its own (torch creates one per group over a PrefixStore).
+//
+// CPU dense tensors of float32/64, float16, bfloat16, int8, uint8, int32, int64 and bool, any
+// strides (non-contiguous ones are staged); reduce ops SUM PRODUCT MIN MAX AVG BAND BOR BXOR.
+// Collectives run on the calling thread and return a completed DrunWork; send/recv return a
+// pending one. Errors (TORCH_CHECK / RuntimeError) name the call; drun's failures keep drun's
+// message (a dead peer is named). all_to_all_single with uneven splits goes point to point.
+// Unsupported calls (PREMUL_SUM,
+// CUDA tensors, monitored barrier) raise a RuntimeError that names them.
+//
+// Threading: as the Communicator: collectives in call order, point to point concurrently.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include "drun/comm/communicator.hpp"
+#include "tensor_args.hpp"
+
+namespace drun::torch_backend {
+
+class ProcessGroupDrun final : public c10d::ProcessGroup {
+ public:
+  static c10::intrusive_ptr<c10d::ProcessGroup> create(const c10::intrusive_ptr<c10d::Store>& store,
+                                                       int rank, int size,
+                                                       std::chrono::milliseconds timeout);
+  ProcessGroupDrun(std::shared_ptr<comm::Communicator> comm, int rank, int size);
+  ~ProcessGroupDrun() override;
+
+  const std::string getBackendName() const override { return "drun"; }
+  // How this group's ranks talk: "shm", "tcp" or "hierarchical".
+  std::string transport() const { return comm_->transport(); }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
+                                        const c10d::ReduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                        std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
+                                         std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& outputSplits,
+                                               std::vector<int64_t>& inputSplits,
+                                               const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
+                                          std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+
+ private:
+  c10::intrusive_ptr<c10d::Work> done(c10d::OpType type, std::vector<at::Tensor> outputs);
+  c10::intrusive_ptr<c10d::Work> receive(std::vector<at::Tensor>& tensors, int src, int tag,
+                                         c10d::OpType type);
+  void unevenAllToAll(const Staged& out, const Staged& in, const std::vector<int64_t>& outputSplits,
+                      const std::vector<int64_t>& inputSplits, const c10d::AllToAllOptions& opts);
+
+  // The tag of uneven all_to_all's messages: far above the tags torch programs use.
+  static constexpr int kAllToAllTag = 0x7ffffff0;
+
+  std::shared_ptr<comm::Communicator> comm_;
+};
+
+}  // namespace drun::torch_backend

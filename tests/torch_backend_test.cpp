@@ -1,0 +1,213 @@
+// The torch.distributed backend "drun" (python/drun/torch: libdrun_comm inside PyTorch): the
+// tutorial programs with the one word changed, on one node x 4 and on two namespace hosts x 2,
+// checked as the gloo runs are (results recomputed from the world size) and against a gloo run
+// of the same programs (the SGD loss curve); every collective x dtype x op against gloo's result
+// in the same job (tests/torch/backend_matrix.py); DDP trained on both backends in one job
+// (tests/torch/ddp_compare.py); a rank SIGKILLed mid-collective and a silent rank against
+// init_process_group's timeout (tests/torch/peer_death.py); the init methods file://, tcp:// and
+// store= (tests/torch/init_methods.py).
+//
+// PYTHONPATH names the built package (<build>/lib/drun/python) until the agent sets it for its
+// workers. SKIPPED without torch, without the compiled drun.torch module (libtorch-dev), and the
+// two-host test without network namespaces.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <csignal>
+#include <map>
+#include <set>
+
+#include "torch_jobs.hpp"
+
+using namespace drun::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+const std::string kDrunBackend = "TUTORIAL_BACKEND=drun";
+
+// rank -> epoch -> loss of the SGD tutorial's lines.
+std::map<int, std::map<int, double>> sgdLosses(const std::string& out) {
+  std::map<int, std::map<int, double>> losses;
+  for (const auto& l : tagged(out, "SGD"))
+    if (l.fields.count("epoch"))
+      losses[l.rank()][std::stoi(l.fields.at("epoch"))] = std::stod(l.fields.at("loss"));
+  return losses;
+}
+
+}  // namespace
+
+TEST_CASE("torch backend drun: the tutorial programs on one node x 4 give gloo's results",
+          "[torch]") {
+  skipWithoutDrunTorch("tutorials on the drun backend");
+  MarkerScope marker;
+  const std::vector<std::string> args = {"--standalone", "--nproc-per-node", "4",
+                                         torchProgram("tutorials.py").string()};
+  auto gloo = run(singleNode(marker, args));
+  auto drun = run(singleNode(marker, args, {kDrunBackend, drunPythonPath()}));
+  INFO("--- gloo: " << gloo.describe() << "\n--- drun: " << drun.describe());
+  REQUIRE(gloo.status() == 0);
+  REQUIRE(drun.status() == 0);
+  checkTutorials(gloo.out, 4);
+  checkTutorials(drun.out, 4);
+  // The same training on both backends: the same loss, epoch by epoch (the sums may be taken
+  // in another order: float tolerance).
+  auto a = sgdLosses(gloo.out), b = sgdLosses(drun.out);
+  REQUIRE(a.size() == b.size());
+  for (const auto& [rank, byEpoch] : a)
+    for (const auto& [epoch, loss] : byEpoch) {
+      INFO("rank " << rank << " epoch " << epoch);
+      CHECK(std::abs(b[rank][epoch] - loss) <= 1e-4 * std::max(1.0, std::abs(loss)));
+    }
+  CHECK(marker.leftovers(5s).empty());
+}
+
+TEST_CASE("torch backend drun: the tutorial programs on two namespace hosts x 2",
+          "[torch][multinode]") {
+  skipWithoutDrunTorch("tutorials on the drun backend on two hosts");
+  skipWithoutNetns("tutorials on the drun backend on two hosts");
+  // No GLOO_SOCKET_IFNAME: the route to the TCPStore's host picks the interface (every namespace
+  // host's name resolves to loopback).
+  checkTutorialsOnTwoHosts({kDrunBackend, drunPythonPath(), "GLOO_SOCKET_IFNAME"});
+}
+
+namespace {
+
+// The MATRIX and DDP lines of a job of ranks 0..3 that ran backend_matrix and ddp_compare.
+void checkMatrixAndDdp(const std::string& out) {
+  std::set<int> matrixRanks, ddpRanks;
+  for (const auto& l : tagged(out, "MATRIX")) {
+    matrixRanks.insert(l.rank());
+    CHECK(std::stoi(l.fields.at("checks")) > 250);
+    CHECK(std::stoi(l.fields.at("gloo")) > 100);  // most results were gloo's too
+  }
+  for (const auto& l : tagged(out, "DDP")) {
+    ddpRanks.insert(l.rank());
+    CHECK(l.fields.at("ranks_equal") == "1");
+    CHECK(std::stod(l.fields.at("loss_diff")) <= 1e-4);
+    CHECK(std::stod(l.fields.at("param_diff")) <= 1e-4);
+  }
+  const std::set<int> all = {0, 1, 2, 3};
+  CHECK(matrixRanks == all);
+  CHECK(ddpRanks == all);
+}
+
+}  // namespace
+
+TEST_CASE("torch backend drun: every collective x dtype x op, and DDP, against gloo in one job",
+          "[torch]") {
+  skipWithoutDrunTorch("drun vs gloo matrix");
+  MarkerScope marker;
+  auto r = run(singleNode(marker, {"--standalone", "--nproc-per-node", "4",
+                                   torchProgram("tutorials.py").string(), "backend_matrix",
+                                   "ddp_compare"},
+                          {kDrunBackend, drunPythonPath()}));
+  INFO(r.describe());
+  REQUIRE(r.status() == 0);
+  checkMatrixAndDdp(r.out);
+  CHECK(marker.leftovers(5s).empty());
+}
+
+TEST_CASE("torch backend drun: every collective x dtype x op, and DDP, against gloo on two "
+          "namespace hosts x 2 (hierarchical)", "[torch][multinode]") {
+  skipWithoutDrunTorch("drun vs gloo matrix on two hosts");
+  skipWithoutNetns("drun vs gloo matrix on two hosts");
+  TwoHosts job({"--nproc-per-node", "2"},
+               {"python3", torchProgram("tutorials.py").string(), "backend_matrix", "ddp_compare"},
+               {kDrunBackend, drunPythonPath()});
+  auto runs = job.run();
+  INFO(describe(runs));
+  for (const auto& r : runs) REQUIRE(r.status() == 0);
+  checkMatrixAndDdp(runs[0].out + runs[1].out);
+  CHECK(job.marker.leftovers(5s).empty());
+}
+
+namespace {
+
+// tests/torch/<program> on `world` ranks started directly (RANK, WORLD_SIZE; no launcher):
+// argv[1] is a store file in a fresh directory, then `args`. Returns each rank's result.
+std::vector<RunResult> runRanks(int world, const std::string& program,
+                                const std::vector<std::string>& args, std::chrono::seconds bound) {
+  MarkerScope marker;
+  TempDir dir;
+  std::vector<std::unique_ptr<Process>> ranks;
+  for (int rank = 0; rank < world; ++rank) {
+    RunOptions o;
+    o.argv = {kTorchPython, torchProgram(program).string(), (dir / "store").string()};
+    o.argv.insert(o.argv.end(), args.begin(), args.end());
+    o.env = {marker.env(), drunPythonPath(), "RANK=" + std::to_string(rank),
+             "WORLD_SIZE=" + std::to_string(world), "OMP_NUM_THREADS=1"};
+    o.timeout = bound;
+    ranks.push_back(std::make_unique<Process>(o));
+  }
+  std::vector<RunResult> results;
+  for (auto& p : ranks) results.push_back(p->wait());
+  CHECK(marker.leftovers(5s).empty());
+  return results;
+}
+
+std::vector<RunResult> runPeerDeath(int world, int victim, std::chrono::seconds timeout,
+                                    const std::string& mode) {
+  // The imports, then at most the timeout (the silent rank waits up to 3 of them).
+  return runRanks(world, "peer_death.py",
+                  {std::to_string(victim), std::to_string(timeout.count()), mode},
+                  3 * timeout + 60s);
+}
+
+// Every rank but `victim` raised, explained it (`named`), within [minSeconds, maxSeconds).
+void checkSurvivors(const std::vector<RunResult>& results, int victim, double minSeconds,
+                    double maxSeconds) {
+  for (int rank = 0; rank < static_cast<int>(results.size()); ++rank) {
+    if (rank == victim) continue;
+    const RunResult& r = results[rank];
+    INFO("rank " << rank << ": " << r.describe());
+    CHECK(r.status() == 0);
+    bool raised = false;
+    for (const auto& l : tagged(r.out, "DEATH")) {
+      if (!l.fields.count("raised")) continue;
+      raised = l.fields.at("raised") == "1";
+      CHECK(l.fields.at("named") == "1");
+      CHECK(std::stod(l.fields.at("seconds")) >= minSeconds);
+      CHECK(std::stod(l.fields.at("seconds")) < maxSeconds);
+    }
+    CHECK(raised);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("torch backend drun: a rank SIGKILLed mid-collective makes every survivor raise "
+          "naming it", "[torch]") {
+  skipWithoutDrunTorch("peer death on the drun backend");
+  constexpr int kVictim = 2;
+  auto results = runPeerDeath(4, kVictim, 30s, "kill");
+  INFO("victim: " << results[kVictim].describe());
+  CHECK(results[kVictim].signal == SIGKILL);
+  checkSurvivors(results, kVictim, 0.0, 30.0);  // "rank 2 (pid N) is gone", well before 30 s
+}
+
+TEST_CASE("torch backend drun: a silent rank makes the others' collective raise at "
+          "init_process_group's timeout", "[torch]") {
+  skipWithoutDrunTorch("timeout on the drun backend");
+  constexpr int kSilent = 1;
+  auto results = runPeerDeath(3, kSilent, 4s, "stall");
+  INFO("silent rank: " << results[kSilent].describe());
+  CHECK(results[kSilent].status() == 0);  // it saw the others give up
+  checkSurvivors(results, kSilent, 3.5, 4.0 + 10.0);
+}
+
+TEST_CASE("torch backend drun: init_process_group through file://, tcp:// and a TCPStore",
+          "[torch]") {
+  skipWithoutDrunTorch("init methods of the drun backend");
+  auto results = runRanks(2, "init_methods.py", {}, 120s);
+  for (int rank = 0; rank < 2; ++rank) {
+    INFO("rank " << rank << ": " << results[rank].describe());
+    CHECK(results[rank].status() == 0);
+    std::set<std::string> methods;
+    for (const auto& l : tagged(results[rank].out, "INIT")) {
+      methods.insert(l.fields.at("method"));
+      CHECK(l.fields.at("sum") == "3");         // 1 + 2
+      CHECK(l.fields.at("objects") == "0,1");  // all_gather_object
+    }
+    CHECK(methods == std::set<std::string>{"file", "tcp", "store"});
+  }
+}
