@@ -64,6 +64,7 @@ struct OutputMux::Impl {
   struct Stream {
     Source* source = nullptr;
     bool isStderr = false;
+    bool feedsTail = false;  // its lines make the failure summary's tail (stderr, or both merged)
     std::optional<asio::posix::stream_descriptor> pipe;
     std::vector<char> buffer;
     std::string partial;  // the segment being assembled across reads, not sent yet
@@ -158,6 +159,7 @@ struct OutputMux::Impl {
     src->out.line.prefix = src->err.line.prefix = src->prefix;
     src->out.source = src->err.source = src.get();
     src->err.isStderr = true;
+    src->err.feedsTail = true;
     StdRouting routing = options.defaultRouting;
     if (auto it = options.routing.find(localRank); it != options.routing.end())
       routing = it->second;
@@ -265,8 +267,9 @@ struct OutputMux::Impl {
   void emitSegment(Stream& stream, std::string_view text, char end) {
     // "\r\n" (or a lone '\r' before the line end): the '\n' ends the segment the '\r' ended.
     const bool lineEndAfterReturn = end == '\n' && text.empty() && stream.afterReturn;
-    // A '\r' or an empty piece at the start of a segment shows nothing: nothing to send.
-    const bool nothing = text.empty() && !stream.segmentOpen && end != '\n';
+    // An empty piece at the start of a segment: nothing to send. A lone '\r' there is sent
+    // (prefixed): with --prefix '' the console gets the worker's bytes exactly.
+    const bool nothing = text.empty() && !stream.segmentOpen && end == '\0';
     if (stream.toConsole && !nothing) {
       if (!stream.segmentOpen && !lineEndAfterReturn) batch += stream.line.prefix;
       batch += text;
@@ -276,7 +279,7 @@ struct OutputMux::Impl {
       stream.segmentOpen = end == '\0';
       stream.afterReturn = end == '\r';
     }
-    if (stream.isStderr && options.stderrTailLines > 0) addToTail(stream, text, end);
+    if (stream.feedsTail && options.stderrTailLines > 0) addToTail(stream, text, end);
   }
 
   // The stderr tail holds lines as a terminal would show them: the last redraw of a '\r' line.
@@ -397,7 +400,9 @@ struct OutputMux::Impl {
       } else {
         stream.partial.append(data + pos, take);
         if (complete || stream.partial.size() >= kMaxLineBytes) {
-          emitSegment(stream, stream.partial, complete ? data[lineEnd] : '\n');
+          // Longer than kMaxLineBytes: this piece goes out as an open line, the rest follows
+          // on it unprefixed (on a fresh prefixed line only if another line came in between).
+          emitSegment(stream, stream.partial, complete ? data[lineEnd] : '\0');
           stream.partial.clear();
         }
       }
@@ -444,7 +449,12 @@ void OutputMux::attach(int localRank, int globalRank, int stdoutFd, int stderrFd
   src.attached = true;
   src.onClosed = std::move(onClosed);
   impl_->startReading(src.out, stdoutFd);
-  impl_->startReading(src.err, stderrFd);
+  if (stderrFd >= 0) {
+    impl_->startReading(src.err, stderrFd);
+  } else {
+    src.err.eof = true;  // merged into stdout's pipe
+    src.out.feedsTail = true;
+  }
 }
 
 void OutputMux::sweep(int localRank) { impl_->sweepRank(localRank); }

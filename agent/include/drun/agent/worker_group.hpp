@@ -107,6 +107,10 @@ class WorkerGroup {
   // unless the new one is sooner.
   void stop(int signal, std::chrono::milliseconds grace, std::function<void()> done);
 
+  // Sends `signal` to the process group of every worker not yet reported (job control:
+  // SIGSTOP / SIGCONT when drun itself is stopped and continued). Nothing else changes.
+  void signalAll(int signal);
+
   size_t running() const;  // workers not yet reported through onExit
   std::vector<pid_t> pids() const;  // every worker's pid (= its process group id), start order
 
