@@ -15,6 +15,7 @@
 #include <cstring>
 #include <string_view>
 #include <system_error>
+#include <utility>
 
 #include "drun/common/error.hpp"
 #include "fd_write.hpp"
@@ -71,6 +72,7 @@ struct OutputMux::Impl {
     LineSource line;      // this stream's identity and prefix for the console
     bool segmentOpen = false;  // the prefix and part of the current segment were sent
     bool afterReturn = false;  // the last segment sent ended with '\r'
+    size_t pendingReturns = 0;  // lone '\r's at a segment's start, sent before its prefix
     std::optional<asio::steady_timer> partialTimer;
     bool timerArmed = false;
     std::chrono::steady_clock::time_point lastBytes;  // the last read that left a partial line
@@ -267,15 +269,21 @@ struct OutputMux::Impl {
   void emitSegment(Stream& stream, std::string_view text, char end) {
     // "\r\n" (or a lone '\r' before the line end): the '\n' ends the segment the '\r' ended.
     const bool lineEndAfterReturn = end == '\n' && text.empty() && stream.afterReturn;
-    // An empty piece at the start of a segment: nothing to send. A lone '\r' there is sent
-    // (prefixed): with --prefix '' the console gets the worker's bytes exactly.
+    // An empty piece at the start of a segment: nothing to send.
     const bool nothing = text.empty() && !stream.segmentOpen && end == '\0';
-    if (stream.toConsole && !nothing) {
+    // A lone '\r' at the start of a segment (tqdm's "\r" before each bar) is kept, in front of
+    // the next segment's prefix: no empty prefixed segment, and with --prefix '' the console
+    // gets the worker's bytes exactly.
+    const bool loneReturn = text.empty() && !stream.segmentOpen && end == '\r';
+    if (loneReturn) {
+      ++stream.pendingReturns;
+    } else if (stream.toConsole && !nothing) {
+      batch.append(std::exchange(stream.pendingReturns, 0), '\r');
       if (!stream.segmentOpen && !lineEndAfterReturn) batch += stream.line.prefix;
       batch += text;
       if (end) batch += end;
     }
-    if (!nothing) {
+    if (!nothing && !loneReturn) {
       stream.segmentOpen = end == '\0';
       stream.afterReturn = end == '\r';
     }
@@ -421,8 +429,9 @@ struct OutputMux::Impl {
     if (!stream.partial.empty()) {
       emitSegment(stream, stream.partial, '\n');  // the newline the worker did not write
       stream.partial.clear();
-      flushBatch(stream);
     }
+    if (stream.toConsole) batch.append(std::exchange(stream.pendingReturns, 0), '\r');
+    flushBatch(stream);
     console->endLine(stream.target(), &stream.line);  // a flushed piece or a '\r' left open
     if (stream.partialTimer) stream.partialTimer->cancel();
     boost::system::error_code ignored;

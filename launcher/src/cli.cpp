@@ -395,7 +395,7 @@ CliResult parseCommandLine(const std::vector<std::string>& args) {
   std::string signalsToHandle = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
   opt("signals-to-handle", signalsToHandle, "SIG,SIG,...",
       "signals forwarded to the workers that end the job like SIGTERM, e.g. SIGUSR1 for SLURM's "
-      "--signal (default SIGTERM,SIGINT,SIGHUP,SIGQUIT, always handled)");
+      "preemption notice (default SIGTERM,SIGINT,SIGHUP,SIGQUIT, always handled)");
   opt("tty", tty, "auto|always|never", "worker stdout/stderr on pseudo-terminals of their own (default auto: where drun's are terminals)");
   opt("stdin", stdinRank, "RANK|none", "the global rank that reads drun's stdin (default 0); none: every worker reads /dev/null");
 
