@@ -147,3 +147,28 @@ TEST_CASE("command line: --log-dir naming a file is a usage error that names the
     CHECK(contains(r.err, "not a directory"));
   }
 }
+
+TEST_CASE("log files: a stalled --log-dir file does not stop drun's signal handling", "[e2e]") {
+  MarkerScope marker;
+  TempDir dir;
+  // rank 0's stdout.log is a FIFO the test opens and never reads: a write to it blocks, as one
+  // to a stalled network file system does.
+  fs::path rankDir = dir / "stall" / "node0" / "attempt_0" / "0";
+  fs::create_directories(rankDir);
+  fs::path fifo = rankDir / "stdout.log";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  REQUIRE(reader >= 0);
+  Process job(drunCommand({"--log-dir", dir.path().string(), "--rdzv-id", "stall", "/bin/sh", "-c",
+                           "head -c 1000000 /dev/zero | tr '\\0' x; echo; echo READY; sleep 60"},
+                          {marker.env()}));
+  const bool ready = job.waitForLines("READY", 1, 10s);  // past the FIFO's 64 KiB
+  job.signal(SIGTERM);
+  auto r = job.wait(15s);
+  ::close(reader);
+  INFO(r.describe());
+  CHECK(ready);
+  REQUIRE_FALSE(r.timedOut);
+  CHECK(r.status() == 143);
+  CHECK(marker.leftovers(5s).empty());
+}

@@ -20,6 +20,7 @@
 #include "drun/agent/worker_group.hpp"
 #include "drun/common/error.hpp"
 #include "job_control.hpp"
+#include "log_file_writer.hpp"
 #include "off_loop.hpp"
 #include "orphan_sweep.hpp"
 #include "process_spawn.hpp"
@@ -696,6 +697,7 @@ struct ElasticAgent::Impl {
     // children now (the subreaper): the guard's marker cannot find them.
     detail::killReparentedDescendants(guard->watchdogPid(), std::chrono::milliseconds(2000));
     console->drain(std::chrono::milliseconds(1000));  // a stopped reader cannot keep drun alive
+    detail::LogFileWriter::standard()->drain(std::chrono::milliseconds(2000));  // nor a stalled disk
     if (jobDir.temporary) {
       std::error_code ec;
       fs::remove_all(jobDir.path, ec);

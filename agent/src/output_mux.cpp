@@ -20,6 +20,7 @@
 #include "drun/common/error.hpp"
 #include "fd_write.hpp"
 #include "handler_guard.hpp"
+#include "log_file_writer.hpp"
 
 namespace drun::agent {
 
@@ -36,13 +37,6 @@ void replaceAll(std::string& text, std::string_view macro, const std::string& va
     text.replace(at, macro.size(), value);
     at += value.size();
   }
-}
-
-int openLogFile(const std::filesystem::path& path) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0)
-    throw Error("cannot create worker log file " + path.string() + ": " + std::strerror(errno));
-  return fd;
 }
 
 }  // namespace
@@ -78,13 +72,12 @@ struct OutputMux::Impl {
     std::chrono::steady_clock::time_point lastBytes;  // the last read that left a partial line
     std::string tailLine;       // the stderr tail's line being assembled
     bool tailRedrawn = false;   // a '\r' ended it: new text replaces it
-    int fileFd = -1;      // raw bytes, as the worker wrote them
+    std::shared_ptr<detail::LogFileWriter::File> file;  // raw bytes, as the worker wrote them
     bool toConsole = true;
     bool eof = false;
     bool paused = false;  // waiting for the console to drain (back-pressure)
     ConsoleStream target() const { return isStderr ? ConsoleStream::Err : ConsoleStream::Out; }
     ~Stream() {
-      if (fileFd >= 0) ::close(fileFd);
     }
   };
 
@@ -133,6 +126,7 @@ struct OutputMux::Impl {
         }
     });
     console->cancel(this);  // no resume callback runs once this returns
+    files->cancel(this);
   }
 
   asio::io_context& io;
@@ -142,6 +136,8 @@ struct OutputMux::Impl {
   std::chrono::milliseconds partialLineDelay[2];
   bool consoleDropped[2] = {false, false};     // by ConsoleStream, as last seen (logged once)
   bool waitingForConsole[2] = {false, false};  // a whenWritable() registration is pending
+  std::shared_ptr<detail::LogFileWriter> files = detail::LogFileWriter::standard();
+  bool waitingForFiles = false;  // a files->whenWritable() registration is pending
   std::map<int, std::unique_ptr<Source>> sources;
   std::string batch;  // whole lines of one read, handed to the console at once
   std::shared_ptr<int> life = std::make_shared<int>(0);
@@ -174,8 +170,8 @@ struct OutputMux::Impl {
       std::filesystem::create_directories(dir, ec);
       if (ec)
         throw Error("cannot create worker log directory " + dir.string() + ": " + ec.message());
-      src->out.fileFd = openLogFile(dir / "stdout.log");
-      src->err.fileFd = openLogFile(dir / "stderr.log");
+      src->out.file = files->open(dir / "stdout.log");
+      src->err.file = files->open(dir / "stderr.log");
       // A redirected stream stays off the console unless it is also tee'd (torchrun: tee wins).
       src->out.toConsole = console && (!(routing.redirect & 1) || (routing.tee & 1));
       src->err.toConsole = console && (!(routing.redirect & 2) || (routing.tee & 2));
@@ -209,6 +205,7 @@ struct OutputMux::Impl {
   // The next read, unless the console this stream feeds is congested: then the pipe waits (its
   // worker blocks once the pipe is full) until the console is down to its low-water mark.
   void continueReading(Stream& stream) {
+    if (stream.file && files->congested()) return pauseForFiles(stream);
     ConsoleStream target = stream.target();
     if (!stream.toConsole || !console->congested(target)) return read(stream);
     stream.paused = true;
@@ -221,6 +218,30 @@ struct OutputMux::Impl {
     };
     waitingForConsole[static_cast<int>(target)] = true;
     if (!console->whenWritable(target, this, std::move(resume))) resumeReading(target);
+  }
+
+  // The log files' queue is full (a slow file system): streams feeding files wait for it.
+  void pauseForFiles(Stream& stream) {
+    stream.paused = true;
+    if (waitingForFiles) return;
+    auto resume = [this, executor = io.get_executor(), life = std::weak_ptr<int>(life)] {
+      // On the log writer's thread, its lock held: only post.
+      asio::post(executor, [this, life] {
+        if (!life.expired()) detail::guarded("worker output", [&] { resumeAfterFiles(); });
+      });
+    };
+    waitingForFiles = true;
+    if (!files->whenWritable(this, std::move(resume))) resumeAfterFiles();
+  }
+
+  void resumeAfterFiles() {
+    waitingForFiles = false;
+    for (auto& [rank, src] : sources)
+      for (Stream* stream : {&src->out, &src->err})
+        if (stream->paused && stream->file && !stream->eof) {
+          stream->paused = false;
+          continueReading(*stream);  // may pause again, for the console or the files
+        }
   }
 
   // Reads what a pipe paused by back-pressure holds now, without waiting (bounded by
@@ -382,14 +403,12 @@ struct OutputMux::Impl {
     }
   }
 
+  // Queued for the log writer's thread (a stalled file system never blocks the loop).
   void writeFile(Stream& stream, const char* data, size_t size) {
-    if (stream.fileFd < 0) return;
-    if (int err = detail::writeAll(stream.fileFd, data, size)) {
-      spdlog::warn("worker output: writing the log of local rank {} failed: {}",
-                   stream.source->localRank, std::strerror(err));
-      ::close(stream.fileFd);
-      stream.fileFd = -1;
-    }
+    if (!stream.file) return;
+    files->write(stream.file, std::string_view(data, size));
+    for (const std::string& failure : files->takeFailures())
+      spdlog::warn("worker output: writing a log file failed: {}", failure);
   }
 
   // Cuts [data, data+size) into segments ending in '\n' or '\r'; they go out now, the rest waits

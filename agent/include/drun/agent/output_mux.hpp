@@ -20,7 +20,9 @@
 // Back-pressure: when the console is congested (its reader is slow or stopped), the mux stops
 // reading the pipes that feed it, so the workers block on their own writes; it resumes when the
 // console drains. The event loop itself never waits for the console. Pipes whose output goes to
-// files only are always read. Log files are written synchronously (they are regular files).
+// files only are always read, unless the log files' writer is behind: log files are written off
+// the loop by one thread (log_file_writer.hpp: a stalled network file system must not stop the
+// loop, and with it signal handling); once it holds 8 MiB, the pipes feeding files wait too.
 // What an exited worker left in pipes paused this way is swept into the console queue (sweep(),
 // and when the mux is destroyed): the queue may then exceed its bound by that much (at most a
 // pipe's content per stream, or 1 MiB), and back-pressure loses nothing.
