@@ -172,3 +172,26 @@ TEST_CASE("log files: a stalled --log-dir file does not stop drun's signal handl
   CHECK(r.status() == 143);
   CHECK(marker.leftovers(5s).empty());
 }
+
+TEST_CASE("command line: the static backend says that a node ends without waiting for the others",
+          "[e2e]") {
+  MarkerScope marker;
+  auto r = run(drunCommand({"--nnodes", "2", "--node-rank", "0", "--master-addr", "127.0.0.1",
+                            "--master-port", std::to_string(freeLoopbackPort()), "/bin/true"},
+                           {marker.env()}));
+  INFO(r.describe());
+  CHECK(r.status() == 0);
+  CHECK_FALSE(contains(r.err, "waiting for the other"));
+  CHECK(contains(r.err, "each node ends on its own"));
+}
+
+TEST_CASE("command line: a script without #! gets a hint with its Exec format error", "[e2e]") {
+  MarkerScope marker;
+  TempDir dir;
+  auto script = dir.write("job.sh", "echo hello\n", fs::perms::owner_all);
+  auto r = run(drunCommand({script.string()}, {marker.env()}));
+  INFO(r.describe());
+  CHECK(r.status() == 126);
+  CHECK(contains(r.err, "Exec format error"));
+  CHECK(contains(r.err, "#!/bin/sh"));
+}

@@ -493,7 +493,11 @@ struct ElasticAgent::Impl {
   }
 
   void reportFinished(const Input&) {
-    if (round.nodeCount > 1) {
+    if (round.nodeCount > 1 && config.rendezvous.backend == "static") {
+      // No store, no exit barrier: nothing to wait for (torchrun's static backend alike).
+      say("drun: this node's workers succeeded; with the static rendezvous each node ends on its "
+          "own (the other %d node(s) are not waited for)\n", round.nodeCount - 1);
+    } else if (round.nodeCount > 1) {
       say("drun: this node's workers succeeded; waiting for the other %d node(s) of the job\n",
           round.nodeCount - 1);
       sayStillFinishing(Clock::now());

@@ -321,6 +321,9 @@ struct WorkerGroup::Impl {
           std::string("drun: cannot execute '") + spec.argv[0] +
           "': " + (std::strcmp(result.step, "execve") == 0 ? "" : std::string(result.step) + ": ") +
           std::strerror(result.error) + (resolveError == ENOENT ? " (not found in PATH)" : "") +
+          (result.error == ENOEXEC ? " (a script needs a first line naming its interpreter, "
+                                     "e.g. #!/bin/sh or #!/usr/bin/env python3)"
+                                   : "") +
           "\n";
       [[maybe_unused]] ssize_t n = ::write(errWrite, reason.data(), reason.size());
     }
