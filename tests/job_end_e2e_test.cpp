@@ -195,3 +195,18 @@ TEST_CASE("command line: a script without #! gets a hint with its Exec format er
   CHECK(contains(r.err, "Exec format error"));
   CHECK(contains(r.err, "#!/bin/sh"));
 }
+
+TEST_CASE("command line: every line drun writes itself starts with 'drun:', debug lines too",
+          "[e2e]") {
+  MarkerScope marker;
+  auto r = run(drunCommand({"-v", "--nproc-per-node", "2", "/bin/true"}, {marker.env()}));
+  INFO(r.describe());
+  CHECK(r.status() == 0);
+  size_t lines = 0;
+  for (const auto& line : splitLines(r.err)) {
+    INFO(line);
+    CHECK(line.rfind("drun: ", 0) == 0);
+    ++lines;
+  }
+  CHECK(lines > 3);  // -v: the agent's transitions at least
+}

@@ -688,7 +688,9 @@ struct ElasticAgent::Impl {
     if (!config.rendezvous.runId.empty())
       spdlog::debug("agent: run id {}, job dir {}", config.rendezvous.runId, jobDir.path.string());
     rendezvous->onJobEvent([this](const JobEvent& e) { onLoop([this, e] { onJobEvent(e); }); });
-    if (!baseHasVariable("OMP_NUM_THREADS") && config.nprocPerNode > 1)
+    // The note matters where OpenMP does (Python: torch, numpy); elsewhere only when asked (-v).
+    if (!baseHasVariable("OMP_NUM_THREADS") && config.nprocPerNode > 1 &&
+        (config.isPython || spdlog::should_log(spdlog::level::info)))
       say(
                    "drun: note: OMP_NUM_THREADS is not set; each worker gets %d (%d cores / %d "
                    "workers); set it to override\n",
