@@ -98,3 +98,14 @@ TEST_CASE("output: --prefix '' passes a worker's bytes through exactly (lone \\r
   INFO("first difference at byte " << firstDifference);
   CHECK(r.out == bytes);
 }
+
+TEST_CASE("output: a failure with nothing on stderr shows the last stdout lines", "[e2e]") {
+  MarkerScope marker;
+  auto r = run(drunCommand({"/bin/sh", "-c", "echo starting; echo 'fatal: no such config'; exit 3"},
+                           {marker.env()}));
+  INFO(r.describe());
+  CHECK(r.status() == 3);
+  CHECK(r.err.find("no stderr output; last lines of stdout:") != std::string::npos);
+  CHECK(r.err.find("fatal: no such config") != std::string::npos);
+  CHECK(r.err.find("(no error file and no stderr output)") == std::string::npos);
+}

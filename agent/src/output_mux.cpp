@@ -59,7 +59,7 @@ struct OutputMux::Impl {
   struct Stream {
     Source* source = nullptr;
     bool isStderr = false;
-    bool feedsTail = false;  // its lines make the failure summary's tail (stderr, or both merged)
+    std::deque<std::string>* tailInto = nullptr;  // its last lines, for the failure summary
     std::optional<asio::posix::stream_descriptor> pipe;
     std::vector<char> buffer;
     std::string partial;  // the segment being assembled across reads, not sent yet
@@ -87,7 +87,8 @@ struct OutputMux::Impl {
     std::string prefix;
     Stream out;
     Stream err;
-    std::deque<std::string> tail;
+    std::deque<std::string> tail;     // stderr's last lines (both streams' when merged)
+    std::deque<std::string> outTail;  // stdout's, for a summary when stderr said nothing
     std::function<void()> onClosed;
     bool attached = false;
   };
@@ -157,7 +158,8 @@ struct OutputMux::Impl {
     src->out.line.prefix = src->err.line.prefix = src->prefix;
     src->out.source = src->err.source = src.get();
     src->err.isStderr = true;
-    src->err.feedsTail = true;
+    src->err.tailInto = &src->tail;
+    src->out.tailInto = &src->outTail;
     StdRouting routing = options.defaultRouting;
     if (auto it = options.routing.find(localRank); it != options.routing.end())
       routing = it->second;
@@ -308,7 +310,7 @@ struct OutputMux::Impl {
       stream.segmentOpen = end == '\0';
       stream.afterReturn = end == '\r';
     }
-    if (stream.feedsTail && options.stderrTailLines > 0) addToTail(stream, text, end);
+    if (stream.tailInto && options.stderrTailLines > 0) addToTail(stream, text, end);
   }
 
   // The stderr tail holds lines as a terminal would show them: the last redraw of a '\r' line.
@@ -320,7 +322,7 @@ struct OutputMux::Impl {
     stream.tailLine.append(text.substr(0, kMaxTailLineBytes - std::min(kMaxTailLineBytes, stream.tailLine.size())));
     if (end == '\r') stream.tailRedrawn = true;
     if (end != '\n') return;
-    auto& tail = stream.source->tail;
+    auto& tail = *stream.tailInto;
     tail.push_back(std::move(stream.tailLine));
     stream.tailLine.clear();
     stream.tailRedrawn = false;
@@ -481,7 +483,7 @@ void OutputMux::attach(int localRank, int globalRank, int stdoutFd, int stderrFd
     impl_->startReading(src.err, stderrFd);
   } else {
     src.err.eof = true;  // merged into stdout's pipe
-    src.out.feedsTail = true;
+    src.out.tailInto = &src.tail;
   }
 }
 
@@ -496,6 +498,12 @@ std::deque<std::string> OutputMux::stderrTail(int localRank) const {
   auto it = impl_->sources.find(localRank);
   if (it == impl_->sources.end()) return {};
   return it->second->tail;
+}
+
+std::deque<std::string> OutputMux::stdoutTail(int localRank) const {
+  auto it = impl_->sources.find(localRank);
+  if (it == impl_->sources.end()) return {};
+  return it->second->outTail;
 }
 
 }  // namespace drun::agent

@@ -395,6 +395,7 @@ struct WorkerGroup::Impl {
     exit.when = w.when;
     exit.afterStop = stopping && w.when >= stopRequestedWall;
     exit.stderrTail = mux.stderrTail(w.localRank);
+    exit.stdoutTail = mux.stdoutTail(w.localRank);
     auto alive = guard();
     if (onExit) onExit(exit);  // may destroy the group
     if (alive.expired()) return;

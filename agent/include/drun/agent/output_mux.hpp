@@ -141,6 +141,8 @@ class OutputMux {
 
   // The last OutputOptions::stderrTailLines lines the rank wrote to stderr (a snapshot).
   std::deque<std::string> stderrTail(int localRank) const;
+  // The same for stdout (empty when both streams share one pipe: stderrTail() has them).
+  std::deque<std::string> stdoutTail(int localRank) const;
 
  private:
   struct Impl;

@@ -63,6 +63,7 @@ struct WorkerExit {
   // It ended after drun began stopping its group: a consequence of the stop, not a root cause.
   bool afterStop = false;
   std::deque<std::string> stderrTail;  // last lines of its stderr (complete once the pipe closed)
+  std::deque<std::string> stdoutTail;  // and of its stdout: the summary's when stderr is empty
   bool succeeded() const { return signal == 0 && exitCode == 0; }
   // Shell convention: exitCode, or 128 + signal.
   int statusCode() const { return signal ? 128 + signal : exitCode; }
