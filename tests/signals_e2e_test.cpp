@@ -193,3 +193,21 @@ TEST_CASE("signals: --signals-to-handle rejects what is not a signal to end a jo
   INFO(ok.describe());
   CHECK(ok.status() == 0);
 }
+
+TEST_CASE("signals: under GNU timeout the workers get their grace period", "[e2e]") {
+  // timeout signals drun, then its own process group (drun included): two SIGTERMs about 1 ms
+  // apart. Before issue 19 some such runs SIGKILLed the workers at once (here the kernel merges
+  // the two pending signals in most runs: the deterministic case is the first test above).
+  MarkerScope marker;
+  RunOptions options = drunCommand(concat({"--nproc-per-node", "2"}, trappingWorker("TERM", 300)),
+                                   {marker.env()});
+  options.argv.insert(options.argv.begin(), {"/usr/bin/timeout", "-s", "TERM", "2"});
+  auto r = run(options);
+  INFO(r.describe());
+  REQUIRE_FALSE(r.timedOut);
+  REQUIRE(count(r.out, "READY") == 2);  // the workers were up when the time ran out
+  CHECK(r.status() == 124);             // timeout's own status for "timed out"
+  CHECK(count(r.out, "cleaned") == 2);
+  CHECK_FALSE(contains(r.err, "killing the workers now"));
+  CHECK(marker.leftovers(5s).empty());
+}
