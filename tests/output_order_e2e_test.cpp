@@ -72,7 +72,7 @@ TEST_CASE("output: --log-dir still writes stdout and stderr to files of their ow
   CHECK(err.find("out") == std::string::npos);
 }
 
-TEST_CASE("output: --prefix '' passes a worker's bytes through exactly (lone \\r, 1.5 MiB line)",
+TEST_CASE("output: --prefix '' passes a worker's bytes through exactly (a lone CR, a 1.5 MiB line)",
           "[e2e]") {
   MarkerScope marker;
   TempDir dir;
