@@ -52,10 +52,23 @@ TEST_CASE("job end: a daemon that called setsid and cleared its environment does
   const std::string pidFile = (dir / "daemon.pid").string();
   // setsid + a background child whose parent exits at once (a double fork), env -i: neither the
   // worker's process group nor the job's marker finds it.
-  auto r = run(drunCommand({"/bin/sh", "-c",
-                            "setsid /bin/sh -c 'env -i /bin/sleep 300 </dev/null >/dev/null 2>&1 & "
-                            "echo $! > " + pidFile + "'"},
-                           {marker.env()}));
+  std::vector<std::string> worker = {
+      "/bin/sh", "-c",
+      "setsid /bin/sh -c 'env -i /bin/sleep 300 </dev/null >/dev/null 2>&1 & echo $! > " + pidFile + "'"};
+  SECTION("sh: setsid, &, env -i") {}
+  SECTION("Python: fork, setsid, fork, exec with an empty environment") {
+    worker = {"/usr/bin/python3", "-c",
+              "import os\n"
+              "if os.fork() == 0:\n"
+              "    os.setsid()\n"
+              "    pid = os.fork()\n"
+              "    if pid == 0:\n"
+              "        os.execve('/bin/sleep', ['/bin/sleep', '300'], {})\n"
+              "    open('" + pidFile + "', 'w').write(str(pid))\n"
+              "    os._exit(0)\n"
+              "os.wait()\n"};
+  }
+  auto r = run(drunCommand(worker, {marker.env()}));
   INFO(r.describe());
   REQUIRE_FALSE(r.timedOut);
   CHECK(r.status() == 0);
