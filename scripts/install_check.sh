@@ -47,4 +47,7 @@ dpkg --root="$root" --force-depends --force-not-root --force-script-chrootless -
   dpkg --root="$root" --force-depends --force-not-root -i "$deb" >/dev/null || fail "dpkg --root -i $deb"
 [[ -x $root/usr/bin/drun && -x $root/usr/bin/drun-rendezvous ]] || fail "the .deb did not install /usr/bin/drun{,-rendezvous}"
 run_job "$root/usr/bin/drun"
+if [[ -d $build/lib/drun/python/drun ]]; then
+  [[ -f $root/usr/lib/drun/python/drun/__init__.py ]] || fail "the .deb lacks the Python modules (usr/lib/drun/python)"
+fi
 echo "install_check: $(basename "$deb"): installs with dpkg --root and runs (Depends: $depends)"
