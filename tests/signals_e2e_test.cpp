@@ -81,14 +81,21 @@ TEST_CASE("signals: the same SIGTERM twice at once (GNU timeout) keeps the grace
   Process job(drunCommand(concat({"--nproc-per-node", "2"}, trappingWorker("TERM", 300)),
                           {marker.env()}));
   REQUIRE(job.waitForLines("READY", 2, 20s));
+  const auto first = std::chrono::steady_clock::now();
   job.signal(SIGTERM);
   // The first was taken and announced; the second comes well within the repeat window.
   REQUIRE(job.waitForOutput([](auto&, auto& err) { return contains(err, "received SIGTERM"); }, 10s));
+  const bool withinWindow = std::chrono::steady_clock::now() - first < 250ms;
   job.signal(SIGTERM);
   auto r = job.wait(20s);
   INFO(r.describe());
   REQUIRE_FALSE(r.timedOut);
   CHECK(r.status() == 143);
+  if (!withinWindow) {
+    // A machine so loaded that the announcement took longer: the second may rightly escalate.
+    WARN("the first SIGTERM was announced after more than 250 ms: not judged");
+    return;
+  }
   CHECK(count(r.out, "cleaned") == 2);  // both workers ran their handlers to the end
   CHECK_FALSE(contains(r.err, "killing the workers now"));
   CHECK(contains(r.err, "a second SIGTERM kills them now"));
