@@ -448,7 +448,7 @@ TEST_CASE("each worker sees the torchrun environment with ranks 0..N-1 exactly o
   CHECK(errorFiles.size() == static_cast<size_t>(n));  // unique per rank
 }
 
-TEST_CASE("OMP_NUM_THREADS: cores / nproc (at least 1) with a note when unset and kept when set",
+TEST_CASE("OMP_NUM_THREADS: cores / nproc (at least 1), a note for Python when unset, kept when set",
           "[e2e]") {
   MarkerScope marker;
   std::set<size_t> cores = {cpuCountOnline(), cpuCountAffinity()};
@@ -464,14 +464,20 @@ TEST_CASE("OMP_NUM_THREADS: cores / nproc (at least 1) with a note when unset an
         INFO("rank " << rank);
         CHECK(expected.count(d.get("OMP_NUM_THREADS").value_or("unset")) == 1);
       }
-      // One note on drun's own stderr (not a worker's line).
-      size_t notes = 0;
-      for (auto& l : parseConsole(r.err)) notes += l.rank < 0 && contains(l.text, "OMP_NUM_THREADS");
-      // torchrun notes only when it changes the value for several workers; one worker may
-      // inherit all cores silently.
-      if (n > 1) CHECK(notes == 1);
-      else CHECK(notes <= 1);
+      // No note for a program that is not Python (issue 19: it matters where OpenMP does).
+      CHECK_FALSE(contains(r.err, "OMP_NUM_THREADS"));
     }
+  }
+  SECTION("unset, a Python program: one note on drun's own stderr") {
+    TempDir dir;
+    auto script = dir.write("omp.py", "import os\nprint(os.environ['OMP_NUM_THREADS'])\n");
+    auto r = run(drunCommand({"--nproc-per-node", "2", script.string()},
+                             {marker.env(), "OMP_NUM_THREADS"}));
+    INFO(r.describe());
+    REQUIRE(r.status() == 0);
+    size_t notes = 0;
+    for (auto& l : parseConsole(r.err)) notes += l.rank < 0 && contains(l.text, "OMP_NUM_THREADS");
+    CHECK(notes == 1);
   }
   SECTION("set by the user: passed through unchanged, no note") {
     auto r = run(drunCommand({"--nproc-per-node", "2", envDump()},

@@ -6,6 +6,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -18,7 +19,12 @@
 #include "drun/agent/worker_env.hpp"
 #include "drun/agent/worker_group.hpp"
 #include "drun/common/error.hpp"
+#include "job_control.hpp"
+#include "log_file_writer.hpp"
 #include "off_loop.hpp"
+#include "orphan_sweep.hpp"
+#include "process_spawn.hpp"
+#include "temp_dirs.hpp"
 
 extern char** environ;
 
@@ -189,6 +195,7 @@ struct ElasticAgent::Impl {
   rdzv::RoundResult round;
   std::vector<JobEvent> latched;      // events of a round this node has not started yet
   JobDir jobDir;
+  int tempDirLock = -1;  // held on a temporary job dir while it is ours (temp_dirs.hpp)
   fs::path attemptDir;
   std::vector<std::string> baseEnvironment = currentEnvironment();
   int cpuCount = countCpus();
@@ -197,6 +204,8 @@ struct ElasticAgent::Impl {
   int otherFailures = 0;
   std::optional<FailureRecord> finalCause;  // the job's root cause once its budget is spent
   int signalled = 0;                        // the signal that ends drun
+  Clock::time_point signalledAt;            // when it came (a repeat within kRepeatWindow is one)
+  std::optional<detail::JobControl> jobControl;  // Ctrl-Z: stops the workers with drun
   int exitCode = 0;
 
   // The agent's own lines go through the console writer, like the workers': they never block
@@ -387,11 +396,23 @@ struct ElasticAgent::Impl {
 
   void stopForSignal(const Input& in) {
     signalled = in.signal;
-    say("drun: received %s; stopping the workers\n", signalName(in.signal).c_str());
+    signalledAt = Clock::now();
+    const std::string name = signalName(in.signal);
+    say("drun: received %s; stopping the workers (%s of grace, then SIGKILL; a second %s kills "
+        "them now)\n", name.c_str(), humanDuration(config.shutdownTimeout).c_str(), name.c_str());
     stopGroup(in.signal);
   }
 
-  void killNow(const Input&) {
+  // A signal while already stopping to exit. The same signal twice within kRepeatWindow is one
+  // request (`timeout` signals drun and then its process group): the grace period stands.
+  void killNow(const Input& in) {
+    if (!signalled) return stopForSignal(in);  // stopping after a failure: the first signal
+    if (Clock::now() - signalledAt < detail::kRepeatWindow) {
+      spdlog::debug("agent: {} again within {} ms of the first: the grace period stands",
+                    signalName(in.signal), detail::kRepeatWindow.count());
+      return;
+    }
+    say("drun: second %s: killing the workers now\n", signalName(in.signal).c_str());
     group->stop(SIGKILL, std::chrono::milliseconds(0), [this] { dispatch(Event::WorkersStopped); });
   }
 
@@ -472,7 +493,11 @@ struct ElasticAgent::Impl {
   }
 
   void reportFinished(const Input&) {
-    if (round.nodeCount > 1) {
+    if (round.nodeCount > 1 && config.rendezvous.backend == "static") {
+      // No store, no exit barrier: nothing to wait for (torchrun's static backend alike).
+      say("drun: this node's workers succeeded; with the static rendezvous each node ends on its "
+          "own (the other %d node(s) are not waited for)\n", round.nodeCount - 1);
+    } else if (round.nodeCount > 1) {
       say("drun: this node's workers succeeded; waiting for the other %d node(s) of the job\n",
           round.nodeCount - 1);
       sayStillFinishing(Clock::now());
@@ -645,17 +670,27 @@ struct ElasticAgent::Impl {
   }
 
   int run() {
+    detail::raiseOpenFileLimit();
     guard.emplace(JobGuard::start());
     jobDir = makeJobDir(config);
+    if (jobDir.temporary) {
+      tempDirLock = detail::lockTempDir(jobDir.path);  // ours: no later drun takes it for abandoned
+      detail::removeAbandonedTempDirs(jobDir.path.parent_path());  // left by SIGKILLed druns
+    }
     if (!jobDir.temporary)
       say("drun: log files go to %s%s\n", jobDir.path.c_str(),
           config.logDir ? "" : " (--redirects/--tee without --log-dir)");
-    for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) signals.add(s);
+    for (int s : detail::catchable(handledSignals())) signals.add(s);
     waitForSignal();
+    jobControl.emplace(io, [this](int sig) {
+      if (group) group->signalAll(sig);
+    });
     if (!config.rendezvous.runId.empty())
       spdlog::debug("agent: run id {}, job dir {}", config.rendezvous.runId, jobDir.path.string());
     rendezvous->onJobEvent([this](const JobEvent& e) { onLoop([this, e] { onJobEvent(e); }); });
-    if (!baseHasVariable("OMP_NUM_THREADS") && config.nprocPerNode > 1)
+    // The note matters where OpenMP does (Python: torch, numpy); elsewhere only when asked (-v).
+    if (!baseHasVariable("OMP_NUM_THREADS") && config.nprocPerNode > 1 &&
+        (config.isPython || spdlog::should_log(spdlog::level::info)))
       say(
                    "drun: note: OMP_NUM_THREADS is not set; each worker gets %d (%d cores / %d "
                    "workers); set it to override\n",
@@ -664,10 +699,15 @@ struct ElasticAgent::Impl {
     dispatch(Event::Start);
     io.run();
     group.reset();  // SIGKILLs and reaps whatever is left; the guard's destructor sweeps the rest
+    // Daemons of the workers that left their groups and cleared their environment are drun's
+    // children now (the subreaper): the guard's marker cannot find them.
+    detail::killReparentedDescendants(guard->watchdogPid(), std::chrono::milliseconds(2000));
     console->drain(std::chrono::milliseconds(1000));  // a stopped reader cannot keep drun alive
+    detail::LogFileWriter::standard()->drain(std::chrono::milliseconds(2000));  // nor a stalled disk
     if (jobDir.temporary) {
       std::error_code ec;
       fs::remove_all(jobDir.path, ec);
+      if (tempDirLock >= 0) ::close(tempDirLock);
     }
     if (offLoop->busy()) {
       // Interrupted while a rendezvous call blocks in the network with a long deadline.
@@ -680,6 +720,14 @@ struct ElasticAgent::Impl {
     rendezvous->onJobEvent(nullptr);
     offLoop.reset();
     return exitCode;
+  }
+
+  // SIGINT, SIGTERM, SIGHUP, SIGQUIT and --signals-to-handle's.
+  std::vector<int> handledSignals() const {
+    std::vector<int> out = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+    for (int s : config.signalsToHandle)
+      if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
+    return out;
   }
 
   bool baseHasVariable(const std::string& name) const {

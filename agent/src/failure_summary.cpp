@@ -235,7 +235,12 @@ rdzv::FailureRecord makeFailureRecord(const WorkerExit& rootCause, const std::st
   r.timeMs = std::chrono::duration_cast<std::chrono::milliseconds>(
                  rootCause.when.time_since_epoch()).count();
   r.otherFailures = otherFailures;
-  FailureEvidence evidence = failureEvidence(errorFile, rootCause.stderrTail, showPath);
+  // Nothing on stderr: the last stdout lines often hold the error (a program that prints it).
+  const bool fromStdout = rootCause.stderrTail.empty() && !rootCause.stdoutTail.empty();
+  FailureEvidence evidence = failureEvidence(
+      errorFile, fromStdout ? rootCause.stdoutTail : rootCause.stderrTail, showPath);
+  if (fromStdout && evidence.source == "stderr")
+    evidence.source = "no stderr output; last lines of stdout";
   r.detailSource = std::move(evidence.source);
   r.detail = std::move(evidence.detail);
   return r;

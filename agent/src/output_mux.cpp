@@ -15,10 +15,12 @@
 #include <cstring>
 #include <string_view>
 #include <system_error>
+#include <utility>
 
 #include "drun/common/error.hpp"
 #include "fd_write.hpp"
 #include "handler_guard.hpp"
+#include "log_file_writer.hpp"
 
 namespace drun::agent {
 
@@ -35,13 +37,6 @@ void replaceAll(std::string& text, std::string_view macro, const std::string& va
     text.replace(at, macro.size(), value);
     at += value.size();
   }
-}
-
-int openLogFile(const std::filesystem::path& path) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0)
-    throw Error("cannot create worker log file " + path.string() + ": " + std::strerror(errno));
-  return fd;
 }
 
 }  // namespace
@@ -64,24 +59,25 @@ struct OutputMux::Impl {
   struct Stream {
     Source* source = nullptr;
     bool isStderr = false;
+    std::deque<std::string>* tailInto = nullptr;  // its last lines, for the failure summary
     std::optional<asio::posix::stream_descriptor> pipe;
     std::vector<char> buffer;
     std::string partial;  // the segment being assembled across reads, not sent yet
     LineSource line;      // this stream's identity and prefix for the console
     bool segmentOpen = false;  // the prefix and part of the current segment were sent
     bool afterReturn = false;  // the last segment sent ended with '\r'
+    size_t pendingReturns = 0;  // lone '\r's at a segment's start, sent before its prefix
     std::optional<asio::steady_timer> partialTimer;
     bool timerArmed = false;
     std::chrono::steady_clock::time_point lastBytes;  // the last read that left a partial line
     std::string tailLine;       // the stderr tail's line being assembled
     bool tailRedrawn = false;   // a '\r' ended it: new text replaces it
-    int fileFd = -1;      // raw bytes, as the worker wrote them
+    std::shared_ptr<detail::LogFileWriter::File> file;  // raw bytes, as the worker wrote them
     bool toConsole = true;
     bool eof = false;
     bool paused = false;  // waiting for the console to drain (back-pressure)
     ConsoleStream target() const { return isStderr ? ConsoleStream::Err : ConsoleStream::Out; }
     ~Stream() {
-      if (fileFd >= 0) ::close(fileFd);
     }
   };
 
@@ -91,7 +87,8 @@ struct OutputMux::Impl {
     std::string prefix;
     Stream out;
     Stream err;
-    std::deque<std::string> tail;
+    std::deque<std::string> tail;     // stderr's last lines (both streams' when merged)
+    std::deque<std::string> outTail;  // stdout's, for a summary when stderr said nothing
     std::function<void()> onClosed;
     bool attached = false;
   };
@@ -130,6 +127,7 @@ struct OutputMux::Impl {
         }
     });
     console->cancel(this);  // no resume callback runs once this returns
+    files->cancel(this);
   }
 
   asio::io_context& io;
@@ -139,6 +137,8 @@ struct OutputMux::Impl {
   std::chrono::milliseconds partialLineDelay[2];
   bool consoleDropped[2] = {false, false};     // by ConsoleStream, as last seen (logged once)
   bool waitingForConsole[2] = {false, false};  // a whenWritable() registration is pending
+  std::shared_ptr<detail::LogFileWriter> files = detail::LogFileWriter::standard();
+  bool waitingForFiles = false;  // a files->whenWritable() registration is pending
   std::map<int, std::unique_ptr<Source>> sources;
   std::string batch;  // whole lines of one read, handed to the console at once
   std::shared_ptr<int> life = std::make_shared<int>(0);
@@ -158,6 +158,8 @@ struct OutputMux::Impl {
     src->out.line.prefix = src->err.line.prefix = src->prefix;
     src->out.source = src->err.source = src.get();
     src->err.isStderr = true;
+    src->err.tailInto = &src->tail;
+    src->out.tailInto = &src->outTail;
     StdRouting routing = options.defaultRouting;
     if (auto it = options.routing.find(localRank); it != options.routing.end())
       routing = it->second;
@@ -170,8 +172,8 @@ struct OutputMux::Impl {
       std::filesystem::create_directories(dir, ec);
       if (ec)
         throw Error("cannot create worker log directory " + dir.string() + ": " + ec.message());
-      src->out.fileFd = openLogFile(dir / "stdout.log");
-      src->err.fileFd = openLogFile(dir / "stderr.log");
+      src->out.file = files->open(dir / "stdout.log");
+      src->err.file = files->open(dir / "stderr.log");
       // A redirected stream stays off the console unless it is also tee'd (torchrun: tee wins).
       src->out.toConsole = console && (!(routing.redirect & 1) || (routing.tee & 1));
       src->err.toConsole = console && (!(routing.redirect & 2) || (routing.tee & 2));
@@ -205,6 +207,7 @@ struct OutputMux::Impl {
   // The next read, unless the console this stream feeds is congested: then the pipe waits (its
   // worker blocks once the pipe is full) until the console is down to its low-water mark.
   void continueReading(Stream& stream) {
+    if (stream.file && files->congested()) return pauseForFiles(stream);
     ConsoleStream target = stream.target();
     if (!stream.toConsole || !console->congested(target)) return read(stream);
     stream.paused = true;
@@ -217,6 +220,30 @@ struct OutputMux::Impl {
     };
     waitingForConsole[static_cast<int>(target)] = true;
     if (!console->whenWritable(target, this, std::move(resume))) resumeReading(target);
+  }
+
+  // The log files' queue is full (a slow file system): streams feeding files wait for it.
+  void pauseForFiles(Stream& stream) {
+    stream.paused = true;
+    if (waitingForFiles) return;
+    auto resume = [this, executor = io.get_executor(), life = std::weak_ptr<int>(life)] {
+      // On the log writer's thread, its lock held: only post.
+      asio::post(executor, [this, life] {
+        if (!life.expired()) detail::guarded("worker output", [&] { resumeAfterFiles(); });
+      });
+    };
+    waitingForFiles = true;
+    if (!files->whenWritable(this, std::move(resume))) resumeAfterFiles();
+  }
+
+  void resumeAfterFiles() {
+    waitingForFiles = false;
+    for (auto& [rank, src] : sources)
+      for (Stream* stream : {&src->out, &src->err})
+        if (stream->paused && stream->file && !stream->eof) {
+          stream->paused = false;
+          continueReading(*stream);  // may pause again, for the console or the files
+        }
   }
 
   // Reads what a pipe paused by back-pressure holds now, without waiting (bounded by
@@ -265,18 +292,25 @@ struct OutputMux::Impl {
   void emitSegment(Stream& stream, std::string_view text, char end) {
     // "\r\n" (or a lone '\r' before the line end): the '\n' ends the segment the '\r' ended.
     const bool lineEndAfterReturn = end == '\n' && text.empty() && stream.afterReturn;
-    // A '\r' or an empty piece at the start of a segment shows nothing: nothing to send.
-    const bool nothing = text.empty() && !stream.segmentOpen && end != '\n';
-    if (stream.toConsole && !nothing) {
+    // An empty piece at the start of a segment: nothing to send.
+    const bool nothing = text.empty() && !stream.segmentOpen && end == '\0';
+    // A lone '\r' at the start of a segment (tqdm's "\r" before each bar) is kept, in front of
+    // the next segment's prefix: no empty prefixed segment, and with --prefix '' the console
+    // gets the worker's bytes exactly.
+    const bool loneReturn = text.empty() && !stream.segmentOpen && end == '\r';
+    if (loneReturn) {
+      ++stream.pendingReturns;
+    } else if (stream.toConsole && !nothing) {
+      batch.append(std::exchange(stream.pendingReturns, 0), '\r');
       if (!stream.segmentOpen && !lineEndAfterReturn) batch += stream.line.prefix;
       batch += text;
       if (end) batch += end;
     }
-    if (!nothing) {
+    if (!nothing && !loneReturn) {
       stream.segmentOpen = end == '\0';
       stream.afterReturn = end == '\r';
     }
-    if (stream.isStderr && options.stderrTailLines > 0) addToTail(stream, text, end);
+    if (stream.tailInto && options.stderrTailLines > 0) addToTail(stream, text, end);
   }
 
   // The stderr tail holds lines as a terminal would show them: the last redraw of a '\r' line.
@@ -288,7 +322,7 @@ struct OutputMux::Impl {
     stream.tailLine.append(text.substr(0, kMaxTailLineBytes - std::min(kMaxTailLineBytes, stream.tailLine.size())));
     if (end == '\r') stream.tailRedrawn = true;
     if (end != '\n') return;
-    auto& tail = stream.source->tail;
+    auto& tail = *stream.tailInto;
     tail.push_back(std::move(stream.tailLine));
     stream.tailLine.clear();
     stream.tailRedrawn = false;
@@ -371,14 +405,12 @@ struct OutputMux::Impl {
     }
   }
 
+  // Queued for the log writer's thread (a stalled file system never blocks the loop).
   void writeFile(Stream& stream, const char* data, size_t size) {
-    if (stream.fileFd < 0) return;
-    if (int err = detail::writeAll(stream.fileFd, data, size)) {
-      spdlog::warn("worker output: writing the log of local rank {} failed: {}",
-                   stream.source->localRank, std::strerror(err));
-      ::close(stream.fileFd);
-      stream.fileFd = -1;
-    }
+    if (!stream.file) return;
+    files->write(stream.file, std::string_view(data, size));
+    for (const std::string& failure : files->takeFailures())
+      spdlog::warn("worker output: writing a log file failed: {}", failure);
   }
 
   // Cuts [data, data+size) into segments ending in '\n' or '\r'; they go out now, the rest waits
@@ -397,7 +429,9 @@ struct OutputMux::Impl {
       } else {
         stream.partial.append(data + pos, take);
         if (complete || stream.partial.size() >= kMaxLineBytes) {
-          emitSegment(stream, stream.partial, complete ? data[lineEnd] : '\n');
+          // Longer than kMaxLineBytes: this piece goes out as an open line, the rest follows
+          // on it unprefixed (on a fresh prefixed line only if another line came in between).
+          emitSegment(stream, stream.partial, complete ? data[lineEnd] : '\0');
           stream.partial.clear();
         }
       }
@@ -416,8 +450,9 @@ struct OutputMux::Impl {
     if (!stream.partial.empty()) {
       emitSegment(stream, stream.partial, '\n');  // the newline the worker did not write
       stream.partial.clear();
-      flushBatch(stream);
     }
+    if (stream.toConsole) batch.append(std::exchange(stream.pendingReturns, 0), '\r');
+    flushBatch(stream);
     console->endLine(stream.target(), &stream.line);  // a flushed piece or a '\r' left open
     if (stream.partialTimer) stream.partialTimer->cancel();
     boost::system::error_code ignored;
@@ -444,7 +479,12 @@ void OutputMux::attach(int localRank, int globalRank, int stdoutFd, int stderrFd
   src.attached = true;
   src.onClosed = std::move(onClosed);
   impl_->startReading(src.out, stdoutFd);
-  impl_->startReading(src.err, stderrFd);
+  if (stderrFd >= 0) {
+    impl_->startReading(src.err, stderrFd);
+  } else {
+    src.err.eof = true;  // merged into stdout's pipe
+    src.out.tailInto = &src.tail;
+  }
 }
 
 void OutputMux::sweep(int localRank) { impl_->sweepRank(localRank); }
@@ -458,6 +498,12 @@ std::deque<std::string> OutputMux::stderrTail(int localRank) const {
   auto it = impl_->sources.find(localRank);
   if (it == impl_->sources.end()) return {};
   return it->second->tail;
+}
+
+std::deque<std::string> OutputMux::stdoutTail(int localRank) const {
+  auto it = impl_->sources.find(localRank);
+  if (it == impl_->sources.end()) return {};
+  return it->second->outTail;
 }
 
 }  // namespace drun::agent

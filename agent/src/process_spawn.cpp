@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -69,6 +70,10 @@ struct FailureReport {
   _exit(a->error == ENOENT || a->error == ENOTDIR ? 127 : 126);
 }
 
+// The open-file limit drun started with (raiseOpenFileLimit()), given back to each worker.
+struct rlimit gWorkerOpenFiles {};
+bool gRestoreOpenFiles = false;
+
 // Runs in the child: on a borrowed stack sharing the parent's memory (clone path), or in a fork
 // (sanitizer builds). Raw system calls only.
 int childMain(void* arg) {
@@ -99,6 +104,8 @@ int childMain(void* arg) {
   if (::syscall(SYS_close_range, 3u, ~0u, a->reportFd >= 0 ? kCloseRangeCloexec : 0u) != 0) {
     // Kernel < 5.9: every fd drun opens itself is O_CLOEXEC, so nothing leaks from drun.
   }
+
+  if (gRestoreOpenFiles) ::syscall(SYS_prlimit64, 0, RLIMIT_NOFILE, &gWorkerOpenFiles, nullptr);
 
   sigset_t empty;
   sigemptyset(&empty);
@@ -225,6 +232,16 @@ std::string resolveProgram(const std::string& name, const std::vector<std::strin
   }
   *error = notExecutable.empty() ? ENOENT : EACCES;
   return notExecutable;
+}
+
+void raiseOpenFileLimit() {
+  struct rlimit limit {};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= limit.rlim_max) return;
+  const struct rlimit started = limit;
+  limit.rlim_cur = limit.rlim_max;
+  if (::setrlimit(RLIMIT_NOFILE, &limit) != 0) return;
+  gWorkerOpenFiles = started;
+  gRestoreOpenFiles = true;
 }
 
 }  // namespace drun::agent::detail

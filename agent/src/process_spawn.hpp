@@ -40,6 +40,11 @@ struct SpawnResult {
 
 SpawnResult spawnProcess(const SpawnRequest& request);
 
+// Raises drun's soft RLIMIT_NOFILE to its hard limit (drun holds pipes for every worker:
+// `ulimit -n 64` would end a large job in "Too many open files"); workers spawned afterwards get
+// the soft limit drun started with, as the user set it. Call once, before spawning.
+void raiseOpenFileLimit();
+
 // argv[0] as given when it contains '/'; else the first executable regular file named so in the
 // PATH of `env` (drun's own PATH when `env` has none). Not found: "" with *error = ENOENT, or the
 // non-executable candidate with *error = EACCES.

@@ -274,7 +274,9 @@ struct WorkerGroup::Impl {
     mux.prepare(spec.localRank, spec.globalRank);  // log files exist before the worker runs
     const auto size = ttyOut || ttyErr ? windowSize() : std::nullopt;
     Pipe out = Pipe::output(ttyOut, size);
-    Pipe err = Pipe::output(ttyErr, size);
+    std::optional<Pipe> err;  // none: stderr shares stdout's pipe, in the order written
+    if (!mergeStreams()) err.emplace(Pipe::output(ttyErr, size));
+    const int errWrite = err ? err->write : out.write;
     // drun's stdin goes to one rank (through a pipe even when stdout is a pty: drun's terminal
     // already does the line editing and echo); every other worker reads /dev/null.
     std::optional<Pipe> in;
@@ -289,7 +291,7 @@ struct WorkerGroup::Impl {
       request.env.push_back(options.jobGuard->envEntry());
     request.stdinFd = in ? in->read : devNull;
     request.stdoutFd = out.write;
-    request.stderrFd = err.write;
+    request.stderrFd = errWrite;
 
     auto worker = std::make_unique<Worker>();
     worker->localRank = spec.localRank;
@@ -319,11 +321,14 @@ struct WorkerGroup::Impl {
           std::string("drun: cannot execute '") + spec.argv[0] +
           "': " + (std::strcmp(result.step, "execve") == 0 ? "" : std::string(result.step) + ": ") +
           std::strerror(result.error) + (resolveError == ENOENT ? " (not found in PATH)" : "") +
+          (result.error == ENOEXEC ? " (a script needs a first line naming its interpreter, "
+                                     "e.g. #!/bin/sh or #!/usr/bin/env python3)"
+                                   : "") +
           "\n";
-      [[maybe_unused]] ssize_t n = ::write(err.write, reason.data(), reason.size());
+      [[maybe_unused]] ssize_t n = ::write(errWrite, reason.data(), reason.size());
     }
     out.closeWrite();
-    err.closeWrite();
+    if (err) err->closeWrite();
     if (in) {
       in->closeRead();
       auto console = options.output.console ? options.output.console : ConsoleWriter::standard();
@@ -332,14 +337,21 @@ struct WorkerGroup::Impl {
           [console] { console->lineEndedOutside(); });
     }
     if (ttyOut) w->ptyControl[0] = ::fcntl(out.read, F_DUPFD_CLOEXEC, 3);
-    if (ttyErr) w->ptyControl[1] = ::fcntl(err.read, F_DUPFD_CLOEXEC, 3);
+    if (ttyErr && err) w->ptyControl[1] = ::fcntl(err->read, F_DUPFD_CLOEXEC, 3);
     if (options.jobGuard) options.jobGuard->addProcessGroup(w->pid);
-    mux.attach(spec.localRank, spec.globalRank, out.releaseRead(), err.releaseRead(),
+    mux.attach(spec.localRank, spec.globalRank, out.releaseRead(), err ? err->releaseRead() : -1,
                [this, w, alive = guard()] {
                  if (!alive.expired() && w->exited) report(*w);
                });
     spdlog::debug("started worker local rank {} rank {} pid {}: {}", spec.localRank,
                   spec.globalRank, w->pid, spec.argv[0]);
+  }
+
+  // A worker's stdout and stderr share one pipe (or pty) when drun's console is one destination
+  // for both (a terminal, `2>&1`), so that their order is the order the worker wrote in, as in a
+  // shell; per-rank log files keep the streams apart (then two pipes, as before).
+  bool mergeStreams() const {
+    return console().sharedDestination() && !options.output.attemptDir && ttyOut == ttyErr;
   }
 
   void reaped(pid_t pid, int status) {
@@ -383,6 +395,7 @@ struct WorkerGroup::Impl {
     exit.when = w.when;
     exit.afterStop = stopping && w.when >= stopRequestedWall;
     exit.stderrTail = mux.stderrTail(w.localRank);
+    exit.stdoutTail = mux.stdoutTail(w.localRank);
     auto alive = guard();
     if (onExit) onExit(exit);  // may destroy the group
     if (alive.expired()) return;
@@ -447,6 +460,11 @@ void WorkerGroup::start(const std::vector<WorkerSpec>& workers) { impl_->start(w
 
 void WorkerGroup::stop(int signal, std::chrono::milliseconds grace, std::function<void()> done) {
   impl_->stop(signal, grace, std::move(done));
+}
+
+void WorkerGroup::signalAll(int signal) {
+  for (auto& w : impl_->workers)
+    if (!w->reported) impl_->killGroup(*w, signal);
 }
 
 size_t WorkerGroup::running() const { return impl_->running(); }

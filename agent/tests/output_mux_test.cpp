@@ -143,7 +143,7 @@ TEST_CASE_METHOD(CapturedConsole,
 }
 
 TEST_CASE_METHOD(CapturedConsole,
-                 "a partial last line gets its newline and over-long lines are cut at the bound",
+                 "a partial last line gets its newline and over-long lines keep their bytes",
                  "[agent]") {
   TempDir dir;
   options.output.prefixTemplate = "[${rank}]:";
@@ -161,13 +161,15 @@ TEST_CASE_METHOD(CapturedConsole,
     if (line.rfind("[1]:", 0) == 0) rank1.push_back(line.substr(4));
   }
   CHECK(std::count(lines.begin(), lines.end(), "[0]:abc") == 1);
-  REQUIRE(rank1.size() == 4);
-  auto allX = [](const std::string& s) { return s.find_first_not_of('x') == std::string::npos; };
-  CHECK(rank1[0].size() == OutputMux::kMaxLineBytes);
-  CHECK(rank1[1].size() == OutputMux::kMaxLineBytes);
-  CHECK(rank1[2].size() == 1000);
-  CHECK((allX(rank1[0]) && allX(rank1[1]) && allX(rank1[2])));
-  CHECK(rank1[3] == "end");
+  // Passed on in kMaxLineBytes pieces of one open line: whole, unless rank 0's line came
+  // between two pieces (then the rest continues on a fresh prefixed line). No byte is lost.
+  REQUIRE(rank1.size() >= 2);
+  REQUIRE(rank1.size() <= 3);
+  CHECK(rank1.back() == "end");
+  std::string joined;
+  for (size_t i = 0; i + 1 < rank1.size(); ++i) joined += rank1[i];
+  CHECK(joined.size() == kLong);
+  CHECK(joined.find_first_not_of('x') == std::string::npos);
   CHECK(readFile(dir.path() / "0" / "stdout.log") == "abc");  // the file keeps the raw bytes
   CHECK(readFile(dir.path() / "1" / "stdout.log").size() == kLong + 5);
 }
@@ -257,7 +259,8 @@ TEST_CASE_METHOD(CapturedConsole,
   WorkerGroup group(io, options);
   group.start({shellWorker(0, "printf '10%%\\r20%%\\r100%%\\nline\\r\\n\\rend\\n'")});
   REQUIRE(runUntil(io, [&] { return group.running() == 0; }));
-  CHECK(out.waitAll() == "[0]:10%\r[0]:20%\r[0]:100%\n[0]:line\r\n[0]:end\n");
+  // A lone '\r' after a line end is kept, before the next segment's prefix.
+  CHECK(out.waitAll() == "[0]:10%\r[0]:20%\r[0]:100%\n[0]:line\r\n\r[0]:end\n");
 }
 
 TEST_CASE_METHOD(CapturedConsole,

@@ -16,7 +16,9 @@ void init(std::string_view component, std::string_view level) {
                           "' (expected trace, debug, info, warn, error or off)");
   auto logger = spdlog::stderr_logger_mt(std::string(component));
   logger->set_level(parsed);
-  logger->set_pattern(parsed <= spdlog::level::debug ? "[%n %H:%M:%S.%e %l] %v" : "[%n] %v");
+  // One style for every line drun writes itself: "drun: <level>: ..." as its own messages
+  // ("drun: error: ...", "drun: warning: ..."); debug lines carry the time too.
+  logger->set_pattern(parsed <= spdlog::level::debug ? "%n: %H:%M:%S.%e %l: %v" : "%n: %l: %v");
   spdlog::set_default_logger(logger);
 }
 

@@ -1,6 +1,7 @@
 #include "drun/launcher/cli.hpp"
 
 #include <sched.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -279,6 +280,50 @@ void parseTerminalOptions(const std::string& tty, const std::string& stdinRank, 
   else out.stdinRank = static_cast<int>(usage([&] { return env::parseInt(stdinRank, "--stdin (a global rank >= 0, or none)", 0, 1 << 30); }));
 }
 
+// --signals-to-handle: torchrun's comma-separated names (SIGUSR1, or USR1, or a number). Only
+// signals that mean "end the job" make sense; job control, faults and SIGKILL/SIGSTOP do not.
+std::vector<int> parseSignals(const std::string& text) {
+  static const std::pair<const char*, int> kAllowed[] = {
+      {"HUP", SIGHUP},   {"INT", SIGINT},   {"QUIT", SIGQUIT},     {"TERM", SIGTERM},
+      {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"ALRM", SIGALRM},     {"XCPU", SIGXCPU},
+      {"XFSZ", SIGXFSZ}, {"PWR", SIGPWR},   {"VTALRM", SIGVTALRM}, {"PROF", SIGPROF}};
+  std::vector<int> out;
+  for (std::string item : split(text, ',')) {
+    item.erase(0, item.find_first_not_of(" \t"));
+    item.erase(item.find_last_not_of(" \t") + 1);
+    std::string name = item;
+    for (char& c : name) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    if (name.rfind("SIG", 0) == 0) name.erase(0, 3);
+    int number = 0;
+    for (const auto& [known, sig] : kAllowed)
+      if (name == known || name == std::to_string(sig)) number = sig;
+    if (number == 0) {
+      std::string names;
+      for (const auto& [known, sig] : kAllowed) names += (names.empty() ? "SIG" : ", SIG") + std::string(known);
+      throw UsageError("--signals-to-handle: '" + item + "' is not a signal drun can forward (one of " +
+                       names + ")");
+    }
+    if (std::find(out.begin(), out.end(), number) == out.end()) out.push_back(number);
+  }
+  return out;
+}
+
+// --log-dir must be a directory, or name one drun can create: a file on the way is a usage
+// error (not a raw filesystem error once the job starts).
+void checkLogDir(const std::filesystem::path& dir) {
+  std::error_code ec;
+  for (std::filesystem::path p = dir; !p.empty(); p = p.parent_path()) {
+    auto status = std::filesystem::status(p, ec);
+    if (std::filesystem::exists(status)) {
+      if (!std::filesystem::is_directory(status))
+        throw UsageError("--log-dir " + dir.string() + ": " +
+                         (p == dir ? "is a file, not a directory" : p.string() + " is a file, not a directory"));
+      return;
+    }
+    if (p == p.parent_path()) return;
+  }
+}
+
 }  // namespace
 
 CliResult parseCommandLine(const std::vector<std::string>& args) {
@@ -287,6 +332,8 @@ CliResult parseCommandLine(const std::vector<std::string>& args) {
   app.set_help_flag("-h,--help", "print this help and exit");
   app.set_version_flag("--version", "drun 0.1.0", "print the version and exit");
   app.get_formatter()->column_width(44);
+  // An option given twice: the last one wins, as with torchrun's argparse.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
 
   std::string nproc = "1", nnodes = "1", maxRestarts = "0", monitorInterval = "0.1", role = "default";
   std::string shutdownTimeout = "30", redirects = "0", tee = "0", localRanksFilter, logDir;
@@ -345,6 +392,10 @@ CliResult parseCommandLine(const std::vector<std::string>& args) {
       ->type_name("trace|debug|info|warn|error|off");
   // The user's terminal (agent/README.md "The terminal"): ptys for the workers, stdin to a rank.
   std::string tty = "auto", stdinRank = "0";
+  std::string signalsToHandle = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
+  opt("signals-to-handle", signalsToHandle, "SIG,SIG,...",
+      "signals forwarded to the workers that end the job like SIGTERM, e.g. SIGUSR1 for SLURM's "
+      "preemption notice (default SIGTERM,SIGINT,SIGHUP,SIGQUIT, always handled)");
   opt("tty", tty, "auto|always|never", "worker stdout/stderr on pseudo-terminals of their own (default auto: where drun's are terminals)");
   opt("stdin", stdinRank, "RANK|none", "the global rank that reads drun's stdin (default 0); none: every worker reads /dev/null");
 
@@ -473,7 +524,11 @@ CliResult parseCommandLine(const std::vector<std::string>& args) {
   parseStdSpec(redirects, "--redirects", c.nprocPerNode, &StdRouting::redirect, c.output);
   parseStdSpec(tee, "--tee", c.nprocPerNode, &StdRouting::tee, c.output);
   if (!localRanksFilter.empty()) c.output.consoleLocalRanks = parseRankList(localRanksFilter, c.nprocPerNode);
-  if (!logDir.empty()) c.logDir = std::filesystem::path(logDir);
+  if (!logDir.empty()) {
+    checkLogDir(logDir);
+    c.logDir = std::filesystem::path(logDir);
+  }
+  c.signalsToHandle = parseSignals(signalsToHandle);
   if (prefix) validatePrefix(*prefix);
   c.prefixTemplate = prefix;
   c.output.roleName = c.role;

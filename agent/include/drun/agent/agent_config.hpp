@@ -4,6 +4,7 @@
 // reads argv or getenv for these settings. Plain aggregate with defaults; passed const&.
 #pragma once
 
+#include <csignal>
 #include <chrono>
 #include <filesystem>
 #include <optional>
@@ -34,6 +35,10 @@ struct AgentConfig {
   OutputOptions output;                          // filter, redirects/tee (prefix set per round)
   // Console prefix template; nullopt = "[${rank}]:" when the job has more than one worker.
   std::optional<std::string> prefixTemplate;
+  // Signals that end the job as SIGTERM does, each forwarded to the workers first
+  // (--signals-to-handle: torchrun's list; drun always catches these four besides). One that was
+  // ignored when drun started stays ignored (nohup).
+  std::vector<int> signalsToHandle = {SIGTERM, SIGINT, SIGHUP, SIGQUIT};
 };
 
 }  // namespace drun::agent

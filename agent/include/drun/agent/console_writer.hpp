@@ -111,6 +111,9 @@ class ConsoleWriter {
 
   // The stream's file descriptor (not owned), e.g. to ask whether it is a terminal.
   int fd(ConsoleStream stream) const;
+  // stdout and stderr are one destination (the same terminal, pipe or open file: `2>&1`): one
+  // lane writes both, and a worker may give both its streams one pipe to keep their order.
+  bool sharedDestination() const { return lanes_[0] == lanes_[1]; }
 
   // Blocks until everything queued so far is written (or discarded by a write error), or
   // `timeout`; returns whether it was. Changes nothing on a timeout: what is queued stays queued.

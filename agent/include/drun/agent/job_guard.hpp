@@ -15,7 +15,9 @@
 // out (EPIPE, no SIGPIPE) and a new one is forked with the registered groups replayed.
 // Protocol on the socket, one line each: "+<pgid>", "-<pgid>", "sweep" (sweep now, then exit).
 // Limits: a descendant that rewrites its environment from scratch (env -i) and leaves the worker's
-// process group is not found; the marker is matched as a whole "DRUN_JOB_TOKEN=<token>" entry.
+// process group is not found here (while drun lives it is drun's child, the subreaper's, and the
+// agent kills it at the job's end: orphan_sweep.hpp); the marker is matched as a whole
+// "DRUN_JOB_TOKEN=<token>" entry.
 //
 // Threading: call from the agent's thread only. Ownership: one per drun process; the watchdog is a
 // child of drun registered with the process-wide reaper, so WorkerGroup's SIGCHLD handling never

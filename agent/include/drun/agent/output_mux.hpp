@@ -11,12 +11,18 @@
 // with a fresh prefix when another line came in between (the ConsoleWriter's LineSource rules: no
 // line is ever glued to another). That one-shot timer is armed only when a read leaves a partial
 // line: whole-line output costs no wakeup. At EOF a partial line gets the newline it lacked; a line
-// longer than kMaxLineBytes is cut into kMaxLineBytes pieces.
+// longer than kMaxLineBytes (the most held per stream) goes out in kMaxLineBytes pieces as an open
+// line: its bytes are kept, and it stays one line unless another worker's line comes between two
+// pieces (then the rest continues on a fresh prefixed line). No byte is dropped or added inside
+// a stream: a lone '\r' (after '\n') is passed on, so `--prefix ''` passes a single worker's
+// output through exactly (except the '\n' added to an unterminated last line).
 //
 // Back-pressure: when the console is congested (its reader is slow or stopped), the mux stops
 // reading the pipes that feed it, so the workers block on their own writes; it resumes when the
 // console drains. The event loop itself never waits for the console. Pipes whose output goes to
-// files only are always read. Log files are written synchronously (they are regular files).
+// files only are always read, unless the log files' writer is behind: log files are written off
+// the loop by one thread (log_file_writer.hpp: a stalled network file system must not stop the
+// loop, and with it signal handling); once it holds 8 MiB, the pipes feeding files wait too.
 // What an exited worker left in pipes paused this way is swept into the console queue (sweep(),
 // and when the mux is destroyed): the queue may then exceed its bound by that much (at most a
 // pipe's content per stream, or 1 MiB), and back-pressure loses nothing.
@@ -105,7 +111,7 @@ std::string expandPrefix(const std::string& tmpl, const OutputOptions& options, 
 
 class OutputMux {
  public:
-  static constexpr size_t kMaxLineBytes = 1 << 20;   // longer lines are cut
+  static constexpr size_t kMaxLineBytes = 1 << 20;   // held per stream; longer lines go in pieces
   static constexpr size_t kMaxTailLineBytes = 4096;  // stderr tail lines are truncated
 
   OutputMux(boost::asio::io_context& io, OutputOptions options);
@@ -119,6 +125,8 @@ class OutputMux {
 
   // Starts reading a worker's stdout/stderr pipe read ends (owned from now on; made non-blocking).
   // `onClosed` runs on the io_context once both reached EOF. Calls prepare() if not done yet.
+  // stderrFd -1: the worker writes both streams to stdoutFd (one pipe keeps their order, when
+  // the console's stdout and stderr are one destination); its stderr tail is then that pipe's.
   void attach(int localRank, int globalRank, int stdoutFd, int stderrFd,
               std::function<void()> onClosed);
 
@@ -133,6 +141,8 @@ class OutputMux {
 
   // The last OutputOptions::stderrTailLines lines the rank wrote to stderr (a snapshot).
   std::deque<std::string> stderrTail(int localRank) const;
+  // The same for stdout (empty when both streams share one pipe: stderrTail() has them).
+  std::deque<std::string> stdoutTail(int localRank) const;
 
  private:
   struct Impl;

@@ -63,6 +63,7 @@ struct WorkerExit {
   // It ended after drun began stopping its group: a consequence of the stop, not a root cause.
   bool afterStop = false;
   std::deque<std::string> stderrTail;  // last lines of its stderr (complete once the pipe closed)
+  std::deque<std::string> stdoutTail;  // and of its stdout: the summary's when stderr is empty
   bool succeeded() const { return signal == 0 && exitCode == 0; }
   // Shell convention: exitCode, or 128 + signal.
   int statusCode() const { return signal ? 128 + signal : exitCode; }
@@ -106,6 +107,10 @@ class WorkerGroup {
   // onExit. A second stop() while stopping sends its signal too and keeps the earlier deadline
   // unless the new one is sooner.
   void stop(int signal, std::chrono::milliseconds grace, std::function<void()> done);
+
+  // Sends `signal` to the process group of every worker not yet reported (job control:
+  // SIGSTOP / SIGCONT when drun itself is stopped and continued). Nothing else changes.
+  void signalAll(int signal);
 
   size_t running() const;  // workers not yet reported through onExit
   std::vector<pid_t> pids() const;  // every worker's pid (= its process group id), start order
