@@ -18,6 +18,7 @@
 #include "drun/agent/worker_env.hpp"
 #include "drun/agent/worker_group.hpp"
 #include "drun/common/error.hpp"
+#include "hang_monitor.hpp"
 #include "off_loop.hpp"
 
 extern char** environ;
@@ -154,10 +155,6 @@ JobDir makeJobDir(const AgentConfig& config) {
   return {makeUniqueDir(fs::temp_directory_path(), "drun"), true};
 }
 
-std::string describeStatus(const FailureRecord& f) {
-  return f.signal ? "signal " + signalName(f.signal) : "exit code " + std::to_string(f.exitCode);
-}
-
 }  // namespace
 
 struct ElasticAgent::Impl {
@@ -192,6 +189,10 @@ struct ElasticAgent::Impl {
   fs::path attemptDir;
   std::vector<std::string> baseEnvironment = currentEnvironment();
   int cpuCount = countCpus();
+  // Hangs: the learned timeouts outlive the rounds (a restart does not forget them).
+  detail::LearnedTimeouts learnedTimeouts;
+  std::optional<detail::HangMonitor> hangMonitor;
+  fs::path pythonPackageDir = findPythonPackageDir();
 
   std::optional<WorkerExit> rootCause;  // this node's first failure of the attempt
   int otherFailures = 0;
@@ -255,6 +256,7 @@ struct ElasticAgent::Impl {
     const bool joinInFlight = state == AgentState::Rendezvous;
     transition(AgentState::Failed, std::string(toString(Event::InternalError)) + ": " + what);
     exitCode = 1;
+    if (hangMonitor) hangMonitor->stop();
     if (group && group->running() > 0)
       group->stop(SIGKILL, std::chrono::milliseconds(0),
                   [this, joinInFlight] { leaveAndStop(false, joinInFlight); });
@@ -340,6 +342,9 @@ struct ElasticAgent::Impl {
     context.attemptDir = attemptDir;
     context.baseEnvironment = baseEnvironment;
     context.cpuCount = cpuCount;
+    context.channels = hangMonitor->prepare(attemptDir, config.nprocPerNode);
+    context.pythonPackageDir = pythonPackageDir;
+    context.timerFile = hangMonitor->timerFile();
     std::vector<WorkerSpec> specs = buildWorkerSpecs(config, round, context);
 
     rootCause.reset();
@@ -354,6 +359,8 @@ struct ElasticAgent::Impl {
     } catch (const std::exception& e) {
       throw Error(std::string("could not start the workers: ") + e.what());
     }
+    hangMonitor->start(group->pids(), config.isPython,
+                       [this](const detail::HangReport& r) { sayHung(r); });
     // Events of this round that arrived while it was forming.
     std::vector<JobEvent> pending;
     pending.swap(latched);
@@ -361,7 +368,14 @@ struct ElasticAgent::Impl {
       if (e.round == round.round) onJobEvent(e);
   }
 
+  void sayHung(const detail::HangReport& r) {
+    say("drun: rank %d (local_rank %d) on %s hung: %s; taking its stack and stopping it\n",
+        round.rankOffset + r.localRank, r.localRank, config.hostname.c_str(),
+        r.verdict.describe().c_str());
+  }
+
   void stopGroup(int signal) {
+    hangMonitor->stop();
     scaleUpTimer.cancel();
     group->stop(signal, config.shutdownTimeout, [this] { dispatch(Event::WorkersStopped); });
   }
@@ -415,6 +429,8 @@ struct ElasticAgent::Impl {
     FailureRecord record = makeFailureRecord(
         cause, config.hostname, errorFilePath(attemptDir, cause.localRank), otherFailures,
         /*showPath=*/!jobDir.temporary);
+    if (const detail::HangReport* hang = hangMonitor->report(cause.localRank))
+      markHang(record, hang->verdict.describe(), hang->stackHow, hang->stackText);
     // A console that is gone (`drun ... | head`: its workers died of SIGPIPE) is not a failure to
     // retry: the job ends, as a shell pipeline does once its reader exits.
     const int budget = consoleGone() ? 0 : config.maxRestarts;
@@ -472,6 +488,7 @@ struct ElasticAgent::Impl {
   }
 
   void reportFinished(const Input&) {
+    hangMonitor->stop();
     if (round.nodeCount > 1) {
       say("drun: this node's workers succeeded; waiting for the other %d node(s) of the job\n",
           round.nodeCount - 1);
@@ -583,7 +600,14 @@ struct ElasticAgent::Impl {
   }
 
   // ---- inputs ------------------------------------------------------------------------------
-  void onWorkerExit(const WorkerExit& exit) {
+  void onWorkerExit(const WorkerExit& reported) {
+    hangMonitor->exited(reported.localRank);
+    WorkerExit exit = reported;
+    if (const detail::HangReport* hang = hangMonitor->report(exit.localRank); hang && !exit.succeeded()) {
+      // Killed for its hang: it failed when the hang was found, not when drun ended it.
+      exit.when = hang->detected;
+      exit.afterStop = false;
+    }
     spdlog::debug("agent: rank {} (pid {}) ended: status {}", exit.globalRank, exit.pid,
                   exit.statusCode());
     if (!exit.succeeded()) {
@@ -661,8 +685,11 @@ struct ElasticAgent::Impl {
                    "workers); set it to override\n",
                    defaultOmpThreads(cpuCount, config.nprocPerNode), cpuCount, config.nprocPerNode);
     offLoop.emplace();
+    hangMonitor.emplace(io, config.hangs, learnedTimeouts);
+    if (config.hangs.detects()) spdlog::debug("agent: hang detection: {}", describe(config.hangs));
     dispatch(Event::Start);
     io.run();
+    hangMonitor.reset();
     group.reset();  // SIGKILLs and reaps whatever is left; the guard's destructor sweeps the rest
     console->drain(std::chrono::milliseconds(1000));  // a stopped reader cannot keep drun alive
     if (jobDir.temporary) {

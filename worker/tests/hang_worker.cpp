@@ -31,7 +31,7 @@ __attribute__((noinline)) void stuckInSleep() {
 
 __attribute__((noinline)) void stuckSpinning() {
   volatile unsigned long n = 0;
-  for (;;) ++n;
+  for (;;) n = n + 1;
 }
 
 int envInt(const char* name, int fallback) {

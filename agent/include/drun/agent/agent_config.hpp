@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "drun/agent/hang_options.hpp"
 #include "drun/agent/worker_group.hpp"
 #include "drun/rendezvous/rendezvous.hpp"
 
@@ -34,6 +35,8 @@ struct AgentConfig {
   OutputOptions output;                          // filter, redirects/tee (prefix set per round)
   // Console prefix template; nullopt = "[${rank}]:" when the job has more than one worker.
   std::optional<std::string> prefixTemplate;
+  // Hang detection (--hang-timeout, --hang-idle): off unless given; README "Hangs".
+  HangOptions hangs;
 };
 
 }  // namespace drun::agent

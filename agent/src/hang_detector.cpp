@@ -1,0 +1,216 @@
+#include "hang_detector.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "drun/common/error.hpp"
+#include "drun/worker_channel.h"
+
+namespace drun::agent::detail {
+namespace {
+
+template <typename T>
+T load(const unsigned char* page, int offset) {
+  T value;
+  std::memcpy(&value, page + offset, sizeof value);
+  return value;
+}
+
+std::chrono::milliseconds toMs(int64_t ns) { return std::chrono::milliseconds(std::max<int64_t>(ns, 0) / 1000000); }
+
+}  // namespace
+
+std::string humanSeconds(std::chrono::milliseconds d) {
+  char buf[32];
+  if (d.count() < 1000) std::snprintf(buf, sizeof buf, "%lldms", static_cast<long long>(d.count()));
+  else if (d.count() < 100000) std::snprintf(buf, sizeof buf, "%.1fs", d.count() / 1000.0);
+  else std::snprintf(buf, sizeof buf, "%.0fs", d.count() / 1000.0);
+  return buf;
+}
+
+int createChannel(const std::string& path) {
+  ::unlink(path.c_str());  // a file left by an earlier run with the same directory
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) throw Error("cannot create the worker channel " + path + ": " + std::strerror(errno));
+  unsigned char page[DRUN_CHANNEL_SIZE] = {};
+  const uint32_t magic = DRUN_CHANNEL_MAGIC, version = DRUN_CHANNEL_VERSION;
+  std::memcpy(page + DRUN_CHANNEL_OFF_MAGIC, &magic, sizeof magic);
+  std::memcpy(page + DRUN_CHANNEL_OFF_VERSION, &version, sizeof version);
+  if (::pwrite(fd, page, sizeof page, 0) != static_cast<ssize_t>(sizeof page)) {
+    int e = errno;
+    ::close(fd);
+    throw Error("cannot write the worker channel " + path + ": " + std::strerror(e));
+  }
+  return fd;
+}
+
+ChannelReading readChannel(int fd) noexcept {
+  ChannelReading r;
+  unsigned char page[DRUN_CHANNEL_USED];
+  // Twice around the section fields (the seqlock); a busy lock keeps the last poll's section.
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    ssize_t n = ::pread(fd, page, sizeof page, 0);
+    if (n != static_cast<ssize_t>(sizeof page)) {
+      r.problem = n < 0 ? std::string("read: ") + std::strerror(errno) : "short read (the file was truncated)";
+      return r;
+    }
+    if (load<uint32_t>(page, DRUN_CHANNEL_OFF_MAGIC) != DRUN_CHANNEL_MAGIC ||
+        load<uint32_t>(page, DRUN_CHANNEL_OFF_VERSION) != DRUN_CHANNEL_VERSION) {
+      r.problem = "bad magic or version";
+      return r;
+    }
+    const uint64_t seq = load<uint64_t>(page, DRUN_CHANNEL_OFF_SEQ);
+    r.beats = load<uint64_t>(page, DRUN_CHANNEL_OFF_BEATS);
+    r.lastBeatNs = load<int64_t>(page, DRUN_CHANNEL_OFF_LAST_BEAT_NS);
+    if (seq & 1) {
+      r.sectionStable = false;
+      continue;
+    }
+    uint64_t again = 0;
+    if (::pread(fd, &again, sizeof again, DRUN_CHANNEL_OFF_SEQ) != static_cast<ssize_t>(sizeof again) ||
+        again != seq) {
+      r.sectionStable = false;
+      continue;
+    }
+    r.sectionStable = true;
+    r.sectionSeq = load<uint64_t>(page, DRUN_CHANNEL_OFF_SECTION_SEQ);
+    r.sectionStartNs = load<int64_t>(page, DRUN_CHANNEL_OFF_SECTION_START_NS);
+    const char* name = reinterpret_cast<const char*>(page + DRUN_CHANNEL_OFF_SECTION);
+    const size_t len = ::strnlen(name, DRUN_CHANNEL_SECTION_MAX);
+    if (len == DRUN_CHANNEL_SECTION_MAX) {
+      r.problem = "section name not NUL-terminated";
+      return r;
+    }
+    for (size_t i = 0; i < len; ++i) {
+      const unsigned char c = static_cast<unsigned char>(name[i]);
+      if (c < 0x20 || c >= 0x7f) {
+        r.problem = "section name not printable";
+        return r;
+      }
+    }
+    try {
+      r.section.assign(name, len);
+    } catch (...) {
+      r.problem = "out of memory";
+      return r;
+    }
+    break;
+  }
+  r.valid = true;
+  return r;
+}
+
+void LearnedTimeouts::note(const std::string& key, int64_t intervalNs) {
+  if (intervalNs <= 0) return;
+  Seen& s = seen[key];
+  s.longestNs = std::max(s.longestNs, intervalNs);
+  ++s.count;
+}
+
+std::optional<std::chrono::milliseconds> LearnedTimeouts::timeout(const std::string& key,
+                                                                  const HangOptions& o) const {
+  auto it = seen.find(key);
+  if (it == seen.end() || it->second.count < o.warmup) return std::nullopt;
+  auto learned = std::chrono::milliseconds(static_cast<int64_t>(o.factor * toMs(it->second.longestNs).count()));
+  return std::max(learned, o.learnFloor);
+}
+
+std::string HangVerdict::describe() const {
+  std::string out;
+  if (rule == "section" || (rule == "learned" && !section.empty()))
+    out = "in section \"" + section + "\" for " + humanSeconds(inSectionFor) + " (" +
+          (rule == "learned" ? "learned timeout " : "its timeout ") + humanSeconds(timeout) +
+          "), last heartbeat " + humanSeconds(silentFor) + " ago";
+  else if (rule == "timer")
+    out = "torch timer \"" + section + "\" expired" + (timeout.count() > 0 ? " " + humanSeconds(timeout) + " ago" : "");
+  else if (rule == "idle")
+    out = "no CPU time and no output for " + humanSeconds(silentFor) + " (--hang-idle " + humanSeconds(timeout) + ")";
+  else
+    out = "no heartbeat for " + humanSeconds(silentFor) + " (" +
+          (rule == "learned" ? "learned timeout " : "hang timeout ") + humanSeconds(timeout) + ")" +
+          (section.empty() ? "" : ", in section \"" + section + "\" for " + humanSeconds(inSectionFor));
+  return out;
+}
+
+HangDetector::HangDetector(const HangOptions& options, int ranks, LearnedTimeouts* learned)
+    : options_(options), learned_(learned), ranks_(static_cast<size_t>(std::max(ranks, 0))) {}
+
+void HangDetector::observe(int rank, const ChannelReading& reading, int64_t nowNs) {
+  if (rank < 0 || static_cast<size_t>(rank) >= ranks_.size() || !reading.valid) return;
+  Rank& r = ranks_[rank];
+  const bool learn = options_.learn && learned_;
+  if (reading.beats != r.beats) {
+    // The worker's clock is CLOCK_MONOTONIC too; an implausible stamp counts as "now".
+    int64_t at = reading.lastBeatNs;
+    if (at > nowNs || at <= 0 || (r.beating && at < r.lastBeatNs)) at = nowNs;
+    if (learn && r.beating) {
+      const uint64_t delta = reading.beats > r.beats ? reading.beats - r.beats : 1;
+      learned_->note("", (at - r.lastBeatNs) / static_cast<int64_t>(std::min<uint64_t>(delta, 1u << 30)));
+    }
+    r.beats = reading.beats;
+    r.lastBeatNs = at;
+    r.beating = true;
+  }
+  if (!reading.sectionStable) return;
+  if (reading.sectionSeq == r.sectionSeq && reading.section == r.section) return;
+  int64_t start = reading.sectionStartNs;
+  if (!reading.section.empty() && (start > nowNs || start <= 0)) start = nowNs;
+  if (learn && !r.section.empty()) {
+    // The section that ended: until the next one began, or until the last beat (its end beats).
+    const int64_t end = reading.section.empty() ? r.lastBeatNs : start;
+    const uint64_t entered = reading.sectionSeq - r.sectionSeq;
+    if (entered <= 1 && end > r.sectionStartNs) learned_->note(r.section, end - r.sectionStartNs);
+  }
+  r.section = reading.section;
+  r.sectionSeq = reading.sectionSeq;
+  r.sectionStartNs = reading.section.empty() ? 0 : start;
+}
+
+std::optional<HangVerdict> HangDetector::check(int rank, int64_t nowNs) const {
+  if (rank < 0 || static_cast<size_t>(rank) >= ranks_.size()) return std::nullopt;
+  const Rank& r = ranks_[rank];
+  if (!r.live || !r.beating) return std::nullopt;
+  HangVerdict v;
+  v.section = r.section;
+  v.silentFor = toMs(nowNs - r.lastBeatNs);
+  v.inSectionFor = r.section.empty() ? std::chrono::milliseconds(0) : toMs(nowNs - r.sectionStartNs);
+  const bool learn = options_.learn && learned_;
+  if (!r.section.empty()) {
+    // A section with a timeout of its own: that timeout bounds it, heartbeats or not.
+    std::optional<std::chrono::milliseconds> timeout;
+    if (auto it = options_.sections.find(r.section); it != options_.sections.end()) {
+      timeout = it->second;
+      v.rule = "section";
+    } else if (learn && (timeout = learned_->timeout(r.section, options_))) {
+      v.rule = "learned";
+    }
+    if (timeout) {
+      if (v.inSectionFor <= *timeout) return std::nullopt;
+      v.timeout = *timeout;
+      return v;
+    }
+    if (learn && !options_.silence) return std::nullopt;  // a section not learned yet
+  }
+  std::optional<std::chrono::milliseconds> silence = options_.silence;
+  v.rule = "no heartbeat";
+  if (!silence && learn && (silence = learned_->timeout("", options_))) v.rule = "learned";
+  if (!silence || v.silentFor <= *silence) return std::nullopt;
+  v.timeout = *silence;
+  return v;
+}
+
+void HangDetector::retire(int rank) {
+  if (rank >= 0 && static_cast<size_t>(rank) < ranks_.size()) ranks_[rank].live = false;
+}
+
+bool HangDetector::everBeat(int rank) const {
+  return rank >= 0 && static_cast<size_t>(rank) < ranks_.size() && ranks_[rank].beating;
+}
+
+}  // namespace drun::agent::detail
