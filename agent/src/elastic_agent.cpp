@@ -601,7 +601,7 @@ struct ElasticAgent::Impl {
 
   // ---- inputs ------------------------------------------------------------------------------
   void onWorkerExit(const WorkerExit& reported) {
-    hangMonitor->exited(reported.localRank);
+    hangMonitor->exited(reported.localRank, reported.succeeded());
     WorkerExit exit = reported;
     if (const detail::HangReport* hang = hangMonitor->report(exit.localRank); hang && !exit.succeeded()) {
       // Killed for its hang: it failed when the hang was found, not when drun ended it.

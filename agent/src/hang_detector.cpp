@@ -128,7 +128,7 @@ std::string HangVerdict::describe() const {
           (rule == "learned" ? "learned timeout " : "its timeout ") + humanSeconds(timeout) +
           "), last heartbeat " + humanSeconds(silentFor) + " ago";
   else if (rule == "timer")
-    out = "torch timer \"" + section + "\" expired" + (timeout.count() > 0 ? " " + humanSeconds(timeout) + " ago" : "");
+    out = "torch timer \"" + section + "\" expired (torch.distributed.elastic.timer)";
   else if (rule == "idle")
     out = "no CPU time and no output for " + humanSeconds(silentFor) + " (--hang-idle " + humanSeconds(timeout) + ")";
   else

@@ -65,11 +65,15 @@ void HangMonitor::start(const std::vector<pid_t>& pids, bool python, HangHandler
   python_ = python;
   onHang_ = std::move(onHang);
   detector_.emplace(options_, static_cast<int>(pids.size()), &learned_);
+  someoneFinished_ = false;
+  idleProbe_.emplace();
+  nextIdleSampleNs_ = 0;
   running_ = true;
   poll();
 }
 
-void HangMonitor::exited(int localRank) {
+void HangMonitor::exited(int localRank, bool succeeded) {
+  if (succeeded) someoneFinished_ = true;
   if (localRank >= 0 && static_cast<size_t>(localRank) < live_.size()) live_[localRank] = false;
   if (detector_) detector_->retire(localRank);
 }
@@ -109,6 +113,27 @@ void HangMonitor::checkTimers() {
   }
 }
 
+// --hang-idle: a rank idle that long while another local rank finished or idles too; with
+// several, the one idle longest. Sampled at a quarter of the idle timeout (a /proc scan).
+void HangMonitor::checkIdle(int64_t now) {
+  if (now < nextIdleSampleNs_ || !reports_.empty()) return;
+  nextIdleSampleNs_ = now + std::max<int64_t>(options_.pollInterval.count(), options_.idle->count() / 4) * 1000000;
+  std::vector<int64_t> idle = idleProbe_->sample(pids_, now);
+  const int64_t limit = static_cast<int64_t>(options_.idle->count()) * 1000000;
+  int culprit = -1, idleRanks = 0;
+  for (size_t r = 0; r < idle.size(); ++r) {
+    if (!live_[r] || idle[r] < limit) continue;
+    ++idleRanks;
+    if (culprit < 0 || idle[r] > idle[culprit]) culprit = static_cast<int>(r);
+  }
+  if (culprit < 0 || !(someoneFinished_ || idleRanks > 1)) return;
+  HangVerdict v;
+  v.rule = "idle";
+  v.silentFor = std::chrono::milliseconds(idle[culprit] / 1000000);
+  v.timeout = *options_.idle;
+  act(culprit, std::move(v), SIGKILL);
+}
+
 const HangReport* HangMonitor::report(int localRank) const {
   auto it = reports_.find(localRank);
   return it == reports_.end() ? nullptr : &it->second;
@@ -127,6 +152,8 @@ void HangMonitor::poll() {
       act(static_cast<int>(r), *verdict, SIGKILL);
     if (!running_) return;  // the handler stopped us
   }
+  if (options_.idle && running_) checkIdle(now);
+  if (!running_) return;
   timer_.expires_after(options_.pollInterval);
   timer_.async_wait([this](const boost::system::error_code& ec) {
     if (!ec) guarded("the hang monitor", [&] { poll(); });

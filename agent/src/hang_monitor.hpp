@@ -24,6 +24,7 @@
 
 #include "drun/agent/hang_options.hpp"
 #include "hang_detector.hpp"
+#include "idle_probe.hpp"
 #include "stack_capture.hpp"
 #include "timer_fifo.hpp"
 
@@ -50,7 +51,7 @@ class HangMonitor {
   std::vector<std::filesystem::path> prepare(const std::filesystem::path& attemptDir, int ranks);
   // The workers run (pids by local rank): reads the channels until stop().
   void start(const std::vector<pid_t>& pids, bool python, HangHandler onHang);
-  void exited(int localRank);  // that rank is not checked any more
+  void exited(int localRank, bool succeeded);  // that rank is not checked any more
   void stop();                 // no more checks or captures (reports are kept)
   const HangReport* report(int localRank) const;
   std::filesystem::path timerFile() const;  // empty when it could not be created
@@ -59,6 +60,7 @@ class HangMonitor {
   void poll();
   void act(int localRank, HangVerdict verdict, int signal);
   void checkTimers();
+  void checkIdle(int64_t nowNs);
 
   boost::asio::io_context& io_;
   const HangOptions& options_;
@@ -67,6 +69,9 @@ class HangMonitor {
   std::vector<int> fds_;
   std::vector<pid_t> pids_;
   std::vector<bool> live_;
+  bool someoneFinished_ = false;  // a local rank exited 0 (--hang-idle)
+  std::optional<IdleProbe> idleProbe_;
+  int64_t nextIdleSampleNs_ = 0;
   std::optional<HangDetector> detector_;
   bool python_ = false;
   bool running_ = false;
