@@ -116,7 +116,7 @@ void HangMonitor::checkTimers() {
 // --hang-idle: a rank idle that long while another local rank finished or idles too; with
 // several, the one idle longest. Sampled at a quarter of the idle timeout (a /proc scan).
 void HangMonitor::checkIdle(int64_t now) {
-  if (now < nextIdleSampleNs_ || !reports_.empty()) return;
+  if (now < nextIdleSampleNs_ || !reports_.empty()) return;  // one hang per attempt
   nextIdleSampleNs_ = now + std::max<int64_t>(options_.pollInterval.count(), options_.idle->count() / 4) * 1000000;
   std::vector<int64_t> idle = idleProbe_->sample(pids_, now);
   const int64_t limit = static_cast<int64_t>(options_.idle->count()) * 1000000;
@@ -143,15 +143,20 @@ void HangMonitor::poll() {
   if (!running_) return;
   checkTimers();
   const int64_t now = monotonicNs();
-  for (size_t r = 0; options_.detects() && r < fds_.size() && r < live_.size(); ++r) {
-    if (!live_[r] || reports_.count(static_cast<int>(r))) continue;
+  // One hang per attempt (the job fails with it): of the ranks past their timeout, the one
+  // silent longest, which stopped first; the others may be waiting for it.
+  std::optional<std::pair<int, HangVerdict>> culprit;
+  for (size_t r = 0; options_.detects() && reports_.empty() && r < fds_.size() && r < live_.size(); ++r) {
+    if (!live_[r]) continue;
     ChannelReading reading = readChannel(fds_[r]);
     if (!reading.valid) spdlog::debug("hangs: local rank {}: channel ignored: {}", r, reading.problem);
     detector_->observe(static_cast<int>(r), reading, now);
-    if (auto verdict = detector_->check(static_cast<int>(r), now))
-      act(static_cast<int>(r), *verdict, SIGKILL);
-    if (!running_) return;  // the handler stopped us
+    auto verdict = detector_->check(static_cast<int>(r), now);
+    if (verdict && (!culprit || verdict->silentFor > culprit->second.silentFor))
+      culprit.emplace(static_cast<int>(r), std::move(*verdict));
   }
+  if (culprit) act(culprit->first, std::move(culprit->second), SIGKILL);
+  if (!running_) return;  // the handler stopped us
   if (options_.idle && running_) checkIdle(now);
   if (!running_) return;
   timer_.expires_after(options_.pollInterval);
