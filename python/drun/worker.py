@@ -56,7 +56,7 @@ def _map():
         page.close()
         return None
     struct.pack_into("=q", page, _OFF_PID, os.getpid())
-    return page
+    return memoryview(page)  # packs into a memoryview cost less than into the mmap itself
 
 
 _page = _map()
@@ -70,24 +70,39 @@ def enabled():
     return _page is not None
 
 
+_beats = 0
+_seq = 0
+_section_seq = 0
+_names = {}  # name -> its bytes in the page (a loop enters the same few sections)
+
+
 def _beat(now):
-    beats = _U64.unpack_from(_page, _OFF_BEATS)[0]
-    _BEAT.pack_into(_page, _OFF_BEATS, (beats + 1) & 0xFFFFFFFFFFFFFFFF, now)
+    global _beats
+    _beats = (_beats + 1) & 0xFFFFFFFFFFFFFFFF
+    _BEAT.pack_into(_page, _OFF_BEATS, _beats, now)
 
 
 def _publish(entered):
-    # Seqlock: an odd sequence number while the section fields change.
-    seq = _U64.unpack_from(_page, _OFF_SEQ)[0] | 1
-    _U64.pack_into(_page, _OFF_SEQ, seq)
-    section_seq = _U64.unpack_from(_page, _OFF_SEQ + 8)[0] + (1 if entered else 0)
-    top = _stack[min(len(_stack), _MAX_DEPTH) - 1] if _stack else (b"", 0)
-    _SECTION.pack_into(_page, _OFF_SEQ + 8, section_seq & 0xFFFFFFFFFFFFFFFF, top[1], top[0])
-    _U64.pack_into(_page, _OFF_SEQ, (seq + 1) & 0xFFFFFFFFFFFFFFFF)
+    # Seqlock: an odd sequence number while the section fields change. This process is the only
+    # writer of its page, so the counters live here.
+    global _seq, _section_seq
+    _U64.pack_into(_page, _OFF_SEQ, _seq | 1)
+    if entered:
+        _section_seq = (_section_seq + 1) & 0xFFFFFFFFFFFFFFFF
+    name, start = _stack[min(len(_stack), _MAX_DEPTH) - 1] if _stack else (b"", 0)
+    _SECTION.pack_into(_page, _OFF_SEQ + 8, _section_seq, start, name)
+    _seq = (_seq + 2) & 0xFFFFFFFFFFFFFFFE
+    _U64.pack_into(_page, _OFF_SEQ, _seq)
 
 
 def _encode(name):
-    raw = str(name).encode("ascii", "replace")[: _SECTION_MAX - 1]
-    return bytes(c if 0x20 <= c < 0x7F else 0x3F for c in raw)
+    raw = _names.get(name)
+    if raw is None:
+        raw = str(name).encode("ascii", "replace")[: _SECTION_MAX - 1]
+        raw = bytes(c if 0x20 <= c < 0x7F else 0x3F for c in raw)
+        if len(_names) < 1024:
+            _names[name] = raw
+    return raw
 
 
 class _Section:
@@ -102,7 +117,7 @@ class _Section:
             _stack.append((self._name, now))
             if len(_stack) <= _MAX_DEPTH:
                 _publish(True)
-        _beat(now)
+            _beat(now)
         return self
 
     def __exit__(self, *exc):
@@ -111,7 +126,7 @@ class _Section:
                 _stack.pop()
                 if len(_stack) < _MAX_DEPTH:
                     _publish(False)
-        _beat(_now())
+            _beat(_now())
         return False
 
 
@@ -140,7 +155,9 @@ else:
 
     def heartbeat():
         """One heartbeat: this rank makes progress (a no-op outside drun)."""
-        _beat(_now())
+        global _beats
+        _beats = (_beats + 1) & 0xFFFFFFFFFFFFFFFF
+        _BEAT.pack_into(_page, _OFF_BEATS, _beats, _now())
 
     def section(name):
         """A context manager: the rank is in section `name` while inside it."""

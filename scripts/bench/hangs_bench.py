@@ -122,11 +122,52 @@ def summary(values, limit_s):
     return text
 
 
+PY_COST = r'''
+import time, drun.worker as w
+n = 200000
+t = time.perf_counter()
+for _ in range(n): w.heartbeat()
+t1 = time.perf_counter()
+for _ in range(n):
+    with w.section("step"): pass
+t2 = time.perf_counter()
+print("%.0f %.0f" % ((t1 - t) / n * 1e9, (t2 - t1) / n * 1e9))
+'''
+
+
+def api_costs(work):
+    """The worker API's cost per call, ns: C and Python, under drun (channel on) and without."""
+    script = os.path.join(work, "cost.py")
+    with open(script, "w") as f:
+        f.write(PY_COST)
+    native = os.path.join(BIN, "..", "tests", "helpers", "worker_call_bench")
+    pypath = os.path.join(BIN, "..", "lib", "drun", "python")
+    env = dict(os.environ, PYTHON_EXEC=PY)
+    env.pop("DRUN_WORKER_CHANNEL", None)
+    rows = []
+    for name, argv, extra in (
+            ("C, no drun (no-op)", [native], {}),
+            ("C, under drun", [DRUN, "--standalone", native], {}),
+            ("Python, no drun (no-op)", [PY, script], {"PYTHONPATH": pypath}),
+            ("Python, under drun", [DRUN, "--standalone", script], {})):
+        out = subprocess.run(argv, env=dict(env, **extra), capture_output=True, text=True, timeout=120).stdout
+        nums = [w for w in out.replace(",", " ").split() if w.replace(".", "").isdigit()]
+        rows.append((name, nums[0] if nums else "?", nums[1] if len(nums) > 1 else "?"))
+    print("%-24s | %-13s | %s" % ("worker API", "heartbeat, ns", "section begin+end, ns"))
+    print("-" * 24 + "-+-" + "-" * 13 + "-+-" + "-" * 21)
+    for r in rows:
+        print("%-24s | %-13s | %s" % r)
+    print()
+
+
 def main():
     work = tempfile.mkdtemp(prefix="drun-hangs-bench-")
     worker = os.path.join(work, "train.py")
     with open(worker, "w") as f:
         f.write(WORKER)
+    api_costs(work)
+    if os.environ.get("COST_ONLY"):
+        return
     base = dict(os.environ, OMP_NUM_THREADS="1", PYTHON_EXEC=PY)
     for k in list(base):
         if k.startswith(("PET_", "TORCHELASTIC_", "DRUN_")):
