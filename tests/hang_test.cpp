@@ -266,3 +266,17 @@ TEST_CASE("hang: on two namespace hosts, every node prints the hung rank and its
   }
   checkNothingLeft(marker);
 }
+
+TEST_CASE("hang: the rank that never entered a collective is named, not the ranks waiting in it", "[hangs]") {
+  if (!fs::exists(helperPath("hang_comm_worker"))) skipTest("hang_comm_worker is not built (no libdrun_comm)");
+  MarkerScope marker;
+  RunResult r = runDrun(marker, {"--nproc-per-node", "3", "--hang-timeout", "1",
+                                 helperPath("hang_comm_worker").string(), "--hang-rank", "1"});
+  INFO(r.describe());
+  REQUIRE(!r.timedOut);
+  CHECK(r.status() == 128 + 9);
+  CHECK(std::regex_search(r.err, std::regex(R"(root cause: rank 1 \(local_rank 1\) on \S+ hung: no heartbeat for [0-9.]+s \(hang timeout 1\.0s\)\n)")));
+  CHECK(!contains(r.err, "hung: no heartbeat for 2"));  // no waiter was named
+  CHECK(contains(r.err, "main"));                        // its stack
+  checkNothingLeft(marker);
+}

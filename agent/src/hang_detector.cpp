@@ -24,6 +24,30 @@ T load(const unsigned char* page, int offset) {
 
 std::chrono::milliseconds toMs(int64_t ns) { return std::chrono::milliseconds(std::max<int64_t>(ns, 0) / 1000000); }
 
+// A NUL-terminated printable name of at most DRUN_CHANNEL_SECTION_MAX bytes; else `problem`.
+bool readName(const unsigned char* at, const char* what, std::string& out, std::string& problem) noexcept {
+  const char* name = reinterpret_cast<const char*>(at);
+  const size_t len = ::strnlen(name, DRUN_CHANNEL_SECTION_MAX);
+  if (len == DRUN_CHANNEL_SECTION_MAX) {
+    problem = std::string(what) + " not NUL-terminated";
+    return false;
+  }
+  for (size_t i = 0; i < len; ++i) {
+    const unsigned char c = static_cast<unsigned char>(name[i]);
+    if (c < 0x20 || c >= 0x7f) {
+      problem = std::string(what) + " not printable";
+      return false;
+    }
+  }
+  try {
+    out.assign(name, len);
+  } catch (...) {
+    problem = "out of memory";
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 std::string humanSeconds(std::chrono::milliseconds d) {
@@ -81,25 +105,10 @@ ChannelReading readChannel(int fd) noexcept {
     r.sectionStable = true;
     r.sectionSeq = load<uint64_t>(page, DRUN_CHANNEL_OFF_SECTION_SEQ);
     r.sectionStartNs = load<int64_t>(page, DRUN_CHANNEL_OFF_SECTION_START_NS);
-    const char* name = reinterpret_cast<const char*>(page + DRUN_CHANNEL_OFF_SECTION);
-    const size_t len = ::strnlen(name, DRUN_CHANNEL_SECTION_MAX);
-    if (len == DRUN_CHANNEL_SECTION_MAX) {
-      r.problem = "section name not NUL-terminated";
+    r.collectiveStartNs = load<int64_t>(page, DRUN_CHANNEL_OFF_COLL_START_NS);
+    if (!readName(page + DRUN_CHANNEL_OFF_SECTION, "section name", r.section, r.problem) ||
+        !readName(page + DRUN_CHANNEL_OFF_COLLECTIVE, "collective", r.collective, r.problem))
       return r;
-    }
-    for (size_t i = 0; i < len; ++i) {
-      const unsigned char c = static_cast<unsigned char>(name[i]);
-      if (c < 0x20 || c >= 0x7f) {
-        r.problem = "section name not printable";
-        return r;
-      }
-    }
-    try {
-      r.section.assign(name, len);
-    } catch (...) {
-      r.problem = "out of memory";
-      return r;
-    }
     break;
   }
   r.valid = true;
@@ -135,6 +144,8 @@ std::string HangVerdict::describe() const {
     out = "no heartbeat for " + humanSeconds(silentFor) + " (" +
           (rule == "learned" ? "learned timeout " : "hang timeout ") + humanSeconds(timeout) + ")" +
           (section.empty() ? "" : ", in section \"" + section + "\" for " + humanSeconds(inSectionFor));
+  if (!collective.empty())
+    out += ", waiting in " + collective + " for " + humanSeconds(inCollectiveFor);
   return out;
 }
 
@@ -158,6 +169,11 @@ void HangDetector::observe(int rank, const ChannelReading& reading, int64_t nowN
     r.beating = true;
   }
   if (!reading.sectionStable) return;
+  if (reading.collective != r.collective) {
+    int64_t start = reading.collectiveStartNs;
+    r.collectiveStartNs = reading.collective.empty() ? 0 : (start > nowNs || start <= 0 ? nowNs : start);
+    r.collective = reading.collective;
+  }
   if (reading.sectionSeq == r.sectionSeq && reading.section == r.section) return;
   int64_t start = reading.sectionStartNs;
   if (!reading.section.empty() && (start > nowNs || start <= 0)) start = nowNs;
@@ -180,6 +196,11 @@ std::optional<HangVerdict> HangDetector::check(int rank, int64_t nowNs) const {
   v.section = r.section;
   v.silentFor = toMs(nowNs - r.lastBeatNs);
   v.inSectionFor = r.section.empty() ? std::chrono::milliseconds(0) : toMs(nowNs - r.sectionStartNs);
+  v.collective = r.collective;
+  v.inCollectiveFor = r.collective.empty() ? std::chrono::milliseconds(0) : toMs(nowNs - r.collectiveStartNs);
+  // A rank silent inside a collective waits for its peers: twice the time, so that the peer that
+  // never came (silent outside it) is named first, on this node or on its own.
+  const int grace = r.collective.empty() ? 1 : 2;
   const bool learn = options_.learn && learned_;
   if (!r.section.empty()) {
     // A section with a timeout of its own: that timeout bounds it, heartbeats or not.
@@ -191,8 +212,8 @@ std::optional<HangVerdict> HangDetector::check(int rank, int64_t nowNs) const {
       v.rule = "learned";
     }
     if (timeout) {
-      if (v.inSectionFor <= *timeout) return std::nullopt;
-      v.timeout = *timeout;
+      if (v.inSectionFor <= grace * *timeout) return std::nullopt;
+      v.timeout = grace * *timeout;
       return v;
     }
     if (learn && !options_.silence) return std::nullopt;  // a section not learned yet
@@ -200,8 +221,8 @@ std::optional<HangVerdict> HangDetector::check(int rank, int64_t nowNs) const {
   std::optional<std::chrono::milliseconds> silence = options_.silence;
   v.rule = "no heartbeat";
   if (!silence && learn && (silence = learned_->timeout("", options_))) v.rule = "learned";
-  if (!silence || v.silentFor <= *silence) return std::nullopt;
-  v.timeout = *silence;
+  if (!silence || v.silentFor <= grace * *silence) return std::nullopt;
+  v.timeout = grace * *silence;
   return v;
 }
 

@@ -27,6 +27,8 @@ struct ChannelReading {
   uint64_t sectionSeq = 0;
   int64_t sectionStartNs = 0;
   std::string section;  // "" = none
+  std::string collective;     // "all_reduce #42 of world" while inside one ("" = none)
+  int64_t collectiveStartNs = 0;
   bool sectionStable = true;  // false: the seqlock was busy (the section fields are last poll's)
 };
 
@@ -54,6 +56,8 @@ struct HangVerdict {
   std::chrono::milliseconds silentFor{0};     // since its last heartbeat
   std::chrono::milliseconds inSectionFor{0};  // since the section began (0: none)
   std::chrono::milliseconds timeout{0};       // the one it exceeded
+  std::string collective;                     // it waits inside this collective ("" = none)
+  std::chrono::milliseconds inCollectiveFor{0};
   // "no heartbeat for 5.2s (hang timeout 5s), in section "step" for 7.1s"
   std::string describe() const;
 };
@@ -77,6 +81,8 @@ class HangDetector {
     uint64_t sectionSeq = 0;
     int64_t sectionStartNs = 0;
     std::string section;
+    std::string collective;
+    int64_t collectiveStartNs = 0;
   };
   const HangOptions& options_;
   LearnedTimeouts* learned_;

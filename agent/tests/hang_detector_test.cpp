@@ -257,3 +257,24 @@ TEST_CASE("hang summary: the rank, hung, the verdict and the stack", "[hangs]") 
   CHECK(text.find("drun: root cause: rank 3 (local_rank 1) on vm2 hung: no heartbeat for 5.1s") == 0);
   CHECK(text.find("drun:   its stack (eu-stack):\ndrun:     #0 pause\ndrun:     #1 main") != std::string::npos);
 }
+
+TEST_CASE("detector: a rank silent inside a collective is a waiter: twice the timeout", "[hangs]") {
+  HangOptions o;
+  o.silence = 2s;
+  HangDetector d(o, 2, nullptr);
+  Page waiter, culprit;
+  waiter.beats = culprit.beats = 1;
+  waiter.lastBeatNs = culprit.lastBeatNs = kSecond;
+  ChannelReading inside = waiter.reading();
+  inside.collective = "all_reduce #6 of world";
+  inside.collectiveStartNs = kSecond;
+  d.observe(0, inside, kSecond);
+  d.observe(1, culprit.reading(), kSecond);
+  const int64_t later = 3 * kSecond + 2000000;  // both silent 2 s and a bit
+  CHECK(!d.check(0, later));
+  REQUIRE(d.check(1, later));
+  auto v = d.check(0, 5 * kSecond + 2000000);
+  REQUIRE(v);
+  CHECK(v->timeout == 4s);
+  CHECK(v->describe() == "no heartbeat for 4.0s (hang timeout 4.0s), waiting in all_reduce #6 of world for 4.0s");
+}

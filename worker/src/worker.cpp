@@ -42,6 +42,16 @@ T* field(unsigned char* page, int offset) {
   return reinterpret_cast<T*>(page + offset);
 }
 
+// Printable ASCII, at most DRUN_CHANNEL_SECTION_MAX - 1 bytes, NUL-terminated.
+void copyName(char* out, const char* name) {
+  size_t n = 0;
+  for (; name && name[n] && n + 1 < DRUN_CHANNEL_SECTION_MAX; ++n) {
+    const unsigned char ch = static_cast<unsigned char>(name[n]);
+    out[n] = ch >= 0x20 && ch < 0x7f ? static_cast<char>(ch) : '?';
+  }
+  out[n] = '\0';
+}
+
 unsigned char* mapChannel() {
   const char* path = std::getenv(DRUN_CHANNEL_ENV);
   if (!path || !*path) return nullptr;
@@ -80,13 +90,24 @@ void beat(unsigned char* page, int64_t now) {
   __atomic_store_n(field<int64_t>(page, DRUN_CHANNEL_OFF_LAST_BEAT_NS), now, __ATOMIC_RELEASE);
 }
 
-// Publishes the top of the stack (or no section) under the seqlock. Called with sectionLock held.
-void publishSection(Channel& c, bool entered) {
-  unsigned char* page = c.page;
+// The seqlock around the section and collective fields: odd while they change. Called with
+// sectionLock held (one writer).
+uint64_t lockFields(unsigned char* page) {
   uint64_t* seq = field<uint64_t>(page, DRUN_CHANNEL_OFF_SEQ);
-  const uint64_t start = __atomic_load_n(seq, __ATOMIC_RELAXED) | 1;  // odd: being written
+  const uint64_t start = __atomic_load_n(seq, __ATOMIC_RELAXED) | 1;
   __atomic_store_n(seq, start, __ATOMIC_RELAXED);
   __atomic_thread_fence(__ATOMIC_RELEASE);
+  return start;
+}
+
+void unlockFields(unsigned char* page, uint64_t start) {
+  __atomic_store_n(field<uint64_t>(page, DRUN_CHANNEL_OFF_SEQ), start + 1, __ATOMIC_RELEASE);
+}
+
+// Publishes the top of the stack (or no section). Called with sectionLock held.
+void publishSection(Channel& c, bool entered) {
+  unsigned char* page = c.page;
+  const uint64_t start = lockFields(page);
   const Frame* top = c.depth > 0 ? &c.stack[std::min(c.depth, kMaxDepth) - 1] : nullptr;
   char* name = field<char>(page, DRUN_CHANNEL_OFF_SECTION);
   std::memset(name, 0, DRUN_CHANNEL_SECTION_MAX);
@@ -95,7 +116,17 @@ void publishSection(Channel& c, bool entered) {
                    __ATOMIC_RELAXED);
   if (entered)
     __atomic_fetch_add(field<uint64_t>(page, DRUN_CHANNEL_OFF_SECTION_SEQ), 1, __ATOMIC_RELAXED);
-  __atomic_store_n(seq, start + 1, __ATOMIC_RELEASE);
+  unlockFields(page, start);
+}
+
+void publishCollective(Channel& c, const char* what, int64_t now) {
+  std::lock_guard<std::mutex> lock(c.sectionLock);
+  const uint64_t start = lockFields(c.page);
+  char* name = field<char>(c.page, DRUN_CHANNEL_OFF_COLLECTIVE);
+  std::memset(name, 0, DRUN_CHANNEL_SECTION_MAX);
+  if (what) copyName(name, what);
+  __atomic_store_n(field<int64_t>(c.page, DRUN_CHANNEL_OFF_COLL_START_NS), what ? now : 0, __ATOMIC_RELAXED);
+  unlockFields(c.page, start);
 }
 
 }  // namespace
@@ -117,12 +148,7 @@ void drun_worker_section_begin(const char* name) {
     std::lock_guard<std::mutex> lock(c.sectionLock);
     if (c.depth < kMaxDepth) {
       Frame& f = c.stack[c.depth];
-      size_t n = 0;
-      for (; name && name[n] && n + 1 < sizeof f.name; ++n) {
-        const unsigned char ch = static_cast<unsigned char>(name[n]);
-        f.name[n] = ch >= 0x20 && ch < 0x7f ? static_cast<char>(ch) : '?';
-      }
-      f.name[n] = '\0';
+      copyName(f.name, name);
       f.startNs = now;
     }
     ++c.depth;
@@ -141,6 +167,22 @@ void drun_worker_section_end(void) {
     if (c.depth < kMaxDepth) publishSection(c, /*entered=*/false);
   }
   beat(c.page, monotonicNs());
+}
+
+void drun_worker_collective_begin(const char* what) {
+  Channel& c = channel();
+  if (!c.page) return;
+  const int64_t now = monotonicNs();
+  publishCollective(c, what ? what : "collective", now);
+  beat(c.page, now);
+}
+
+void drun_worker_collective_end(void) {
+  Channel& c = channel();
+  if (!c.page) return;
+  const int64_t now = monotonicNs();
+  publishCollective(c, nullptr, now);
+  beat(c.page, now);
 }
 
 }  // extern "C"

@@ -29,6 +29,12 @@ void drun_worker_section_begin(const char* name);
 /* Leaves the innermost section: the enclosing one (with its start time) is current again. */
 void drun_worker_section_end(void);
 
+/* libdrun_comm: this rank entered (begin) or left (end) a collective, described as
+ * "all_reduce #42 of world" (cut to 63 bytes). A rank silent inside a collective is taken for a
+ * waiter: drun gives it twice the timeout, so a peer that never came is named first. */
+void drun_worker_collective_begin(const char* what);
+void drun_worker_collective_end(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -19,6 +19,9 @@
  *   40     8     section_start_ns CLOCK_MONOTONIC when the current section began (0: none)
  *   48     64    section          the current section's name, NUL-terminated ("" = none)
  *   112    8     pid              the writer's pid (set when the worker maps the page)
+ *   120    8     coll_start_ns    CLOCK_MONOTONIC when the current collective began (0: none)
+ *   128    64    collective       "all_reduce #42 of world" while inside one (libdrun_comm),
+ *                                 NUL-terminated; both under the seqlock
  *
  * Python's drun.worker writes the same layout with struct.pack_into (python/drun/worker.py).
  */
@@ -40,6 +43,8 @@
 #define DRUN_CHANNEL_OFF_SECTION_START_NS 40
 #define DRUN_CHANNEL_OFF_SECTION 48
 #define DRUN_CHANNEL_OFF_PID 112
-#define DRUN_CHANNEL_USED 120 /* bytes the agent reads */
+#define DRUN_CHANNEL_OFF_COLL_START_NS 120
+#define DRUN_CHANNEL_OFF_COLLECTIVE 128
+#define DRUN_CHANNEL_USED 192 /* bytes the agent reads */
 
 #endif
