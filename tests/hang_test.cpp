@@ -65,6 +65,17 @@ if rank == int(os.environ.get("HANG_RANK", "1")) and os.environ.get("HANG_RESTAR
 print("rank", rank, "done", flush=True)
 )";
 
+// Rank 1 outlives its torch timer (expires(after=1), scope "load_batch") in time.sleep, line 7.
+constexpr const char* kTorchTimerProgram = R"(import os, time
+from torch.distributed.elastic import timer
+timer.configure(timer.FileTimerClient(os.environ["TORCHELASTIC_TIMER_FILE"]))
+rank = int(os.environ["RANK"])
+with timer.expires(after=1, scope="load_batch"):
+    if rank == 1:
+        time.sleep(1000)
+print("rank", rank, "done", flush=True)
+)";
+
 }  // namespace
 
 TEST_CASE("hang: a native rank stuck in a system call is named with its eu-stack excerpt", "[hangs]") {
@@ -182,16 +193,7 @@ TEST_CASE("hang: torch's FileTimer expires() under drun names the rank and the s
   skipWithoutTorch("torch FileTimer under drun");
   MarkerScope marker;
   TempDir dir;
-  const char* program = R"(import os, time
-from torch.distributed.elastic import timer
-timer.configure(timer.FileTimerClient(os.environ["TORCHELASTIC_TIMER_FILE"]))
-rank = int(os.environ["RANK"])
-with timer.expires(after=1, scope="load_batch"):
-    if rank == 1:
-        time.sleep(1000)
-print("rank", rank, "done", flush=True)
-)";
-  RunResult r = runDrun(marker, {"--nproc-per-node", "2", dir.write("timer.py", program).string()},
+  RunResult r = runDrun(marker, {"--nproc-per-node", "2", dir.write("timer.py", kTorchTimerProgram).string()},
                      {std::string("PYTHON_EXEC=") + kTorchPython, "TORCHELASTIC_ENABLE_FILE_TIMER=1"}, 60s);
   INFO(r.describe());
   REQUIRE(!r.timedOut);
@@ -240,29 +242,53 @@ TEST_CASE("hang: bad --hang-timeout and --hang-idle values are usage errors", "[
   }
 }
 
-TEST_CASE("hang: on two namespace hosts, every node prints the hung rank and its stack", "[hangs][multinode]") {
-  if (auto why = NetnsCluster::unavailableReason()) skipTest("multi-node hang test: " + *why);
+// One drun per namespace host (one worker each), with `program`; returns both runs.
+std::vector<RunResult> runOnTwoHosts(const MarkerScope& marker, const std::vector<std::string>& program,
+                                     std::vector<std::string> env = {}) {
   NetnsCluster cluster(2);
-  MarkerScope marker;
   auto on = [&](int host) {
+    std::vector<std::string> argv = {drunPath().string(), "--nnodes", "2", "--nproc-per-node", "1",
+                                     "--rdzv-endpoint", cluster.address(0) + ":29400", "--rdzv-id",
+                                     "hang-" + std::to_string(::getpid())};
+    argv.insert(argv.end(), program.begin(), program.end());
     RunOptions o;
-    o.argv = cluster.exec(host, {drunPath().string(), "--nnodes", "2", "--nproc-per-node", "1",
-                                 "--rdzv-endpoint", cluster.address(0) + ":29400", "--rdzv-id",
-                                 "hang-" + std::to_string(::getpid()), "--hang-timeout", "1",
-                                 hangWorker(), "--hang", "sleep", "--hang-rank", "1"});
-    o.env = {marker.env(), "OMP_NUM_THREADS=1"};
-    o.timeout = 40s;
+    o.argv = cluster.exec(host, argv);
+    o.env = env;
+    o.env.push_back(marker.env());
+    o.env.push_back("OMP_NUM_THREADS=1");
+    o.timeout = 60s;
     return o;
   };
   Process host0(on(0));
   Process host1(on(1));
-  RunResult r0 = host0.wait(), r1 = host1.wait();
-  for (const RunResult* r : {&r0, &r1}) {
-    INFO(r->describe());
-    REQUIRE(!r->timedOut);
-    CHECK(r->status() == 128 + 9);
-    CHECK(std::regex_search(r->err, std::regex(R"(drun: root cause: rank 1 \(local_rank 0\) on \S+ hung: no heartbeat for)")));
-    CHECK(contains(r->err, "stuckInSleep"));
+  return {host0.wait(), host1.wait()};
+}
+
+TEST_CASE("hang: on two namespace hosts, every node prints the hung rank and its stack", "[hangs][multinode]") {
+  if (auto why = NetnsCluster::unavailableReason()) skipTest("multi-node hang test: " + *why);
+  MarkerScope marker;
+  for (const RunResult& r : runOnTwoHosts(marker, {"--hang-timeout", "1", hangWorker(), "--hang", "sleep", "--hang-rank", "1"})) {
+    INFO(r.describe());
+    REQUIRE(!r.timedOut);
+    CHECK(r.status() == 128 + 9);
+    CHECK(std::regex_search(r.err, std::regex(R"(drun: root cause: rank 1 \(local_rank 0\) on \S+ hung: no heartbeat for)")));
+    CHECK(contains(r.err, "stuckInSleep"));
+  }
+  checkNothingLeft(marker);
+}
+
+TEST_CASE("hang: torch's expires() on two namespace hosts, every node names the rank and the scope", "[hangs][multinode][torch]") {
+  if (auto why = NetnsCluster::unavailableReason()) skipTest("multi-node hang test: " + *why);
+  skipWithoutTorch("torch FileTimer on two hosts");
+  MarkerScope marker;
+  TempDir dir;
+  auto program = dir.write("timer.py", kTorchTimerProgram).string();
+  for (const RunResult& r : runOnTwoHosts(marker, {kTorchPython, program}, {"TORCHELASTIC_ENABLE_FILE_TIMER=1"})) {
+    INFO(r.describe());
+    REQUIRE(!r.timedOut);
+    CHECK(r.status() == 128 + 6);
+    CHECK(std::regex_search(r.err, std::regex(R"(drun: root cause: rank 1 \(local_rank 0\) on \S+ hung: torch timer "load_batch" expired)")));
+    CHECK(std::regex_search(r.err, std::regex(R"(File ".*timer\.py", line 7 in <module>)")));
   }
   checkNothingLeft(marker);
 }
