@@ -35,12 +35,14 @@ HangMonitor::HangMonitor(boost::asio::io_context& io, const HangOptions& options
 
 HangMonitor::~HangMonitor() {
   stop();
-  for (int fd : fds_) ::close(fd);
+  for (int fd : fds_)
+    if (fd >= 0) ::close(fd);
 }
 
 std::vector<std::filesystem::path> HangMonitor::prepare(const std::filesystem::path& attemptDir, int ranks) {
   stop();
-  for (int fd : fds_) ::close(fd);
+  for (int fd : fds_)
+    if (fd >= 0) ::close(fd);
   fds_.clear();
   reports_.clear();
   if (!timerFifo_) {
@@ -53,8 +55,15 @@ std::vector<std::filesystem::path> HangMonitor::prepare(const std::filesystem::p
   if (timerFifo_) timerFifo_->clear();
   std::vector<std::filesystem::path> paths;
   for (int r = 0; r < ranks; ++r) {
-    paths.push_back(attemptDir / std::to_string(r) / "channel");
-    fds_.push_back(createChannel(paths.back().string()));
+    // A channel that cannot be made (a full disk) costs that rank its hang detection, not the job.
+    try {
+      paths.push_back(attemptDir / std::to_string(r) / "channel");
+      fds_.push_back(createChannel(paths.back().string()));
+    } catch (const std::exception& e) {
+      spdlog::warn("local rank {} gets no hang detection: {}", r, e.what());
+      paths.back().clear();
+      fds_.push_back(-1);
+    }
   }
   return paths;
 }
@@ -147,7 +156,7 @@ void HangMonitor::poll() {
   // silent longest, which stopped first; the others may be waiting for it.
   std::optional<std::pair<int, HangVerdict>> culprit;
   for (size_t r = 0; options_.detects() && reports_.empty() && r < fds_.size() && r < live_.size(); ++r) {
-    if (!live_[r]) continue;
+    if (!live_[r] || fds_[r] < 0) continue;
     ChannelReading reading = readChannel(fds_[r]);
     if (!reading.valid) spdlog::debug("hangs: local rank {}: channel ignored: {}", r, reading.problem);
     detector_->observe(static_cast<int>(r), reading, now);

@@ -86,7 +86,7 @@ std::vector<WorkerSpec> buildWorkerSpecs(const AgentConfig& config, const rdzv::
     mine["LOCAL_RANK"] = std::to_string(localRank);
     mine["ROLE_RANK"] = std::to_string(spec.globalRank);
     mine["TORCHELASTIC_ERROR_FILE"] = errorFilePath(attempt.attemptDir, localRank).string();
-    if (static_cast<size_t>(localRank) < attempt.channels.size())
+    if (static_cast<size_t>(localRank) < attempt.channels.size() && !attempt.channels[localRank].empty())
       mine["DRUN_WORKER_CHANNEL"] = attempt.channels[localRank].string();
     spec.env.reserve(mine.size());
     for (const auto& [key, value] : mine) spec.env.push_back(key + "=" + value);

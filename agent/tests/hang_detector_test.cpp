@@ -61,7 +61,7 @@ struct ChannelFile {
 
 }  // namespace
 
-TEST_CASE("--hang-timeout: seconds, sections, auto, and clear errors", "[hangs]") {
+TEST_CASE("hang options: --hang-timeout seconds, sections, auto, and clear errors", "[hangs]") {
   HangOptions o;
   parseHangTimeout("5", o);
   CHECK(o.silence == 5000ms);
@@ -85,7 +85,7 @@ TEST_CASE("--hang-timeout: seconds, sections, auto, and clear errors", "[hangs]"
   CHECK_THROWS_AS(parseHangIdle("-1", i), drun::InvalidArgument);
 }
 
-TEST_CASE("channel: a fresh page reads as no beats; a scribbled page is refused, never trusted", "[hangs]") {
+TEST_CASE("channel: a fresh page reads as no beats, a scribbled page is refused, never trusted", "[hangs]") {
   ChannelFile file;
   ChannelReading fresh = readChannel(file.fd);
   CHECK(fresh.valid);
@@ -124,7 +124,7 @@ TEST_CASE("channel: a fresh page reads as no beats; a scribbled page is refused,
   }
 }
 
-TEST_CASE("detector: silence after heartbeats is a hang; no heartbeat ever is none", "[hangs]") {
+TEST_CASE("detector: silence after heartbeats is a hang, no heartbeat ever is none", "[hangs]") {
   HangOptions o;
   o.silence = 5s;
   HangDetector d(o, 2, nullptr);
@@ -206,7 +206,7 @@ TEST_CASE("detector: learned timeouts wait for the warm-up, then take 5x the lon
   CHECK(v->rule == "learned");
 }
 
-TEST_CASE("timer FIFO: torch's requests acquire and release; bad lines are refused", "[hangs]") {
+TEST_CASE("timer FIFO: torch's requests acquire and release, bad lines are refused", "[hangs]") {
   boost::asio::io_context io;
   char pattern[] = "/tmp/drun-timer-unit-XXXXXX";
   std::filesystem::path dir = ::mkdtemp(pattern);
