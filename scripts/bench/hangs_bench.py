@@ -6,6 +6,8 @@ torchrun 1.13 with its FileTimer on (expires(after=5) around each step) and off.
 
     scripts/bench/hangs.sh                      # TRIALS=3 TORCH_TRIALS=2 WAIT_OFF=30
     DRUN_BIN_DIR=build/bin TRIALS=1 scripts/bench/hangs.sh
+    JITTER_SECONDS=120 scripts/bench/hangs.sh   # learned timeouts: 2 minutes of jitter, then a hang
+    COST_ONLY=1 scripts/bench/hangs.sh           # the worker API's cost per call only
 
 Single node, 2 workers (/usr/bin/python3), --max-restarts 1, steps of 50 ms, the hang at step 20.
 Every worker appends `START <restart> <rank> <pid> <time>` to a log first; the hanging one appends
@@ -160,6 +162,52 @@ def api_costs(work):
     print()
 
 
+JITTER = r'''
+import os, random, sys, time
+import drun.worker
+seconds, log = float(sys.argv[1]), sys.argv[2]
+rank = int(os.environ["RANK"])
+random.seed(rank * 7919 + int(time.time()))
+end = time.time() + seconds
+steps = 0
+while time.time() < end:
+    with drun.worker.section("step"):
+        # 10..90 ms, and one step in 20 a slow one (up to 400 ms): a jittery loader
+        time.sleep(random.uniform(0.01, 0.09) if random.random() > 0.05 else random.uniform(0.1, 0.4))
+    steps += 1
+with open(log, "a") as f:
+    f.write("STEPS %d %d\n" % (rank, steps))
+    if rank == 1:
+        f.write("HANG %.6f\n" % time.time())
+if rank == 1:
+    with drun.worker.section("step"):
+        time.sleep(10 ** 6)
+'''
+
+
+def jitter_run(work, seconds):
+    """--hang-timeout auto over `seconds` of jittery steps: false positives, then a real hang."""
+    script = os.path.join(work, "jitter.py")
+    log = os.path.join(work, "jitter.log")
+    with open(script, "w") as f:
+        f.write(JITTER)
+    env = dict(os.environ, PYTHON_EXEC=PY, OMP_NUM_THREADS="1")
+    proc = subprocess.run([DRUN, "--standalone", "--nproc-per-node", "2", "--hang-timeout", "auto", script,
+                           str(seconds), log], env=env, capture_output=True, text=True, timeout=seconds + 120)
+    ended = time.time()
+    lines = read_log(log)
+    hung = [l for l in proc.stderr.splitlines() if " hung: " in l and "root cause" not in l]
+    hang = [float(l[1]) for l in lines if l[0] == "HANG"]
+    steps = {l[1]: l[2] for l in lines if l[0] == "STEPS"}
+    print("auto, %.0f s of jittery steps (10-90 ms, 1 in 20 up to 400 ms), 2 ranks:" % seconds)
+    print("  steps per rank: %s; hang reports: %d (expected 1, rank 1 after its loop)" % (steps, len(hung)))
+    for l in hung:
+        print("  " + l)
+    if hang:
+        print("  the real hang to drun's exit: %.0f ms; exit status %d" % ((ended - hang[0]) * 1000, proc.returncode))
+    print()
+
+
 def main():
     work = tempfile.mkdtemp(prefix="drun-hangs-bench-")
     worker = os.path.join(work, "train.py")
@@ -167,6 +215,9 @@ def main():
         f.write(WORKER)
     api_costs(work)
     if os.environ.get("COST_ONLY"):
+        return
+    if os.environ.get("JITTER_SECONDS"):
+        jitter_run(work, float(os.environ["JITTER_SECONDS"]))
         return
     base = dict(os.environ, OMP_NUM_THREADS="1", PYTHON_EXEC=PY)
     for k in list(base):
