@@ -293,6 +293,34 @@ TEST_CASE("hang: torch's expires() on two namespace hosts, every node names the 
   checkNothingLeft(marker);
 }
 
+TEST_CASE("hang: learned timeouts are shared through the store: a node that learned nothing catches a hang", "[hangs][multinode]") {
+  if (auto why = NetnsCluster::unavailableReason()) skipTest("multi-node hang test: " + *why);
+  MarkerScope marker;
+  TempDir dir;
+  // Attempt 0: rank 0 (host 0) learns 20 steps, rank 1 (host 1) beats nothing and fails.
+  // Attempt 1: rank 1 hangs in its 3rd step, before host 1 could have learned anything itself.
+  const char* program = R"(import os, sys, time
+import drun.worker
+rank, restart = int(os.environ["RANK"]), int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+if restart == 0 and rank == 1:
+    time.sleep(3)
+    sys.exit(1)
+for i in range(20 if rank == 0 else 3):
+    with drun.worker.section("step"):
+        time.sleep(0.02)
+        if restart == 1 and rank == 1 and i == 2:
+            time.sleep(1000)
+)";
+  auto script = dir.write("learn.py", program).string();
+  for (const RunResult& r : runOnTwoHosts(marker, {"--hang-timeout", "auto", "--max-restarts", "1", kTorchPython, script})) {
+    INFO(r.describe());
+    REQUIRE(!r.timedOut);
+    CHECK(r.status() == 128 + 6);
+    CHECK(std::regex_search(r.err, std::regex(R"(drun: root cause: rank 1 \(local_rank 0\) on \S+ hung: in section "step" for [0-9.]+s \(learned timeout)")));
+  }
+  checkNothingLeft(marker);
+}
+
 TEST_CASE("hang: the rank that never entered a collective is named, not the ranks waiting in it", "[hangs]") {
   if (!fs::exists(helperPath("hang_comm_worker"))) skipTest("hang_comm_worker is not built (no libdrun_comm)");
   MarkerScope marker;

@@ -293,6 +293,7 @@ struct ElasticAgent::Impl {
 
   // ---- actions -----------------------------------------------------------------------------
   void joinRound(const Input&) {
+    shareLearnedTimeouts();
     offLoopCall([this] { return rendezvous->next(); },
                 [this](const rdzv::RoundResult& r) {
                   Input in;
@@ -314,6 +315,27 @@ struct ElasticAgent::Impl {
                   }
                   dispatch(Event::RendezvousFailed, in);
                 });
+  }
+
+  // --hang-timeout auto: what this node learned goes into the store before it joins a round
+  // (queued before the join on the same thread: the round cannot form before every member's
+  // values are in), and the job's merge (every node's ranks, every earlier round: the longest
+  // intervals) comes back once the round runs, so that every node uses the same timeouts and a
+  // restart or a replacement node forgets nothing.
+  void shareLearnedTimeouts() {
+    if (!config.hangs.learn) return;
+    offLoop->post([this, mine = learnedTimeouts] {
+      try {
+        std::string merged = rendezvous->mergeShared("hang timeouts learned", [&](const std::string& theirs) {
+          detail::LearnedTimeouts both = mine;
+          both.mergeEncoded(theirs);
+          return both.encode();
+        });
+        onLoop([this, merged] { learnedTimeouts.mergeEncoded(merged); });
+      } catch (const std::exception& e) {
+        spdlog::debug("agent: sharing the learned hang timeouts: {}", e.what());
+      }
+    });
   }
 
   void startWorkers(const Input& in) {
@@ -361,6 +383,7 @@ struct ElasticAgent::Impl {
     }
     hangMonitor->start(group->pids(), config.isPython,
                        [this](const detail::HangReport& r) { sayHung(r); });
+    shareLearnedTimeouts();
     // Events of this round that arrived while it was forming.
     std::vector<JobEvent> pending;
     pending.swap(latched);

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <sstream>
 
 #include "drun/common/error.hpp"
 #include "drun/worker_channel.h"
@@ -115,11 +116,52 @@ ChannelReading readChannel(int fd) noexcept {
   return r;
 }
 
-void LearnedTimeouts::note(const std::string& key, int64_t intervalNs) {
-  if (intervalNs <= 0) return;
+void LearnedTimeouts::note(const std::string& key, int64_t intervalNs, int times) {
+  if (intervalNs <= 0 || times <= 0) return;
   Seen& s = seen[key];
   s.longestNs = std::max(s.longestNs, intervalNs);
-  ++s.count;
+  s.count = static_cast<int>(std::min<int64_t>(int64_t{s.count} + times, 1 << 30));
+}
+
+std::string LearnedTimeouts::encode() const {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (const auto& [key, s] : seen) {
+    out += "k";  // a key of its own even when empty (heartbeat intervals)
+    for (unsigned char c : key) out += {kHex[c >> 4], kHex[c & 15]};
+    out += " " + std::to_string(s.longestNs) + " " + std::to_string(s.count) + "\n";
+  }
+  return out;
+}
+
+void LearnedTimeouts::mergeEncoded(const std::string& text) {
+  size_t at = 0;
+  while (at < text.size() && at < 64 * 1024) {
+    size_t end = text.find('\n', at);
+    if (end == std::string::npos) end = text.size();
+    std::string line = text.substr(at, end - at);
+    at = end + 1;
+    std::istringstream fields(line);
+    std::string name, extra;
+    long long longest = -1, count = -1;
+    if (!(fields >> name >> longest >> count) || (fields >> extra) || name.empty() || name[0] != 'k')
+      continue;
+    const std::string hex = name.substr(1);
+    if (hex.size() % 2 || hex.size() / 2 >= DRUN_CHANNEL_SECTION_MAX ||
+        hex.find_first_not_of("0123456789abcdef") != std::string::npos)
+      continue;
+    std::string key;
+    bool printable = true;
+    for (size_t i = 0; i < hex.size(); i += 2) {
+      const char c = static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
+      printable = printable && c >= 0x20 && c < 0x7f;
+      key += c;
+    }
+    if (!printable || longest < 0 || count < 0 || (!seen.count(key) && seen.size() >= kMaxKeys)) continue;
+    Seen& s = seen[key];
+    s.longestNs = std::max<int64_t>(s.longestNs, longest);
+    s.count = std::max<int>(s.count, static_cast<int>(std::min<long long>(count, 1 << 30)));
+  }
 }
 
 std::optional<std::chrono::milliseconds> LearnedTimeouts::timeout(const std::string& key,
@@ -162,7 +204,8 @@ void HangDetector::observe(int rank, const ChannelReading& reading, int64_t nowN
     if (at > nowNs || at <= 0 || (r.beating && at < r.lastBeatNs)) at = nowNs;
     if (learn && r.beating) {
       const uint64_t delta = reading.beats > r.beats ? reading.beats - r.beats : 1;
-      learned_->note("", (at - r.lastBeatNs) / static_cast<int64_t>(std::min<uint64_t>(delta, 1u << 30)));
+      const int64_t beats = static_cast<int64_t>(std::min<uint64_t>(delta, 1u << 20));
+      learned_->note("", (at - r.lastBeatNs) / beats, static_cast<int>(beats));
     }
     r.beats = reading.beats;
     r.lastBeatNs = at;
@@ -179,9 +222,11 @@ void HangDetector::observe(int rank, const ChannelReading& reading, int64_t nowN
   if (!reading.section.empty() && (start > nowNs || start <= 0)) start = nowNs;
   if (learn && !r.section.empty()) {
     // The section that ended: until the next one began, or until the last beat (its end beats).
+    // Several between two polls (short steps): their mean, gaps included (a longer timeout).
     const int64_t end = reading.section.empty() ? r.lastBeatNs : start;
-    const uint64_t entered = reading.sectionSeq - r.sectionSeq;
-    if (entered <= 1 && end > r.sectionStartNs) learned_->note(r.section, end - r.sectionStartNs);
+    const uint64_t entered = std::max<uint64_t>(reading.sectionSeq - r.sectionSeq, 1);
+    if (entered <= (1u << 20) && end > r.sectionStartNs)
+      learned_->note(r.section, (end - r.sectionStartNs) / static_cast<int64_t>(entered), static_cast<int>(entered));
   }
   r.section = reading.section;
   r.sectionSeq = reading.sectionSeq;

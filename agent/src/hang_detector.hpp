@@ -45,7 +45,13 @@ struct LearnedTimeouts {
     int count = 0;
   };
   std::map<std::string, Seen> seen;
-  void note(const std::string& key, int64_t intervalNs);
+  void note(const std::string& key, int64_t intervalNs, int times = 1);  // `times` intervals of about that
+  // As text for the store, one line per key: "<hex key> <longest ns> <count>".
+  std::string encode() const;
+  // What other nodes (and earlier rounds) saw, as encode() wrote it: the larger of each wins.
+  // Untrusted (another node wrote it): bad lines are skipped, at most kMaxKeys keys are kept.
+  void mergeEncoded(const std::string& text);
+  static constexpr size_t kMaxKeys = 256;
   // The learned timeout for `key` once warm, else nullopt.
   std::optional<std::chrono::milliseconds> timeout(const std::string& key, const HangOptions& o) const;
 };

@@ -278,3 +278,19 @@ TEST_CASE("detector: a rank silent inside a collective is a waiter: twice the ti
   CHECK(v->timeout == 4s);
   CHECK(v->describe() == "no heartbeat for 4.0s (hang timeout 4.0s), waiting in all_reduce #6 of world for 4.0s");
 }
+
+TEST_CASE("learned timeouts: shared as text, merged by maximum, junk from the store skipped", "[hangs]") {
+  LearnedTimeouts a, b;
+  a.note("", 100000000);
+  a.note("step", 300000000);
+  b.note("step", 500000000);
+  b.note("step", 200000000);
+  b.mergeEncoded(a.encode() + "junk\nk 1\nkzz 1 2\nk00 1 1\nk73 -5 1\n" + std::string(100, 'k') + " 1 1\n");
+  REQUIRE(b.seen.size() == 2);
+  CHECK(b.seen.at("").longestNs == 100000000);
+  CHECK(b.seen.at("step").longestNs == 500000000);
+  CHECK(b.seen.at("step").count == 2);
+  LearnedTimeouts c;
+  c.mergeEncoded(b.encode());
+  CHECK(c.encode() == b.encode());
+}
