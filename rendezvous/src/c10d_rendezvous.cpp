@@ -162,7 +162,7 @@ class C10dRendezvous final : public Rendezvous {
 
   std::string mergeShared(const std::string& name,
                           const std::function<std::string(const std::string&)>& merge) override {
-    const std::string key = keys::shared(id(), name);
+    const std::string key = keys::sharedValue(id(), name);
     std::string current;  // "": stored only while the key is missing
     for (int attempt = 0; attempt < 16; ++attempt) {
       const std::string desired = merge(current);
