@@ -83,7 +83,13 @@ std::string launcherName(Launcher l) {
 // DRUN_JOB_TOKEN marks the job's processes; PYTHONUNBUFFERED does for Python programs what
 // torchrun's `python -u` does (and reaches the program's own Python children too);
 // OMP_NUM_THREADS is set for one worker too (cores / workers), where torchrun leaves it unset.
-const std::set<std::string> kDrunExtras = {"DRUN_JOB_TOKEN", "PYTHONUNBUFFERED", "OMP_NUM_THREADS"};
+// Hangs (README "Hangs"): DRUN_WORKER_CHANNEL (the rank's heartbeat page), PYTHONFAULTHANDLER
+// (a hung Python worker's stack), PYTHONPATH (drun's Python package first), and
+// TORCHELASTIC_TIMER_FILE (drun serves torch's FileTimer in every job; torchrun only with
+// TORCHELASTIC_ENABLE_FILE_TIMER=1).
+const std::set<std::string> kDrunExtras = {"DRUN_JOB_TOKEN", "PYTHONUNBUFFERED", "OMP_NUM_THREADS",
+                                           "DRUN_WORKER_CHANNEL", "PYTHONFAULTHANDLER", "PYTHONPATH",
+                                           "TORCHELASTIC_TIMER_FILE"};
 
 // The directory of one launch, in the dumps' values.
 constexpr const char* kLaunchDir = "@";

@@ -21,6 +21,7 @@
 #include "drun/common/error.hpp"
 #include "job_control.hpp"
 #include "log_file_writer.hpp"
+#include "hang_monitor.hpp"
 #include "off_loop.hpp"
 #include "orphan_sweep.hpp"
 #include "process_spawn.hpp"
@@ -160,10 +161,6 @@ JobDir makeJobDir(const AgentConfig& config) {
   return {makeUniqueDir(fs::temp_directory_path(), "drun"), true};
 }
 
-std::string describeStatus(const FailureRecord& f) {
-  return f.signal ? "signal " + signalName(f.signal) : "exit code " + std::to_string(f.exitCode);
-}
-
 }  // namespace
 
 struct ElasticAgent::Impl {
@@ -199,6 +196,10 @@ struct ElasticAgent::Impl {
   fs::path attemptDir;
   std::vector<std::string> baseEnvironment = currentEnvironment();
   int cpuCount = countCpus();
+  // Hangs: the learned timeouts outlive the rounds (a restart does not forget them).
+  detail::LearnedTimeouts learnedTimeouts;
+  std::optional<detail::HangMonitor> hangMonitor;
+  fs::path pythonPackageDir = findPythonPackageDir();
 
   std::optional<WorkerExit> rootCause;  // this node's first failure of the attempt
   int otherFailures = 0;
@@ -264,6 +265,7 @@ struct ElasticAgent::Impl {
     const bool joinInFlight = state == AgentState::Rendezvous;
     transition(AgentState::Failed, std::string(toString(Event::InternalError)) + ": " + what);
     exitCode = 1;
+    if (hangMonitor) hangMonitor->stop();
     if (group && group->running() > 0)
       group->stop(SIGKILL, std::chrono::milliseconds(0),
                   [this, joinInFlight] { leaveAndStop(false, joinInFlight); });
@@ -300,6 +302,7 @@ struct ElasticAgent::Impl {
 
   // ---- actions -----------------------------------------------------------------------------
   void joinRound(const Input&) {
+    shareLearnedTimeouts();
     offLoopCall([this] { return rendezvous->next(); },
                 [this](const rdzv::RoundResult& r) {
                   Input in;
@@ -321,6 +324,27 @@ struct ElasticAgent::Impl {
                   }
                   dispatch(Event::RendezvousFailed, in);
                 });
+  }
+
+  // --hang-timeout auto: what this node learned goes into the store before it joins a round
+  // (queued before the join on the same thread: the round cannot form before every member's
+  // values are in), and the job's merge (every node's ranks, every earlier round: the longest
+  // intervals) comes back once the round runs, so that every node uses the same timeouts and a
+  // restart or a replacement node forgets nothing.
+  void shareLearnedTimeouts() {
+    if (!config.hangs.learn) return;
+    offLoop->post([this, mine = learnedTimeouts] {
+      try {
+        std::string merged = rendezvous->mergeShared("hang timeouts learned", [&](const std::string& theirs) {
+          detail::LearnedTimeouts both = mine;
+          both.mergeEncoded(theirs);
+          return both.encode();
+        });
+        onLoop([this, merged] { learnedTimeouts.mergeEncoded(merged); });
+      } catch (const std::exception& e) {
+        spdlog::debug("agent: sharing the learned hang timeouts: {}", e.what());
+      }
+    });
   }
 
   void startWorkers(const Input& in) {
@@ -349,6 +373,9 @@ struct ElasticAgent::Impl {
     context.attemptDir = attemptDir;
     context.baseEnvironment = baseEnvironment;
     context.cpuCount = cpuCount;
+    context.channels = hangMonitor->prepare(attemptDir, config.nprocPerNode);
+    context.pythonPackageDir = pythonPackageDir;
+    context.timerFile = hangMonitor->timerFile();
     std::vector<WorkerSpec> specs = buildWorkerSpecs(config, round, context);
 
     rootCause.reset();
@@ -363,6 +390,9 @@ struct ElasticAgent::Impl {
     } catch (const std::exception& e) {
       throw Error(std::string("could not start the workers: ") + e.what());
     }
+    hangMonitor->start(group->pids(), config.isPython,
+                       [this](const detail::HangReport& r) { sayHung(r); });
+    shareLearnedTimeouts();
     // Events of this round that arrived while it was forming.
     std::vector<JobEvent> pending;
     pending.swap(latched);
@@ -370,7 +400,14 @@ struct ElasticAgent::Impl {
       if (e.round == round.round) onJobEvent(e);
   }
 
+  void sayHung(const detail::HangReport& r) {
+    say("drun: rank %d (local_rank %d) on %s hung: %s; taking its stack and stopping it\n",
+        round.rankOffset + r.localRank, r.localRank, config.hostname.c_str(),
+        r.verdict.describe().c_str());
+  }
+
   void stopGroup(int signal) {
+    hangMonitor->stop();
     scaleUpTimer.cancel();
     group->stop(signal, config.shutdownTimeout, [this] { dispatch(Event::WorkersStopped); });
   }
@@ -436,6 +473,8 @@ struct ElasticAgent::Impl {
     FailureRecord record = makeFailureRecord(
         cause, config.hostname, errorFilePath(attemptDir, cause.localRank), otherFailures,
         /*showPath=*/!jobDir.temporary);
+    if (const detail::HangReport* hang = hangMonitor->report(cause.localRank))
+      markHang(record, hang->verdict.describe(), hang->stackHow, hang->stackText);
     // A console that is gone (`drun ... | head`: its workers died of SIGPIPE) is not a failure to
     // retry: the job ends, as a shell pipeline does once its reader exits.
     const int budget = consoleGone() ? 0 : config.maxRestarts;
@@ -493,6 +532,7 @@ struct ElasticAgent::Impl {
   }
 
   void reportFinished(const Input&) {
+    hangMonitor->stop();
     if (round.nodeCount > 1 && config.rendezvous.backend == "static") {
       // No store, no exit barrier: nothing to wait for (torchrun's static backend alike).
       say("drun: this node's workers succeeded; with the static rendezvous each node ends on its "
@@ -608,7 +648,14 @@ struct ElasticAgent::Impl {
   }
 
   // ---- inputs ------------------------------------------------------------------------------
-  void onWorkerExit(const WorkerExit& exit) {
+  void onWorkerExit(const WorkerExit& reported) {
+    hangMonitor->exited(reported.localRank, reported.succeeded());
+    WorkerExit exit = reported;
+    if (const detail::HangReport* hang = hangMonitor->report(exit.localRank); hang && !exit.succeeded()) {
+      // Killed for its hang: it failed when the hang was found, not when drun ended it.
+      exit.when = hang->detected;
+      exit.afterStop = false;
+    }
     spdlog::debug("agent: rank {} (pid {}) ended: status {}", exit.globalRank, exit.pid,
                   exit.statusCode());
     if (!exit.succeeded()) {
@@ -696,8 +743,11 @@ struct ElasticAgent::Impl {
                    "workers); set it to override\n",
                    defaultOmpThreads(cpuCount, config.nprocPerNode), cpuCount, config.nprocPerNode);
     offLoop.emplace();
+    hangMonitor.emplace(io, config.hangs, learnedTimeouts);
+    if (config.hangs.detects()) spdlog::debug("agent: hang detection: {}", describe(config.hangs));
     dispatch(Event::Start);
     io.run();
+    hangMonitor.reset();
     group.reset();  // SIGKILLs and reaps whatever is left; the guard's destructor sweeps the rest
     // Daemons of the workers that left their groups and cleared their environment are drun's
     // children now (the subreaper): the guard's marker cannot find them.

@@ -246,10 +246,51 @@ rdzv::FailureRecord makeFailureRecord(const WorkerExit& rootCause, const std::st
   return r;
 }
 
+namespace {
+constexpr std::string_view kHangPrefix = "hang (stack: ";
+
+// "eu-stack" and "no heartbeat ..." from "hang (stack: eu-stack): no heartbeat ...".
+std::pair<std::string, std::string> splitHang(const std::string& source) {
+  auto end = source.find("): ", kHangPrefix.size());
+  if (end == std::string::npos) return {"", source.substr(kHangPrefix.size())};
+  return {source.substr(kHangPrefix.size(), end - kHangPrefix.size()), source.substr(end + 3)};
+}
+}  // namespace
+
+void markHang(rdzv::FailureRecord& record, const std::string& what, const std::string& stackHow,
+              const std::string& stack) {
+  record.detailSource = std::string(kHangPrefix) + (stackHow.empty() ? "none" : stackHow) + "): " + what;
+  if (!stack.empty()) record.detail = stack;
+}
+
+bool isHang(const rdzv::FailureRecord& record) {
+  return record.detailSource.rfind(kHangPrefix, 0) == 0;
+}
+
+std::string describeStatus(const rdzv::FailureRecord& f) {
+  if (isHang(f)) return "hung: " + splitHang(f.detailSource).second;
+  return f.signal ? "signal " + signalName(f.signal) : "exit code " + std::to_string(f.exitCode);
+}
+
 std::string formatFailureSummary(const rdzv::FailureRecord& cause) {
   std::ostringstream out;
   out << "drun: root cause: rank " << cause.rank << " (local_rank " << cause.localRank << ") on "
       << cause.node;
+  if (isHang(cause)) {
+    auto [how, what] = splitHang(cause.detailSource);
+    out << " hung: " << what;
+    out << "\ndrun:   pid: " << cause.pid << " (stopped with signal " << signalName(cause.signal) << ")";
+    out << "\ndrun:   time: "
+        << isoTime(std::chrono::system_clock::time_point(std::chrono::milliseconds(cause.timeMs)));
+    if (how == "faulthandler")
+      out << "\ndrun:   its Python stack (faulthandler, last lines of stderr):";
+    else
+      out << "\ndrun:   its stack (" << how << "):";
+    appendIndented(out, cause.detail.empty() ? "(none captured)" : cause.detail);
+    if (cause.otherFailures > 0)
+      out << "\ndrun:   " << cause.otherFailures << " other worker(s) failed after it or were stopped";
+    return out.str();
+  }
   if (cause.signal)
     out << " was killed by signal " << signalName(cause.signal) << " (" << cause.signal << ")";
   else

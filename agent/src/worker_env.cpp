@@ -19,6 +19,14 @@ std::string substituteLocalRank(std::string arg, int localRank) {
 
 }  // namespace
 
+std::filesystem::path findPythonPackageDir() {
+  std::error_code ec;
+  auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return {};
+  auto dir = (exe.parent_path() / ".." / "lib" / "drun" / "python").lexically_normal();
+  return std::filesystem::is_directory(dir, ec) ? dir : std::filesystem::path();
+}
+
 int defaultOmpThreads(int cpuCount, int localWorkers) {
   return std::max(1, cpuCount / std::max(1, localWorkers));
 }
@@ -55,6 +63,15 @@ std::vector<WorkerSpec> buildWorkerSpecs(const AgentConfig& config, const rdzv::
   // The workers' comm bootstrap store proves the same secret as the rendezvous store.
   if (!config.rendezvous.tokenFile.empty())
     common["DRUN_RDZV_TOKEN_FILE"] = std::filesystem::absolute(config.rendezvous.tokenFile).string();
+  // Hangs: faulthandler prints a Python worker's stack on the SIGABRT that ends a hung one.
+  if (!common.count("PYTHONFAULTHANDLER")) common["PYTHONFAULTHANDLER"] = "1";
+  if (!attempt.pythonPackageDir.empty()) {
+    auto it = common.find("PYTHONPATH");
+    const bool userPath = it != common.end() && !it->second.empty();
+    common["PYTHONPATH"] = attempt.pythonPackageDir.string() + (userPath ? ":" + it->second : "");
+  }
+  if (!attempt.timerFile.empty() && !common.count("TORCHELASTIC_TIMER_FILE"))
+    common["TORCHELASTIC_TIMER_FILE"] = attempt.timerFile.string();
   // DRUN_JOB_TOKEN is the WorkerGroup's to add: it belongs to the JobGuard the group reports to.
 
   std::vector<WorkerSpec> specs;
@@ -69,6 +86,8 @@ std::vector<WorkerSpec> buildWorkerSpecs(const AgentConfig& config, const rdzv::
     mine["LOCAL_RANK"] = std::to_string(localRank);
     mine["ROLE_RANK"] = std::to_string(spec.globalRank);
     mine["TORCHELASTIC_ERROR_FILE"] = errorFilePath(attempt.attemptDir, localRank).string();
+    if (static_cast<size_t>(localRank) < attempt.channels.size() && !attempt.channels[localRank].empty())
+      mine["DRUN_WORKER_CHANNEL"] = attempt.channels[localRank].string();
     spec.env.reserve(mine.size());
     for (const auto& [key, value] : mine) spec.env.push_back(key + "=" + value);
     specs.push_back(std::move(spec));

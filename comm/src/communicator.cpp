@@ -2,6 +2,7 @@
 #include <set>
 
 #include "communicator_impl.hpp"
+#include "drun/worker.h"
 #include "drun/rendezvous/prefix_store.hpp"
 #include "store_host.hpp"
 
@@ -233,6 +234,12 @@ void Communicator::Impl::compareFingerprints(const Collective& c) {
 }
 
 void Communicator::Impl::execute(const Collective& c) {
+  // drun's hang detection (README "Hangs"): a rank silent inside a collective is a waiter.
+  const std::string entered = std::string(toString(c.kind)) + " #" + std::to_string(++collectives_) + " of " + s_.name;
+  drun_worker_collective_begin(entered.c_str());
+  struct Left {
+    ~Left() { drun_worker_collective_end(); }
+  } left;
   try {
     if (s_.checkCollectives) compareFingerprints(c);
     if (c.kind == OpKind::Barrier || c.count > 0) s_.backend->run(c);

@@ -73,6 +73,7 @@ class Communicator::Impl : public std::enable_shared_from_this<Communicator::Imp
   void leaveWorld();
 
   Setup s_;
+  uint64_t collectives_ = 0;  // collectives executed, for drun's worker channel ("all_reduce #42")
   std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<detail::AsyncWork>> queue_;

@@ -36,6 +36,9 @@ constexpr VarDoc kDrunEnvVars[] = {
      "store and every client of it prove it; workers' comm bootstrap store too"},
     {"DRUN_SOCKET_IFNAME", VarType::String, "",
      "libdrun_comm (gloo): network interface for worker traffic (GLOO_SOCKET_IFNAME is honoured too)"},
+    {"DRUN_WORKER_CHANNEL", VarType::String, "",
+     "set by drun in each worker: its channel page for heartbeats and sections (drun.worker, "
+     "drun/worker.h; README \"Hangs\"); unset, the worker API is a no-op"},
 };
 
 const VarDoc& lookup(std::string_view name) {

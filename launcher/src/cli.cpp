@@ -391,6 +391,14 @@ CliResult parseCommandLine(const std::vector<std::string>& args) {
   app.add_option(spellings("log-level"), logLevel, "drun's own log level (default warn; DRUN_LOG_LEVEL)")
       ->type_name("trace|debug|info|warn|error|off");
   // The user's terminal (agent/README.md "The terminal"): ptys for the workers, stdin to a rank.
+  // Hangs (README "Hangs"): off unless given.
+  std::string hangTimeout, hangIdle;
+  opt("hang-timeout", hangTimeout, "SECONDS|NAME=SECONDS,...|auto",
+      "a rank silent that long (drun.worker heartbeats), or in a section past its timeout, is hung: "
+      "its stack is taken and the job restarts; auto: learned (default off)");
+  opt("hang-idle", hangIdle, "SECONDS",
+      "zero-code: a rank with no CPU time and no output that long, while another rank finished or "
+      "idles too, is hung (default off)");
   std::string tty = "auto", stdinRank = "0";
   std::string signalsToHandle = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
   opt("signals-to-handle", signalsToHandle, "SIG,SIG,...",
@@ -534,6 +542,8 @@ CliResult parseCommandLine(const std::vector<std::string>& args) {
   c.output.roleName = c.role;
   c.output.hostname = c.hostname;
   parseTerminalOptions(tty, stdinRank, c.output);
+  if (!hangTimeout.empty()) usage([&] { agent::parseHangTimeout(hangTimeout, c.hangs); return 0; });
+  if (!hangIdle.empty()) usage([&] { agent::parseHangIdle(hangIdle, c.hangs); return 0; });
 
   ResolvedProgram program = resolveProgram({rest, module, noPython});
   c.program = std::move(program.argv);

@@ -252,3 +252,15 @@ TEST_CASE("the README documents every option and variable of --help", "[launcher
     CHECK(readme.find((*it)[1].str()) != std::string::npos);
   }
 }
+
+TEST_CASE("hang options reach the agent's config, from the command line and PET_", "[launcher][hangs]") {
+  auto off = parse({"/bin/true"});
+  CHECK_FALSE(off.hangs.detects());
+  auto c = parse({"--hang-timeout", "30,step=3m", "--hang_idle", "120", "/bin/true"});
+  CHECK(c.hangs.silence == 30s);
+  CHECK(c.hangs.sections.at("step") == 180s);
+  CHECK(c.hangs.idle == 120s);
+  ScopedEnv env("PET_HANG_TIMEOUT", "auto");
+  CHECK(parse({"/bin/true"}).hangs.learn);
+  CHECK(usageError({"--hang-timeout", "step=soon", "/bin/true"}).find("--hang-timeout step: expected a duration") != std::string::npos);
+}

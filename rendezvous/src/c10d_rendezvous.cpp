@@ -160,6 +160,19 @@ class C10dRendezvous final : public Rendezvous {
     if (server_) server_->stop();
   }
 
+  std::string mergeShared(const std::string& name,
+                          const std::function<std::string(const std::string&)>& merge) override {
+    const std::string key = keys::sharedValue(id(), name);
+    std::string current;  // "": stored only while the key is missing
+    for (int attempt = 0; attempt < 16; ++attempt) {
+      const std::string desired = merge(current);
+      const Bytes stored = store_->compareSet(key, current, desired);
+      if (stored == desired) return stored;
+      current = stored;  // another node's value (or ours changed meanwhile): merge into it
+    }
+    throw Error("the shared value " + key + " kept changing (16 tries)");
+  }
+
   void onJobEvent(std::function<void(const JobEvent&)> callback) override {
     std::lock_guard lock(slot_->mutex);
     slot_->callback = [this, callback = std::move(callback)](const JobEvent& event) {

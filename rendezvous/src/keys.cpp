@@ -154,6 +154,12 @@ std::string outcome(std::string_view runId) { return cat(job(runId), "outcome");
 std::string config(std::string_view runId) { return cat(job(runId), "config"); }
 std::string present(std::string_view runId) { return cat(job(runId), "present"); }
 std::string lastDead(std::string_view runId, uint64_t r) { return cat(round(runId, r), "last_dead"); }
+std::string sharedValue(std::string_view runId, std::string_view name) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string key = cat(job(runId), "shared/");
+  for (unsigned char c : name.substr(0, 128)) key.append({kHex[c >> 4], kHex[c & 15]});
+  return key;
+}
 
 namespace {
 

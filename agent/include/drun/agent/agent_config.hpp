@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "drun/agent/hang_options.hpp"
 #include "drun/agent/worker_group.hpp"
 #include "drun/rendezvous/rendezvous.hpp"
 
@@ -39,6 +40,8 @@ struct AgentConfig {
   // (--signals-to-handle: torchrun's list; drun always catches these four besides). One that was
   // ignored when drun started stays ignored (nohup).
   std::vector<int> signalsToHandle = {SIGTERM, SIGINT, SIGHUP, SIGQUIT};
+  // Hang detection (--hang-timeout, --hang-idle): off unless given; README "Hangs".
+  HangOptions hangs;
 };
 
 }  // namespace drun::agent

@@ -54,6 +54,16 @@ rdzv::FailureRecord makeFailureRecord(const WorkerExit& rootCause, const std::st
                                       const std::filesystem::path& errorFile, int otherFailures,
                                       bool showPath = true);
 
+// A hang (README "Hangs"): the record says so in its detailSource, "hang (stack: <how>): <what>"
+// (what: the detector's verdict, e.g. no heartbeat for 5.2s (hang timeout 5s)); `stack` replaces
+// the detail when given (a native worker's eu-stack excerpt), else the detail stays the stderr
+// tail (a Python worker's faulthandler traceback). The summary then reads "hung: <what>".
+void markHang(rdzv::FailureRecord& record, const std::string& what, const std::string& stackHow,
+              const std::string& stack);
+bool isHang(const rdzv::FailureRecord& record);
+// "hung: no heartbeat for ..." for a hang, else "exit code 3" / "signal SIGKILL".
+std::string describeStatus(const rdzv::FailureRecord& record);
+
 // Lines prefixed "drun: " (no trailing newline on the last).
 std::string formatFailureSummary(const rdzv::FailureRecord& cause);
 

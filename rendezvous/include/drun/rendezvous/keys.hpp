@@ -99,6 +99,7 @@ std::string outcome(std::string_view runId);
 std::string config(std::string_view runId);
 std::string present(std::string_view runId);
 std::string lastDead(std::string_view runId, uint64_t round);
+std::string sharedValue(std::string_view runId, std::string_view name);  // "rdzv/<id>/shared/<hex name>"
 
 // The will a joiner of `round` registers: its dead flag, last_dead and the reason, changes+1,
 // status+1 (skipped by the store once status holds the state), left+1, lost+1, status+1 of round+1

@@ -134,6 +134,15 @@ class Rendezvous {
   // Leaves as a lost node would (preempted): the others re-form without this node.
   virtual void abandon() = 0;
   virtual void onJobEvent(std::function<void(const JobEvent&)> callback) = 0;
+  // Replaces the job-wide value `name` (any bytes) with merge(its value, "" when none), atomically
+  // (compare-and-set, retried while others change it), and returns what is stored then: the
+  // agent's learned hang timeouts, merged by every node before each round. May block on the store
+  // (each call with its deadline); throws on a store error. Without a shared store: merge("").
+  // `merge` gets bytes another node wrote: it must accept anything.
+  virtual std::string mergeShared(const std::string& name,
+                                  const std::function<std::string(const std::string&)>& merge) {
+    return merge("");
+  }
 };
 
 // The single-node rendezvous: no network; reserves a free MASTER_PORT on `masterAddr`.

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Hang benchmark (issue 17): drun's hang detection beside torchrun 1.13 with its FileTimer on and
+# off; see scripts/bench/hangs_bench.py for what is measured. Needs the built drun (DRUN_BIN_DIR,
+# default build/bin, with build/lib/drun/python beside it) and /usr/bin/python3 with torch.
+#   scripts/bench/hangs.sh                       TRIALS=3 TORCH_TRIALS=2 WAIT_OFF=30 (about 6 min)
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+exec /usr/bin/python3 "$here/hangs_bench.py" "$@"
