@@ -17,11 +17,6 @@ std::exception_ptr asRuntimeError(const std::exception& e) {
 
 }  // namespace
 
-DrunWork::DrunWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs)
-    : Work(rank, type), outputs_(std::move(outputs)), future_(newFuture()) {
-  future_->markCompleted(c10::IValue(outputs_));
-}
-
 DrunWork::DrunWork(int rank, c10d::OpType type, comm::Request request,
                    std::vector<at::Tensor> outputs, std::function<void()> finish)
     : Work(rank, type),
