@@ -1,5 +1,7 @@
 #include "process_group_drun.hpp"
 
+#include <Python.h>
+
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
@@ -55,12 +57,17 @@ ProcessGroupDrun::ProcessGroupDrun(std::shared_ptr<comm::Communicator> comm,
       queue_(std::make_unique<CollectiveQueue>()) {}
 
 ProcessGroupDrun::~ProcessGroupDrun() {
-  queue_.reset();  // runs what is queued (each bounded by its timeout), joins the thread
+  // The queue's thread takes the GIL when it drops the last reference to a tensor Python knows
+  // (torch frees its PyObject): joining it while this thread holds the GIL (destroy_process_group)
+  // would deadlock.
+  PyThreadState* python = Py_IsInitialized() && PyGILState_Check() ? PyEval_SaveThread() : nullptr;
+  queue_.reset();      // runs what is queued (each bounded by its timeout), joins the thread
   heartbeat_.reset();  // stops its thread
   try {
     comm_->destroy();  // bounded by the timeout; never throws out of a destructor
   } catch (...) {
   }
+  if (python != nullptr) PyEval_RestoreThread(python);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDrun::enqueue(OpType type, const char* call,
@@ -84,9 +91,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDrun::enqueue(OpType type, const char
 std::string ProcessGroupDrun::failure(const char* call, const std::exception& e) const {
   std::string message = std::string("drun backend: ") + call + ": " + e.what();
   // A timeout waited long enough for a silent rank's heartbeat to go stale; another failure (a
-  // closed connection) may come before it did, so explainFailure waits for it (bounded).
+  // closed Gloo connection) may come before it did, so explainFailure waits for it (bounded).
+  // Shared memory alone names a dead rank itself (pidfds): no wait there.
   if (heartbeat_) {
-    std::string named = heartbeat_->explainFailure(dynamic_cast<const TimeoutError*>(&e) == nullptr);
+    const bool wait = dynamic_cast<const TimeoutError*>(&e) == nullptr && transport() != "shm";
+    std::string named = heartbeat_->explainFailure(wait);
     if (!named.empty()) message += "; " + named;
   }
   return message;

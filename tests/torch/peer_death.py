@@ -57,7 +57,11 @@ def main():
         print(f"DEATH rank={rank} raised=1 seconds={seconds:.2f} named={named} heard={heard}",
               flush=True)
         print(f"DEATH rank={rank} message: {e}", file=sys.stderr, flush=True)
-        store.set(f"gave_up/{rank}", "1")
+        try:
+            store.set(f"gave_up/{rank}", "1")
+        except RuntimeError:  # a TCPStore's host (rank 0) may have left already
+            if stall:
+                raise
         os._exit(0)  # the group is broken: no orderly goodbye
     print(f"DEATH rank={rank} raised=0", flush=True)
     os._exit(1)
