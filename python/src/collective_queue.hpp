@@ -9,6 +9,8 @@
 // bounded by its operation's timeout), then joins the thread.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -29,9 +31,13 @@ class CollectiveQueue {
  private:
   void loop();
 
+  // How long the idle thread polls (yielding) for the next task before it sleeps.
+  static constexpr std::chrono::microseconds kPollBeforeSleep{200};
+
   std::mutex mutex_;
   std::condition_variable ready_;
   std::deque<std::function<void()>> tasks_;
+  std::atomic<size_t> queued_{0};  // tasks_.size(), read without the mutex while polling
   bool stopping_ = false;
   std::thread thread_;  // last: starts once the members above exist
 };

@@ -31,6 +31,9 @@ class CollectiveWork final : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
 
  private:
+  // How long wait() polls (yielding) before it sleeps on the condition variable.
+  static constexpr std::chrono::microseconds kPollBeforeSleep{200};
+
   const char* call_;
   const std::vector<at::Tensor> outputs_;
   const c10::intrusive_ptr<c10::ivalue::Future> future_;
