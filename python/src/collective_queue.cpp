@@ -1,7 +1,5 @@
 #include "collective_queue.hpp"
 
-#include <sched.h>
-
 namespace drun::torch_backend {
 
 CollectiveQueue::CollectiveQueue() : thread_([this] { loop(); }) {}
@@ -11,42 +9,53 @@ CollectiveQueue::~CollectiveQueue() {
     std::lock_guard lock(mutex_);
     stopping_ = true;
   }
-  ready_.notify_one();
+  ready_.notify_all();
   thread_.join();
 }
 
-void CollectiveQueue::push(std::function<void()> task) {
+uint64_t CollectiveQueue::push(std::function<void()> task) {
+  uint64_t id;
   {
     std::lock_guard lock(mutex_);
-    tasks_.push_back(std::move(task));
-    queued_.fetch_add(1, std::memory_order_release);
+    id = nextId_++;
+    tasks_.push_back({id, std::move(task)});
   }
-  ready_.notify_one();
+  ready_.notify_all();
+  return id;
+}
+
+bool CollectiveQueue::runIfNext(uint64_t id) {
+  std::unique_lock lock(mutex_);
+  if (running_ || tasks_.empty() || tasks_.front().id != id) return false;
+  Task task = std::move(tasks_.front());
+  tasks_.pop_front();
+  runLocked(lock, std::move(task));
+  return true;
+}
+
+void CollectiveQueue::runLocked(std::unique_lock<std::mutex>& lock, Task task) {
+  running_ = true;
+  lock.unlock();
+  try {
+    task.run();
+  } catch (...) {  // tasks catch their own errors; nothing may end this thread
+  }
+  task.run = nullptr;  // drops the tensors before the next task starts
+  lock.lock();
+  running_ = false;
+  lock.unlock();
+  ready_.notify_all();  // the queue's thread may wait for the queue to be free
+  lock.lock();
 }
 
 void CollectiveQueue::loop() {
+  std::unique_lock lock(mutex_);
   for (;;) {
-    std::function<void()> task;
-    // Back-to-back collectives (a training loop's, or synchronous ones, where torch waits at once)
-    // find this thread still polling: a sleep on the condition variable costs a wake-up, tens of
-    // microseconds on a loaded machine, more than a shared-memory collective. Yielding keeps the
-    // core for whoever needs it.
-    const auto pollUntil = std::chrono::steady_clock::now() + kPollBeforeSleep;
-    while (queued_.load(std::memory_order_acquire) == 0 &&
-           std::chrono::steady_clock::now() < pollUntil)
-      sched_yield();
-    {
-      std::unique_lock lock(mutex_);
-      ready_.wait(lock, [&] { return stopping_ || !tasks_.empty(); });
-      if (tasks_.empty()) return;  // stopping, and everything queued ran
-      task = std::move(tasks_.front());
-      tasks_.pop_front();
-      queued_.fetch_sub(1, std::memory_order_release);
-    }
-    try {
-      task();
-    } catch (...) {  // tasks catch their own errors; nothing may end this thread
-    }
+    ready_.wait(lock, [&] { return (stopping_ && !running_) || (!tasks_.empty() && !running_); });
+    if (tasks_.empty()) return;  // stopping, and everything queued ran
+    Task task = std::move(tasks_.front());
+    tasks_.pop_front();
+    runLocked(lock, std::move(task));
   }
 }
 

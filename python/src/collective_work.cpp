@@ -40,7 +40,19 @@ bool CollectiveWork::isSuccess() const {
   return completed_ && !exception_;
 }
 
+void CollectiveWork::setShortcut(std::function<bool()> runHere) {
+  std::lock_guard lock(mutex_);
+  runHere_ = std::move(runHere);
+}
+
 bool CollectiveWork::wait(std::chrono::milliseconds timeout) {
+  std::function<bool()> runHere;
+  {
+    std::lock_guard lock(mutex_);
+    if (!completed_) runHere = runHere_;
+  }
+  // Only without a timeout of the caller's own: the collective's own deadline bounds the run.
+  if (runHere && timeout == kNoTimeout) runHere();
   // A shared-memory collective takes microseconds; a sleep on the condition variable costs a
   // wake-up (tens of microseconds under load): poll first, yielding the core to the queue's thread.
   const auto start = std::chrono::steady_clock::now();

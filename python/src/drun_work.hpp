@@ -20,9 +20,10 @@ namespace drun::torch_backend {
 class DrunWork final : public c10d::Work {
  public:
   // `finish` runs once when `request` completed without error; `outputs` live until then and
-  // are the Future's value.
+  // are the Future's value; `describe` makes the RuntimeError's message of a failure.
   DrunWork(int rank, c10d::OpType type, comm::Request request, std::vector<at::Tensor> outputs,
-           std::function<void()> finish);
+           std::function<void()> finish,
+           std::function<std::string(const std::exception&)> describe);
 
   bool isCompleted() override;
   bool isSuccess() const override;
@@ -34,9 +35,11 @@ class DrunWork final : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
 
  private:
+  std::exception_ptr failure(const std::exception& e) const;
   // Called with the mutex held once the request is done (or failed with `error`).
   void complete(std::exception_ptr error);
 
+  const std::function<std::string(const std::exception&)> describe_;
   mutable std::mutex stateMutex_;
   comm::Request request_;
   bool pending_ = false;

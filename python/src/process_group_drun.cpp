@@ -54,7 +54,7 @@ ProcessGroupDrun::ProcessGroupDrun(std::shared_ptr<comm::Communicator> comm,
     : ProcessGroup(rank, size),
       comm_(std::move(comm)),
       heartbeat_(std::move(heartbeat)),
-      queue_(std::make_unique<CollectiveQueue>()) {}
+      queue_(std::make_shared<CollectiveQueue>()) {}
 
 ProcessGroupDrun::~ProcessGroupDrun() {
   // The queue's thread takes the GIL when it drops the last reference to a tensor Python knows
@@ -74,7 +74,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDrun::enqueue(OpType type, const char
                                                          std::vector<at::Tensor> outputs,
                                                          std::function<void()> collective) {
   auto work = c10::make_intrusive<CollectiveWork>(rank_, type, call, std::move(outputs));
-  queue_->push([this, work, call, collective = std::move(collective)] {
+  uint64_t id = queue_->push([this, work, call, collective = std::move(collective)] {
     work->run([&] {
       try {
         collective();
@@ -85,17 +85,33 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDrun::enqueue(OpType type, const char
       }
     });
   });
+  work->setShortcut([queue = std::weak_ptr<CollectiveQueue>(queue_), id] {
+    auto alive = queue.lock();  // gone: the group was destroyed, which ran every task
+    return alive && alive->runIfNext(id);
+  });
   return work;
 }
 
+std::function<std::string(const std::exception&)> ProcessGroupDrun::describer(const char* call) {
+  // The Work may outlive this group: it keeps the heartbeat, not the group.
+  return [heartbeat = heartbeat_, shm = transport() == "shm", call](const std::exception& e) {
+    return describeFailure(heartbeat.get(), shm, call, e);
+  };
+}
+
 std::string ProcessGroupDrun::failure(const char* call, const std::exception& e) const {
+  return describeFailure(heartbeat_.get(), transport() == "shm", call, e);
+}
+
+std::string ProcessGroupDrun::describeFailure(Heartbeat* heartbeat, bool shm, const char* call,
+                                              const std::exception& e) {
   std::string message = std::string("drun backend: ") + call + ": " + e.what();
   // A timeout waited long enough for a silent rank's heartbeat to go stale; another failure (a
   // closed Gloo connection) may come before it did, so explainFailure waits for it (bounded).
   // Shared memory alone names a dead rank itself (pidfds): no wait there.
-  if (heartbeat_) {
-    const bool wait = dynamic_cast<const TimeoutError*>(&e) == nullptr && transport() != "shm";
-    std::string named = heartbeat_->explainFailure(wait);
+  if (heartbeat != nullptr) {
+    const bool wait = dynamic_cast<const TimeoutError*>(&e) == nullptr && !shm;
+    std::string named = heartbeat->explainFailure(wait);
     if (!named.empty()) message += "; " + named;
   }
   return message;
@@ -294,7 +310,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDrun::send(std::vector<at::Tensor>& t
   });
   // The staged tensor lives in the Work until the send is done.
   return c10::make_intrusive<DrunWork>(rank_, OpType::SEND, std::move(request),
-                                       std::vector<at::Tensor>{s.flat}, nullptr);
+                                       std::vector<at::Tensor>{s.flat}, nullptr, describer("send"));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDrun::receive(std::vector<at::Tensor>& tensors,
@@ -306,7 +322,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDrun::receive(std::vector<at::Tensor>
   });
   return c10::make_intrusive<DrunWork>(rank_, type, std::move(request),
                                        std::vector<at::Tensor>{s.user, s.flat},
-                                       [s] { s.copyBack(); });
+                                       [s] { s.copyBack(); }, describer("recv"));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDrun::recv(std::vector<at::Tensor>& tensors, int src,

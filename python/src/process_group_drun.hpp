@@ -87,8 +87,11 @@ class ProcessGroupDrun final : public c10d::ProcessGroup {
                                          std::function<void()> collective);
   c10::intrusive_ptr<c10d::Work> receive(std::vector<at::Tensor>& tensors, int src, int tag,
                                          c10d::OpType type);
-  // The RuntimeError message of a failed collective: drun's, then the ranks not heard from.
+  // The RuntimeError message of a failed operation: drun's, then the ranks not heard from.
   std::string failure(const char* call, const std::exception& e) const;
+  std::function<std::string(const std::exception&)> describer(const char* call);
+  static std::string describeFailure(Heartbeat* heartbeat, bool shm, const char* call,
+                                     const std::exception& e);
   // On the queue's thread: rows of dim 0 per peer, already checked.
   void unevenAllToAll(const Staged& out, const Staged& in, const std::vector<int64_t>& outRows,
                       const std::vector<int64_t>& inRows, comm::DType dtype,
@@ -99,7 +102,7 @@ class ProcessGroupDrun final : public c10d::ProcessGroup {
 
   std::shared_ptr<comm::Communicator> comm_;
   std::shared_ptr<Heartbeat> heartbeat_;
-  std::unique_ptr<CollectiveQueue> queue_;  // collectives run here; reset first at destruction
+  std::shared_ptr<CollectiveQueue> queue_;  // Works hold weak references (their shortcut)  // collectives run here; reset first at destruction
 };
 
 }  // namespace drun::torch_backend
