@@ -54,13 +54,15 @@ def main():
     fut = dist.all_reduce(u, async_op=True).get_future().then(lambda f: f.value()[0].sum().item())
     r["future_ok"] = fut.wait() == expected * u.numel()
 
-    # 3. Several collectives in flight while the caller computes, completed in issue order.
+    # 3. Several collectives in flight while the caller computes, run in issue order.
     tensors = [torch.full((1 << 18,), float(rank + i)) for i in range(6)]
     works = [dist.all_reduce(x, async_op=True) for x in tensors]
     a = torch.randn(256, 256)
     for _ in range(20):
         a = torch.tanh(a @ a)
-    for w in works:
+    # Waited for last first: a wait may run a queued collective itself, but only the queue's
+    # head (out of order, the ranks would pair different all_reduces).
+    for w in reversed(works):
         w.wait()
     r["overlap_ok"] = all(bool((x == expected - size + i * size).all())
                           for i, x in enumerate(tensors))
