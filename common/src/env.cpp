@@ -21,7 +21,8 @@ constexpr VarDoc kDrunEnvVars[] = {
      "libdrun_comm (shm): large collectives read the peers' buffers directly (process_vm_readv) "
      "where the kernel allows it"},
     {"DRUN_COMM_SHM_SPIN", VarType::DurationMs, "10ms",
-     "libdrun_comm (shm): how long a collective's wait spins before it sleeps (CPU for latency)"},
+     "libdrun_comm (shm): how long a collective's wait spins (50 us) and then yields before it "
+     "sleeps (CPU for latency)"},
     {"DRUN_COMM_TIMEOUT", VarType::DurationMs, "300s",
      "libdrun_comm: default timeout of init and of every operation (InitOptions.timeout wins)"},
     {"DRUN_COMM_TRANSPORT", VarType::String, "auto",
@@ -36,6 +37,10 @@ constexpr VarDoc kDrunEnvVars[] = {
      "store and every client of it prove it; workers' comm bootstrap store too"},
     {"DRUN_SOCKET_IFNAME", VarType::String, "",
      "libdrun_comm (gloo): network interface for worker traffic (GLOO_SOCKET_IFNAME is honoured too)"},
+    {"DRUN_TORCH_HEARTBEAT_MS", VarType::Int, "1000",
+     "drun.torch: each rank's heartbeat period in the process group's store, milliseconds (0: off)"},
+    {"DRUN_TORCH_HEARTBEAT_STALE_MS", VarType::Int, "4000",
+     "drun.torch: a rank whose heartbeat did not change for this long is named as not heard from"},
 };
 
 const VarDoc& lookup(std::string_view name) {
