@@ -9,8 +9,9 @@
 //
 // Threading: one background thread per Heartbeat; explainFailure() from any thread. Every store
 // read waits at most `storeDeadline`; a store call that blocks anyway (a c10d set has no deadline)
-// delays only this thread. The destructor stops the thread and joins it, or, if it is stuck in
-// a store call past `storeDeadline`, leaves it to end on its own (it owns what it uses).
+// delays only this thread. The thread is detached and owns what it uses (the store included):
+// the destructor tells it to stop and waits until it ended (at most storeDeadline + period), so
+// a thread stuck in a store call is left to end on its own instead of hanging destroy.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
