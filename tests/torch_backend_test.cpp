@@ -5,7 +5,7 @@
 // in the same job (tests/torch/backend_matrix.py); DDP trained on both backends in one job
 // (tests/torch/ddp_compare.py); a rank SIGKILLed mid-collective and a silent rank against
 // init_process_group's timeout (tests/torch/peer_death.py); the init methods file://, tcp:// and
-// store= (tests/torch/init_methods.py).
+// store= (tests/torch/init_methods.py); asynchronous work (tests/torch/async_work.py).
 //
 // PYTHONPATH names the built package (<build>/lib/drun/python) until the agent sets it for its
 // workers. SKIPPED without torch, without the compiled drun.torch module (libtorch-dev), and the
@@ -185,6 +185,43 @@ TEST_CASE("torch backend drun: a rank SIGKILLed mid-collective makes every survi
   checkSurvivors(results, kVictim, 0.0, 30.0);  // "rank 2 (pid N) is gone", well before 30 s
 }
 
+TEST_CASE("torch backend drun: a rank SIGKILLed on another namespace host is named by its "
+          "heartbeat (two hosts x 2, TCPStore)", "[torch][multinode]") {
+  skipWithoutDrunTorch("peer death across hosts on the drun backend");
+  skipWithoutNetns("peer death across hosts on the drun backend");
+  constexpr int kVictim = 3, kWorld = 4;  // ranks 0, 1 on host 0; 2, 3 on host 1
+  MarkerScope marker;
+  NetnsCluster cluster(2);
+  const std::string store = "tcp://" + cluster.address(0) + ":29517";
+  std::vector<std::unique_ptr<Process>> ranks;
+  for (int rank = 0; rank < kWorld; ++rank) {
+    const int host = rank / 2;
+    RunOptions o;
+    o.argv = cluster.exec(host, {kTorchPython, torchProgram("peer_death.py").string(), store,
+                                 std::to_string(kVictim), "30", "kill"});
+    o.env = {marker.env(), drunPythonPath(), "RANK=" + std::to_string(rank),
+             "WORLD_SIZE=" + std::to_string(kWorld), "GROUP_RANK=" + std::to_string(host),
+             "OMP_NUM_THREADS=1", "PATH=/usr/bin:/bin"};
+    o.timeout = 150s;
+    ranks.push_back(std::make_unique<Process>(o));
+  }
+  std::vector<RunResult> results;
+  for (auto& p : ranks) results.push_back(p->wait());
+  INFO("victim: " << results[kVictim].describe());
+  CHECK(results[kVictim].signal == SIGKILL);
+  checkSurvivors(results, kVictim, 0.0, 30.0);
+  // Host 0's ranks see only a Gloo connection fail: the heartbeat names the rank and its host.
+  for (int rank = 0; rank < 2; ++rank) {
+    INFO("rank " << rank << ": " << results[rank].describe());
+    auto lines = tagged(results[rank].out, "DEATH");
+    bool heard = false;
+    for (const auto& l : lines)
+      if (l.fields.count("heard")) heard = l.fields.at("heard") == "1";
+    CHECK(heard);
+  }
+  CHECK(marker.leftovers(5s).empty());
+}
+
 TEST_CASE("torch backend drun: a silent rank makes the others' collective raise at "
           "init_process_group's timeout", "[torch]") {
   skipWithoutDrunTorch("timeout on the drun backend");
@@ -209,5 +246,23 @@ TEST_CASE("torch backend drun: init_process_group through file://, tcp:// and a 
       CHECK(l.fields.at("objects") == "0,1");  // all_gather_object
     }
     CHECK(methods == std::set<std::string>{"file", "tcp", "store"});
+  }
+}
+
+TEST_CASE("torch backend drun: collectives return their work at once and complete in the "
+          "background (wait, timeout, Future, overlap, send beside a queued all_reduce)",
+          "[torch]") {
+  skipWithoutDrunTorch("asynchronous work on the drun backend");
+  auto results = runRanks(4, "async_work.py", {}, 120s);
+  for (int rank = 0; rank < 4; ++rank) {
+    INFO("rank " << rank << ": " << results[rank].describe());
+    CHECK(results[rank].status() == 0);
+    auto lines = tagged(results[rank].out, "ASYNC");
+    REQUIRE(lines.size() == 1);
+    for (const char* field : {"pending_after_issue", "wait_timeout_raised", "completed_after_wait",
+                              "future_ok", "overlap_ok", "p2p_ok", "values_ok"}) {
+      INFO(field);
+      CHECK(lines[0].fields.at(field) == "1");
+    }
   }
 }

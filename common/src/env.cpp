@@ -21,7 +21,8 @@ constexpr VarDoc kDrunEnvVars[] = {
      "libdrun_comm (shm): large collectives read the peers' buffers directly (process_vm_readv) "
      "where the kernel allows it"},
     {"DRUN_COMM_SHM_SPIN", VarType::DurationMs, "10ms",
-     "libdrun_comm (shm): how long a collective's wait spins before it sleeps (CPU for latency)"},
+     "libdrun_comm (shm): how long a collective's wait spins (50 us) and then yields before it "
+     "sleeps (CPU for latency)"},
     {"DRUN_COMM_TIMEOUT", VarType::DurationMs, "300s",
      "libdrun_comm: default timeout of init and of every operation (InitOptions.timeout wins)"},
     {"DRUN_COMM_TRANSPORT", VarType::String, "auto",
@@ -39,6 +40,10 @@ constexpr VarDoc kDrunEnvVars[] = {
     {"DRUN_WORKER_CHANNEL", VarType::String, "",
      "set by drun in each worker: its channel page for heartbeats and sections (drun.worker, "
      "drun/worker.h; README \"Hangs\"); unset, the worker API is a no-op"},
+    {"DRUN_TORCH_HEARTBEAT_MS", VarType::Int, "1000",
+     "drun.torch: each rank's heartbeat period in the process group's store, milliseconds (0: off)"},
+    {"DRUN_TORCH_HEARTBEAT_STALE_MS", VarType::Int, "4000",
+     "drun.torch: a rank whose heartbeat did not change for this long is named as not heard from"},
 };
 
 const VarDoc& lookup(std::string_view name) {

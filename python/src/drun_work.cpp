@@ -10,26 +10,24 @@ c10::intrusive_ptr<c10::ivalue::Future> newFuture() {
   return c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
 }
 
-// drun's errors reach Python as RuntimeError with drun's message ("rank 2 (pid 77) is gone").
-std::exception_ptr asRuntimeError(const std::exception& e) {
-  return std::make_exception_ptr(std::runtime_error(std::string("drun backend: ") + e.what()));
-}
-
 }  // namespace
 
-DrunWork::DrunWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs)
-    : Work(rank, type), outputs_(std::move(outputs)), future_(newFuture()) {
-  future_->markCompleted(c10::IValue(outputs_));
-}
-
 DrunWork::DrunWork(int rank, c10d::OpType type, comm::Request request,
-                   std::vector<at::Tensor> outputs, std::function<void()> finish)
+                   std::vector<at::Tensor> outputs, std::function<void()> finish,
+                   std::function<std::string(const std::exception&)> describe)
     : Work(rank, type),
+      describe_(std::move(describe)),
       request_(std::move(request)),
       pending_(true),
       outputs_(std::move(outputs)),
       finish_(std::move(finish)),
       future_(newFuture()) {}
+
+// drun's errors reach Python as RuntimeError with drun's message ("rank 2 (pid 77) is gone"),
+// and the ranks the heartbeats no longer hear.
+std::exception_ptr DrunWork::failure(const std::exception& e) const {
+  return std::make_exception_ptr(std::runtime_error(describe_(e)));
+}
 
 void DrunWork::complete(std::exception_ptr error) {
   pending_ = false;
@@ -37,7 +35,7 @@ void DrunWork::complete(std::exception_ptr error) {
     try {
       finish_();
     } catch (const std::exception& e) {
-      error = asRuntimeError(e);
+      error = failure(e);
     }
   }
   finish_ = nullptr;
@@ -55,7 +53,7 @@ bool DrunWork::isCompleted() {
     if (!request_.test()) return false;
     complete(nullptr);
   } catch (const std::exception& e) {
-    complete(asRuntimeError(e));
+    complete(failure(e));
   }
   return true;
 }
@@ -91,9 +89,9 @@ bool DrunWork::wait(std::chrono::milliseconds timeout) {
       if (timeout.count() > 0) {  // the caller's shorter wait ran out: the operation goes on
         throw std::runtime_error(std::string("drun backend: ") + e.what());
       }
-      complete(asRuntimeError(e));
+      complete(failure(e));
     } catch (const std::exception& e) {
-      complete(asRuntimeError(e));
+      complete(failure(e));
     }
   }
   if (error_) std::rethrow_exception(error_);

@@ -1,10 +1,12 @@
 #include "process_group_drun.hpp"
 
+#include <Python.h>
+
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
-#include <cstring>
-
+#include "collective_work.hpp"
+#include "drun/common/error.hpp"
 #include "drun_work.hpp"
 #include "tensor_args.hpp"
 #include "torch_store_adapter.hpp"
@@ -14,22 +16,6 @@ namespace drun::torch_backend {
 using c10d::OpType;
 
 namespace {
-
-// Runs one libdrun_comm call; its errors reach Python as RuntimeError naming the call.
-template <class F>
-void guarded(const char* call, F&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    throw std::runtime_error(std::string("drun backend: ") + call + ": " + e.what());
-  }
-}
-
-size_t blockCount(const at::Tensor& whole, int parts, const char* call, const char* what) {
-  TORCH_CHECK(whole.numel() % parts == 0, "drun backend: ", call, ": the ", what, " tensor's ",
-              whole.numel(), " elements do not split into ", parts, " equal blocks");
-  return static_cast<size_t>(whole.numel() / parts);
-}
 
 // The host of the TCPStore under the PrefixStores torch wraps it in (empty for another store):
 // the route to it picks the interface Gloo listens on, as MASTER_ADDR does for drun's env://.
@@ -57,53 +43,123 @@ c10::intrusive_ptr<c10d::ProcessGroup> ProcessGroupDrun::create(
     throw std::runtime_error("drun backend: init of rank " + std::to_string(rank) + " of " +
                              std::to_string(size) + ": " + e.what());
   }
-  return c10::make_intrusive<ProcessGroupDrun>(std::move(comm), rank, size);
+  std::shared_ptr<Heartbeat> heartbeat;
+  auto beat = HeartbeatOptions::fromEnv();
+  if (beat.enabled() && size > 1) heartbeat = std::make_shared<Heartbeat>(store, rank, size, beat);
+  return c10::make_intrusive<ProcessGroupDrun>(std::move(comm), std::move(heartbeat), rank, size);
 }
 
-ProcessGroupDrun::ProcessGroupDrun(std::shared_ptr<comm::Communicator> comm, int rank, int size)
-    : ProcessGroup(rank, size), comm_(std::move(comm)) {}
+ProcessGroupDrun::ProcessGroupDrun(std::shared_ptr<comm::Communicator> comm,
+                                   std::shared_ptr<Heartbeat> heartbeat, int rank, int size)
+    : ProcessGroup(rank, size),
+      comm_(std::move(comm)),
+      heartbeat_(std::move(heartbeat)),
+      queue_(std::make_shared<CollectiveQueue>()) {}
 
 ProcessGroupDrun::~ProcessGroupDrun() {
+  // The queue's thread takes the GIL when it drops the last reference to a tensor Python knows
+  // (torch frees its PyObject): joining it while this thread holds the GIL (destroy_process_group)
+  // would deadlock.
+  PyThreadState* python = Py_IsInitialized() && PyGILState_Check() ? PyEval_SaveThread() : nullptr;
+  queue_.reset();      // runs what is queued (each bounded by its timeout), joins the thread
+  heartbeat_.reset();  // stops its thread
   try {
     comm_->destroy();  // bounded by the timeout; never throws out of a destructor
   } catch (...) {
   }
+  if (python != nullptr) PyEval_RestoreThread(python);
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupDrun::done(OpType type, std::vector<at::Tensor> outputs) {
-  return c10::make_intrusive<DrunWork>(rank_, type, std::move(outputs));
+c10::intrusive_ptr<c10d::Work> ProcessGroupDrun::enqueue(OpType type, const char* call,
+                                                         std::vector<at::Tensor> outputs,
+                                                         std::function<void()> collective) {
+  auto work = c10::make_intrusive<CollectiveWork>(rank_, type, call, std::move(outputs));
+  uint64_t id = queue_->push([this, work, call, collective = std::move(collective)] {
+    work->run([&] {
+      try {
+        collective();
+      } catch (const c10::Error&) {
+        throw;  // torch's checks name the call already
+      } catch (const std::exception& e) {
+        throw std::runtime_error(failure(call, e));
+      }
+    });
+  });
+  work->setShortcut([queue = std::weak_ptr<CollectiveQueue>(queue_), id] {
+    auto alive = queue.lock();  // gone: the group was destroyed, which ran every task
+    return alive && alive->runIfNext(id);
+  });
+  return work;
+}
+
+std::function<std::string(const std::exception&)> ProcessGroupDrun::describer(const char* call) {
+  // The Work may outlive this group: it keeps the heartbeat, not the group.
+  return [heartbeat = heartbeat_, shm = transport() == "shm", call](const std::exception& e) {
+    return describeFailure(heartbeat.get(), shm, call, e);
+  };
+}
+
+std::string ProcessGroupDrun::failure(const char* call, const std::exception& e) const {
+  return describeFailure(heartbeat_.get(), transport() == "shm", call, e);
+}
+
+std::string ProcessGroupDrun::describeFailure(Heartbeat* heartbeat, bool shm, const char* call,
+                                              const std::exception& e) {
+  std::string message = std::string("drun backend: ") + call + ": " + e.what();
+  // A timeout waited long enough for a silent rank's heartbeat to go stale; another failure (a
+  // closed Gloo connection) may come before it did, so explainFailure waits for it (bounded).
+  // Shared memory alone names a dead rank itself (pidfds): no wait there.
+  if (heartbeat != nullptr) {
+    const bool wait = dynamic_cast<const TimeoutError*>(&e) == nullptr && !shm;
+    std::string named = heartbeat->explainFailure(wait);
+    if (!named.empty()) message += "; " + named;
+  }
+  return message;
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDrun::broadcast(std::vector<at::Tensor>& tensors,
                                                            const c10d::BroadcastOptions& opts) {
   auto s = stage(single(tensors, "broadcast"), "broadcast");
-  guarded("broadcast", [&] {
-    comm_->broadcast(s.data(), s.count(), dtypeOf(s.user, "broadcast"),
-                     static_cast<int>(opts.rootRank), opTimeout(opts.timeout));
+  auto dtype = dtypeOf(s.user, "broadcast");
+  int root = static_cast<int>(opts.rootRank);
+  auto timeout = opTimeout(opts.timeout);
+  return enqueue(OpType::BROADCAST, "broadcast", tensors, [this, s, dtype, root, timeout] {
+    comm_->broadcast(s.data(), s.count(), dtype, root, timeout);
+    s.copyBack();
   });
-  s.copyBack();
-  return done(OpType::BROADCAST, tensors);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDrun::allreduce(std::vector<at::Tensor>& tensors,
                                                            const c10d::AllreduceOptions& opts) {
   auto s = stage(single(tensors, "all_reduce"), "all_reduce");
   auto op = reduceOpOf(opts.reduceOp, s.user, "all_reduce");
-  guarded("all_reduce", [&] {
-    comm_->allReduce(s.data(), s.count(), dtypeOf(s.user, "all_reduce"), op,
-                     opTimeout(opts.timeout));
+  auto dtype = dtypeOf(s.user, "all_reduce");
+  auto timeout = opTimeout(opts.timeout);
+  return enqueue(OpType::ALLREDUCE, "all_reduce", tensors, [this, s, dtype, op, timeout] {
+    comm_->allReduce(s.data(), s.count(), dtype, op, timeout);
+    s.copyBack();
   });
-  s.copyBack();
-  return done(OpType::ALLREDUCE, tensors);
 }
 
+// One queued task: the tensors' all_reduces one after another.
 c10::intrusive_ptr<c10d::Work> ProcessGroupDrun::allreduce_coalesced(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
+  std::vector<Staged> staged;
+  std::vector<comm::ReduceOp> ops;
   for (auto& t : tensors) {
-    std::vector<at::Tensor> one{t};
-    allreduce(one, opts);
+    staged.push_back(stage(t, "all_reduce_coalesced"));
+    ops.push_back(reduceOpOf(opts.reduceOp, t, "all_reduce_coalesced"));
   }
-  return done(OpType::ALLREDUCE_COALESCED, tensors);
+  auto timeout = opTimeout(opts.timeout);
+  return enqueue(OpType::ALLREDUCE_COALESCED, "all_reduce_coalesced", tensors,
+                 [this, staged, ops, timeout] {
+                   for (size_t i = 0; i < staged.size(); ++i) {
+                     const auto& s = staged[i];
+                     comm_->allReduce(s.data(), s.count(), dtypeOf(s.user, "all_reduce"), ops[i],
+                                      timeout);
+                     s.copyBack();
+                   }
+                 });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDrun::reduce(std::vector<at::Tensor>& tensors,
@@ -113,12 +169,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDrun::reduce(std::vector<at::Tensor>&
   // Only the root's tensor receives the result: the others' stay as they were.
   if (!root) s.flat = s.flat.clone(at::MemoryFormat::Contiguous);
   auto op = reduceOpOf(opts.reduceOp, s.user, "reduce");
-  guarded("reduce", [&] {
-    comm_->reduce(s.data(), s.count(), dtypeOf(s.user, "reduce"), op,
-                  static_cast<int>(opts.rootRank), opTimeout(opts.timeout));
+  auto dtype = dtypeOf(s.user, "reduce");
+  int rootRank = static_cast<int>(opts.rootRank);
+  auto timeout = opTimeout(opts.timeout);
+  return enqueue(OpType::REDUCE, "reduce", tensors, [this, s, op, dtype, root, rootRank, timeout] {
+    comm_->reduce(s.data(), s.count(), dtype, op, rootRank, timeout);
+    if (root) s.copyBack();
   });
-  if (root) s.copyBack();
-  return done(OpType::REDUCE, tensors);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDrun::allgather(
@@ -128,12 +185,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDrun::allgather(
   TORCH_CHECK(outputs.size() == 1, "drun backend: all_gather takes one output list per rank");
   checkList(outputs[0], in.user, size_, "all_gather", "the output list");
   at::Tensor flat = flatFor(in.user, size_);
-  guarded("all_gather", [&] {
-    comm_->allGather(in.data(), flat.data_ptr(), in.count(), dtypeOf(in.user, "all_gather"),
-                     opTimeout(opts.timeout));
+  auto dtype = dtypeOf(in.user, "all_gather");
+  auto timeout = opTimeout(opts.timeout);
+  auto list = outputs[0];
+  return enqueue(OpType::ALLGATHER, "all_gather", list, [this, in, flat, list, dtype, timeout] {
+    comm_->allGather(in.data(), flat.data_ptr(), in.count(), dtype, timeout);
+    unpack(flat, list);
   });
-  unpack(flat, outputs[0]);
-  return done(OpType::ALLGATHER, outputs[0]);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDrun::_allgather_base(
@@ -144,12 +202,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDrun::_allgather_base(
                   out.count() == in.count() * static_cast<size_t>(size_),
               "drun backend: all_gather_into_tensor: the output must hold world size x the "
               "input's elements of its dtype");
-  guarded("all_gather_into_tensor", [&] {
-    comm_->allGather(in.data(), out.data(), in.count(), dtypeOf(in.user, "all_gather"),
-                     opTimeout(opts.timeout));
-  });
-  out.copyBack();
-  return done(OpType::_ALLGATHER_BASE, {output});
+  auto dtype = dtypeOf(in.user, "all_gather");
+  auto timeout = opTimeout(opts.timeout);
+  return enqueue(OpType::_ALLGATHER_BASE, "all_gather_into_tensor", {output},
+                 [this, in, out, dtype, timeout] {
+                   comm_->allGather(in.data(), out.data(), in.count(), dtype, timeout);
+                   out.copyBack();
+                 });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDrun::gather(
@@ -158,21 +217,25 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDrun::gather(
   auto in = stage(single(inputs, "gather"), "gather");
   const bool root = opts.rootRank == rank_;
   at::Tensor flat;
+  std::vector<at::Tensor> list;
   if (root) {
     TORCH_CHECK(outputs.size() == 1, "drun backend: gather: the root takes one output list");
     checkList(outputs[0], in.user, size_, "gather", "the root's output list");
     flat = flatFor(in.user, size_);
+    list = outputs[0];
   } else {
     TORCH_CHECK(outputs.empty() || outputs[0].empty(),
                 "drun backend: gather: only the root passes an output list");
   }
-  guarded("gather", [&] {
-    comm_->gather(in.data(), root ? flat.data_ptr() : nullptr, in.count(),
-                  dtypeOf(in.user, "gather"), static_cast<int>(opts.rootRank),
-                  opTimeout(opts.timeout));
-  });
-  if (root) unpack(flat, outputs[0]);
-  return done(OpType::GATHER, root ? outputs[0] : std::vector<at::Tensor>{});
+  auto dtype = dtypeOf(in.user, "gather");
+  int rootRank = static_cast<int>(opts.rootRank);
+  auto timeout = opTimeout(opts.timeout);
+  return enqueue(OpType::GATHER, "gather", list,
+                 [this, in, flat, list, root, dtype, rootRank, timeout] {
+                   comm_->gather(in.data(), root ? flat.data_ptr() : nullptr, in.count(), dtype,
+                                 rootRank, timeout);
+                   if (root) unpack(flat, list);
+                 });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDrun::scatter(
@@ -190,13 +253,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDrun::scatter(
     TORCH_CHECK(inputs.empty() || inputs[0].empty(),
                 "drun backend: scatter: only the root passes an input list");
   }
-  guarded("scatter", [&] {
-    comm_->scatter(root ? flat.data_ptr() : nullptr, out.data(), out.count(),
-                   dtypeOf(out.user, "scatter"), static_cast<int>(opts.rootRank),
-                   opTimeout(opts.timeout));
-  });
-  out.copyBack();
-  return done(OpType::SCATTER, outputs);
+  auto dtype = dtypeOf(out.user, "scatter");
+  int rootRank = static_cast<int>(opts.rootRank);
+  auto timeout = opTimeout(opts.timeout);
+  return enqueue(OpType::SCATTER, "scatter", outputs,
+                 [this, out, flat, root, dtype, rootRank, timeout] {
+                   comm_->scatter(root ? flat.data_ptr() : nullptr, out.data(), out.count(),
+                                  dtype, rootRank, timeout);
+                   out.copyBack();
+                 });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDrun::reduce_scatter(
@@ -208,12 +273,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDrun::reduce_scatter(
   at::Tensor flat = flatFor(out.user, size_);
   pack(inputs[0], flat);
   auto op = reduceOpOf(opts.reduceOp, out.user, "reduce_scatter");
-  guarded("reduce_scatter", [&] {
-    comm_->reduceScatter(flat.data_ptr(), out.data(), out.count(),
-                         dtypeOf(out.user, "reduce_scatter"), op, opTimeout(opts.timeout));
-  });
-  out.copyBack();
-  return done(OpType::REDUCE_SCATTER, outputs);
+  auto dtype = dtypeOf(out.user, "reduce_scatter");
+  auto timeout = opTimeout(opts.timeout);
+  return enqueue(OpType::REDUCE_SCATTER, "reduce_scatter", outputs,
+                 [this, out, flat, op, dtype, timeout] {
+                   comm_->reduceScatter(flat.data_ptr(), out.data(), out.count(), dtype, op,
+                                        timeout);
+                   out.copyBack();
+                 });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDrun::_reduce_scatter_base(
@@ -225,94 +292,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDrun::_reduce_scatter_base(
               "drun backend: reduce_scatter_tensor: the input must hold world size x the "
               "output's elements of its dtype");
   auto op = reduceOpOf(opts.reduceOp, out.user, "reduce_scatter_tensor");
-  guarded("reduce_scatter_tensor", [&] {
-    comm_->reduceScatter(in.data(), out.data(), out.count(), dtypeOf(out.user, "reduce_scatter"),
-                         op, opTimeout(opts.timeout));
-  });
-  out.copyBack();
-  return done(OpType::_REDUCE_SCATTER_BASE, {output});
-}
-
-c10::intrusive_ptr<c10d::Work> ProcessGroupDrun::alltoall_base(
-    at::Tensor& output, at::Tensor& input, std::vector<int64_t>& outputSplits,
-    std::vector<int64_t>& inputSplits, const c10d::AllToAllOptions& opts) {
-  auto out = stage(output, "all_to_all_single");
-  auto in = stage(input, "all_to_all_single");
-  TORCH_CHECK(out.user.scalar_type() == in.user.scalar_type(),
-              "drun backend: all_to_all_single: input and output differ in dtype");
-  if (outputSplits.empty() && inputSplits.empty()) {
-    TORCH_CHECK(out.count() == in.count(),
-                "drun backend: all_to_all_single: input and output differ in size");
-    size_t block = blockCount(in.user, size_, "all_to_all_single", "input");
-    guarded("all_to_all_single", [&] {
-      comm_->allToAll(in.data(), out.data(), block, dtypeOf(in.user, "all_to_all"),
-                      opTimeout(opts.timeout));
-    });
-  } else {
-    unevenAllToAll(out, in, outputSplits, inputSplits, opts);
-  }
-  out.copyBack();
-  return done(OpType::ALLTOALL_BASE, {output});
-}
-
-// Uneven splits (rows of dim 0 per peer): one isend and one irecv per peer on a tag of its own,
-// then wait for all of them.
-void ProcessGroupDrun::unevenAllToAll(const Staged& out, const Staged& in,
-                                      const std::vector<int64_t>& outputSplits,
-                                      const std::vector<int64_t>& inputSplits,
-                                      const c10d::AllToAllOptions& opts) {
-  auto offsets = [&](std::vector<int64_t> splits, const at::Tensor& t, const char* what) {
-    if (splits.empty()) splits.assign(size_, t.size(0) / size_);
-    TORCH_CHECK(static_cast<int>(splits.size()) == size_, "drun backend: all_to_all_single: ",
-                what, " splits has ", splits.size(), " sizes, expected ", size_);
-    int64_t rows = 0;
-    for (auto s : splits) rows += s;
-    TORCH_CHECK(rows == t.size(0), "drun backend: all_to_all_single: ", what, " splits sum to ",
-                rows, ", the tensor has ", t.size(0), " rows");
-    return splits;
-  };
-  auto outRows = offsets(outputSplits, out.user, "output");
-  auto inRows = offsets(inputSplits, in.user, "input");
-  const int64_t rowElements = in.user.dim() > 0 && in.user.size(0) > 0 ? in.user.numel() / in.user.size(0) : 1;
-  const size_t elementBytes = in.flat.element_size();
-  const auto dtype = dtypeOf(in.user, "all_to_all_single");
-  std::vector<comm::Request> requests;
-  guarded("all_to_all_single", [&] {
-    int64_t sendRow = 0, recvRow = 0;
-    for (int peer = 0; peer < size_; ++peer) {
-      auto* src = static_cast<char*>(in.data()) + sendRow * rowElements * elementBytes;
-      auto* dst = static_cast<char*>(out.data()) + recvRow * rowElements * elementBytes;
-      sendRow += inRows[peer];
-      recvRow += outRows[peer];
-      if (peer == rank_) {  // this rank's own block: a copy
-        TORCH_CHECK(inRows[peer] == outRows[peer], "drun backend: all_to_all_single: this rank "
-                    "sends itself ", inRows[peer], " rows but receives ", outRows[peer]);
-        std::memcpy(dst, src, inRows[peer] * rowElements * elementBytes);
-        continue;
-      }
-      requests.push_back(comm_->irecv(dst, outRows[peer] * rowElements, dtype, peer,
-                                      kAllToAllTag, opTimeout(opts.timeout)));
-      requests.push_back(comm_->isend(src, inRows[peer] * rowElements, dtype, peer,
-                                      kAllToAllTag, opTimeout(opts.timeout)));
-    }
-    for (auto& r : requests) r.wait();
-  });
-}
-
-c10::intrusive_ptr<c10d::Work> ProcessGroupDrun::alltoall(std::vector<at::Tensor>& outputs,
-                                                          std::vector<at::Tensor>& inputs,
-                                                          const c10d::AllToAllOptions& opts) {
-  TORCH_CHECK(!inputs.empty(), "drun backend: all_to_all: empty input list");
-  checkList(inputs, inputs[0], size_, "all_to_all", "the input list");
-  checkList(outputs, inputs[0], size_, "all_to_all", "the output list (equal blocks only)");
-  at::Tensor send = flatFor(inputs[0], size_), recv = flatFor(inputs[0], size_);
-  pack(inputs, send);
-  guarded("all_to_all", [&] {
-    comm_->allToAll(send.data_ptr(), recv.data_ptr(), static_cast<size_t>(inputs[0].numel()),
-                    dtypeOf(inputs[0], "all_to_all"), opTimeout(opts.timeout));
-  });
-  unpack(recv, outputs);
-  return done(OpType::ALLTOALL, outputs);
+  auto dtype = dtypeOf(out.user, "reduce_scatter");
+  auto timeout = opTimeout(opts.timeout);
+  return enqueue(OpType::_REDUCE_SCATTER_BASE, "reduce_scatter_tensor", {output},
+                 [this, in, out, op, dtype, timeout] {
+                   comm_->reduceScatter(in.data(), out.data(), out.count(), dtype, op, timeout);
+                   out.copyBack();
+                 });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDrun::send(std::vector<at::Tensor>& tensors, int dst,
@@ -324,7 +310,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDrun::send(std::vector<at::Tensor>& t
   });
   // The staged tensor lives in the Work until the send is done.
   return c10::make_intrusive<DrunWork>(rank_, OpType::SEND, std::move(request),
-                                       std::vector<at::Tensor>{s.flat}, nullptr);
+                                       std::vector<at::Tensor>{s.flat}, nullptr, describer("send"));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDrun::receive(std::vector<at::Tensor>& tensors,
@@ -336,7 +322,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDrun::receive(std::vector<at::Tensor>
   });
   return c10::make_intrusive<DrunWork>(rank_, type, std::move(request),
                                        std::vector<at::Tensor>{s.user, s.flat},
-                                       [s] { s.copyBack(); });
+                                       [s] { s.copyBack(); }, describer("recv"));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDrun::recv(std::vector<at::Tensor>& tensors, int src,
@@ -350,8 +336,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDrun::recvAnysource(std::vector<at::T
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDrun::barrier(const c10d::BarrierOptions& opts) {
-  guarded("barrier", [&] { comm_->barrier(opTimeout(opts.timeout)); });
-  return done(OpType::BARRIER, {});
+  auto timeout = opTimeout(opts.timeout);
+  return enqueue(OpType::BARRIER, "barrier", {}, [this, timeout] { comm_->barrier(timeout); });
 }
 
 }  // namespace drun::torch_backend

@@ -8,19 +8,24 @@
 //
 // CPU dense tensors of float32/64, float16, bfloat16, int8, uint8, int32, int64 and bool, any
 // strides (non-contiguous ones are staged); reduce ops SUM PRODUCT MIN MAX AVG BAND BOR BXOR.
-// Collectives run on the calling thread and return a completed DrunWork; send/recv return a
-// pending one. Errors (TORCH_CHECK / RuntimeError) name the call; drun's failures keep drun's
+// Collectives are queued on the group's CollectiveQueue (one thread, issue order) and return a
+// CollectiveWork at once; send/recv start at once on the caller's thread (libdrun_comm runs point
+// to point beside collectives, so they never wait behind queued ones: ProcessGroupGloo's choice
+// too) and return a DrunWork over the pending request. Errors (TORCH_CHECK / RuntimeError) name the call; drun's failures keep drun's
 // message (a dead peer is named). all_to_all_single with uneven splits goes point to point.
 // Unsupported calls (PREMUL_SUM,
 // CUDA tensors, monitored barrier) raise a RuntimeError that names them.
 //
-// Threading: as the Communicator: collectives in call order, point to point concurrently.
+// Threading: any thread may call; collectives keep their call order (one queue), point to point
+// runs concurrently with them. The Communicator's collectives are used from the queue's thread only.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "drun/comm/communicator.hpp"
+#include "collective_queue.hpp"
+#include "heartbeat.hpp"
 #include "tensor_args.hpp"
 
 namespace drun::torch_backend {
@@ -30,7 +35,9 @@ class ProcessGroupDrun final : public c10d::ProcessGroup {
   static c10::intrusive_ptr<c10d::ProcessGroup> create(const c10::intrusive_ptr<c10d::Store>& store,
                                                        int rank, int size,
                                                        std::chrono::milliseconds timeout);
-  ProcessGroupDrun(std::shared_ptr<comm::Communicator> comm, int rank, int size);
+  // `heartbeat` may be null (a group of one, or DRUN_TORCH_HEARTBEAT_MS=0).
+  ProcessGroupDrun(std::shared_ptr<comm::Communicator> comm, std::shared_ptr<Heartbeat> heartbeat,
+                   int rank, int size);
   ~ProcessGroupDrun() override;
 
   const std::string getBackendName() const override { return "drun"; }
@@ -74,16 +81,28 @@ class ProcessGroupDrun final : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
 
  private:
-  c10::intrusive_ptr<c10d::Work> done(c10d::OpType type, std::vector<at::Tensor> outputs);
+  // Queues `collective` (it holds the tensors it uses) and returns its Work at once.
+  c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char* call,
+                                         std::vector<at::Tensor> outputs,
+                                         std::function<void()> collective);
   c10::intrusive_ptr<c10d::Work> receive(std::vector<at::Tensor>& tensors, int src, int tag,
                                          c10d::OpType type);
-  void unevenAllToAll(const Staged& out, const Staged& in, const std::vector<int64_t>& outputSplits,
-                      const std::vector<int64_t>& inputSplits, const c10d::AllToAllOptions& opts);
+  // The RuntimeError message of a failed operation: drun's, then the ranks not heard from.
+  std::string failure(const char* call, const std::exception& e) const;
+  std::function<std::string(const std::exception&)> describer(const char* call);
+  static std::string describeFailure(Heartbeat* heartbeat, bool shm, const char* call,
+                                     const std::exception& e);
+  // On the queue's thread: rows of dim 0 per peer, already checked.
+  void unevenAllToAll(const Staged& out, const Staged& in, const std::vector<int64_t>& outRows,
+                      const std::vector<int64_t>& inRows, comm::DType dtype,
+                      std::chrono::milliseconds timeout);
 
   // The tag of uneven all_to_all's messages: far above the tags torch programs use.
   static constexpr int kAllToAllTag = 0x7ffffff0;
 
   std::shared_ptr<comm::Communicator> comm_;
+  std::shared_ptr<Heartbeat> heartbeat_;
+  std::shared_ptr<CollectiveQueue> queue_;  // Works hold weak references (their shortcut)  // collectives run here; reset first at destruction
 };
 
 }  // namespace drun::torch_backend

@@ -40,6 +40,16 @@ at::Tensor flatFor(const at::Tensor& like, size_t n);
 // Copies block i of `flat` (each like list[i]) into list[i], or list[i] into block i.
 void unpack(const at::Tensor& flat, const std::vector<at::Tensor>& list);
 void pack(const std::vector<at::Tensor>& list, const at::Tensor& flat);
+// Runs one libdrun_comm call; its errors reach Python as RuntimeError naming the call.
+template <class F>
+void guarded(const char* call, F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    throw std::runtime_error(std::string("drun backend: ") + call + ": " + e.what());
+  }
+}
+
 // The timeout of one operation: torch's "unset" (-1 ms) is drun's kDefaultTimeout (-1 ms too).
 std::chrono::milliseconds opTimeout(std::chrono::milliseconds t);
 

@@ -47,6 +47,9 @@ inline void cpuRelax() {
 
 // Spinning only pays when every rank has a core; oversubscribed ranks yield at once. (Asked
 // once: glibc reads /sys for every hardware_concurrency() call.)
+// How long a wait spins before it yields (see waitAll): a few collective steps' worth.
+constexpr std::chrono::microseconds kSpinFirst{50};
+
 bool oversubscribed(int ranks) {
   static const int cores = static_cast<int>(std::thread::hardware_concurrency());
   return ranks > cores;
@@ -266,13 +269,15 @@ void ShmSegment::waitAll(uint64_t value, const Deadline& deadline, const std::st
   };
   if (ready()) return;
   const auto start = Clock::now();
-  // A rank with a core of its own spins (a yield or a sleep under load hands the core away for
-  // a whole time slice, milliseconds: OpenMPI spins for the same reason); oversubscribed ranks
-  // yield so that the awaited rank can run. A futex sleep only after options_.busyWait, so that
-  // a long wait costs no CPU (the hierarchical backend's hosts wait for TCP: a short budget).
-  const bool spin = !oversubscribed(size_);
+  // Adaptive: a rank with a core of its own spins first (a sleep hands the core away for a time
+  // slice, milliseconds: OpenMPI spins for the same reason), but only for kSpinFirst: on a loaded
+  // machine (other jobs, other helpers) the awaited rank may need this very core, so the wait
+  // then yields (free when nothing else is runnable, a hand-over when something is), and sleeps
+  // on the futex after options_.busyWait, so that a long wait costs no CPU (the hierarchical
+  // backend's hosts wait for TCP: a short budget). Oversubscribed ranks yield at once.
+  const bool mayspin = !oversubscribed(size_);
   while (Clock::now() - start < options_.busyWait) {
-    if (spin) {
+    if (mayspin && Clock::now() - start < kSpinFirst) {
       for (int k = 0; k < 256; ++k, cpuRelax())
         if (ready()) return;
     } else {
