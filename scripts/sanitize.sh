@@ -21,7 +21,7 @@ kind=${1:?usage: scripts/sanitize.sh address|thread [build dir]}
 case $kind in
   address)
     sanitize=address,undefined
-    targets=(common_tests rendezvous_tests agent_tests launcher_tests comm_tests e2e_tests)  # not slurm_tests
+    targets=(common_tests rendezvous_tests agent_tests launcher_tests comm_tests e2e_tests hang_tests)  # not slurm_tests
     select=(-LE 'fuzz|gpu' -E '^(torch|torchrun compat|soak): |^comm: every op|^slurm_')
     ;;
   thread)
