@@ -91,6 +91,20 @@ inline std::vector<std::string> Cluster::violations() {
       out.push_back("the job succeeded but " + n->name() + " ended " + toString(n->ending) +
                     " (code " + std::to_string(n->exitCode) + "): " + n->endText);
     }
+  // (f) Liveness: while at least MIN nodes live, no live node gives up with a rendezvous error
+  // (a round that timed out with enough nodes, a "fewer than the minimum" that counted the
+  // dead). Killed nodes are not live; a node whose link was cut comes back, so it is.
+  int live = 0, minNodes = 0;
+  for (auto& n : nodes) {
+    if (n->phase == Phase::Idle) continue;
+    minNodes = std::max(minNodes, n->options_.minNodes);
+    if (!isDead(n->name())) ++live;
+  }
+  if (live >= minNodes)
+    for (auto& n : nodes)
+      if (n->phase == Phase::Ended && n->ending == Ending::Error && !isDead(n->name()))
+        out.push_back(n->name() + " ended with a rendezvous error while " + std::to_string(live) +
+                      " node(s) lived (MIN " + std::to_string(minNodes) + "): " + n->endText);
   // (e) One restart count per round, one root cause per round.
   for (const Interval& a : intervals)
     for (const Interval& b : intervals)
