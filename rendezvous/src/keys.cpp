@@ -195,7 +195,13 @@ Store::Will finishedWill(std::string_view runId, uint64_t r, std::string_view no
   will.sets = deathNotice(runId, r, node,
                           "node " + std::string(displayName) + " left round " + std::to_string(r) +
                               " after its workers succeeded");
-  will.adds = {{left(runId, r), 1}, {changes(runId, r), 1}, {present(runId), -1}};
+  // status of round r+1: a finished member is pulled back when the job re-forms (another node
+  // failed), and until it counts itself back there, this will is what tells that round's
+  // waiters that it will not come (they waited for it until the join timeout).
+  will.adds = {{left(runId, r), 1},
+               {changes(runId, r), 1},
+               {status(runId, r + 1), 1},
+               {present(runId), -1}};
   return will;
 }
 

@@ -51,9 +51,11 @@ inline std::vector<std::string> Cluster::violations() {
   // A node whose link was cut runs on until it notices (fencing, bounded by the heartbeat
   // timeout): its rounds' overlap with the next is no split brain if it ends within that bound.
   auto fenced = [&](const Interval& i) {
-    return std::any_of(cuts.begin(), cuts.end(), [&](auto& cut) {
-      return cut.first == i.node && i.start <= cut.second && i.end <= cut.second + kFenceBound;
-    });
+    for (size_t c = 0; c < cuts.size(); ++c)
+      if (cuts[c].first == i.node && i.result.round <= cutRoundLimits[c] &&
+          i.end <= cuts[c].second + kFenceBound)
+        return true;
+    return false;
   };
   // (a) At most one round runs workers at a time: never two rank-0 groups of different rounds
   // at once, and no node counted in a round while it runs another.

@@ -125,7 +125,9 @@ RunResult runOnce(const Scenario& s, const std::string& runId, const Point* at,
 void enumerate(const Scenario& s) {
   const auto t0 = Clock::now();
   std::vector<Point> points;
-  if (std::getenv("ONLYK")) spdlog::set_level(spdlog::level::debug);
+  // DRUN_INTERLEAVING_POINT=k runs point k only, with the rendezvous' debug log: to study one.
+  const char* only = std::getenv("DRUN_INTERLEAVING_POINT");
+  if (only) spdlog::set_level(spdlog::level::debug);
   RunResult plain = runOnce(s, "count", nullptr, &points);
   for (auto& v : plain.violations)
     FAIL_CHECK("scenario '" << s.name << "' without injection: " << v << "\n" << plain.journal);
@@ -140,7 +142,7 @@ void enumerate(const Scenario& s) {
   for (size_t w = 0; w < std::min(jobs, points.size()); ++w)
     workers.emplace_back([&] {
       for (size_t k; (k = nextPoint++) < points.size();)
-        if (!std::getenv("ONLYK") || std::to_string(k) == std::getenv("ONLYK")) results[k] = runOnce(s, "k" + std::to_string(k), &points[k], nullptr);
+        if (!only || std::to_string(k) == only) results[k] = runOnce(s, "k" + std::to_string(k), &points[k], nullptr);
     });
   for (auto& w : workers) w.join();
   int failing = 0, unreached = 0;
