@@ -124,6 +124,31 @@ TEST_CASE("comm: a peer SIGKILLed mid-collective fails every survivor with its n
   CHECK(drunShmEntries() == before);
 }
 
+TEST_CASE("comm: a collective's timeout names the rank that never entered it", "[comm]") {
+  for (const char* transport : kTransports) {
+    DYNAMIC_SECTION(transport) {
+      MarkerScope marker;
+      const int n = 3, absent = 1;
+      auto ranks = startRanks(n, {"absent", std::to_string(absent)}, marker, transport);
+      for (int r = 0; r < n; ++r) {
+        RunResult res = ranks[r]->wait();
+        INFO("rank " << r << ": " << res.describe());
+        REQUIRE_FALSE(res.timedOut);
+        CHECK(res.exitCode == 0);
+        if (r == absent) {
+          CHECK(res.out.find("stayed away") != std::string::npos);
+          continue;
+        }
+        CHECK(res.out.find("TIMEOUT") != std::string::npos);
+        CHECK(res.out.find("rank 1 never entered all_reduce #3 of world") != std::string::npos);
+        // The rank that did enter is not named absent.
+        const int other = r == 0 ? 2 : 0;
+        CHECK(res.out.find("ranks " + std::to_string(other)) == std::string::npos);
+      }
+    }
+  }
+}
+
 TEST_CASE("comm: every rank SIGKILLed mid-collective leaves nothing in /dev/shm", "[comm][slow]") {
   const auto before = drunShmEntries();
   MarkerScope marker;
