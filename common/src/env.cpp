@@ -20,6 +20,9 @@ constexpr VarDoc kDrunEnvVars[] = {
     {"DRUN_COMM_SHM_SINGLE_COPY", VarType::Bool, "true",
      "libdrun_comm (shm): large collectives read the peers' buffers directly (process_vm_readv) "
      "where the kernel allows it"},
+    {"DRUN_COMM_SHM_UNEXPECTED_BYTES", VarType::Int, "67108864",
+     "libdrun_comm (shm): bytes of point-to-point messages a rank keeps for receives not posted "
+     "yet; beyond them its senders wait"},
     {"DRUN_COMM_SHM_SPIN", VarType::DurationMs, "10ms",
      "libdrun_comm (shm): how long a collective's wait spins (50 us) and then yields before it "
      "sleeps (CPU for latency)"},
