@@ -14,12 +14,6 @@ using detail::OpKind;
 using detail::isReduction;
 using detail::isRooted;
 
-namespace {
-// How long a timed-out collective waits for the other ranks' progress before naming the absent:
-// a rank in the op publishes within OpProgress' publishAfter (1 s) plus a poll (100 ms).
-constexpr milliseconds kAbsentGrace{1500};
-}  // namespace
-
 const char* detail::toString(OpKind kind) {
   switch (kind) {
     case OpKind::Broadcast: return "broadcast";
@@ -265,7 +259,7 @@ void Communicator::Impl::execute(const Collective& c) {
   } catch (const TimeoutError&) {
     // Who never came: every rank in the op published it within a second of entering.
     std::string absent;
-    if (progress_) absent = progress_->describeAbsent(n, entered, kAbsentGrace);
+    if (progress_) absent = progress_->describeAbsent(n, entered);
     fail(toString(c.kind), std::current_exception(), absent);
   } catch (...) {
     fail(toString(c.kind), std::current_exception());

@@ -87,13 +87,15 @@ void OpProgress::watch() {
   }
 }
 
-std::string OpProgress::describeAbsent(uint64_t n, const std::string& what, milliseconds grace) {
+std::string OpProgress::describeAbsent(uint64_t n, const std::string& what) {
   if (!store_ || size_ < 2) return {};
   const int64_t size = size_;
   try {
     publish(n);
     // Every rank in the op publishes within publishAfter of entering: wait for the count.
-    Deadline deadline(grace);
+    const auto publishAfter = std::chrono::duration_cast<milliseconds>(
+        std::chrono::nanoseconds(publishAfterNs_.load(std::memory_order_relaxed)));
+    Deadline deadline(publishAfter + 2 * options_.poll + milliseconds(100));
     std::optional<rdzv::Bytes> count = store_->tryGet(countKey(n));
     while (!deadline.expired() && (!count || std::stoll(*count) < size)) {
       try {

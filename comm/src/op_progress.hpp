@@ -51,7 +51,8 @@ class OpProgress {
   void left();
   // "rank 3 never entered all_reduce #7 of world", or "" when every rank is known to have
   // entered it or nothing could be learned. `what`: "all_reduce #7 of world".
-  std::string describeAbsent(uint64_t n, const std::string& what, milliseconds grace);
+  // Waits up to the op's publishAfter plus two polls for the others' entries.
+  std::string describeAbsent(uint64_t n, const std::string& what);
 
  private:
   void watch();
