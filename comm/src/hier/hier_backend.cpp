@@ -61,12 +61,19 @@ class HierBackend final : public Backend {
       case OpKind::AllReduce: return allReduce(c, sub);
       case OpKind::Broadcast: return broadcast(c, sub);
       case OpKind::AllGather: return allGather(c, sub);
+      case OpKind::Reduce: return reduce(c, sub);
+      case OpKind::ReduceScatter:
+        if (local_ && localPeers_ > 1) return reduceScatter(c, sub);
+        return full_->run(c);
       case OpKind::Barrier:
         if (local_) local_->run(sub(c));
         if (leaders_) leaders_->run(sub(c));
         if (local_) local_->run(sub(c));
         return;
-      default: return full_->run(c);
+      default:
+        // gather and scatter are the root's traffic, all_to_all's cross-host bytes are the same
+        // either way: a hierarchy would only add copies.
+        return full_->run(c);
     }
   }
 
@@ -187,6 +194,83 @@ class HierBackend final : public Backend {
       local_->run(sub(s));
     }
   }
+
+  // The host's sum reaches its leader (shm), the leaders reduce to the root's host (Gloo), and
+  // that host's leader hands it to the root (shm point to point) when the root is not the
+  // leader. The leaders work in a copy: reduce leaves the buffers of ranks other than the root.
+  template <class Sub>
+  void reduce(const Collective& c, Sub&& sub) {
+    const size_t bytes = c.count * dtypeSize(c.dtype);
+    const int rootHost = hostOf_[static_cast<size_t>(c.root)];
+    const auto& rootMembers = members_[static_cast<size_t>(rootHost)];
+    const int rootLocal = static_cast<int>(std::find(rootMembers.begin(), rootMembers.end(), c.root) - rootMembers.begin());
+    const bool iAmRoot = myHost_ == rootHost && localRank_ == rootLocal;
+    std::vector<char> scratch;
+    char* work = static_cast<char*>(c.recv);
+    if (localRank_ == 0 && !iAmRoot) {
+      scratch.assign(work, work + bytes);
+      work = scratch.data();
+    }
+    Collective s = c;
+    if (s.op == ReduceOp::Avg) s.op = ReduceOp::Sum;  // divided once, by the whole size, by the root
+    s.kind = OpKind::Reduce;
+    s.root = 0;
+    s.recv = localRank_ == 0 ? work : c.recv;
+    if (local_) local_->run(sub(s));
+    if (leaders_) {
+      s.root = rootHost;
+      s.recv = work;
+      leaders_->run(sub(s));
+    }
+    if (rootLocal != 0 && myHost_ == rootHost) {
+      if (localRank_ == 0)
+        local_->isend(work, bytes, rootLocal, kHandOffTag, sub(s).timeout)->wait(sub(s).timeout);
+      else if (iAmRoot)
+        local_->irecv(c.recv, bytes, 0, kHandOffTag, sub(s).timeout)->wait(sub(s).timeout);
+    }
+    if (iAmRoot && c.op == ReduceOp::Avg) divideInPlace(c.recv, c.count, c.dtype, size_);
+  }
+
+  // Hosts of equal size L: every rank's whole send buffer is summed to its leader (shm); the
+  // leaders reduce_scatter the sums, each host taking its L ranks' blocks (Gloo); each leader
+  // scatters them to its host (shm). Across hosts each host sends N-L blocks once, where a flat
+  // reduce_scatter sends L(N-L).
+  template <class Sub>
+  void reduceScatter(const Collective& c, Sub&& sub) {
+    const size_t es = dtypeSize(c.dtype), block = c.count * es;
+    const size_t hosts = members_.size(), perHost = static_cast<size_t>(localPeers_);
+    std::vector<char> sum(static_cast<const char*>(c.send), static_cast<const char*>(c.send) + block * size_);
+    Collective s = c;
+    if (s.op == ReduceOp::Avg) s.op = ReduceOp::Sum;
+    s.kind = OpKind::Reduce;
+    s.root = 0;
+    s.recv = sum.data();
+    s.count = c.count * static_cast<size_t>(size_);
+    local_->run(sub(s));
+    std::vector<char> mine(perHost * block);
+    if (leaders_) {
+      std::vector<char> byHost(sum.size());  // host h's ranks' blocks together, in local order
+      for (size_t h = 0; h < hosts; ++h)
+        for (size_t i = 0; i < perHost; ++i)
+          std::memcpy(byHost.data() + (h * perHost + i) * block,
+                      sum.data() + static_cast<size_t>(members_[h][i]) * block, block);
+      s.kind = OpKind::ReduceScatter;
+      s.send = byHost.data();
+      s.recv = mine.data();
+      s.count = perHost * c.count;
+      leaders_->run(sub(s));
+    }
+    s = c;
+    s.kind = OpKind::Scatter;
+    s.root = 0;
+    s.send = mine.data();
+    local_->run(sub(s));
+    if (c.op == ReduceOp::Avg) divideInPlace(c.recv, c.count, c.dtype, size_);
+  }
+
+  // Point-to-point tag of reduce's hand-off on the host's segment (whose point to point carries
+  // nothing else: users' messages go over the full mesh).
+  static constexpr int kHandOffTag = 0x7d5e;
 
   int size_;
   std::vector<int> hostOf_;                // per rank: its host's index
