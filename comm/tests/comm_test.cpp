@@ -166,8 +166,8 @@ TEST_CASE("comm: every rank SIGKILLed mid-collective leaves nothing in /dev/shm"
 }
 
 // Two "hosts" (network namespaces) x 2 (the whole matrix: 1 MiB+ all_reduces take the split
-// path) and x 3 (quick) ranks: all_reduce, broadcast, all_gather, barrier, reduce (root 2n-1: not
-// a leader) and reduce_scatter hierarchical (shared memory within a host, Gloo among the leaders), the rest over
+// path) and x 3 (quick) ranks: all_reduce, broadcast, all_gather, barrier and reduce (root 2n-1:
+// not a leader) hierarchical (shared memory within a host, Gloo among the leaders), the rest over
 // Gloo; groups mixing ranks of one host and of both.
 TEST_CASE("comm: two hosts: hierarchical collectives and mixed groups match the reference", "[comm][slow][multinode]") {
   if (auto why = NetnsCluster::unavailableReason()) skipTest("hierarchical comm test: " + *why);

@@ -62,9 +62,6 @@ class HierBackend final : public Backend {
       case OpKind::Broadcast: return broadcast(c, sub);
       case OpKind::AllGather: return allGather(c, sub);
       case OpKind::Reduce: return reduce(c, sub);
-      case OpKind::ReduceScatter:
-        if (local_ && localPeers_ > 1) return reduceScatter(c, sub);
-        return full_->run(c);
       case OpKind::Barrier:
         if (local_) local_->run(sub(c));
         if (leaders_) leaders_->run(sub(c));
@@ -72,7 +69,8 @@ class HierBackend final : public Backend {
         return;
       default:
         // gather and scatter are the root's traffic, all_to_all's cross-host bytes are the same
-        // either way: a hierarchy would only add copies.
+        // either way: a hierarchy would only add copies. reduce_scatter through the leaders (the
+        // hosts' whole sums reduced to them first) measured 0.2-0.7x raw Gloo on 2 hosts x 2.
         return full_->run(c);
     }
   }
@@ -229,43 +227,6 @@ class HierBackend final : public Backend {
         local_->irecv(c.recv, bytes, 0, kHandOffTag, sub(s).timeout)->wait(sub(s).timeout);
     }
     if (iAmRoot && c.op == ReduceOp::Avg) divideInPlace(c.recv, c.count, c.dtype, size_);
-  }
-
-  // Hosts of equal size L: every rank's whole send buffer is summed to its leader (shm); the
-  // leaders reduce_scatter the sums, each host taking its L ranks' blocks (Gloo); each leader
-  // scatters them to its host (shm). Across hosts each host sends N-L blocks once, where a flat
-  // reduce_scatter sends L(N-L).
-  template <class Sub>
-  void reduceScatter(const Collective& c, Sub&& sub) {
-    const size_t es = dtypeSize(c.dtype), block = c.count * es;
-    const size_t hosts = members_.size(), perHost = static_cast<size_t>(localPeers_);
-    std::vector<char> sum(static_cast<const char*>(c.send), static_cast<const char*>(c.send) + block * size_);
-    Collective s = c;
-    if (s.op == ReduceOp::Avg) s.op = ReduceOp::Sum;
-    s.kind = OpKind::Reduce;
-    s.root = 0;
-    s.recv = sum.data();
-    s.count = c.count * static_cast<size_t>(size_);
-    local_->run(sub(s));
-    std::vector<char> mine(perHost * block);
-    if (leaders_) {
-      std::vector<char> byHost(sum.size());  // host h's ranks' blocks together, in local order
-      for (size_t h = 0; h < hosts; ++h)
-        for (size_t i = 0; i < perHost; ++i)
-          std::memcpy(byHost.data() + (h * perHost + i) * block,
-                      sum.data() + static_cast<size_t>(members_[h][i]) * block, block);
-      s.kind = OpKind::ReduceScatter;
-      s.send = byHost.data();
-      s.recv = mine.data();
-      s.count = perHost * c.count;
-      leaders_->run(sub(s));
-    }
-    s = c;
-    s.kind = OpKind::Scatter;
-    s.root = 0;
-    s.send = mine.data();
-    local_->run(sub(s));
-    if (c.op == ReduceOp::Avg) divideInPlace(c.recv, c.count, c.dtype, size_);
   }
 
   // Point-to-point tag of reduce's hand-off on the host's segment (whose point to point carries
