@@ -69,7 +69,7 @@ bool RoundCloser::tryClose(uint64_t round, int needed, const Reform& reform) {
   nodes = pickMembers(std::move(nodes), node_.options.maxNodes);
   RoundDecision d = decideRound(id, round, nodes, {changesAtRead, leftAtRead, restartCountFor(round)});
   if (store_.compareSet(keys::state(id, round), "", d.decision) == d.decision) {
-    store_.multiSet(d.keys, d.values);
+    publish(d);
     forgetRound(round);
     spdlog::debug("rendezvous '{}': closed round {} with {} node(s) in {}{}", id, round,
                   nodes.size(), ms(std::chrono::duration_cast<milliseconds>(Clock::now() - t0)),
@@ -112,6 +112,20 @@ void RoundCloser::removeDead(uint64_t round, std::vector<keys::NodeDescriptor>& 
   std::erase_if(nodes, [&](const keys::NodeDescriptor& n) {
     return store_.tryGet(keys::dead(node_.runId(), round, n.id)).has_value();
   });
+}
+
+// The decision's keys in request-sized pieces (a round of 100,000 nodes has more assignments
+// than one request may carry), in order: `status` is last, so waiters find the rest after it.
+void RoundCloser::publish(const RoundDecision& d) {
+  for (size_t first = 0; first < d.keys.size(); first += kKeysPerPublish) {
+    const size_t last = std::min(d.keys.size(), first + kKeysPerPublish);
+    if (first == 0 && last == d.keys.size()) {
+      store_.multiSet(d.keys, d.values);
+      return;
+    }
+    store_.multiSet(std::vector<std::string>(d.keys.begin() + first, d.keys.begin() + last),
+                    std::vector<Bytes>(d.values.begin() + first, d.values.begin() + last));
+  }
 }
 
 // The job's restart count as of round `round`: the previous round's, plus one when it ended in

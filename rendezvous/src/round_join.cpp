@@ -263,8 +263,9 @@ std::optional<Seat> RoundJoin::seat(const keys::RoundState& state) {
     const keys::Assignment a = keys::parseAssignment(*mine);
     r.nodeRank = a.nodeRank;
     r.rankOffset = a.rankOffset;
-    r.hosts = keys::parseHostList(store_.get(keys::hosts(id, round_), o.readTimeout),
-                                  static_cast<size_t>(r.nodeCount));
+    if (r.nodeCount <= kMaxHostsInResult)
+      r.hosts = keys::parseHostList(store_.get(keys::hosts(id, round_), o.readTimeout),
+                                    static_cast<size_t>(r.nodeCount));
   } else {
     // Not a member, or its closer died before publishing the assignments: the roster in
     // `state` decides (O(N) bytes, read on this rare path only).
@@ -282,14 +283,15 @@ std::optional<Seat> RoundJoin::seat(const keys::RoundState& state) {
         r.rankOffset = offset;
       }
       offset += entry.localWorldSize;
-      r.hosts.push_back(entry.name);
+      if (r.nodeCount <= kMaxHostsInResult) r.hosts.push_back(entry.name);
     }
     if (!member) {
       on(Event::ClosedWithoutMe, std::to_string(state.nodeCount) + " node(s) taken");
       return std::nullopt;
     }
   }
-  if (static_cast<int>(r.hosts.size()) != r.nodeCount || r.nodeRank >= r.nodeCount ||
+  const size_t hostsExpected = r.nodeCount <= kMaxHostsInResult ? size_t(r.nodeCount) : 0;
+  if (r.hosts.size() != hostsExpected || r.nodeRank >= r.nodeCount ||
       int64_t{r.rankOffset} + o.localWorldSize > r.worldSize)
     throw ProtocolError("rendezvous '" + id + "' round " + std::to_string(round_) +
                         ": inconsistent decision in the store (node rank " +

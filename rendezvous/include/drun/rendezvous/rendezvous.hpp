@@ -64,8 +64,12 @@ struct RoundResult {
   std::string masterAddr;         // MASTER_ADDR: node rank 0's address
   uint16_t masterPort = 0;        // MASTER_PORT: reserved on node rank 0, fresh every round
   std::string storePrefix;        // key prefix of this round in the store ("" without a store)
-  std::vector<std::string> hosts; // host of each node rank, for summaries
+  // Host of each node rank, for summaries. Filled for rounds of up to kMaxHostsInResult nodes:
+  // every agent reading an O(N) list makes a round O(N^2) bytes (10,000 nodes: 2 GB through
+  // the store); larger rounds leave it empty (the list stays in the store, keys::hosts).
+  std::vector<std::string> hosts;
 };
+inline constexpr int kMaxHostsInResult = 1024;
 
 // The root cause of a failed round, as every node prints it.
 struct FailureRecord {
