@@ -216,6 +216,7 @@ asio::awaitable<void> close(Agent& a, const std::string& runId, int n) {
   // `left` again: the snapshot agrees with it (RoundCloser's look).
   if (keys::parseCounter(co_await tryGet(a, keys::left(runId, 0))).value_or(0) != left)
     throw Error("a will ran during the bench's close");
+  co_await tryGet(a, keys::refill(runId));  // restartCountFor: a refilled store's count
   if (static_cast<int>(nodes.size()) < n) co_return;
   nodes.resize(n);
   RoundDecision d = decideRound(runId, 0, nodes, {changes, left});

@@ -10,7 +10,7 @@
 // Every call is encoded as its wire frames (protocol.hpp), so bytes are the wire's. Per size it
 // prints calls, bytes, the largest frame, watch wakeups, the store's bytes and the core's CPU
 // time, and checks them against the model (exit 1 naming what broke it):
-//   calls  <= 10 N + 6 + N / kKeysPerPublish
+//   calls  <= 10 N + 7 + N / kKeysPerPublish
 //   bytes  <= N (kAgentBytes + kCloserBytesPerNode)        (linear: no O(N) value per agent;
 //             + N^2 kHostListBytesPerNode up to kMaxHostsInResult nodes: the hosts list)
 //   frame  <= kFrameBytesPerNode N + 64 KiB                 (the closer's reads and its decision)
@@ -177,6 +177,7 @@ class Round {
     tryGet(keys::changes(runId_, 0));
     auto nodes = keys::parseJoined(tryGet(keys::joined(runId_, 0)).value_or(""));
     tryGet(keys::left(runId_, 0));
+    tryGet(keys::refill(runId_));  // restartCountFor: a refilled store's count
     RoundDecision d = decideRound(runId_, 0, pickMembers(std::move(nodes), n_), {0, 0, 0});
     if (compareSet(keys::state(runId_, 0), d.decision) != d.decision) throw Error("model: lost CAS");
     for (size_t first = 0; first < d.keys.size(); first += kKeysPerPublish) {
@@ -219,7 +220,7 @@ std::string mib(uint64_t bytes) {
 std::string check(int n, const Cost& c) {
   const uint64_t N = static_cast<uint64_t>(n);
   std::string broken;
-  if (c.calls > 10 * N + 6 + N / kKeysPerPublish + 1) broken += " calls";
+  if (c.calls > 10 * N + 7 + N / kKeysPerPublish + 1) broken += " calls";
   // Up to kMaxHostsInResult nodes every agent also reads the hosts list (bounded: N <= 1024).
   const uint64_t hosts = n <= kMaxHostsInResult ? N * N * kHostListBytesPerNode : 0;
   if (c.bytes > N * (kAgentBytes + kCloserBytesPerNode) + hosts) broken += " bytes";

@@ -6,6 +6,7 @@
 
 #include "drun/common/error.hpp"
 #include "drun/rendezvous/round_planner.hpp"
+#include "store_refill.hpp"
 
 namespace drun::rdzv {
 namespace {
@@ -131,9 +132,15 @@ void RoundCloser::publish(const RoundDecision& d) {
 // The job's restart count as of round `round`: the previous round's, plus one when it ended in
 // a failure. Advanced here, by the closer, once per restart.
 int RoundCloser::restartCountFor(uint64_t round) {
-  if (round == 0) return 0;
+  // No previous round in the store: a first round, or the one the survivors re-form in a
+  // restarted store (store_refill.hpp), which carries the job's count on.
+  auto carried = [&] {
+    auto refill = readRefill(store_, node_.runId());
+    return refill && refill->round == round ? refill->restarts : 0;
+  };
+  if (round == 0) return carried();
   auto state = closedRound(round - 1);
-  if (!state) return 0;
+  if (!state) return carried();
   const bool failed = store_.check({keys::failure(node_.runId(), round - 1)});
   return state->restartCount + (failed ? 1 : 0);
 }

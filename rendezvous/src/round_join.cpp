@@ -6,6 +6,7 @@
 
 #include "drun/common/error.hpp"
 #include "drun/common/progress.hpp"
+#include "store_refill.hpp"
 
 namespace drun::rdzv {
 namespace {
@@ -122,6 +123,15 @@ std::optional<Seat> RoundJoin::run(Deadline& deadline, const Announcement& annou
         // The decision can exist before status shows it (its closer died in between).
         if (auto decided = store_.tryGet(keys::state(id, round_)))
           if (auto state = keys::parseState(*decided)) return seat(*state);
+        // A newcomer in round 0 of a store the survivors refilled (it restarted): the job
+        // re-forms in their round (store_refill.hpp).
+        if (round_ == 0 && !node_.self.rejoining)
+          if (auto refill = readRefill(store_, id); refill && refill->round > 0) {
+            movedTo_ = refill->round;
+            on(Event::ClosedWithoutMe, "the store was refilled: the job re-forms in round " +
+                                           std::to_string(refill->round));
+            return std::nullopt;
+          }
         // Only a job that formed can have ended: before a round of it closed, an `outcome` is
         // stale or forged, and believing it would end this node "successfully" with no worker run.
         if (reform_.active) barrier_.throwIfJobEnded(store_);

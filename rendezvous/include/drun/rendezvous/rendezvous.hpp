@@ -44,6 +44,10 @@ struct RendezvousOptions {
   // (a newcomer takes a lost node's place) before the job fails. < 0: the join timeout (as
   // torchrun); 0: fail at once (the launcher's default under SLURM, where none comes).
   milliseconds replaceTimeout{-1};
+  // A lost store (a restarted drun-rendezvous, the store's host restarting its agent, a cut link)
+  // is retried this long after the loss; a fresh store is then refilled from what the survivors
+  // know (their round and restart count). Past it every agent exits with an error.
+  milliseconds reconnectTimeout = 30s;
   milliseconds heartbeatInterval = 1s;
   milliseconds heartbeatTimeout = 5s;
   milliseconds readTimeout = 60s;      // deadline of one store call
