@@ -53,18 +53,28 @@ std::vector<std::string> workerProgram() {
 }
 
 std::unique_ptr<Process> startAgent(uint16_t port, const std::string& id, int maxRestarts,
-                                    const TempDir& marks, int failLater,
-                                    const std::string& conf = "reconnect_timeout=30") {
+                                    const TempDir& marks, int failLater, bool isHost = false) {
   std::vector<std::string> args = {"--nnodes", "2", "--nproc-per-node", "2", "--max-restarts",
                                    std::to_string(maxRestarts), "--rdzv-endpoint",
                                    "127.0.0.1:" + std::to_string(port), "--rdzv-id", id,
-                                   "--rdzv-conf", "is_host=0," + conf};
+                                   "--rdzv-conf",
+                                   std::string("reconnect_timeout=30,is_host=") + (isHost ? "1" : "0")};
   for (const auto& word : workerProgram()) args.push_back(word);
   return std::make_unique<Process>(drunCommand(
       args, {"MARKS=" + marks.path().string(), "FAIL_LATER=" + std::to_string(failLater)}, 120s));
 }
 
 void touch(const std::filesystem::path& path) { std::ofstream(path).put('\n'); }
+
+// SIGKILL to the daemon, then a new (empty) one on the same port; then every worker of `agents`
+// runs again (`count` lines, `runs` times each of its 2 workers) and $MARKS/go lets them end.
+void restartDaemonUnder(std::unique_ptr<Process>& daemon, uint16_t port, const TempDir& marks,
+                        const std::vector<Process*>& agents, const std::string& count, size_t lines) {
+  killDaemon(daemon);
+  daemon = startDaemon(port);
+  for (Process* agent : agents) CHECK(agent->waitForLines(count, lines, 60s));
+  touch(marks / "go");
+}
 
 }  // namespace
 
@@ -80,12 +90,8 @@ TEST_CASE("store restart: a daemon restarted while workers run: the restart coun
   auto b = startAgent(port, id, 1, marks, 3);
   REQUIRE(a->waitForLines("count=1", 2, 60s));
   REQUIRE(b->waitForLines("count=1", 2, 60s));
-  killDaemon(daemon);
-  daemon = startDaemon(port);
   // Every worker runs again, with the count carried through the fresh store.
-  CHECK(a->waitForLines("count=1", 4, 60s));
-  CHECK(b->waitForLines("count=1", 4, 60s));
-  touch(marks / "go");
+  restartDaemonUnder(daemon, port, marks, {a.get(), b.get()}, "count=1", 4);
   RunResult ra = a->wait(), rb = b->wait();
   INFO(ra.describe() << "\n" << rb.describe());
   for (const RunResult* r : {&ra, &rb}) {
@@ -112,11 +118,7 @@ TEST_CASE("store restart: a daemon restarted while the job restarts: the new rou
   };
   REQUIRE(a->waitForOutput(restarting, 60s));
   REQUIRE(b->waitForOutput(restarting, 60s));
-  killDaemon(daemon);
-  daemon = startDaemon(port);
-  CHECK(a->waitForLines("count=1", 2, 60s));
-  CHECK(b->waitForLines("count=1", 2, 60s));
-  touch(marks / "go");
+  restartDaemonUnder(daemon, port, marks, {a.get(), b.get()}, "count=1", 2);
   RunResult ra = a->wait(), rb = b->wait();
   INFO(ra.describe() << "\n" << rb.describe());
   for (const RunResult* r : {&ra, &rb}) {
@@ -125,6 +127,32 @@ TEST_CASE("store restart: a daemon restarted while the job restarts: the new rou
     CHECK(countLinesWith(r->out, "count=1") >= 2);
     CHECK(countLinesWith(r->out, "count=2") == 0);
   }
+}
+
+TEST_CASE("store restart: the embedded store's host restarts its agent: the job goes on with its count",
+          "[e2e][rendezvous][store_restart]") {
+  const uint16_t port = freeLoopbackPort();
+  TempDir marks;
+  const std::string id = "embedded-" + randomHex(6);
+  auto host = startAgent(port, id, 1, marks, 3, /*isHost=*/true);
+  auto other = startAgent(port, id, 1, marks, 3);
+  REQUIRE(host->waitForLines("count=1", 2, 60s));
+  REQUIRE(other->waitForLines("count=1", 2, 60s));
+  // The host's agent dies with the store; started again, it hosts a fresh store, which the
+  // survivor refills: the new agent runs with the job's count, and the budget stays spent.
+  host->signal(SIGKILL);
+  host->wait(10s);
+  auto again = startAgent(port, id, 1, marks, 3, /*isHost=*/true);
+  CHECK(again->waitForLines("count=1", 2, 60s));
+  CHECK(other->waitForLines("count=1", 4, 60s));
+  touch(marks / "go");
+  RunResult ra = again->wait(), rb = other->wait();
+  INFO(ra.describe() << "\n" << rb.describe());
+  CHECK(ra.status() == 3);
+  CHECK(rb.status() == 3);
+  CHECK(countLinesWith(ra.out, "count=0") == 0);  // a reset count would start at 0 again
+  CHECK(countLinesWith(ra.out, "count=2") + countLinesWith(rb.out, "count=2") == 0);
+  CHECK(countLinesWith(rb.out, "count=1") == 4);
 }
 
 TEST_CASE("store restart: a store gone past reconnect_timeout stops every agent with a clear error",
