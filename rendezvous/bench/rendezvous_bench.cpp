@@ -16,6 +16,8 @@
 // Timing starts when every agent is connected and all start together; connecting is reported
 // apart. rank_ms: every agent has its node rank, rank offset and master; next_ms: every agent
 // also has the hosts list (= next() would return).
+// --hosts-always 1: every agent also reads the hosts list whatever N (what next() did before
+//   kMaxHostsInResult: the "before" rows of SCALE.md).
 // --server-pid P: also report the daemon's CPU time for the round (from /proc; the wall time
 //   depends on what else the machine runs, the CPU time much less).
 // Output: one "RESULT drun <mode> <N> <connect_ms> <rank_ms> <next_ms> <calls> <bytes> <server_cpu_ms>"
@@ -58,6 +60,7 @@ using namespace std::chrono_literals;
 namespace {
 
 constexpr uint32_t kCallTimeoutMs = 60000;
+bool gHostsAlways = false;  // --hosts-always: every agent reads the hosts list (next() before 9017153)
 constexpr size_t kConnectConcurrency = 128;  // stays under the listen backlog
 
 // CPU time (user + system) of process `pid` in ms, from /proc; 0 when it cannot be read.
@@ -254,7 +257,7 @@ asio::awaitable<void> join(Agent& a, const std::string& runId, int n) {
   if (!mine) throw Error("agent " + a.self.id + " left out of the round");
   a.nodeRank = keys::parseAssignment(*mine).nodeRank;
   a.rankAt = Clock::now();
-  if (n > kMaxHostsInResult) {  // RoundResult::hosts stays empty (O(N^2) bytes per round)
+  if (n > kMaxHostsInResult && !gHostsAlways) {  // RoundResult::hosts stays empty (O(N^2) bytes)
     a.doneAt = a.rankAt;
     co_return;
   }
@@ -412,6 +415,8 @@ int main(int argc, char** argv) {
     std::string value = argv[++i];
     if (arg == "--host") {
       host = value;
+    } else if (arg == "--hosts-always") {
+      gHostsAlways = value == "1";
     } else if (arg == "--server-pid") {
       serverPid = std::atoi(value.c_str());
     } else if (arg == "--port") {
