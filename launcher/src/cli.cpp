@@ -180,6 +180,9 @@ const ConfKey kConfKeys[] = {
      &rdzv::RendezvousOptions::closeTimeout},
     {"replace_timeout", "after losing nodes below MIN, wait this long for replacements (0: fail "
      "at once; under SLURM 0 unless given)", &rdzv::RendezvousOptions::replaceTimeout},
+    {"reconnect_timeout", "a lost store (restarted, a cut link) is retried this long; a restarted "
+     "store is refilled by the survivors (the restart count goes on)",
+     &rdzv::RendezvousOptions::reconnectTimeout},
     {"heartbeat_interval", "store keep-alive (alias: keep_alive_interval)",
      &rdzv::RendezvousOptions::heartbeatInterval},
     {"heartbeat_timeout", "a node silent this long is lost; a cut node fences itself within it",

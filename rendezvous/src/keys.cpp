@@ -153,6 +153,7 @@ std::string failure(std::string_view runId, uint64_t r) { return cat(round(runId
 std::string outcome(std::string_view runId) { return cat(job(runId), "outcome"); }
 std::string config(std::string_view runId) { return cat(job(runId), "config"); }
 std::string present(std::string_view runId) { return cat(job(runId), "present"); }
+std::string refill(std::string_view runId) { return cat(job(runId), "refill"); }
 std::string lastDead(std::string_view runId, uint64_t r) { return cat(round(runId, r), "last_dead"); }
 std::string sharedValue(std::string_view runId, std::string_view name) {
   static constexpr char kHex[] = "0123456789abcdef";

@@ -53,6 +53,7 @@ inline RendezvousOptions shortOptions(int minNodes, int maxNodes, const std::str
   o.heartbeatInterval = 100ms * kTimeScale;
   o.heartbeatTimeout = 1s * kTimeScale;
   o.readTimeout = 2s * kTimeScale;
+  o.reconnectTimeout = 0ms;  // a refused store is gone at once, unless a test restarts one
   return o;
 }
 

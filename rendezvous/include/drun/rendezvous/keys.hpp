@@ -35,6 +35,9 @@
 //                                    the first failure reported wins; its `final` says whether the
 //                                    job's restart budget is spent
 //   rdzv/<id>/outcome                the job's end: "succeeded", or "failed" + the final record
+//   rdzv/<id>/refill                 "<round>\t<restarts>": a restarted (empty) store refilled
+//                                    by the survivors: the round they re-form and the job's
+//                                    restart count, raised to the most any survivor carries
 //   rdzv/<id>/present                counter: the job's known nodes still here (members, spares,
 //                                    late joiners): +1 at a node's first join, -1 when it leaves
 //                                    or its will runs. The store's host serves until it is 0; the
@@ -98,6 +101,7 @@ std::string failure(std::string_view runId, uint64_t round);
 std::string outcome(std::string_view runId);
 std::string config(std::string_view runId);
 std::string present(std::string_view runId);
+std::string refill(std::string_view runId);  // "<round>\t<restarts>": store_refill.hpp
 std::string lastDead(std::string_view runId, uint64_t round);
 std::string sharedValue(std::string_view runId, std::string_view name);  // "rdzv/<id>/shared/<hex name>"
 
