@@ -47,12 +47,13 @@ std::string jobTable(const json& jobs) {
 int runStatus(const std::vector<std::string>& args) {
   CLI::App app{"drun status: the jobs on a rendezvous store and what each is doing", "drun status"};
   std::string endpoint, runId, tokenFile = env::getString("DRUN_RDZV_TOKEN_FILE"), timeout = "5s";
-  bool asJson = false;
+  bool asJson = false, history = false;
   app.add_option("--rdzv-endpoint,--rdzv_endpoint", endpoint, "the store: HOST[:PORT] (default port 29400)")
       ->required();
   app.add_option("--rdzv-id,--rdzv_id", runId, "one job: its nodes, round, restarts, root cause, "
                                               "waiting nodes, hung ranks (default: every job)");
   app.add_flag("--json", asJson, "one JSON object for machines");
+  app.add_flag("--history", history, "with --rdzv-id: the job's events as stored, one JSON line each");
   app.add_option("--token-file", tokenFile, "the store's shared secret (default DRUN_RDZV_TOKEN_FILE)");
   app.add_option("--timeout", timeout, "deadline of the connect and of each store call")->capture_default_str();
   std::vector<std::string> argv(args.rbegin(), args.rend());  // CLI11 takes them reversed
@@ -79,6 +80,12 @@ int runStatus(const std::vector<std::string>& args) {
   }
   try {
     rdzv::TcpStore store(o);
+    if (history) {
+      if (runId.empty()) throw InvalidArgument("--history needs --rdzv-id");
+      for (const json& event : rdzv::readJobHistory(store, runId))
+        std::fputs((event.dump(-1, ' ', false, json::error_handler_t::replace) + "\n").c_str(), stdout);
+      return 0;
+    }
     std::vector<std::string> ids = runId.empty() ? store.listJobs() : std::vector<std::string>{runId};
     json jobs = json::array();
     for (const std::string& id : ids) {
