@@ -478,3 +478,60 @@ TEST_CASE("drun-rendezvous --http: the token guards it; malformed and oversized 
   CHECK(bad.status() == 1);
   CHECK(bad.err.find("--http") != std::string::npos);
 }
+
+TEST_CASE("events: namespace hosts: a lost node and its replacement", "[observe][multinode]") {
+  if (auto why = NetnsCluster::unavailableReason()) skipTest("multi-node test: " + *why);
+  NetnsCluster cluster(3);
+  MarkerScope marker;
+  TempDir dir;
+  const std::string go = (dir / "go").string();
+  const std::string endpoint = cluster.address(0) + ":29532";
+  auto node = [&](int host) {
+    return std::make_unique<Process>(RunOptions{
+        .argv = cluster.exec(host, {drunPath().string(), "--nnodes", "2", "--rdzv-endpoint", endpoint,
+                                    "--rdzv-id", "obs6", "--rdzv-conf", "replace_timeout=60",
+                                    "--local-addr", cluster.address(host), "--events",
+                                    (dir / ("events" + std::to_string(host))).string(), "/bin/sh", "-c",
+                                    "while [ ! -e " + go + " ]; do sleep 0.05; done"}),
+        .env = {marker.env()},
+        .timeout = 90s});
+  };
+  auto a = node(0);
+  auto b = node(1);
+  REQUIRE(eventually([&] {
+    return fileHas(dir / "events0", "\"worker_started\"") && fileHas(dir / "events1", "\"worker_started\"");
+  }, 30s));
+  b->signal(SIGKILL);  // node 1 is lost; node 0 waits for a replacement (fewer than --nnodes 2)
+  b->wait();
+  REQUIRE(eventually([&] { return fileHas(dir / "events0", "\"node_lost\""); }, 20s));
+  auto c = node(2);
+  REQUIRE(eventually([&] { return fileHas(dir / "events2", "\"worker_started\""); }, 30s));
+  std::ofstream(go).put('\n');
+  RunResult ra = a->wait(), rc = c->wait();
+  INFO(ra.describe() << rc.describe());
+  CHECK(ra.status() == 0);
+  CHECK(rc.status() == 0);
+  const auto ea = readEvents(dir / "events0"), ec = readEvents(dir / "events2");
+  for (const json& e : ea) checkCommon(e, "obs6");
+  for (const json& e : ec) checkCommon(e, "obs6");
+  const auto lost = ofKind(ea, "node_lost");
+  REQUIRE(lost.size() == 1);
+  CHECK(lost[0]["round"] == 0);
+  CHECK(lost[0]["reason"].get<std::string>().find(cluster.address(1)) != std::string::npos);
+  const auto formed = ofKind(ea, "round_formed");
+  REQUIRE(formed.size() == 2);
+  CHECK(formed[1]["node_rank"] == 0);
+  CHECK(formed[1]["restart_count"] == 0);  // a membership change spends no restart
+  const auto replaced = ofKind(ea, "replacement");
+  REQUIRE(replaced.size() == 1);
+  CHECK(replaced[0]["round"] == formed[1]["round"]);
+  REQUIRE(replaced[0]["new"].size() == 1);
+  CHECK(replaced[0]["new"][0].get<std::string>().find(cluster.address(2)) != std::string::npos);
+  REQUIRE(replaced[0]["lost"].size() == 1);
+  CHECK(replaced[0]["lost"][0].get<std::string>().find(cluster.address(1)) != std::string::npos);
+  const auto taken = ofKind(ec, "spare_taken_in");
+  REQUIRE(taken.size() == 1);
+  CHECK(taken[0]["round"] == formed[1]["round"]);
+  CHECK(ea.back()["event"] == "job_succeeded");
+  CHECK(ec.back()["event"] == "job_succeeded");
+}
