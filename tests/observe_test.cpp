@@ -179,11 +179,11 @@ TEST_CASE("events: a single-node job writes one line per thing that happened, fi
       CHECK(e["code"] == 3);
       CHECK(e["signal"].is_null());
       CHECK(e["after_stop"] == false);
-    } else if (e["after_stop"] == true) {  // rank 0, stopped for rank 1's failure before its exit
+    } else if (e["after_stop"] == true) {  // rank 0, ended after drun began stopping for rank 1
       CHECK(e["round"] == 0);
-      CHECK(e["code"].is_null());
-      CHECK(e["signal"] == SIGTERM);
-      CHECK(e["signal_name"] == "SIGTERM");
+      const bool exited = e["code"] == 0 && e["signal"].is_null();
+      const bool stopped = e["code"].is_null() && e["signal"] == SIGTERM && e["signal_name"] == "SIGTERM";
+      CHECK((exited || stopped));
     } else {
       CHECK(e["code"] == 0);
       CHECK(e["signal"].is_null());
@@ -211,7 +211,7 @@ TEST_CASE("events: a single-node job writes one line per thing that happened, fi
   CHECK(ofKind(events, "job_failed").empty());
 }
 
-TEST_CASE("events: a hung rank and a job that fails for good; DRUN_EVENTS=- writes to stderr", "[observe]") {
+TEST_CASE("events: a hung rank and a job that fails for good, DRUN_EVENTS=- writes to stderr", "[observe]") {
   MarkerScope marker;
   RunResult r = run({.argv = {drunPath().string(), "--nnodes", "1", "--rdzv-endpoint",
                               "127.0.0.1:" + std::to_string(freeLoopbackPort()), "--rdzv-id", "obs2",
@@ -246,7 +246,7 @@ TEST_CASE("events: a hung rank and a job that fails for good; DRUN_EVENTS=- writ
   CHECK(events.back()["root_cause"]["rank"] == 1);
 }
 
-TEST_CASE("events: namespace hosts: a node waiting, a node taken in, one history in the store on every node; drun status", "[observe][multinode]") {
+TEST_CASE("events: namespace hosts: a node waiting, a node taken in, one history in the store on every node, drun status", "[observe][multinode]") {
   if (auto why = NetnsCluster::unavailableReason()) skipTest("multi-node test: " + *why);
   NetnsCluster cluster(2);
   MarkerScope marker;
@@ -450,7 +450,7 @@ TEST_CASE("drun-rendezvous --http: the page shows the round and the root cause i
   CHECK(job->wait().status() == 0);
 }
 
-TEST_CASE("drun-rendezvous --http: the token guards it; malformed and oversized requests get 400", "[observe]") {
+TEST_CASE("drun-rendezvous --http: the token guards it, malformed and oversized requests get 400", "[observe]") {
   TempDir dir;
   const auto token = dir.write("token", "0123456789abcdef0123456789abcdef\n");
   Daemon daemon({"--token-file", token.string()});
