@@ -415,6 +415,16 @@ print("metrics ok")
   CHECK(parsed.out.find("metrics ok") != std::string::npos);
   std::ofstream(dir / "go").put('\n');
   CHECK(job->wait().status() == 0);
+  // The ended job keeps its tombstone and its history in the store (until --orphan-ttl):
+  // drun status and the page say how it ended.
+  RunResult status = run({.argv = {drunPath().string(), "status", "--rdzv-endpoint",
+                                   "127.0.0.1:" + std::to_string(daemon.storePort)},
+                          .timeout = 20s});
+  INFO(status.describe());
+  CHECK(std::regex_search(status.out, std::regex(R"(\nobs4 +succeeded +1 +2 +1 +1/2  rank 1 on \S+: exit code 7\n)")));
+  json jobs = json::parse(bodyOf(httpGet(daemon.httpPort, "/api/jobs")));
+  REQUIRE(jobs["jobs"].size() == 1);
+  CHECK(jobs["jobs"][0]["state"] == "succeeded");
 }
 
 TEST_CASE("drun-rendezvous --http: the page shows the round and the root cause in headless chromium", "[observe]") {

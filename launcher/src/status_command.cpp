@@ -42,6 +42,17 @@ std::string jobTable(const json& jobs) {
   return out;
 }
 
+// A job without a history (DRUN_JOB_HISTORY=0): how it ended, from its `outcome`, or "running".
+std::string outcomeState(rdzv::Store& store, const std::string& runId) {
+  auto outcome = store.tryGet(rdzv::keys::outcome(runId));
+  if (!outcome || rdzv::keys::isOutcomeReset(*outcome)) return "running";
+  try {
+    return rdzv::keys::parseOutcome(*outcome) ? "failed" : "succeeded";
+  } catch (const std::exception&) {
+    return "unknown";
+  }
+}
+
 }  // namespace
 
 int runStatus(const std::vector<std::string>& args) {
@@ -90,6 +101,7 @@ int runStatus(const std::vector<std::string>& args) {
     json jobs = json::array();
     for (const std::string& id : ids) {
       json summary = rdzv::summarizeJob(id, rdzv::readJobHistory(store, id));
+      if (summary["events"] == 0) summary["state"] = outcomeState(store, id);  // no history kept
       if (summary["events"] == 0 && !store.tryGet(rdzv::keys::currentRound(id))) {
         if (!runId.empty()) {
           std::fprintf(stderr, "drun status: no job '%s' on %s\n", id.c_str(), store.endpoint().c_str());

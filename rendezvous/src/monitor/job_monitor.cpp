@@ -48,8 +48,16 @@ void JobMonitor::onWrite(const std::string& key, const Bytes* value) {
   if (!job->present) {
     job->present = true;  // the same id started again
     job->events.clear();
+    job->outcome.clear();
   }
   if (rest.starts_with("events/") && rest != "events/next") return onEvent(*job, *value);
+  if (rest == "outcome") {
+    try {
+      if (!keys::isOutcomeReset(*value)) job->outcome = keys::parseOutcome(*value) ? "failed" : "succeeded";
+    } catch (const std::exception&) {
+    }
+    return;
+  }
   const size_t cut = rest.find('/');
   uint64_t round = 0;
   if (cut != std::string_view::npos && parseRound(rest.substr(0, cut), round))
@@ -120,7 +128,7 @@ nlohmann::json JobMonitor::jobsJson() const {
       s["node_count"] = job.nodes;
       s["world_size"] = job.worldSize;
       s["restarts"] = job.restarts;
-      s["state"] = job.present ? "running" : "ended";
+      s["state"] = !job.outcome.empty() ? job.outcome : job.present ? "running" : "ended";
     }
     jobs.push_back(std::move(s));
   }

@@ -38,6 +38,7 @@ class JobMonitor {
     int64_t restarts = 0;
     int64_t nodes = 0;
     int64_t worldSize = 0;
+    std::string outcome;  // "succeeded" / "failed" once the job's `outcome` is written
     bool present = true;  // it still has keys
     std::chrono::steady_clock::time_point endedAt;
   };
