@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
 #include <optional>
 #include <spdlog/spdlog.h>
 
@@ -242,11 +243,24 @@ struct ElasticAgent::Impl {
     events.emplace(config.rendezvous.runId, config.hostname);
     if (!config.eventsPath.empty()) events->add(detail::makeFileEventSink(config.eventsPath, console));
     if (config.jobHistory) {
-      auto* r = rendezvous.get();
-      events->add(detail::makeStoreEventSink([r] { return r->connectSideStore(); },
-                                             config.rendezvous.runId));
+      // The sink's thread may outlive run() (a store call past the flush deadline): it reaches
+      // the rendezvous only through `sideStore`, which run() empties before it returns.
+      sideStore = std::make_shared<SideStoreSource>();
+      sideStore->rendezvous = rendezvous.get();
+      events->add(detail::makeStoreEventSink(
+          [source = sideStore]() -> std::unique_ptr<rdzv::LivenessStore> {
+            std::lock_guard lock(source->mutex);
+            return source->rendezvous ? source->rendezvous->connectSideStore() : nullptr;
+          },
+          config.rendezvous.runId));
     }
   }
+
+  struct SideStoreSource {
+    std::mutex mutex;
+    rdzv::Rendezvous* rendezvous = nullptr;
+  };
+  std::shared_ptr<SideStoreSource> sideStore;
 
   void noteRoundStarted(const std::vector<pid_t>& pids) {
     note("round_formed", detail::roundFormedFields(round, config.nprocPerNode, config.maxRestarts));
@@ -829,6 +843,10 @@ struct ElasticAgent::Impl {
     dispatch(Event::Start);
     io.run();
     if (events) events->flush(kEventFlushDeadline);
+    if (sideStore) {
+      std::lock_guard lock(sideStore->mutex);
+      sideStore->rendezvous = nullptr;
+    }
     hangMonitor.reset();
     group.reset();  // SIGKILLs and reaps whatever is left; the guard's destructor sweeps the rest
     // Daemons of the workers that left their groups and cleared their environment are drun's
