@@ -23,18 +23,21 @@ struct EventQueue::State {
     for (;;) {
       changed.wait(lock, [this] { return closing || !lines.empty(); });
       if (closing) return;
-      std::string line = std::move(lines.front());
-      lines.pop_front();
+      std::vector<std::string> batch;
+      while (!lines.empty() && batch.size() < kMaxBatch) {
+        batch.push_back(std::move(lines.front()));
+        lines.pop_front();
+      }
       lock.unlock();
       bool ok = true;
       try {
-        writer(line);
+        writer(batch);
       } catch (...) {
-        ok = false;  // the writer says why (debug log); the event is lost, not the agent
+        ok = false;  // the writer says why (debug log); the events are lost, not the agent
       }
       lock.lock();
-      if (!ok) ++dropped;
-      ++done;
+      if (!ok) dropped += batch.size();
+      done += batch.size();
       changed.notify_all();
     }
   }

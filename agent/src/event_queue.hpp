@@ -14,13 +14,16 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace drun::agent::detail {
 
 class EventQueue {
  public:
-  // The writer may throw: the line is dropped (counted) and the next one is tried.
-  using Writer = std::function<void(const std::string& line)>;
+  // Gets every line queued since its last call (at most kMaxBatch), in order: one write for all
+  // of them. It may throw: those lines are dropped (counted) and the next ones are tried.
+  using Writer = std::function<void(const std::vector<std::string>& lines)>;
+  static constexpr size_t kMaxBatch = 256;
   explicit EventQueue(Writer writer, size_t maxQueued = 1024);
   ~EventQueue();
   EventQueue(const EventQueue&) = delete;

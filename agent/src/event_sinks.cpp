@@ -37,8 +37,8 @@ class FileEventSink final : public EventSink {
         }) {
     if (!file_)
       throw InvalidArgument("--events " + path + ": cannot open it: " + std::strerror(errno));
-    queue_ = std::make_unique<EventQueue>([file = file_](const std::string& line) {
-      std::fwrite(line.data(), 1, line.size(), file.get());
+    queue_ = std::make_unique<EventQueue>([file = file_](const std::vector<std::string>& lines) {
+      for (const std::string& line : lines) std::fwrite(line.data(), 1, line.size(), file.get());
       std::fflush(file.get());
     });
   }
@@ -59,12 +59,13 @@ class StoreEventSink final : public EventSink {
       std::unique_ptr<rdzv::LivenessStore> store;
     };
     auto writer = std::make_shared<Writer>(Writer{std::move(connect), std::move(runId), nullptr});
-    queue_ = std::make_unique<EventQueue>([writer](const std::string& line) {
+    queue_ = std::make_unique<EventQueue>([writer](const std::vector<std::string>& lines) {
       try {
         if (!writer->store) writer->store = writer->connect();
         if (!writer->store) return;
-        json event = json::parse(line);
-        rdzv::appendJobEvent(*writer->store, writer->runId, std::move(event));
+        std::vector<json> events;
+        for (const std::string& line : lines) events.push_back(json::parse(line));
+        rdzv::appendJobEvents(*writer->store, writer->runId, std::move(events));
       } catch (const std::exception& e) {
         spdlog::debug("agent: the job's history in the store: {}", e.what());
         writer->store.reset();  // connect again for the next event

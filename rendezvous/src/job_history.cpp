@@ -47,12 +47,21 @@ bool isJobEvent(const json& event) {
          !text(event, "event").empty();
 }
 
-void appendJobEvent(Store& store, std::string_view runId, json event) {
-  fitEvent(event);
-  const int64_t next = store.add(keys::eventCount(runId), 1);
-  event["seq"] = next - 1;
-  const std::string line = event.dump(-1, ' ', false, json::error_handler_t::replace);
-  store.set(keys::eventSlot(runId, static_cast<uint64_t>(next - 1)), Bytes(line.begin(), line.end()));
+void appendJobEvents(Store& store, std::string_view runId, std::vector<json> events) {
+  if (events.empty()) return;
+  const int64_t count = static_cast<int64_t>(std::min<size_t>(events.size(), keys::kEventSlots));
+  events.erase(events.begin(), events.end() - count);  // more than the ring holds: the last ones
+  const int64_t first = store.add(keys::eventCount(runId), count) - count;
+  std::vector<std::string> slots;
+  std::vector<Bytes> lines;
+  for (int64_t i = 0; i < count; ++i) {
+    json& event = events[static_cast<size_t>(i)];
+    fitEvent(event);
+    event["seq"] = first + i;
+    slots.push_back(keys::eventSlot(runId, static_cast<uint64_t>(first + i)));
+    lines.push_back(event.dump(-1, ' ', false, json::error_handler_t::replace));
+  }
+  store.multiSet(slots, lines);
 }
 
 std::vector<json> readJobHistory(Store& store, std::string_view runId, size_t* skipped) {

@@ -24,9 +24,13 @@ inline constexpr int kEventSchemaVersion = 1;
 // An event longer than this (a stack excerpt, a failure's detail) is cut before it is stored.
 inline constexpr size_t kMaxEventBytes = 4096;
 
-// Appends `event` to the job's history: takes the next sequence number, stores the event with
-// "seq" set at its slot. Two store calls; throws what the store throws.
-void appendJobEvent(Store& store, std::string_view runId, nlohmann::json event);
+// Appends `events` to the job's history, in order: takes the next sequence numbers at once and
+// stores each event with its "seq" at its slot. Two store calls (add, multiSet) however many;
+// throws what the store throws.
+void appendJobEvents(Store& store, std::string_view runId, std::vector<nlohmann::json> events);
+inline void appendJobEvent(Store& store, std::string_view runId, nlohmann::json event) {
+  appendJobEvents(store, runId, {std::move(event)});
+}
 
 // The last keys::kEventSlots events of the job, oldest first (those whose slot was overwritten
 // or not written yet are missing). `skipped` counts slots that did not parse.
