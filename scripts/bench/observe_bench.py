@@ -107,13 +107,16 @@ def main():
     names = {"standalone": "launch 16 x hostname (single node, --events)",
              "daemon": "launch 16 x hostname via daemon (history, --http)",
              "round": f"{a.agents}-agent rendezvous round (--http)"}
-    print("watching a job: medians, events + HTTP off vs on (same run, interleaved)")
-    print("%-52s %6s | %10s %10s | %7s" % ("what", "runs", "off ms", "on ms", "on/off"))
-    print("-" * 94)
+    print("watching a job: events + HTTP off vs on (same run, interleaved); median and min of the runs")
+    print("%-52s %5s | %9s %9s %7s | %9s %9s %7s" % ("what", "runs", "off med", "on med", "on/off",
+                                                   "off min", "on min", "on/off"))
+    print("-" * 118)
     for key, (off, on) in rows.items():
         mo, mn = statistics.median(off), statistics.median(on)
-        print("%-52s %6d | %10.1f %10.1f | %6.3fx" % (names[key], len(off), mo, mn, mn / mo))
-
+        lo, ln = min(off), min(on)
+        print("%-52s %5d | %9.1f %9.1f %6.3fx | %9.1f %9.1f %6.3fx" % (
+            names[key], len(off), mo, mn, mn / mo, lo, ln, ln / lo))
+    print("(ms; load average at the end: %.1f on %d cores)" % (os.getloadavg()[0], os.cpu_count()))
 
 if __name__ == "__main__":
     main()
