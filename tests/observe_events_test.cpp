@@ -128,14 +128,7 @@ TEST_CASE("events: namespace hosts: a node waiting, a node taken in, one history
   const std::string go = (dir / "go").string();
   const std::string endpoint = cluster.address(0) + ":29531";
   auto node = [&](int host) {
-    return std::make_unique<Process>(RunOptions{
-        .argv = cluster.exec(host, {drunPath().string(), "--nnodes", "1:2", "--rdzv-endpoint", endpoint,
-                                    "--rdzv-id", "obs3", "--rdzv-conf", "last_call_timeout=1",
-                                    "--local-addr", cluster.address(host), "--events",
-                                    (dir / ("events" + std::to_string(host))).string(), "/bin/sh", "-c",
-                                    "while [ ! -e " + go + " ]; do sleep 0.05; done"}),
-        .env = {marker.env()},
-        .timeout = 90s});
+    return startNamespaceNode(cluster, host, dir.path(), endpoint, "obs3", "1:2", "last_call_timeout=1", marker);
   };
   auto a = node(0);
   REQUIRE(eventually([&] { return fileHas(dir / "events0", "\"worker_started\""); }, 20s));
@@ -229,14 +222,7 @@ TEST_CASE("events: namespace hosts: a lost node and its replacement", "[observe]
   const std::string go = (dir / "go").string();
   const std::string endpoint = cluster.address(0) + ":29532";
   auto node = [&](int host) {
-    return std::make_unique<Process>(RunOptions{
-        .argv = cluster.exec(host, {drunPath().string(), "--nnodes", "2", "--rdzv-endpoint", endpoint,
-                                    "--rdzv-id", "obs6", "--rdzv-conf", "replace_timeout=60",
-                                    "--local-addr", cluster.address(host), "--events",
-                                    (dir / ("events" + std::to_string(host))).string(), "/bin/sh", "-c",
-                                    "while [ ! -e " + go + " ]; do sleep 0.05; done"}),
-        .env = {marker.env()},
-        .timeout = 90s});
+    return startNamespaceNode(cluster, host, dir.path(), endpoint, "obs6", "2", "replace_timeout=60", marker);
   };
   auto a = node(0);
   auto b = node(1);

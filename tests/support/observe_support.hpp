@@ -131,4 +131,21 @@ inline std::vector<std::string> failOnceThenWait(int failRank, int failCode, con
               "while [ ! -e " + goFile + " ]; do sleep 0.05; done"};
 }
 
+// One agent on namespace host `host`: --nnodes `nnodes` of job `runId` at `endpoint`, with
+// --rdzv-conf `conf`, its events in <dir>/events<host>, one worker that waits for <dir>/go.
+inline std::unique_ptr<Process> startNamespaceNode(const NetnsCluster& cluster, int host,
+                                                   const std::filesystem::path& dir,
+                                                   const std::string& endpoint, const std::string& runId,
+                                                   const std::string& nnodes, const std::string& conf,
+                                                   const MarkerScope& marker) {
+  return std::make_unique<Process>(RunOptions{
+      .argv = cluster.exec(host, {drunPath().string(), "--nnodes", nnodes, "--rdzv-endpoint", endpoint,
+                                  "--rdzv-id", runId, "--rdzv-conf", conf, "--local-addr",
+                                  cluster.address(host), "--events",
+                                  (dir / ("events" + std::to_string(host))).string(), "/bin/sh", "-c",
+                                  "while [ ! -e " + (dir / "go").string() + " ]; do sleep 0.05; done"}),
+      .env = {marker.env()},
+      .timeout = 90s});
+}
+
 }  // namespace drun::test::observe
