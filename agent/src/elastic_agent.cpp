@@ -240,7 +240,11 @@ struct ElasticAgent::Impl {
   }
 
   void setUpEvents() {
-    events.emplace(config.rendezvous.runId, config.hostname);
+    // The node as the others know it: --local-addr tells agents of one host apart.
+    const std::string& addr = config.rendezvous.localAddr;
+    events.emplace(config.rendezvous.runId,
+                   addr.empty() || addr == config.hostname ? config.hostname
+                                                           : config.hostname + "(" + addr + ")");
     if (!config.eventsPath.empty()) events->add(detail::makeFileEventSink(config.eventsPath, console));
     if (config.jobHistory) {
       // The sink's thread may outlive run() (a store call past the flush deadline): it reaches

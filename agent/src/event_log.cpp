@@ -1,5 +1,7 @@
 #include "event_log.hpp"
 
+#include <unistd.h>
+
 #include <ctime>
 #include <spdlog/spdlog.h>
 
@@ -33,7 +35,8 @@ void EventLog::emit(std::string_view kind, nlohmann::json fields) {
       {"ts", isoTime(now)},
       {"ts_ms", std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count()},
       {"run_id", runId_},
-      {"node", node_}};
+      {"node", node_},
+      {"agent_pid", static_cast<int64_t>(::getpid())}};
   if (fields.is_object()) event.update(fields);
   for (auto& sink : sinks_) sink->write(event);
 }

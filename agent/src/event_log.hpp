@@ -45,7 +45,8 @@ class EventLog {
   EventLog(std::string runId, std::string node) : runId_(std::move(runId)), node_(std::move(node)) {}
   void add(std::unique_ptr<EventSink> sink) { sinks_.push_back(std::move(sink)); }
   bool enabled() const { return !sinks_.empty(); }
-  // {"v":1,"event":kind,"ts":"<UTC ISO 8601, ms>","ts_ms":<epoch ms>,"run_id","node", ...fields}
+  // {"v":1,"event":kind,"ts":"<UTC ISO 8601, ms>","ts_ms":<epoch ms>,"run_id","node","agent_pid",
+  //  ...fields}
   void emit(std::string_view kind, nlohmann::json fields = nlohmann::json::object());
   // Waits for every sink to write what it was given, all within `deadline`.
   void flush(std::chrono::milliseconds deadline);

@@ -415,6 +415,7 @@ CliResult parseCommandLine(const std::vector<std::string>& args) {
 
   std::string footer =
       "\nUsage: drun [OPTIONS] PROGRAM [ARGS...]   or   drun [OPTIONS] -m MODULE [ARGS...]\n"
+      "       drun status --rdzv-endpoint HOST[:PORT] [--rdzv-id ID] [--json]   (the jobs on a store)\n"
       "PROGRAM: any executable; a .py file runs under the Python interpreter.\n\n"
       "--rdzv-conf keys (DURATION: 30, 30s, 500ms, 2m; a bare number is seconds):\n" +
       confKeysHelp() +

@@ -95,7 +95,8 @@ json summarizeJob(std::string_view runId, const std::vector<json>& events) {
             {"waiting", json::array()}, {"hung", json::array()}, {"rounds", json::array()},
             {"events", events.size()}, {"last_ts_ms", nullptr}};
   std::map<int64_t, json> rounds;
-  std::map<std::string, bool> joining;  // node -> its latest word is "joining"
+  std::map<std::string, std::pair<bool, std::string>> joining;  // agent -> (its latest word is
+                                                                // "joining", its node)
   std::optional<int64_t> current;
   std::string ended;
   auto roundOf = [&](int64_t r) -> json& {
@@ -110,11 +111,13 @@ json summarizeJob(std::string_view runId, const std::vector<json>& events) {
     if (!isJobEvent(e)) continue;
     const std::string kind = text(e, "event");
     const std::string node = text(e, "node");
+    // Agents of one host (tests, a spare beside a member) share a name: their pid tells them apart.
+    const std::string agent = node + "#" + std::to_string(number(e, "agent_pid").value_or(0));
     if (auto ts = number(e, "ts_ms")) s["last_ts_ms"] = *ts;
     const auto round = number(e, "round");
-    if (kind == "node_joining") joining[node] = true;
+    if (kind == "node_joining") joining[agent] = {true, node};
     if (kind == "round_formed" && round && *round >= 0) {
-      joining[node] = false;
+      joining[agent] = {false, node};
       json& R = roundOf(*round);
       if (R["ts_ms"].is_null()) R["ts_ms"] = number(e, "ts_ms").value_or(0);
       R["world_size"] = number(e, "world_size").value_or(0);
@@ -167,8 +170,8 @@ json summarizeJob(std::string_view runId, const std::vector<json>& events) {
     s["hung"] = hung;
   }
   if (!ended.empty()) s["state"] = ended;
-  for (const auto& [node, waits] : joining)
-    if (waits && ended.empty()) s["waiting"].push_back(node);
+  for (const auto& [agent, state] : joining)
+    if (state.first && ended.empty()) s["waiting"].push_back(state.second);
   return s;
 }
 

@@ -48,6 +48,7 @@ inline void checkCommon(const json& e, const std::string& runId) {
   CHECK(e["ts_ms"].is_number_integer());
   CHECK(e["run_id"] == runId);
   CHECK(!e["node"].get<std::string>().empty());
+  CHECK(e["agent_pid"].get<int64_t>() > 0);
 }
 
 inline bool fileHas(const std::filesystem::path& path, const std::string& needle) {
