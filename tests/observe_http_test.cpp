@@ -119,7 +119,7 @@ TEST_CASE("drun-rendezvous --http: the page shows the round and the root cause i
   CHECK(job->wait().status() == 0);
 }
 
-TEST_CASE("drun-rendezvous --http: the token guards it, malformed and oversized requests get 400", "[observe]") {
+TEST_CASE("drun-rendezvous --http: the token guards it, malformed and oversized requests get 400, at most 64 connections", "[observe]") {
   TempDir dir;
   const auto token = dir.write("token", "0123456789abcdef0123456789abcdef\n");
   Daemon daemon({"--token-file", token.string()});
@@ -142,6 +142,26 @@ TEST_CASE("drun-rendezvous --http: the token guards it, malformed and oversized 
   INFO(status.describe());
   CHECK(status.status() == 0);
   CHECK(status.out == "no jobs on 127.0.0.1:" + std::to_string(daemon.storePort) + "\n");
+  // At most 64 connections: the 65th is closed at once, counted; the others are not disturbed.
+  std::vector<int> idle;
+  for (int i = 0; i < 64; ++i) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(daemon.httpPort);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+    idle.push_back(fd);
+  }
+  REQUIRE(eventually([&] { return httpGet(daemon.httpPort, "/metrics?token=0123456789abcdef0123456789abcdef").empty(); }, 5s));
+  for (int fd : idle) ::close(fd);
+  std::string metrics;
+  REQUIRE(eventually([&] {
+    metrics = httpGet(daemon.httpPort, "/metrics?token=0123456789abcdef0123456789abcdef");
+    return metrics.rfind("HTTP/1.1 200", 0) == 0;
+  }, 5s));
+  CHECK(std::regex_search(metrics, std::regex(R"(\ndrun_rdzv_http_refused_total [1-9])")));
+  CHECK(std::regex_search(metrics, std::regex(R"(\ndrun_rdzv_http_bad_requests_total 3\n)")));
   RunResult bad = run({.argv = {(buildDir() / "bin" / "drun-rendezvous").string(), "--port", "0", "--http", "x:y"},
                        .timeout = 10s});
   CHECK(bad.status() == 1);
