@@ -201,7 +201,7 @@ TEST_CASE("events: namespace hosts: a node waiting, a node taken in, one history
   CHECK(eb.back()["event"] == "job_succeeded");
 }
 
-TEST_CASE("drun status: an endpoint with no store is a clear error in bounded time", "[observe]") {
+TEST_CASE("drun status: an endpoint with no store is a clear error in bounded time, --events unwritable a usage error", "[observe]") {
   const std::string endpoint = "127.0.0.1:" + std::to_string(freeLoopbackPort());
   RunResult r = run({.argv = {drunPath().string(), "status", "--rdzv-endpoint", endpoint, "--timeout", "1s"},
                      .timeout = 20s});
@@ -212,6 +212,11 @@ TEST_CASE("drun status: an endpoint with no store is a clear error in bounded ti
   RunResult none = run({.argv = {drunPath().string(), "status"}, .timeout = 20s});
   CHECK(none.status() != 0);
   CHECK(none.err.find("--rdzv-endpoint") != std::string::npos);
+  // An --events file that cannot be opened is a usage error before anything starts.
+  RunResult events = run({.argv = {drunPath().string(), "--events", "/nonexistent/dir/e.jsonl", "/bin/true"},
+                          .timeout = 20s});
+  CHECK(events.status() == 2);
+  CHECK(events.err.find("--events /nonexistent/dir/e.jsonl: cannot open it") != std::string::npos);
 }
 
 TEST_CASE("events: namespace hosts: a lost node and its replacement", "[observe][multinode]") {

@@ -6,7 +6,9 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <random>
@@ -552,6 +554,11 @@ CliResult parseCommandLine(const std::vector<std::string>& args) {
   if (!hangTimeout.empty()) usage([&] { agent::parseHangTimeout(hangTimeout, c.hangs); return 0; });
   if (!hangIdle.empty()) usage([&] { agent::parseHangIdle(hangIdle, c.hangs); return 0; });
   c.eventsPath = eventsPath;
+  if (!eventsPath.empty() && eventsPath != "-") {  // said now, before anything is set up
+    std::FILE* f = std::fopen(eventsPath.c_str(), "a");
+    if (!f) throw UsageError("--events " + eventsPath + ": cannot open it: " + std::strerror(errno));
+    std::fclose(f);
+  }
   c.jobHistory = usage([] { return env::getBool("DRUN_JOB_HISTORY"); });
 
   ResolvedProgram program = resolveProgram({rest, module, noPython});
