@@ -179,6 +179,10 @@ class C10dRendezvous final : public Rendezvous {
     throw Error("the shared value " + key + " kept changing (16 tries)");
   }
 
+  std::unique_ptr<LivenessStore> connectSideStore() override {
+    return connect_ ? connect_() : nullptr;
+  }
+
   void onJobEvent(std::function<void(const JobEvent&)> callback) override {
     std::lock_guard lock(slot_->mutex);
     slot_->callback = [this, callback = std::move(callback)](const JobEvent& event) {

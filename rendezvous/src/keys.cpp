@@ -155,6 +155,23 @@ std::string config(std::string_view runId) { return cat(job(runId), "config"); }
 std::string present(std::string_view runId) { return cat(job(runId), "present"); }
 std::string refill(std::string_view runId) { return cat(job(runId), "refill"); }
 std::string lastDead(std::string_view runId, uint64_t r) { return cat(round(runId, r), "last_dead"); }
+std::string eventCount(std::string_view runId) { return cat(job(runId), "events/next"); }
+std::string eventSlot(std::string_view runId, uint64_t n) {
+  return cat(job(runId), "events/" + std::to_string(n % kEventSlots));
+}
+std::optional<std::string> runIdOfEventSlot(std::string_view key) {
+  constexpr std::string_view kRoot = "rdzv/", kEvents = "/events/";
+  if (!key.starts_with(kRoot)) return std::nullopt;
+  const size_t at = key.rfind(kEvents);
+  if (at == std::string_view::npos || at <= kRoot.size()) return std::nullopt;
+  std::string_view slot = key.substr(at + kEvents.size());
+  if (slot.empty() || slot.size() > 4) return std::nullopt;
+  for (char c : slot)
+    if (c < '0' || c > '9') return std::nullopt;
+  std::string runId(key.substr(kRoot.size(), at - kRoot.size()));
+  if (runId.find('/') != std::string::npos) return std::nullopt;
+  return runId;
+}
 std::string sharedValue(std::string_view runId, std::string_view name) {
   static constexpr char kHex[] = "0123456789abcdef";
   std::string key = cat(job(runId), "shared/");

@@ -18,6 +18,7 @@
 
 #include "drun/common/error.hpp"
 #include "drun/common/progress.hpp"
+#include "drun/rendezvous/store.hpp"
 
 namespace drun::rdzv {
 
@@ -151,6 +152,10 @@ class Rendezvous {
                                   const std::function<std::string(const std::string&)>& merge) {
     return merge("");
   }
+  // Opens another connection to the job's store (no will; its own deadlines), for writers that
+  // must not queue behind a blocking join: the agent's job history (issue 20). Null without a
+  // shared store. Callable from any thread.
+  virtual std::unique_ptr<LivenessStore> connectSideStore() { return nullptr; }
 };
 
 // The single-node rendezvous: no network; reserves a free MASTER_PORT on `masterAddr`.
