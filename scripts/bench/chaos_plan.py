@@ -20,7 +20,10 @@ HEARTBEAT_TIMEOUT_S = 2.0
 HEARTBEAT_INTERVAL_S = 0.5
 RDZV_CONF = ("join_timeout=6,last_call_timeout=500ms,close_timeout=3,"
              f"heartbeat_interval={HEARTBEAT_INTERVAL_S * 1000:g}ms,"
-             f"heartbeat_timeout={HEARTBEAT_TIMEOUT_S:g},read_timeout=5")
+             f"heartbeat_timeout={HEARTBEAT_TIMEOUT_S:g},read_timeout=5,"
+             # The store's host killed ends the job (an embedded store): its agents give up
+             # after 3 s, as before the 30 s default, so an iteration stays short.
+             "reconnect_timeout=3")
 MAX_RESTARTS = 3
 SHUTDOWN_TIMEOUT_S = 2
 
