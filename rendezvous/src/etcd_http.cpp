@@ -226,6 +226,12 @@ HttpReply EtcdConnection::post(const std::string& target, const std::string& bod
         parser.body_limit(kMaxReplyBytes);
         parser.header_limit(64 * 1024);
         try {
+          // The length a reply claims is checked before anything is allocated for it.
+          co_await impl_->readHeader(parser);
+          if (parser.content_length() && *parser.content_length() > kMaxReplyBytes)
+            throw ProtocolError("etcd " + endpoint_.name() + ": a reply of " +
+                                std::to_string(*parser.content_length()) + " bytes (limit " +
+                                std::to_string(kMaxReplyBytes) + ")");
           co_await impl_->read(parser);
         } catch (...) {
           gotSome = parser.got_some();

@@ -105,8 +105,8 @@ void EtcdSession::markLost(const std::string& why) {
 
 bool EtcdSession::waitStopping(Clock::time_point until) {
   std::unique_lock lock(mutex_);
-  changed_.wait_until(lock, until, [&] { return stopping_ || keepAlivePaused_; });
-  return stopping_ || keepAlivePaused_;
+  changed_.wait_until(lock, until, [&] { return stopping_; });
+  return stopping_;
 }
 
 void EtcdSession::stopKeepAliveForTest() {
@@ -128,18 +128,27 @@ void EtcdSession::keepAlive() {
     if (waitStopping(next)) return;
     const Clock::time_point sentAt = Clock::now();
     const Clock::time_point lostAt = renewed + lostAfter;
-    try {
-      const int64_t left = keepAliveClient_->leaseKeepAlive(
-          lease_, Deadline::at(std::max(std::min(lostAt, sentAt + interval), sentAt + milliseconds(50))));
-      if (left <= 0) {
-        markLost("etcd says the lease " + ownId_ + " ended (this agent was silent too long)");
-        return;
+    bool paused;
+    {
+      std::lock_guard lock(mutex_);
+      paused = keepAlivePaused_;
+    }
+    if (paused) {
+      lastError = "keep-alive stopped (a test's cut-off agent)";
+    } else {
+      try {
+        const int64_t left = keepAliveClient_->leaseKeepAlive(
+            lease_, Deadline::at(std::max(std::min(lostAt, sentAt + interval), sentAt + milliseconds(50))));
+        if (left <= 0) {
+          markLost("etcd says the lease " + ownId_ + " ended (this agent was silent too long)");
+          return;
+        }
+        renewed = sentAt;
+        next = sentAt + interval;
+        continue;
+      } catch (const std::exception& e) {
+        lastError = e.what();
       }
-      renewed = sentAt;
-      next = sentAt + interval;
-      continue;
-    } catch (const std::exception& e) {
-      lastError = e.what();
     }
     if (Clock::now() >= lostAt) {
       markLost("no etcd member renewed the lease for " +
