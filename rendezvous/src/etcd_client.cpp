@@ -171,8 +171,9 @@ std::string EtcdClient::call(const std::string& path, const std::string& body,
   bool renewedToken = false;
   const auto started = Clock::now();
   for (int pass = 0;; ++pass) {
+    const size_t first = current_;
     for (size_t k = 0; k < connections_.size(); ++k) {
-      const size_t i = (current_ + k) % connections_.size();
+      const size_t i = (first + k) % connections_.size();
       etcd::EtcdConnection& connection = *connections_[i];
       const std::string what = "etcd " + connection.endpoint().name() + ": " + path;
       if (interrupted_) throw NetworkError(what + ": interrupted");
@@ -212,10 +213,12 @@ std::string EtcdClient::call(const std::string& path, const std::string& body,
           throw AuthError(what + ": " + message);
         throw Error(what + " refused (code " + std::to_string(code) + "): " + message);
       } catch (const TimeoutError& e) {
+        current_ = (i + 1) % connections_.size();  // the next call starts on another member
         if (sent && !idempotent) throw;
         lastError = e.what();
         lastWasTimeout = true;
       } catch (const NetworkError& e) {
+        current_ = (i + 1) % connections_.size();
         if (interrupted_ || (sent && !idempotent)) throw;
         lastError = e.what();
         lastWasTimeout = false;
