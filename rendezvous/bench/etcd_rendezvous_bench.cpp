@@ -26,6 +26,7 @@
 #include "drun/common/error.hpp"
 #include "drun/rendezvous/c10d_rendezvous.hpp"
 #include "drun/rendezvous/etcd_store.hpp"
+#include "drun/rendezvous/store_server.hpp"
 
 using namespace drun;
 using namespace drun::rdzv;

@@ -21,13 +21,31 @@ std::string keyList(const std::vector<std::string>& keys) {
   return out + "]";
 }
 
-// A short random pause after a lost compare-and-set race, growing with the attempts.
+// A random pause after a lost compare-and-set race, its range growing with the attempts (up to
+// 200 ms): N racers then spread out instead of all proposing again at once (every failed
+// transaction is a raft proposal too; without the spread N racers cost about N^2/2 of them).
 void backOff(int attempt) {
   thread_local std::mt19937 jitter(std::random_device{}());
-  std::this_thread::sleep_for(std::chrono::microseconds(jitter() % (100u << std::min(attempt, 7))));
+  const unsigned rangeUs = std::min(2000u * unsigned(attempt + 1), 200000u);
+  std::this_thread::sleep_for(std::chrono::microseconds(jitter() % rangeUs));
 }
 
 constexpr int kMaxRaces = 4096;
+// etcd refuses a transaction of more operations than its --max-txn-ops (128 by default).
+constexpr size_t kMaxOpsPerTxn = 128;
+
+// Reads the keys in transactions of at most kMaxOpsPerTxn ranges; one range result per key.
+std::vector<EtcdRange> readAll(EtcdClient& client, const std::vector<std::string>& keys) {
+  std::vector<EtcdRange> out;
+  for (size_t at = 0; at < keys.size(); at += kMaxOpsPerTxn) {
+    std::vector<EtcdOp> reads;
+    for (size_t i = at; i < std::min(keys.size(), at + kMaxOpsPerTxn); ++i)
+      reads.push_back(EtcdOp::range(keys[i]));
+    EtcdTxnResult result = client.txn({}, reads, {}, true);
+    for (auto& r : result.ranges) out.push_back(std::move(r));
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -143,11 +161,9 @@ void EtcdStore::wait(const std::vector<std::string>& keys, milliseconds timeout)
 
 bool EtcdStore::check(const std::vector<std::string>& keys) {
   checkLease();
-  if (keys.empty()) return true;
-  std::vector<EtcdOp> reads;
-  for (const std::string& key : keys) reads.push_back(EtcdOp::range(k(key)));
-  const EtcdTxnResult result = client_->txn({}, reads, {}, true);
-  for (const EtcdRange& r : result.ranges)
+  std::vector<std::string> full;
+  for (const std::string& key : keys) full.push_back(k(key));
+  for (const EtcdRange& r : readAll(*client_, full))
     if (r.kvs.empty()) return false;
   return true;
 }
@@ -156,12 +172,11 @@ std::vector<Bytes> EtcdStore::multiGet(const std::vector<std::string>& keys, mil
   const Deadline deadline(timeout);
   for (;;) {
     wait(keys, deadline.remaining());
-    // One consistent read of them all (a key deleted meanwhile: wait again).
-    std::vector<EtcdOp> reads;
-    for (const std::string& key : keys) reads.push_back(EtcdOp::range(k(key)));
-    const EtcdTxnResult result = client_->txn({}, reads, {}, true);
+    // One read of them all, consistent up to 128 keys (a key deleted meanwhile: wait again).
+    std::vector<std::string> full;
+    for (const std::string& key : keys) full.push_back(k(key));
     std::vector<Bytes> values;
-    for (const EtcdRange& r : result.ranges) {
+    for (const EtcdRange& r : readAll(*client_, full)) {
       if (r.kvs.empty()) break;
       values.push_back(r.kvs.front().value);
     }
@@ -172,11 +187,18 @@ std::vector<Bytes> EtcdStore::multiGet(const std::vector<std::string>& keys, mil
 void EtcdStore::multiSet(const std::vector<std::string>& keys, const std::vector<Bytes>& values) {
   checkLease();
   if (keys.size() != values.size()) throw InvalidArgument("multiSet: keys and values differ in count");
-  std::map<std::string, Bytes> last;  // etcd refuses a key twice in one transaction
-  for (size_t i = 0; i < keys.size(); ++i) last[k(keys[i])] = values[i];
+  // etcd refuses a key twice in one transaction: each key once, with its last value, in the
+  // order of its last occurrence. Over kMaxOpsPerTxn keys, several transactions in that order:
+  // what a caller writes last (a round's status, after its assignments) is still written last.
+  std::map<std::string, size_t> lastAt;
+  for (size_t i = 0; i < keys.size(); ++i) lastAt[keys[i]] = i;
   std::vector<EtcdOp> writes;
-  for (auto& [key, value] : last) writes.push_back(EtcdOp::put(key, value));
-  client_->txn({}, writes, {}, true);
+  for (size_t i = 0; i < keys.size(); ++i)
+    if (lastAt[keys[i]] == i) writes.push_back(EtcdOp::put(k(keys[i]), values[i]));
+  for (size_t at = 0; at < writes.size(); at += kMaxOpsPerTxn) {
+    std::vector<EtcdOp> chunk(writes.begin() + at, writes.begin() + std::min(writes.size(), at + kMaxOpsPerTxn));
+    client_->txn({}, chunk, {}, true);
+  }
 }
 
 bool EtcdStore::deleteKey(const std::string& key) {
