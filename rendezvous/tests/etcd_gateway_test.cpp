@@ -137,3 +137,10 @@ TEST_CASE("etcd client: endpoint lists are parsed and bad ones refused", "[etcd]
   CHECK_THROWS_AS(parseEtcdEndpoints("h1:99999"), InvalidArgument);
   CHECK_THROWS_AS(parseEtcdEndpoints("::1:2379"), InvalidArgument);
 }
+
+TEST_CASE("etcd client: a CA file that cannot be loaded is refused naming etcd_cacert", "[etcd]") {
+  EtcdClientOptions o;
+  o.endpoints = {"127.0.0.1:1"};
+  o.caFile = "/nonexistent/ca.pem";
+  CHECK_THROWS_WITH(EtcdClient(o), Catch::Contains("etcd_cacert") && Catch::Contains("/nonexistent/ca.pem"));
+}

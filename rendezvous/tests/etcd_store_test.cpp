@@ -261,3 +261,23 @@ TEST_CASE("etcd rendezvous: four agents form a round, and a dead agent is a lost
   agents[0]->leave();
   agents[1]->leave();
 }
+
+TEST_CASE("etcd client: user and password auth against a cluster with auth enabled", "[etcd]") {
+  ::drun::test::EtcdCluster cluster;
+  const std::string ctl = "ETCDCTL_API=3 etcdctl --endpoints=" + cluster.list() + " ";
+  if (std::system((ctl + "version >/dev/null 2>&1").c_str()) != 0)
+    ::drun::test::skipTest("etcdctl is not installed (Debian: etcd-client)");
+  REQUIRE(std::system((ctl + "user add root:rootpw >/dev/null 2>&1").c_str()) == 0);
+  REQUIRE(std::system((ctl + "auth enable >/dev/null 2>&1").c_str()) == 0);
+  EtcdClientOptions o = clientOptions(cluster.endpoints());
+  EtcdClient anonymous(o);
+  CHECK_THROWS_AS(anonymous.put("/a/k", "v"), Error);
+  o.user = "root";
+  o.password = "rootpw";
+  EtcdClient authenticated(o);
+  authenticated.put("/a/k", "v");
+  CHECK(authenticated.range("/a/k").kvs.at(0).value == "v");
+  o.password = "wrong";
+  EtcdClient wrong(o);
+  CHECK_THROWS_AS(wrong.range("/a/k"), AuthError);
+}
