@@ -19,10 +19,11 @@ namespace {
 
 // heartbeat_timeout is the lease TTL: 3 s (a leader election, 0.5-1 s here, fits in it).
 std::vector<std::string> agentArgs(const EtcdCluster& etcd, const std::string& nnodes,
-                                   const std::string& id, std::vector<std::string> program) {
+                                   const std::string& id, std::vector<std::string> program,
+                                   const std::string& lastCall = "0") {
   std::vector<std::string> args = {"--nnodes", nnodes, "--nproc-per-node", "1", "--rdzv-backend", "etcd",
                                    "--rdzv-endpoint", etcd.list(), "--rdzv-id", id, "--max-restarts", "1",
-                                   "--rdzv-conf", "heartbeat_timeout=3,last_call_timeout=0,join_timeout=20"};
+                                   "--rdzv-conf", "heartbeat_timeout=3,join_timeout=20,last_call_timeout=" + lastCall};
   args.insert(args.end(), program.begin(), program.end());
   return args;
 }
@@ -89,8 +90,9 @@ TEST_CASE("etcd e2e: the first node (c10d's store host) killed: the survivor re-
   TempDir dir;
   const std::string go = "GO=" + (dir / "go").string();
   const std::string id = "etcd-host-" + randomHex(6);
-  Process first(drunCommand(agentArgs(etcd, "1:2", id, waitingWorker()), {marker.env(), go}, 40s));
-  Process second(drunCommand(agentArgs(etcd, "1:2", id, waitingWorker()), {marker.env(), go}, 40s));
+  // The last call (5 s) lets the first round take both nodes.
+  Process first(drunCommand(agentArgs(etcd, "1:2", id, waitingWorker(), "5"), {marker.env(), go}, 40s));
+  Process second(drunCommand(agentArgs(etcd, "1:2", id, waitingWorker(), "5"), {marker.env(), go}, 40s));
   REQUIRE(first.waitForLines("WS=2 READY", 1, 20s));
   REQUIRE(second.waitForLines("WS=2 READY", 1, 20s));
   const auto killed = std::chrono::steady_clock::now();
