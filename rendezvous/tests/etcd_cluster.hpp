@@ -62,6 +62,28 @@ class EtcdCluster {
     pid_t pid = 0;
     if (in >> pid && pid > 0) ::kill(pid, SIGKILL);
   }
+  // The member that leads now (0..2), asked through each member's /v3/maintenance/status;
+  // -1 when none answers as leader.
+  int leader() const {
+    for (int i = 0; i < 3; ++i) {
+      const std::string command = "curl -s -m 2 -X POST http://" + endpoints_[i] +
+                                  "/v3/maintenance/status -d '{}' 2>/dev/null";
+      std::string reply;
+      if (FILE* pipe = ::popen(command.c_str(), "r")) {
+        char buf[1024];
+        while (std::fgets(buf, sizeof buf, pipe)) reply += buf;
+        ::pclose(pipe);
+      }
+      auto field = [&](const std::string& name) {
+        const size_t at = reply.find("\"" + name + "\":\"");
+        if (at == std::string::npos) return std::string();
+        const size_t start = at + name.size() + 4;
+        return reply.substr(start, reply.find('"', start) - start);
+      };
+      if (!field("member_id").empty() && field("member_id") == field("leader")) return i;
+    }
+    return -1;
+  }
   void killAll() {
     for (int i = 0; i < 3; ++i) kill(i);
   }
