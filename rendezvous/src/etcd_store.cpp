@@ -21,12 +21,13 @@ std::string keyList(const std::vector<std::string>& keys) {
   return out + "]";
 }
 
-// A random pause after a lost compare-and-set race, its range growing with the attempts (up to
-// 200 ms): N racers then spread out instead of all proposing again at once (every failed
-// transaction is a raft proposal too; without the spread N racers cost about N^2/2 of them).
+// A random pause after a lost compare-and-set race, its range doubling with the attempts (1 ms
+// to 100 ms, as Ethernet's backoff): N racers spread out within about log2(N) attempts instead of
+// all proposing again at once (every failed transaction is a raft proposal too; without the
+// spread N racers cost about N^2/2 of them).
 void backOff(int attempt) {
   thread_local std::mt19937 jitter(std::random_device{}());
-  const unsigned rangeUs = std::min(2000u * unsigned(attempt + 1), 200000u);
+  const unsigned rangeUs = std::min(1000u << std::min(attempt, 7), 100000u);
   std::this_thread::sleep_for(std::chrono::microseconds(jitter() % rangeUs));
 }
 
