@@ -87,7 +87,7 @@ TEST_CASE("etcd e2e: the etcd leader killed while the round closes: the job form
 
 TEST_CASE("etcd e2e: an etcd member killed mid-job: the job goes on undisturbed", "[e2e][etcd]") {
   WaitingJob job("etcd-member");
-  job.etcd.kill(0);  // the member both agents talk to first (the first endpoint)
+  job.etcd.kill(0);  // a member some of the agents' connections talk to (each starts on a random one)
   // Not a synchronisation: the job must run on for longer than the lease TTL (an agent that
   // lost its lease would have fenced its workers by then).
   std::this_thread::sleep_for(4s);

@@ -2,6 +2,7 @@
 #include "drun/rendezvous/etcd_client.hpp"
 
 #include <algorithm>
+#include <random>
 #include <thread>
 
 #include "drun/common/error.hpp"
@@ -123,6 +124,9 @@ EtcdClient::EtcdClient(EtcdClientOptions options) : options_(std::move(options))
   if (options_.endpoints.empty()) throw InvalidArgument("etcd client: no endpoint");
   for (const std::string& item : options_.endpoints)
     connections_.push_back(std::make_unique<etcd::EtcdConnection>(splitEndpoint(item), options_.caFile));
+  // Clients start on a random member: N agents spread their load over the cluster (each member
+  // serves its clients' JSON gateway; raft proposals go to the leader either way).
+  current_ = std::random_device{}() % connections_.size();
 }
 
 EtcdClient::~EtcdClient() = default;

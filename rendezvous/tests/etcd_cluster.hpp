@@ -20,11 +20,13 @@ namespace drun::test {
 
 class EtcdCluster {
  public:
-  EtcdCluster() {
+  // tls: https with a throw-away CA (caFile()).
+  explicit EtcdCluster(bool tls = false) {
     std::random_device rd;
     for (int attempt = 0; attempt < 3; ++attempt) {
       const int base = 20000 + int(rd() % 2000) * 6;
-      const std::string command = "BASE_PORT=" + std::to_string(base) + " " + script("up.sh") + " 2>&1";
+      const std::string command = std::string(tls ? "TLS=1 " : "") + "BASE_PORT=" +
+                                  std::to_string(base) + " " + script("up.sh") + " 2>&1";
       std::string output;
       FILE* pipe = ::popen(command.c_str(), "r");
       if (!pipe) skipTest("cannot run scripts/etcd/up.sh");
@@ -51,6 +53,8 @@ class EtcdCluster {
   EtcdCluster& operator=(const EtcdCluster&) = delete;
 
   const std::vector<std::string>& endpoints() const { return endpoints_; }
+  std::string caFile() const { return dir_ + "/tls/ca.pem"; }
+  std::string memberCertificate() const { return dir_ + "/tls/member.pem"; }
   std::string list() const {
     std::string out;
     for (const auto& e : endpoints_) out += (out.empty() ? "" : ",") + e;

@@ -2,6 +2,7 @@
 // tests skip where etcd is not installed), and the c10d rendezvous on it.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <future>
 #include <thread>
 
@@ -133,7 +134,7 @@ TEST_CASE("etcd client: a watch sees puts and deletes in order, and times out at
 TEST_CASE("etcd client: calls and watches fail over when the member in use is killed", "[etcd]") {
   ::drun::test::EtcdCluster cluster;
   EtcdClient c(clientOptions(cluster.endpoints()));
-  c.put("/f/k", "1");  // served by the first member
+  c.put("/f/k", "1");
   auto watched = std::async(std::launch::async, [&] {
     EtcdClient w(clientOptions(cluster.endpoints()));
     std::string value;
@@ -144,7 +145,11 @@ TEST_CASE("etcd client: calls and watches fail over when the member in use is ki
             });
     return value;
   });
-  cluster.kill(0);
+  // The member this client talks to (each client starts on a random one).
+  const auto& all = cluster.endpoints();
+  const int used = int(std::find(all.begin(), all.end(), c.endpointName()) - all.begin());
+  REQUIRE(used < 3);
+  cluster.kill(used);
   const auto start = Clock::now();
   c.put("/f/k", "2");
   c.put("/f/k", "3");
@@ -280,4 +285,19 @@ TEST_CASE("etcd client: user and password auth against a cluster with auth enabl
   o.password = "wrong";
   EtcdClient wrong(o);
   CHECK_THROWS_AS(wrong.range("/a/k"), AuthError);
+}
+
+TEST_CASE("etcd client: https with etcd_cacert; a certificate the CA does not vouch for is refused",
+          "[etcd]") {
+  ::drun::test::EtcdCluster cluster(/*tls=*/true);
+  EtcdClientOptions o = clientOptions(cluster.endpoints());
+  o.caFile = cluster.caFile();
+  EtcdClient secure(o);
+  secure.put("/tls/k", "v");
+  CHECK(secure.range("/tls/k").kvs.at(0).value == "v");
+  o.caFile = cluster.memberCertificate();  // not a CA: the members' certificates do not verify
+  EtcdClient wrongCa(o);
+  CHECK_THROWS_AS(wrongCa.range("/tls/k"), NetworkError);
+  EtcdClient plain(clientOptions(cluster.endpoints()));  // http to an https member
+  CHECK_THROWS_AS(plain.range("/tls/k"), Error);
 }

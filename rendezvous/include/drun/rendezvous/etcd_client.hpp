@@ -3,8 +3,8 @@
 // the rendezvous store from. No Debian package offers a C++ etcd client; the gateway is part of
 // every etcd server (checked against etcd 3.4.23).
 //
-// Endpoints: several members ("h1:2379,h2:2379,h3:2379"); a call goes to the member that
-// answered last and fails over to the next on a network error, a timeout of one attempt
+// Endpoints: several members ("h1:2379,h2:2379,h3:2379"); a client starts on a random one; a
+// call goes to the member that answered last and fails over to the next on a network error, a timeout of one attempt
 // (attemptTimeout) or an "unavailable" answer (no leader, a member shutting down), within the
 // call's deadline. A write whose outcome is unknown (sent, then the link broke) is retried only
 // when the caller says it is idempotent; else NetworkError/TimeoutError.
