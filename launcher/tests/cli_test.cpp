@@ -265,7 +265,7 @@ TEST_CASE("hang options reach the agent's config, from the command line and PET_
   CHECK(usageError({"--hang-timeout", "step=soon", "/bin/true"}).find("--hang-timeout step: expected a duration") != std::string::npos);
 }
 
-TEST_CASE("--rdzv-backend etcd (and etcd-v3) takes a member list and the etcd_* conf keys",
+TEST_CASE("the etcd backend: --rdzv-backend etcd-v3 takes a member list and the etcd conf keys",
           "[launcher]") {
   auto c = parse({"--nnodes", "1:3", "--rdzv-backend", "etcd-v3", "--rdzv-endpoint",
                   "e1:2379,e2:2379,e3:2379", "--rdzv-conf",

@@ -287,7 +287,7 @@ TEST_CASE("etcd client: user and password auth against a cluster with auth enabl
   CHECK_THROWS_AS(wrong.range("/a/k"), AuthError);
 }
 
-TEST_CASE("etcd client: https with etcd_cacert; a certificate the CA does not vouch for is refused",
+TEST_CASE("etcd client: https with etcd_cacert, and a certificate the CA does not vouch for is refused",
           "[etcd]") {
   ::drun::test::EtcdCluster cluster(/*tls=*/true);
   EtcdClientOptions o = clientOptions(cluster.endpoints());
