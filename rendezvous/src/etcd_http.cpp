@@ -115,6 +115,11 @@ struct EtcdConnection::Impl {
     try {
       std::rethrow_exception(failure);
     } catch (const boost::system::system_error& e) {
+      // OpenSSL refused the handshake (a certificate that does not verify): retrying elsewhere
+      // would fail the same way.
+      if (e.code().category() == asio::error::get_ssl_category())
+        throw AuthError("etcd " + endpoint.name() + ": " + what + ": TLS: " + e.code().message() +
+                        " (is etcd_cacert the CA of the members' certificates?)");
       if (isHttpError(e.code()) && e.code() != http::error::end_of_stream &&
           e.code() != http::error::partial_message)
         throw ProtocolError("etcd " + endpoint.name() + ": " + what + ": not a valid HTTP reply (" +

@@ -297,7 +297,7 @@ TEST_CASE("etcd client: https with etcd_cacert, and a certificate the CA does no
   CHECK(secure.range("/tls/k").kvs.at(0).value == "v");
   o.caFile = cluster.memberCertificate();  // not a CA: the members' certificates do not verify
   EtcdClient wrongCa(o);
-  CHECK_THROWS_AS(wrongCa.range("/tls/k"), NetworkError);
+  CHECK_THROWS_AS(wrongCa.range("/tls/k"), AuthError);
   EtcdClient plain(clientOptions(cluster.endpoints()));  // http to an https member
   CHECK_THROWS_AS(plain.range("/tls/k"), Error);
 }

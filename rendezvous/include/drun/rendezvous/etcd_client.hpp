@@ -13,7 +13,8 @@
 // certificate checked against it.
 // Errors: TimeoutError (the deadline passed), NetworkError (no member reachable), ProtocolError
 // (a reply that is not the gateway's JSON: untrusted input never crashes), AuthError (refused
-// credentials), Error (etcd refused the request: its message).
+// credentials, a member certificate the CA does not verify), Error (etcd refused the request:
+// its message).
 //
 // Threading: thread-safe; calls run one at a time per client (hold one client per thread that
 // blocks: a watch holds the client for its whole length). interrupt() from any thread ends the
