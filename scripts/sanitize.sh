@@ -3,7 +3,8 @@
 #   scripts/sanitize.sh address [build dir]   AddressSanitizer + UndefinedBehaviorSanitizer
 #                                             (LeakSanitizer included): the suite, less what
 #                                             needs no second pass (below)
-#   scripts/sanitize.sh thread  [build dir]   ThreadSanitizer: the store and agent tests
+#   scripts/sanitize.sh thread  [build dir]   ThreadSanitizer: the store, agent and in-process
+#                                             comm tests
 # Any report fails the test that caused it: -fno-sanitize-recover=all aborts on the first one,
 # and the runtime options below make the sanitizers exit non-zero.
 #
@@ -26,8 +27,12 @@ case $kind in
     ;;
   thread)
     sanitize=thread
-    targets=(rendezvous_tests agent_tests)
-    select=(-L '^(rendezvous_tests|agent_tests)$')
+    targets=(rendezvous_tests agent_tests comm_tests)
+    # comm: the in-process tests (ranks as threads: every op, requests, groups, timeouts) and the
+    # absent-rank timeout; not the multi-process matrices, kills and examples (processes of
+    # their own, minutes of unoptimised reductions).
+    select=(-L '^(rendezvous_tests|agent_tests|comm_tests)$'
+            -E '^comm: (every op|a peer SIGKILLed|every rank SIGKILLed|two hosts|example|an installed)')
     ;;
   *) echo "scripts/sanitize.sh: unknown sanitizer '$kind' (address or thread)" >&2; exit 2 ;;
 esac
@@ -43,7 +48,7 @@ nice cmake --build "$dir" --target "${targets[@]}" --parallel "$(nproc)"
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:exitcode=86}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:exitcode=86:second_deadlock_stack=1}
+export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:exitcode=86:second_deadlock_stack=1:suppressions=$PWD/scripts/tsan.supp}
 # This pass looks for what only a sanitizer sees. Every test here also runs in the main build,
 # where its timing bounds are judged; under a sanitizer (threads 5-15x slower, two tests at once)
 # a bound can be missed without any defect. So a failure with a sanitizer report fails the pass at

@@ -17,6 +17,7 @@ packages=(
   slurmctld slurmd slurm-client munge   # the [slurm] tests' cluster (scripts/slurm/up.sh)
   clang-16 libclang-rt-16-dev           # the libFuzzer targets (scripts/fuzz.sh)
   etcd-server etcd-client               # the etcd rendezvous backend's tests (scripts/etcd/up.sh)
+  python3-prometheus-client chromium    # "Watching a job" tests: /metrics' parser, the page in headless chromium
 )
 
 missing=()

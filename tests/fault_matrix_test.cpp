@@ -379,6 +379,7 @@ TEST_CASE("fault matrix: the store host SIGKILLed: the others fence and exit wit
           "[multinode]") {
   skipWithoutNetns();
   Matrix m(2, "2", "");
+  m.conf("reconnect_timeout=3");  // nobody restarts the host: the others give up after 3 s
   Process a(m.on(0)), b(m.on(1));
   awaitRound({&a, &b}, 4);
   a.signal(SIGKILL);
@@ -386,6 +387,7 @@ TEST_CASE("fault matrix: the store host SIGKILLed: the others fence and exit wit
   INFO(r.describe());
   CHECK(r.status() == 1);
   CHECK_THAT(r.err, Catch::Contains("lost the rendezvous store"));
+  CHECK_THAT(r.err, Catch::Contains("within 3s (--rdzv-conf reconnect_timeout)"));
   CHECK(r.wall < 40s);
   CHECK(m.nothingLeft());
 }

@@ -114,14 +114,6 @@ TEST_CASE("rendezvous: agents meet at a standalone drun-rendezvous daemon", "[e2
   CHECK(daemon.wait(10s).status() == 0);
 }
 
-namespace {
-int countLines(const std::string& text, const std::string& needle) {
-  int n = 0;
-  for (const std::string& line : splitLines(text)) n += line.find(needle) != std::string::npos;
-  return n;
-}
-}  // namespace
-
 TEST_CASE("rendezvous: long waits are said at a steady pace and not as a flood", "[e2e][rendezvous]") {
   SECTION("a node waiting for the others") {
     const uint16_t port = freePort();
@@ -132,8 +124,8 @@ TEST_CASE("rendezvous: long waits are said at a steady pace and not as a flood",
     CHECK(r.status() == 1);
     const std::string line = "drun: waiting for 1 more node(s) (1/2 joined at ";
     // One after 1 s, then one a second: 3 within 3.5 s (a slow machine may drop one).
-    CHECK(countLines(r.err, line) >= 2);
-    CHECK(countLines(r.err, line) <= 4);
+    CHECK(countLinesWith(r.err, line) >= 2);
+    CHECK(countLinesWith(r.err, line) <= 4);
     CHECK_THAT(r.err, Catch::Contains("s left"));
   }
   SECTION("an unreachable store") {
@@ -144,8 +136,8 @@ TEST_CASE("rendezvous: long waits are said at a steady pace and not as a flood",
     INFO(r.describe());
     CHECK(r.status() == 1);
     const std::string line = "drun: cannot reach the rendezvous store at 127.0.0.1:" + std::to_string(port) + " yet";
-    CHECK(countLines(r.err, line) >= 1);
-    CHECK(countLines(r.err, line) <= 3);
+    CHECK(countLinesWith(r.err, line) >= 1);
+    CHECK(countLinesWith(r.err, line) <= 3);
   }
   SECTION("a finished node waiting for the rest") {
     const uint16_t port = freePort();
@@ -160,7 +152,7 @@ TEST_CASE("rendezvous: long waits are said at a steady pace and not as a flood",
     INFO(a.describe() << "\n" << b.describe());
     CHECK(a.status() == 0);
     CHECK(b.status() == 0);
-    const int lines = countLines(a.err + b.err, "drun: still waiting for the other node(s) of the job to finish");
+    const int lines = countLinesWith(a.err + b.err, "drun: still waiting for the other node(s) of the job to finish");
     CHECK(lines >= 1);
     CHECK(lines <= 3);
   }

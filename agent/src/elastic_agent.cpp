@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
 #include <optional>
 #include <spdlog/spdlog.h>
 
@@ -18,7 +19,10 @@
 #include "drun/agent/job_guard.hpp"
 #include "drun/agent/worker_env.hpp"
 #include "drun/agent/worker_group.hpp"
+#include "drun/common/env.hpp"
 #include "drun/common/error.hpp"
+#include "event_fields.hpp"
+#include "event_log.hpp"
 #include "job_control.hpp"
 #include "log_file_writer.hpp"
 #include "hang_monitor.hpp"
@@ -199,6 +203,10 @@ struct ElasticAgent::Impl {
   // Hangs: the learned timeouts outlive the rounds (a restart does not forget them).
   detail::LearnedTimeouts learnedTimeouts;
   std::optional<detail::HangMonitor> hangMonitor;
+  // The job's events (README "Watching a job"): --events and the store's history.
+  std::optional<detail::EventLog> events;
+  std::vector<std::string> previousHosts;  // of the last round this node ran
+  bool memberLostSinceRound = false;       // a member was lost since this node's last round
   fs::path pythonPackageDir = findPythonPackageDir();
 
   std::optional<WorkerExit> rootCause;  // this node's first failure of the attempt
@@ -222,6 +230,81 @@ struct ElasticAgent::Impl {
 
   bool consoleGone() const {
     return console->broken(ConsoleStream::Out) || console->broken(ConsoleStream::Err);
+  }
+
+  // ---- events (README "Watching a job"; fields: event_fields.hpp) --------------------------
+  static constexpr std::chrono::milliseconds kEventFlushDeadline{2000};
+
+  void note(std::string_view kind, nlohmann::json fields = nlohmann::json::object()) {
+    if (events) events->emit(kind, std::move(fields));
+  }
+
+  void setUpEvents() {
+    // The node as the others know it: --local-addr tells agents of one host apart.
+    const std::string& addr = config.rendezvous.localAddr;
+    events.emplace(config.rendezvous.runId,
+                   addr.empty() || addr == config.hostname ? config.hostname
+                                                           : config.hostname + "(" + addr + ")");
+    if (!config.eventsPath.empty()) events->add(detail::makeFileEventSink(config.eventsPath, console));
+    if (config.jobHistory) {
+      // The sink's thread may outlive run() (a store call past the flush deadline): it reaches
+      // the rendezvous only through `sideStore`, which run() empties before it returns.
+      sideStore = std::make_shared<SideStoreSource>();
+      sideStore->rendezvous = rendezvous.get();
+      events->add(detail::makeStoreEventSink(
+          [source = sideStore]() -> std::unique_ptr<rdzv::LivenessStore> {
+            std::lock_guard lock(source->mutex);
+            return source->rendezvous ? source->rendezvous->connectSideStore() : nullptr;
+          },
+          config.rendezvous.runId));
+    }
+  }
+
+  struct SideStoreSource {
+    std::mutex mutex;
+    rdzv::Rendezvous* rendezvous = nullptr;
+  };
+  std::shared_ptr<SideStoreSource> sideStore;
+
+  void noteRoundStarted(const std::vector<pid_t>& pids) {
+    note("round_formed", detail::roundFormedFields(round, config.nprocPerNode, config.maxRestarts));
+    for (size_t i = 0; i < pids.size(); ++i)
+      note("worker_started", {{"round", round.round}, {"rank", round.rankOffset + static_cast<int>(i)},
+                              {"local_rank", i}, {"pid", pids[i]}});
+    if (attempt == 1 && round.round > 0) note("spare_taken_in", {{"round", round.round}});
+    if (memberLostSinceRound && round.nodeRank == 0 && !previousHosts.empty()) {
+      auto added = detail::namesNotIn(round.hosts, previousHosts);
+      if (!added.empty())
+        note("replacement", {{"round", round.round}, {"new", added},
+                             {"lost", detail::namesNotIn(previousHosts, round.hosts)}});
+    }
+    previousHosts = round.hosts;
+    memberLostSinceRound = false;
+  }
+
+  void noteWorkerExit(const WorkerExit& exit) {
+    note("worker_exited", detail::workerExitFields(exit, round.round));
+    if (const detail::HangReport* hang = hangMonitor->report(exit.localRank); hang && !exit.succeeded())
+      note("hang_detected", detail::hangFields(*hang, exit.globalRank, round.round));
+  }
+
+  // Only the node whose record became the round's root cause writes it (and the restart).
+  void noteVerdict(const FailureRecord& mine, const FailureRecord& verdict) {
+    if (verdict.rank != mine.rank || verdict.pid != mine.pid || verdict.timeMs != mine.timeMs) return;
+    note("failure_recorded", {{"round", round.round}, {"failure", detail::failureJson(verdict)}});
+    if (!verdict.final)
+      note("restart", {{"round", round.round}, {"count", round.restartCount + 1},
+                       {"max_restarts", config.maxRestarts},
+                       {"budget_left", config.maxRestarts - round.restartCount - 1}});
+  }
+
+  void noteJobEvent(const JobEvent& e) {
+    if (e.kind == JobEvent::Kind::MemberLost) {
+      memberLostSinceRound = true;
+      note("node_lost", {{"round", e.round}, {"reason", e.reason}});
+    }
+    if (e.kind == JobEvent::Kind::NodeWaiting) note("node_waiting", {{"round", e.round}, {"reason", e.reason}});
+    if (e.kind == JobEvent::Kind::StoreLost) note("store_lost", {{"round", e.round}, {"reason", e.reason}});
   }
 
   // ---- the machine -------------------------------------------------------------------------
@@ -302,6 +385,7 @@ struct ElasticAgent::Impl {
 
   // ---- actions -----------------------------------------------------------------------------
   void joinRound(const Input&) {
+    note("node_joining", {{"round", attempt == 0 ? nlohmann::json() : nlohmann::json(round.round)}});
     shareLearnedTimeouts();
     offLoopCall([this] { return rendezvous->next(); },
                 [this](const rdzv::RoundResult& r) {
@@ -392,6 +476,7 @@ struct ElasticAgent::Impl {
     }
     hangMonitor->start(group->pids(), config.isPython,
                        [this](const detail::HangReport& r) { sayHung(r); });
+    noteRoundStarted(group->pids());
     shareLearnedTimeouts();
     // Events of this round that arrived while it was forming.
     std::vector<JobEvent> pending;
@@ -479,7 +564,8 @@ struct ElasticAgent::Impl {
     // retry: the job ends, as a shell pipeline does once its reader exits.
     const int budget = consoleGone() ? 0 : config.maxRestarts;
     offLoopCall([this, record, budget] { return rendezvous->reportFailure(record, budget); },
-                [this](const FailureRecord& verdict) {
+                [this, record](const FailureRecord& verdict) {
+                  noteVerdict(record, verdict);
                   Input in;
                   in.failure = verdict;
                   dispatch(verdict.final ? Event::VerdictFinal : Event::VerdictRestart, in);
@@ -558,17 +644,21 @@ struct ElasticAgent::Impl {
 
   void exitSucceeded(const Input&) {
     exitCode = 0;
+    note("job_succeeded", {{"round", round.round}, {"code", 0}});
     leaveAndStop(true);
   }
 
   void exitFailed(const Input& in) {
     if (signalled) {
       exitCode = 128 + signalled;
+      note("job_failed", {{"code", exitCode}, {"reason", "received " + signalName(signalled)}});
       leaveAndStop(false);
       return;
     }
     if (in.failure) finalCause = *in.failure;
     printFinalCause();
+    note("job_failed", {{"round", round.round}, {"code", exitCode},
+                        {"root_cause", finalCause ? detail::failureJson(*finalCause) : nlohmann::json()}});
     leaveAndStop(true);
   }
 
@@ -596,6 +686,7 @@ struct ElasticAgent::Impl {
   void exitRendezvousFailed(const Input& in) {
     say("drun: error: rendezvous failed: %s\n", in.reason.c_str());
     exitCode = 1;
+    note("job_failed", {{"code", exitCode}, {"reason", in.reason}});
     leaveAndStop(true);
   }
 
@@ -604,6 +695,7 @@ struct ElasticAgent::Impl {
   void exitJobEnded(const Input& in) {
     say("drun: %s\n", in.reason.c_str());
     exitCode = in.code;
+    note(in.code == 0 ? "job_succeeded" : "job_failed", {{"code", in.code}, {"reason", in.reason}});
     leaveAndStop(true);
   }
 
@@ -611,6 +703,7 @@ struct ElasticAgent::Impl {
     signalled = in.signal;
     say("drun: received %s; leaving the job\n", signalName(in.signal).c_str());
     exitCode = 128 + in.signal;
+    note("job_failed", {{"code", exitCode}, {"reason", "received " + signalName(in.signal)}});
     leaveAndStop(false);
   }
 
@@ -634,6 +727,9 @@ struct ElasticAgent::Impl {
       return;
     }
     offLoop->post([this, clean] {
+      // The job's history is written before this node leaves: the last one out removes the
+      // job's keys, and an event after that would leave one behind.
+      if (events) events->flush(kEventFlushDeadline);
       try {
         if (clean)
           rendezvous->leave();
@@ -658,6 +754,7 @@ struct ElasticAgent::Impl {
     }
     spdlog::debug("agent: rank {} (pid {}) ended: status {}", exit.globalRank, exit.pid,
                   exit.statusCode());
+    noteWorkerExit(exit);
     if (!exit.succeeded()) {
       // The root cause is the earliest failure that happened before drun began stopping the
       // group: failures caused by our own SIGTERM are consequences, not causes.
@@ -686,6 +783,7 @@ struct ElasticAgent::Impl {
       return;
     }
     if (e.round < round.round) return;  // an earlier round's news
+    noteJobEvent(e);
     Input in;
     in.reason = e.reason;
     in.failure = e.failure;
@@ -745,8 +843,14 @@ struct ElasticAgent::Impl {
     offLoop.emplace();
     hangMonitor.emplace(io, config.hangs, learnedTimeouts);
     if (config.hangs.detects()) spdlog::debug("agent: hang detection: {}", describe(config.hangs));
+    setUpEvents();
     dispatch(Event::Start);
     io.run();
+    if (events) events->flush(kEventFlushDeadline);
+    if (sideStore) {
+      std::lock_guard lock(sideStore->mutex);
+      sideStore->rendezvous = nullptr;
+    }
     hangMonitor.reset();
     group.reset();  // SIGKILLs and reaps whatever is left; the guard's destructor sweeps the rest
     // Daemons of the workers that left their groups and cleared their environment are drun's

@@ -56,9 +56,9 @@ inline Args parseArgs(int argc, char** argv) {
     else if (k == "--check") a.check = true;
     else throw std::invalid_argument("unknown option " + k);
   }
-  if (a.op != "all_reduce" && a.op != "all_gather" && a.op != "reduce_scatter" && a.op != "all_to_all" &&
+  if (a.op != "all_reduce" && a.op != "reduce" && a.op != "all_gather" && a.op != "reduce_scatter" && a.op != "all_to_all" &&
       a.op != "broadcast")
-    throw std::invalid_argument("--op must be all_reduce, all_gather, reduce_scatter, all_to_all or broadcast");
+    throw std::invalid_argument("--op must be all_reduce, reduce, all_gather, reduce_scatter, all_to_all or broadcast");
   if (a.factor <= 1 || a.iters < 1 || a.warmup < 0 || a.minBytes < 1 || a.maxBytes < a.minBytes ||
       a.maxBytes > (size_t{1} << 32))
     throw std::invalid_argument("need --factor > 1, --iters >= 1, --warmup >= 0, 1 <= min <= max <= 4G");
@@ -69,7 +69,7 @@ inline Args parseArgs(int argc, char** argv) {
 inline double busFactor(const std::string& op, int n) {
   if (n <= 1) return 0;
   if (op == "all_reduce") return 2.0 * (n - 1) / n;
-  if (op == "broadcast") return 1;
+  if (op == "broadcast" || op == "reduce") return 1;
   return static_cast<double>(n - 1) / n;  // all_gather, reduce_scatter, all_to_all
 }
 
@@ -86,7 +86,7 @@ inline void printRow(const Args& a, int n, size_t bytes, double us, long wrong) 
   if (a.check) std::snprintf(w, sizeof(w), "%ld", wrong);
   else std::snprintf(w, sizeof(w), "N/A");
   std::printf("  %12zu %12zu %8s %6s %5d %10.2f %11.3f %11.3f %6s\n", bytes, bytes / 4, "float",
-              a.op == "all_reduce" || a.op == "reduce_scatter" ? "sum" : "none", -1, us, algbw,
+              a.op == "all_reduce" || a.op == "reduce" || a.op == "reduce_scatter" ? "sum" : "none", -1, us, algbw,
               algbw * busFactor(a.op, n), w);
   std::fflush(stdout);
 }
@@ -96,7 +96,7 @@ inline void printRow(const Args& a, int n, size_t bytes, double us, long wrong) 
 // rank's time in us and the #wrong; the rows and the footer are printed where `print` holds.
 template <class Measure>
 void sweep(const Args& a, int n, bool print, Measure measure) {
-  const bool allReduce = a.op == "all_reduce" || a.op == "broadcast";  // one whole buffer
+  const bool allReduce = a.op == "all_reduce" || a.op == "reduce" || a.op == "broadcast";  // one whole buffer
   double busbwSum = 0;
   int rows = 0;
   // One discarded pass over the smallest size: the first moments of a job (processes just

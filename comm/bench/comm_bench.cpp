@@ -72,7 +72,7 @@ int main(int argc, char** argv) {
     o.backend = parseBackend(a.backend.c_str());
     auto world = init(o);
     const int n = world->size(), r = world->rank();
-    const bool allReduce = a.op == "all_reduce" || a.op == "broadcast";  // the result in send()
+    const bool allReduce = a.op == "all_reduce" || a.op == "reduce" || a.op == "broadcast";  // the result in send()
     const std::string impl = "drun::comm (" + world->transport() + ")";
     if (r == 0) drun::bench::printHeader(a, n, impl.c_str());
     drun::bench::sweep(a, n, r == 0, [&](size_t count, size_t total) {
@@ -81,6 +81,7 @@ int main(int argc, char** argv) {
       auto runOnce = [&] {
         if (a.op == "all_reduce") world->allReduce(buf.send(), count, DType::Float32, ReduceOp::Sum);
         else if (a.op == "broadcast") world->broadcast(buf.send(), count, DType::Float32, 0);
+        else if (a.op == "reduce") world->reduce(buf.send(), count, DType::Float32, ReduceOp::Sum, 0);
         else if (a.op == "all_gather") world->allGather(buf.send(), buf.recv(), count, DType::Float32);
         else if (a.op == "reduce_scatter") world->reduceScatter(buf.send(), buf.recv(), count, DType::Float32, ReduceOp::Sum);
         else world->allToAll(buf.send(), buf.recv(), count, DType::Float32);
@@ -96,7 +97,7 @@ int main(int argc, char** argv) {
         buf.upload();
         runOnce();
         const auto& out = buf.download(allReduce);
-        for (size_t i = 0; i < out.size(); ++i) {
+        for (size_t i = 0; i < out.size() && (a.op != "reduce" || r == 0); ++i) {  // reduce: root 0's
           float want = a.op == "broadcast"    ? 1.0f
                      : a.op == "all_gather" ? static_cast<float>(i / count + 1)
                      : a.op == "all_to_all" ? 1000.0f * (i / count) + r

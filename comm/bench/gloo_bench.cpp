@@ -8,6 +8,7 @@
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/math.h>
+#include <gloo/reduce.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/file_store.h>
 #include <gloo/transport/tcp/device.h>
@@ -92,6 +93,13 @@ int main(int argc, char** argv) {
           o.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
           o.setTag(tag++);
           gloo::allreduce(o);
+        } else if (a.op == "reduce") {
+          gloo::ReduceOptions o(context);
+          o.setOutput(send.data(), count);
+          o.setRoot(0);
+          o.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
+          o.setTag(tag++);
+          gloo::reduce(o);
         } else if (a.op == "broadcast") {
           gloo::BroadcastOptions o(context);
           o.setOutput(send.data(), count);

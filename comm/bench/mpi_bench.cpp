@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
       const int c = static_cast<int>(count);
       auto runOnce = [&] {
         if (a.op == "all_reduce") MPI_Allreduce(MPI_IN_PLACE, send.data(), c, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        else if (a.op == "reduce") MPI_Reduce(r == 0 ? MPI_IN_PLACE : send.data(), send.data(), c, MPI_FLOAT, MPI_SUM, 0, MPI_COMM_WORLD);
         else if (a.op == "broadcast") MPI_Bcast(send.data(), c, MPI_FLOAT, 0, MPI_COMM_WORLD);
         else if (a.op == "all_gather") MPI_Allgather(send.data(), c, MPI_FLOAT, recv.data(), c, MPI_FLOAT, MPI_COMM_WORLD);
         else if (a.op == "reduce_scatter") MPI_Reduce_scatter_block(send.data(), recv.data(), c, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);

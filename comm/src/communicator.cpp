@@ -2,6 +2,7 @@
 #include <set>
 
 #include "communicator_impl.hpp"
+#include "op_progress.hpp"
 #include "drun/worker.h"
 #include "drun/rendezvous/prefix_store.hpp"
 #include "store_host.hpp"
@@ -141,7 +142,13 @@ int Request::source() const { return state_ ? state_->source() : -1; }
 
 // ---- Impl ----
 
-Communicator::Impl::Impl(Setup setup) : s_(std::move(setup)) {}
+Communicator::Impl::Impl(Setup setup) : s_(std::move(setup)) {
+  if (s_.worldStore && s_.rank >= 0 && s_.size > 1) {
+    std::string key = s_.name;  // "group 3" -> "group3"
+    std::erase(key, ' ');
+    progress_ = std::make_unique<detail::OpProgress>(s_.worldStore, key, s_.rank, s_.size);
+  }
+}
 
 Communicator::Impl::~Impl() {
   try {
@@ -175,7 +182,7 @@ void Communicator::Impl::checkUsable(const char* what) {
   }
 }
 
-void Communicator::Impl::fail(const char* what, std::exception_ptr error) {
+void Communicator::Impl::fail(const char* what, std::exception_ptr error, const std::string& context) {
   std::string detail;
   bool timeout = false;
   try {
@@ -198,7 +205,7 @@ void Communicator::Impl::fail(const char* what, std::exception_ptr error) {
   if (s_.world && !gone.empty()) gone = "world " + gone;  // liveness speaks of world ranks
   std::string msg = std::string(what) + " failed on rank " + std::to_string(s_.rank) + " of " +
                     std::to_string(s_.size) + (s_.world ? " in " + s_.name : std::string()) + ": " +
-                    (gone.empty() ? "" : gone + "; ") + detail;
+                    (gone.empty() ? "" : gone + "; ") + (context.empty() ? "" : context + "; ") + detail;
   {
     std::lock_guard lock(mutex_);
     if (!broken_) broken_.emplace(timeout, msg);
@@ -235,14 +242,25 @@ void Communicator::Impl::compareFingerprints(const Collective& c) {
 
 void Communicator::Impl::execute(const Collective& c) {
   // drun's hang detection (README "Hangs"): a rank silent inside a collective is a waiter.
-  const std::string entered = std::string(toString(c.kind)) + " #" + std::to_string(++collectives_) + " of " + s_.name;
+  const uint64_t n = ++collectives_;
+  const std::string entered = std::string(toString(c.kind)) + " #" + std::to_string(n) + " of " + s_.name;
   drun_worker_collective_begin(entered.c_str());
+  if (progress_) progress_->entered(n, c.timeout);
   struct Left {
-    ~Left() { drun_worker_collective_end(); }
-  } left;
+    detail::OpProgress* progress;
+    ~Left() {
+      if (progress) progress->left();
+      drun_worker_collective_end();
+    }
+  } left{progress_.get()};
   try {
     if (s_.checkCollectives) compareFingerprints(c);
     if (c.kind == OpKind::Barrier || c.count > 0) s_.backend->run(c);
+  } catch (const TimeoutError&) {
+    // Who never came: every rank in the op published it within a second of entering.
+    std::string absent;
+    if (progress_) absent = progress_->describeAbsent(n, entered);
+    fail(toString(c.kind), std::current_exception(), absent);
   } catch (...) {
     fail(toString(c.kind), std::current_exception());
   }

@@ -22,6 +22,7 @@ class StoreHost;  // store_host.hpp
 
 namespace detail {
 class AsyncWork;
+class OpProgress;
 }
 
 class Communicator::Impl : public std::enable_shared_from_this<Communicator::Impl> {
@@ -63,7 +64,8 @@ class Communicator::Impl : public std::enable_shared_from_this<Communicator::Imp
   milliseconds resolve(milliseconds timeout) const;
   // Turns any failure of `what` into drun's error (naming the lost peer when known), marks the
   // communicator broken for TimeoutError / CommError, and throws it.
-  [[noreturn]] void fail(const char* what, std::exception_ptr error);
+  // `context`: what else is known (the ranks that never entered the timed-out collective).
+  [[noreturn]] void fail(const char* what, std::exception_ptr error, const std::string& context = {});
 
  private:
   friend class detail::AsyncWork;
@@ -74,6 +76,7 @@ class Communicator::Impl : public std::enable_shared_from_this<Communicator::Imp
 
   Setup s_;
   uint64_t collectives_ = 0;  // collectives executed, for drun's worker channel ("all_reduce #42")
+  std::unique_ptr<detail::OpProgress> progress_;  // members of 2+ ranks with a store
   std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<detail::AsyncWork>> queue_;

@@ -50,6 +50,8 @@ TransportPlan::TransportPlan(BackendConfig base)
   shm_.slotBytes = static_cast<size_t>(env::parseInt(env::getString("DRUN_COMM_SHM_BYTES"),
                                                      "DRUN_COMM_SHM_BYTES", 64 << 10, 1ll << 32));
   shm_.singleCopy = env::getBool("DRUN_COMM_SHM_SINGLE_COPY");
+  shm_.unexpectedBytes = static_cast<size_t>(env::parseInt(
+      env::getString("DRUN_COMM_SHM_UNEXPECTED_BYTES"), "DRUN_COMM_SHM_UNEXPECTED_BYTES", 0, 1ll << 40));
   shm_.busyWait = env::getDuration("DRUN_COMM_SHM_SPIN");
 }
 

@@ -124,6 +124,31 @@ TEST_CASE("comm: a peer SIGKILLed mid-collective fails every survivor with its n
   CHECK(drunShmEntries() == before);
 }
 
+TEST_CASE("comm: a collective's timeout names the rank that never entered it", "[comm]") {
+  for (const char* transport : kTransports) {
+    DYNAMIC_SECTION(transport) {
+      MarkerScope marker;
+      const int n = 3, absent = 1;
+      auto ranks = startRanks(n, {"absent", std::to_string(absent)}, marker, transport);
+      for (int r = 0; r < n; ++r) {
+        RunResult res = ranks[r]->wait();
+        INFO("rank " << r << ": " << res.describe());
+        REQUIRE_FALSE(res.timedOut);
+        CHECK(res.exitCode == 0);
+        if (r == absent) {
+          CHECK(res.out.find("stayed away") != std::string::npos);
+          continue;
+        }
+        CHECK(res.out.find("TIMEOUT") != std::string::npos);
+        CHECK(res.out.find("rank 1 never entered all_reduce #3 of world") != std::string::npos);
+        // The rank that did enter is not named absent.
+        const int other = r == 0 ? 2 : 0;
+        CHECK(res.out.find("ranks " + std::to_string(other)) == std::string::npos);
+      }
+    }
+  }
+}
+
 TEST_CASE("comm: every rank SIGKILLed mid-collective leaves nothing in /dev/shm", "[comm][slow]") {
   const auto before = drunShmEntries();
   MarkerScope marker;
@@ -141,7 +166,8 @@ TEST_CASE("comm: every rank SIGKILLed mid-collective leaves nothing in /dev/shm"
 }
 
 // Two "hosts" (network namespaces) x 2 (the whole matrix: 1 MiB+ all_reduces take the split
-// path) and x 3 (quick) ranks: all_reduce, broadcast, all_gather and barrier hierarchical (shared memory within a host, Gloo among the leaders), the rest over
+// path) and x 3 (quick) ranks: all_reduce, broadcast, all_gather, barrier and reduce (root 2n-1:
+// not a leader) hierarchical (shared memory within a host, Gloo among the leaders), the rest over
 // Gloo; groups mixing ranks of one host and of both.
 TEST_CASE("comm: two hosts: hierarchical collectives and mixed groups match the reference", "[comm][slow][multinode]") {
   if (auto why = NetnsCluster::unavailableReason()) skipTest("hierarchical comm test: " + *why);

@@ -425,3 +425,48 @@ TEST_CASE("comm: init fails within its timeout when a rank never comes", "[comm]
   }
   CHECK(std::chrono::steady_clock::now() - t0 < 3s);
 }
+
+TEST_CASE("comm: shm keeps at most DRUN_COMM_SHM_UNEXPECTED_BYTES of messages nobody receives yet", "[comm]") {
+  TransportScope shm("shm");
+  setenv("DRUN_COMM_SHM_UNEXPECTED_BYTES", "100000", 1);  // one 64 KiB message, not two
+  struct Unset {
+    ~Unset() { unsetenv("DRUN_COMM_SHM_UNEXPECTED_BYTES"); }
+  } unset;
+  constexpr int kMessages = 10;
+  constexpr size_t kInts = 16 << 10;  // 64 KiB each: the ring (8 cells of 32 KiB) holds about 2
+  std::latch checked(1);
+  runRanks(2, [&](int r, Communicator& world) {
+    if (r == 1) {
+      int64_t done = 0;
+      Request last = world.irecv(&done, 1, DType::Int64, 0, 1000);  // starts its progress thread
+      checked.wait();
+      std::vector<int32_t> in(kInts);
+      for (int m = 0; m < kMessages; ++m) {
+        world.recv(in.data(), in.size(), DType::Int32, 0, m, 10s);
+        CHECK(in.front() == m);
+        CHECK(in.back() == m);
+      }
+      last.wait(10s);
+      CHECK(done == 7);
+      return;
+    }
+    std::vector<std::vector<int32_t>> out;
+    std::vector<Request> sends;
+    for (int m = 0; m < kMessages; ++m) out.emplace_back(kInts, m);
+    for (int m = 0; m < kMessages; ++m) sends.push_back(world.isend(out[m].data(), kInts, DType::Int32, 1, m, 20s));
+    sends.front().wait(5s);  // kept by rank 1 (or in its ring)
+    // Without the bound rank 1's progress thread would take every message at once; with it the
+    // last one cannot leave until rank 1 posts receives.
+    const auto until = std::chrono::steady_clock::now() + 300ms;
+    bool lastDone = false;
+    while (!lastDone && std::chrono::steady_clock::now() < until) {
+      lastDone = sends.back().test();
+      std::this_thread::sleep_for(10ms);
+    }
+    CHECK_FALSE(lastDone);
+    checked.count_down();
+    for (auto& s : sends) s.wait(10s);
+    int64_t seven = 7;
+    world.send(&seven, 1, DType::Int64, 1, 1000);
+  });
+}

@@ -304,6 +304,28 @@ int main(int argc, char** argv) {
         }
         return named && ms < 10000 + 3000 ? 0 : 1;
       }
+    } else if (mode == "absent") {  // one rank never enters the 3rd all_reduce: the others name it
+      const int absent = argc > 2 ? std::atoi(argv[2]) : world->size() - 1;
+      int64_t x = me;
+      for (int it = 0; it < 2; ++it) world->allReduce(&x, 1, DType::Int64, ReduceOp::Sum, 20s);
+      if (me == absent) {
+        // Busy elsewhere: a receive nobody sends, which ends when the others' timeouts did.
+        int64_t never = 0;
+        try {
+          world->recv(&never, 1, DType::Int64, (me + 1) % world->size(), 99, 8s);
+        } catch (const drun::Error&) {
+        }
+        std::printf("rank %d: stayed away\n", me);
+        return 0;
+      }
+      try {
+        world->allReduce(&x, 1, DType::Int64, ReduceOp::Sum, 3s);
+        std::printf("rank %d: FAIL: no timeout\n", me);
+        return 1;
+      } catch (const drun::TimeoutError& e) {
+        std::printf("rank %d: TIMEOUT %s\n", me, e.what());
+        return 0;
+      }
     } else if (mode == "loop") {  // all_reduce until killed (the test SIGKILLs every rank)
       std::vector<float> v(1 << 16, 1.0f);
       for (long it = 0;; ++it) {

@@ -20,6 +20,9 @@ constexpr VarDoc kDrunEnvVars[] = {
     {"DRUN_COMM_SHM_SINGLE_COPY", VarType::Bool, "true",
      "libdrun_comm (shm): large collectives read the peers' buffers directly (process_vm_readv) "
      "where the kernel allows it"},
+    {"DRUN_COMM_SHM_UNEXPECTED_BYTES", VarType::Int, "67108864",
+     "libdrun_comm (shm): bytes of point-to-point messages a rank keeps for receives not posted "
+     "yet; beyond them its senders wait"},
     {"DRUN_COMM_SHM_SPIN", VarType::DurationMs, "10ms",
      "libdrun_comm (shm): how long a collective's wait spins (50 us) and then yields before it "
      "sleeps (CPU for latency)"},
@@ -28,6 +31,12 @@ constexpr VarDoc kDrunEnvVars[] = {
     {"DRUN_COMM_TRANSPORT", VarType::String, "auto",
      "libdrun_comm (gloo): shm, tcp or auto (shared memory among the ranks on one host, "
      "hierarchical across hosts)"},
+    {"DRUN_EVENTS", VarType::String, "",
+     "drun: where the job's events go, one JSON object per line (as --events: a file, or - for "
+     "stderr; README \"Watching a job\")"},
+    {"DRUN_JOB_HISTORY", VarType::Bool, "true",
+     "drun: append the job's events to the rendezvous store (rdzv/<id>/events/, the last 256): "
+     "what drun status and drun-rendezvous --http show; 0 turns it off"},
     {"DRUN_LOG_LEVEL", VarType::String, "warn",
      "log level of drun itself: trace, debug, info, warn, error, off (-v sets debug)"},
     {"DRUN_PYTHON", VarType::String, "python3",

@@ -6,7 +6,9 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <random>
@@ -139,27 +141,6 @@ std::vector<int> parseRankList(const std::string& text, int nproc) {
   return {ranks.begin(), ranks.end()};
 }
 
-// HOST, HOST:PORT, [V6]:PORT.
-void parseEndpoint(const std::string& text, rdzv::RendezvousOptions& out) {
-  std::string host = text;
-  std::string port;
-  if (!text.empty() && text.front() == '[') {
-    auto close = text.find(']');
-    if (close == std::string::npos) throw UsageError("--rdzv-endpoint: unbalanced '[' in '" + text + "'");
-    host = text.substr(1, close - 1);
-    if (close + 1 < text.size()) {
-      if (text[close + 1] != ':') throw UsageError("--rdzv-endpoint: expected ':' after ']' in '" + text + "'");
-      port = text.substr(close + 2);
-    }
-  } else if (auto colon = text.rfind(':'); colon != std::string::npos && text.find(':') == colon) {
-    host = text.substr(0, colon);
-    port = text.substr(colon + 1);
-  }
-  if (host.empty()) throw UsageError("--rdzv-endpoint: missing host in '" + text + "'");
-  out.endpointHost = host;
-  if (!port.empty())
-    out.endpointPort = static_cast<uint16_t>(usage([&] { return env::parseInt(port, "--rdzv-endpoint port", 0, 65535); }));
-}
 
 std::string durationText(std::chrono::milliseconds d) {
   return d.count() % 1000 == 0 ? std::to_string(d.count() / 1000) + "s" : std::to_string(d.count()) + "ms";
@@ -180,6 +161,9 @@ const ConfKey kConfKeys[] = {
      &rdzv::RendezvousOptions::closeTimeout},
     {"replace_timeout", "after losing nodes below MIN, wait this long for replacements (0: fail "
      "at once; under SLURM 0 unless given)", &rdzv::RendezvousOptions::replaceTimeout},
+    {"reconnect_timeout", "a lost store (restarted, a cut link) is retried this long; a restarted "
+     "store is refilled by the survivors (the restart count goes on)",
+     &rdzv::RendezvousOptions::reconnectTimeout},
     {"heartbeat_interval", "store keep-alive (alias: keep_alive_interval)",
      &rdzv::RendezvousOptions::heartbeatInterval},
     {"heartbeat_timeout", "a node silent this long is lost; a cut node fences itself within it",
@@ -334,6 +318,28 @@ void checkLogDir(const std::filesystem::path& dir) {
 
 }  // namespace
 
+// HOST, HOST:PORT, [V6]:PORT.
+void parseEndpoint(const std::string& text, rdzv::RendezvousOptions& out) {
+  std::string host = text;
+  std::string port;
+  if (!text.empty() && text.front() == '[') {
+    auto close = text.find(']');
+    if (close == std::string::npos) throw UsageError("--rdzv-endpoint: unbalanced '[' in '" + text + "'");
+    host = text.substr(1, close - 1);
+    if (close + 1 < text.size()) {
+      if (text[close + 1] != ':') throw UsageError("--rdzv-endpoint: expected ':' after ']' in '" + text + "'");
+      port = text.substr(close + 2);
+    }
+  } else if (auto colon = text.rfind(':'); colon != std::string::npos && text.find(':') == colon) {
+    host = text.substr(0, colon);
+    port = text.substr(colon + 1);
+  }
+  if (host.empty()) throw UsageError("--rdzv-endpoint: missing host in '" + text + "'");
+  out.endpointHost = host;
+  if (!port.empty())
+    out.endpointPort = static_cast<uint16_t>(usage([&] { return env::parseInt(port, "--rdzv-endpoint port", 0, 65535); }));
+}
+
 CliResult parseCommandLine(const std::vector<std::string>& args) {
   CLI::App app{"drun: launch a distributed job (torchrun-compatible options)", "drun"};
   app.prefix_command();  // PROGRAM and everything after it belong to the workers
@@ -407,6 +413,11 @@ CliResult parseCommandLine(const std::vector<std::string>& args) {
   opt("hang-idle", hangIdle, "SECONDS",
       "zero-code: a rank with no CPU time and no output that long, while another rank finished or "
       "idles too, is hung (default off)");
+  std::string eventsPath = env::getString("DRUN_EVENTS");
+  app.add_option("--events", eventsPath,
+                 "the job's events, one JSON object per line, appended to PATH; - = stderr "
+                 "(README \"Watching a job\"; default DRUN_EVENTS)")
+      ->type_name("PATH|-");
   std::string tty = "auto", stdinRank = "0";
   std::string signalsToHandle = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
   opt("signals-to-handle", signalsToHandle, "SIG,SIG,...",
@@ -417,6 +428,7 @@ CliResult parseCommandLine(const std::vector<std::string>& args) {
 
   std::string footer =
       "\nUsage: drun [OPTIONS] PROGRAM [ARGS...]   or   drun [OPTIONS] -m MODULE [ARGS...]\n"
+      "       drun status --rdzv-endpoint HOST[:PORT] [--rdzv-id ID] [--json]   (the jobs on a store)\n"
       "PROGRAM: any executable; a .py file runs under the Python interpreter.\n\n"
       "--rdzv-conf keys (DURATION: 30, 30s, 500ms, 2m; a bare number is seconds):\n" +
       confKeysHelp() +
@@ -561,6 +573,13 @@ CliResult parseCommandLine(const std::vector<std::string>& args) {
   parseTerminalOptions(tty, stdinRank, c.output);
   if (!hangTimeout.empty()) usage([&] { agent::parseHangTimeout(hangTimeout, c.hangs); return 0; });
   if (!hangIdle.empty()) usage([&] { agent::parseHangIdle(hangIdle, c.hangs); return 0; });
+  c.eventsPath = eventsPath;
+  if (!eventsPath.empty() && eventsPath != "-") {  // said now, before anything is set up
+    std::FILE* f = std::fopen(eventsPath.c_str(), "a");
+    if (!f) throw UsageError("--events " + eventsPath + ": cannot open it: " + std::strerror(errno));
+    std::fclose(f);
+  }
+  c.jobHistory = usage([] { return env::getBool("DRUN_JOB_HISTORY"); });
 
   ResolvedProgram program = resolveProgram({rest, module, noPython});
   c.program = std::move(program.argv);

@@ -6,7 +6,8 @@
 //
 // --mode generator (default): one thread, one Asio io_context, N connections; each agent is a
 //   coroutine speaking the wire protocol (protocol.hpp) and issuing exactly the store calls of
-//   C10dRendezvous::next() for a fresh job, in the same order, one call in flight per connection
+//   C10dRendezvous::next() for a fresh job (ExitBarrier::enter, checkJobConfig, startRound,
+//   RoundJoin, RoundCloser::tryClose for the last arrival), in the same order, one call in flight per connection
 //   (keys, values, will and the closer's decision come from keys.hpp / decideRound, shared with
 //   the rendezvous). Thousands of agents cost no threads.
 // --mode real: N threads, each a real C10dRendezvous over its own TcpStore (cross-check of the
@@ -15,9 +16,18 @@
 // Timing starts when every agent is connected and all start together; connecting is reported
 // apart. rank_ms: every agent has its node rank, rank offset and master; next_ms: every agent
 // also has the hosts list (= next() would return).
-// Output: one "RESULT drun <mode> <N> <connect_ms> <rank_ms> <next_ms> <calls>" per size
-// (calls: store calls of all agents, generator mode only).
+// --hosts-always 1: every agent also reads the hosts list whatever N (what next() did before
+//   kMaxHostsInResult: the "before" rows of SCALE.md).
+// --server-pid P: also report the daemon's CPU time for the round (from /proc; the wall time
+//   depends on what else the machine runs, the CPU time much less).
+// Output: one "RESULT drun <mode> <N> <connect_ms> <rank_ms> <next_ms> <calls> <bytes> <server_cpu_ms>"
+// per size
+// (calls, bytes: store calls of all agents and their frames both ways, generator mode only;
+// the handshakes are not counted).
 #include <sys/resource.h>
+#include <unistd.h>
+
+#include <cstring>
 
 #include <algorithm>
 #include <utility>
@@ -50,7 +60,25 @@ using namespace std::chrono_literals;
 namespace {
 
 constexpr uint32_t kCallTimeoutMs = 60000;
+bool gHostsAlways = false;  // --hosts-always: every agent reads the hosts list (next() before 9017153)
 constexpr size_t kConnectConcurrency = 128;  // stays under the listen backlog
+
+// CPU time (user + system) of process `pid` in ms, from /proc; 0 when it cannot be read.
+double cpuMs(int pid) {
+  if (pid <= 0) return 0;
+  std::FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
+  if (!f) return 0;
+  char buf[1024];
+  const size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  buf[n] = 0;
+  const char* p = std::strrchr(buf, ')');  // the command name may hold spaces
+  unsigned long long utime = 0, stime = 0;
+  if (!p || std::sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &utime,
+                        &stime) != 2)
+    return 0;
+  return 1000.0 * double(utime + stime) / double(::sysconf(_SC_CLK_TCK));
+}
 
 double msSince(Clock::time_point t0, Clock::time_point t1) {
   return std::chrono::duration<double, std::milli>(t1 - t0).count();
@@ -63,6 +91,7 @@ struct Agent {
   uint64_t nextRequest = 1;
   keys::NodeDescriptor self;
   uint64_t calls = 0;
+  uint64_t bytes = 0;  // request and response frames of its calls
   Clock::time_point rankAt, doneAt;
   double decodeMs = 0;
   int nodeRank = -1;
@@ -89,6 +118,7 @@ asio::awaitable<Message> receive(Agent& a, Decode decode, const char* what) {
     auto d = decode(a.in.data(), m);
     if (d.status == wire::DecodeStatus::Bad) throw ProtocolError(std::string(what) + ": " + d.error);
     if (d.status == wire::DecodeStatus::Ok) {
+      a.bytes += d.consumed;
       a.in.consume(d.consumed);
       co_return m;
     }
@@ -106,6 +136,7 @@ asio::awaitable<void> handshake(Agent& a) {
       a, [](std::string_view in, wire::HelloReply& m) { return wire::decodeHelloReply(in, m); },
       "hello");
   if (reply.status != wire::HelloStatus::Ok) throw ProtocolError("hello refused");
+  a.bytes = 0;  // only the calls count
 }
 
 // One call, answered in order (one in flight per connection, as TcpStore does).
@@ -115,6 +146,7 @@ asio::awaitable<wire::Response> call(Agent& a, wire::Request q) {
   wire::encodeRequest(q, out);
   co_await asio::async_write(a.socket, asio::buffer(out), asio::use_awaitable);
   ++a.calls;
+  a.bytes += out.size();
   for (;;) {
     auto r = co_await receive<wire::Response>(
         a, [](std::string_view in, wire::Response& m) { return wire::decodeResponse(in, m); },
@@ -154,6 +186,13 @@ wire::Request multiSet(const std::vector<std::string>& keys, const std::vector<B
   return q;
 }
 
+std::string jobConfig(int n) {
+  keys::JobConfig c;
+  c.minNodes = c.maxNodes = n;
+  c.setBy = "node0";
+  return keys::encodeJobConfig(c);
+}
+
 asio::awaitable<std::optional<Bytes>> tryGet(Agent& a, const std::string& key) {
   auto r = co_await call(a, request(wire::Op::TryGet, key));
   co_return r.values.empty() ? std::nullopt : std::optional<Bytes>(r.values[0]);
@@ -167,6 +206,7 @@ asio::awaitable<int64_t> add(Agent& a, const std::string& key, int64_t delta) {
 
 // The closer's part of C10dRendezvous::tryClose for MIN=MAX=n.
 asio::awaitable<void> close(Agent& a, const std::string& runId, int n) {
+  const int64_t left = keys::parseCounter(co_await tryGet(a, keys::left(runId, 0))).value_or(0);
   const int64_t changes =
       keys::parseCounter(co_await tryGet(a, keys::changes(runId, 0))).value_or(0);
   auto nodes = keys::parseJoined((co_await tryGet(a, keys::joined(runId, 0))).value_or(""));
@@ -176,9 +216,12 @@ asio::awaitable<void> close(Agent& a, const std::string& runId, int n) {
       if (!co_await tryGet(a, keys::dead(runId, 0, node.id))) alive.push_back(node);
     nodes.swap(alive);
   }
+  // `left` again: the snapshot agrees with it (RoundCloser's look).
+  if (keys::parseCounter(co_await tryGet(a, keys::left(runId, 0))).value_or(0) != left)
+    throw Error("a will ran during the bench's close");
+  co_await tryGet(a, keys::refill(runId));  // restartCountFor: a refilled store's count
   if (static_cast<int>(nodes.size()) < n) co_return;
   nodes.resize(n);
-  const int64_t left = keys::parseCounter(co_await tryGet(a, keys::left(runId, 0))).value_or(0);
   RoundDecision d = decideRound(runId, 0, nodes, {changes, left});
   auto cas = co_await call(a, compareSet(keys::state(runId, 0), "", d.decision));
   if (cas.values.at(0) == d.decision) co_await call(a, multiSet(d.keys, d.values));
@@ -186,6 +229,11 @@ asio::awaitable<void> close(Agent& a, const std::string& runId, int n) {
 
 // C10dRendezvous::next() of a fresh agent in a job of MIN=MAX=n.
 asio::awaitable<void> join(Agent& a, const std::string& runId, int n) {
+  // ExitBarrier::enter, then checkJobConfig, then startRound.
+  if (co_await tryGet(a, keys::outcome(runId))) throw Error("stale outcome");
+  co_await add(a, keys::present(runId), 1);
+  const std::string config = jobConfig(n);
+  co_await call(a, compareSet(keys::config(runId), "", config));
   co_await tryGet(a, keys::currentRound(runId));
   wire::Request will;
   will.op = wire::Op::SetWill;
@@ -209,6 +257,10 @@ asio::awaitable<void> join(Agent& a, const std::string& runId, int n) {
   if (!mine) throw Error("agent " + a.self.id + " left out of the round");
   a.nodeRank = keys::parseAssignment(*mine).nodeRank;
   a.rankAt = Clock::now();
+  if (n > kMaxHostsInResult && !gHostsAlways) {  // RoundResult::hosts stays empty (O(N^2) bytes)
+    a.doneAt = a.rankAt;
+    co_return;
+  }
   // The hosts list (RoundResult::hosts). Each real agent decodes it on its own host, in
   // parallel with the others; here one thread plays every agent, so only the first decodes it
   // (checked and timed: decodeMs), the others just receive the same bytes.
@@ -227,9 +279,12 @@ asio::awaitable<void> join(Agent& a, const std::string& runId, int n) {
 struct Result {
   double connectMs = 0, rankMs = 0, doneMs = 0;
   uint64_t calls = 0;
+  uint64_t bytes = 0;
+  double serverCpuMs = 0;  // the daemon's CPU time from all-connected to every agent done
 };
 
-Result runGenerator(const std::string& host, uint16_t port, int n, const std::string& runId) {
+Result runGenerator(const std::string& host, uint16_t port, int n, const std::string& runId,
+                    int serverPid) {
   asio::io_context io(1);
   std::vector<std::unique_ptr<Agent>> agents;
   for (int i = 0; i < n; ++i) {
@@ -264,17 +319,20 @@ Result runGenerator(const std::string& host, uint16_t port, int n, const std::st
   const auto t1 = Clock::now();
 
   io.restart();
+  const double cpu0 = cpuMs(serverPid);
   for (auto& a : agents) asio::co_spawn(io, join(*a, runId, n), onDone);
   io.run();
   if (failure) std::rethrow_exception(failure);
 
   Result r;
+  r.serverCpuMs = cpuMs(serverPid) - cpu0;
   r.connectMs = msSince(t0, t1);
   std::vector<bool> seen(n);
   for (auto& a : agents) {
     r.rankMs = std::max(r.rankMs, msSince(t1, a->rankAt));
     r.doneMs = std::max(r.doneMs, msSince(t1, a->doneAt));
     r.calls += a->calls;
+    r.bytes += a->bytes;
     if (a->nodeRank < 0 || a->nodeRank >= n || seen[a->nodeRank])
       throw Error("bad node rank " + std::to_string(a->nodeRank));
     seen[a->nodeRank] = true;
@@ -349,6 +407,7 @@ int usage() {
 int main(int argc, char** argv) {
   std::string host = "127.0.0.1", mode = "generator";
   int port = -1;
+  int serverPid = 0;
   std::vector<int> sizes = {64, 256, 1024, 4096};
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
@@ -356,6 +415,10 @@ int main(int argc, char** argv) {
     std::string value = argv[++i];
     if (arg == "--host") {
       host = value;
+    } else if (arg == "--hosts-always") {
+      gHostsAlways = value == "1";
+    } else if (arg == "--server-pid") {
+      serverPid = std::atoi(value.c_str());
     } else if (arg == "--port") {
       port = std::atoi(value.c_str());
     } else if (arg == "--mode" && (value == "generator" || value == "real")) {
@@ -389,9 +452,11 @@ int main(int argc, char** argv) {
     for (int n : sizes) {
       const std::string runId = "bench-" + std::to_string(::getpid()) + "-" + std::to_string(run++);
       Result r = mode == "real" ? runReal(host, static_cast<uint16_t>(port), n, runId)
-                                : runGenerator(host, static_cast<uint16_t>(port), n, runId);
-      std::printf("RESULT drun %s %d %.1f %.1f %.1f %llu\n", mode.c_str(), n, r.connectMs,
-                  r.rankMs, r.doneMs, static_cast<unsigned long long>(r.calls));
+                                : runGenerator(host, static_cast<uint16_t>(port), n, runId,
+                                               serverPid);
+      std::printf("RESULT drun %s %d %.1f %.1f %.1f %llu %llu %.0f\n", mode.c_str(), n,
+                  r.connectMs, r.rankMs, r.doneMs, static_cast<unsigned long long>(r.calls),
+                  static_cast<unsigned long long>(r.bytes), r.serverCpuMs);
       std::fflush(stdout);
     }
   } catch (const std::exception& e) {

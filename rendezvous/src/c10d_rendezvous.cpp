@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <mutex>
 #include <random>
 
 #include <spdlog/spdlog.h>
@@ -31,6 +32,7 @@
 #include "reconnector.hpp"
 #include "round_closer.hpp"
 #include "round_join.hpp"
+#include "store_refill.hpp"
 
 namespace drun::rdzv {
 namespace {
@@ -93,7 +95,7 @@ class C10dRendezvous final : public Rendezvous {
     node_.descriptorLine = keys::encodeDescriptor(self);
 
     for (int attempt = 0;; ++attempt) {
-      if (storeLost_) reconnectStore(deadline);  // throws when the store is gone for good
+      if (storeLost_) reconnectStore();  // throws when the store stays gone past reconnect_timeout
       try {
         barrier_.enter(*store_, deadline);
         if (!configChecked_) checkJobConfig();
@@ -106,7 +108,7 @@ class C10dRendezvous final : public Rendezvous {
         // and join afresh, within the same deadline.
         if (!connect_ || server_ || attempt >= 3) throw;
         spdlog::info("rendezvous '{}': {}; reconnecting", id(), e.what());
-        storeLost_ = true;
+        markStoreLost();
       }
     }
   }
@@ -123,6 +125,10 @@ class C10dRendezvous final : public Rendezvous {
       cause = keys::parseFailure(stored);
     } catch (const ProtocolError& e) {
       spdlog::warn("rendezvous '{}': {}; reporting this node's failure instead", id(), e.what());
+    }
+    {
+      std::lock_guard lock(lostMutex_);
+      failedRound_ = r;
     }
     wakeWatchers(*store_, id(), r);  // they read the record itself
     if (cause.final) barrier_.publishOutcome(*store_, r, cause);
@@ -173,10 +179,18 @@ class C10dRendezvous final : public Rendezvous {
     throw Error("the shared value " + key + " kept changing (16 tries)");
   }
 
+  std::unique_ptr<LivenessStore> connectSideStore() override {
+    return connect_ ? connect_() : nullptr;
+  }
+
   void onJobEvent(std::function<void(const JobEvent&)> callback) override {
     std::lock_guard lock(slot_->mutex);
     slot_->callback = [this, callback = std::move(callback)](const JobEvent& event) {
-      if (event.kind == JobEvent::Kind::StoreLost) storeLost_ = true;
+      if (event.kind == JobEvent::Kind::StoreLost) markStoreLost();
+      if (event.kind == JobEvent::Kind::Failed) {
+        std::lock_guard lock(lostMutex_);
+        failedRound_ = event.round;
+      }
       if (callback) callback(event);
     };
   }
@@ -253,13 +267,21 @@ class C10dRendezvous final : public Rendezvous {
   }
 
   RoundResult joinFrom(Start start, Deadline& deadline, Clock::time_point started) {
-    uint64_t round = start.round;
+    uint64_t round = refillRound_.value_or(start.round);
+    refillRound_.reset();
     Announcement announce = std::move(start.announce);
     // Arrived while the job runs (announced, or a spare: the previous round closed).
     bool forRunningJob = !lastRound_ && round > 0;
     for (;;) {
       RoundJoin join(*store_, node_, barrier_, round, forRunningJob);
-      if (auto seat = join.run(deadline, announce)) {
+      std::optional<Seat> seat = join.run(deadline, announce);
+      if (auto moved = join.movedTo()) {  // the store was refilled by the survivors
+        round = *moved;
+        announce = {};
+        forRunningJob = false;
+        continue;
+      }
+      if (seat) {
         const RoundResult& result = seat->result;
         lastRound_ = round;
         restartCount_ = result.restartCount;
@@ -283,13 +305,38 @@ class C10dRendezvous final : public Rendezvous {
     }
   }
 
-  void reconnectStore(const Deadline& deadline) {
+  void markStoreLost() {
+    std::lock_guard lock(lostMutex_);
+    if (!storeLost_) lostAt_ = Clock::now();
+    storeLost_ = true;
+  }
+
+  void reconnectStore() {
     if (server_) throw NetworkError("rendezvous '" + id() + "': lost the store at " + node_.endpoint);
     store_.reset();
-    store_ = reconnect(connect_, node_, deadline);
+    Clock::time_point lostAt;
+    std::optional<uint64_t> failedRound;
+    {
+      std::lock_guard lock(lostMutex_);
+      lostAt = lostAt_;
+      failedRound = failedRound_;
+    }
+    store_ = reconnect(connect_, node_, lostAt);
     storeLost_ = false;
+    barrier_.forget();  // its will counted it out of the job (or the store forgot the job)
+    configChecked_ = false;
+    // A store that restarted empty: the survivors carry the job on (store_refill.hpp), this node
+    // as a member of its last round, keeping its rank where it can.
+    if (lastRound_) {
+      const Refill carried{*lastRound_ + 1,
+                           restartCount_ + (failedRound == lastRound_ ? 1 : 0)};
+      if ((refillRound_ = refillStore(*store_, id(), carried))) {
+        spdlog::info("rendezvous '{}': re-forming the job in round {} of the restarted store "
+                     "(restart count {} or more)", id(), *refillRound_, carried.restarts);
+        return;
+      }
+    }
     lastRound_.reset();  // the old round counted this node gone: it comes back as a newcomer
-    barrier_.forget();   // ... and its will counted it out of the job
     node_.self.rejoining = false;
     node_.self.previousRank.reset();
     node_.descriptorLine = keys::encodeDescriptor(node_.self);
@@ -319,6 +366,10 @@ class C10dRendezvous final : public Rendezvous {
   std::unique_ptr<MembershipWatcher> watcher_;
   PortReservation reservation_;
   std::optional<uint64_t> lastRound_;
+  std::optional<uint64_t> failedRound_;  // the last round this node saw fail (reported or told)
+  std::optional<uint64_t> refillRound_;  // the round to re-form in a refilled store
+  std::mutex lostMutex_;                 // lostAt_, failedRound_: set by the watcher's thread too
+  Clock::time_point lostAt_;
   int restartCount_ = 0;
   int64_t lastNodeCount_ = 0;
   int lastNodeRank_ = 0;

@@ -7,7 +7,7 @@
 //                   [--max-pending-connections 256] [--handshake-timeout 3s]
 //                   [--max-stored-bytes 1G] [--max-stored-bytes-per-job 256M]
 //                   [--max-call-bytes 256M] [--max-call-bytes-per-connection 64M]
-//                   [--max-input-bytes 512M] [--max-output-bytes 512M]
+//                   [--max-input-bytes 512M] [--max-output-bytes 512M] [--http [ADDR:]PORT]
 //
 // Prints "drun-rendezvous listening on HOST:PORT" on stdout once it accepts connections (with
 // --port 0, PORT is the one chosen). SIGINT/SIGTERM stop it gracefully.
@@ -32,6 +32,7 @@
 #include "drun/rendezvous/keys.hpp"
 #include "drun/rendezvous/store_server.hpp"
 #include "drun/rendezvous/token_file.hpp"
+#include "monitor/monitor.hpp"
 
 namespace {
 
@@ -135,6 +136,10 @@ int main(int argc, char** argv) {
   app.add_option("--job-token", jobTokens,
                  "RUN_ID=PATH: clients of job RUN_ID prove this secret and touch only that job's "
                  "keys (repeatable; with no --token-file, clients of other jobs are refused)");
+  std::string httpAddress;
+  app.add_option("--http", httpAddress,
+                 "[ADDR:]PORT: serve /metrics, /api/jobs and a live page of every job (default off; "
+                 "loopback unless ADDR is given; the --token-file token guards it)");
   app.add_option("--log-level", logLevel,
                  "trace, debug, info, warn, error or off (default: DRUN_LOG_LEVEL)");
   CLI11_PARSE(app, argc, argv);
@@ -178,11 +183,22 @@ int main(int argc, char** argv) {
     signal(SIGPIPE, SIG_IGN);
 
     drun::rdzv::StoreServer server(options);
+    std::unique_ptr<drun::rdzv::monitor::Monitor> monitor;
+    drun::rdzv::monitor::HttpOptions http;
+    if (!httpAddress.empty()) {
+      http = drun::rdzv::monitor::parseHttpAddress(httpAddress);
+      if (options.token.empty() && !options.jobTokens.empty())
+        throw drun::InvalidArgument("--http with --job-token needs --token-file: the page shows every job");
+      http.token = options.token;
+      monitor = std::make_unique<drun::rdzv::monitor::Monitor>(server, http);
+    }
     server.start();
     std::cout << "drun-rendezvous listening on " << options.host << ":" << server.port()
               << std::endl;
     spdlog::info("listening on {}:{} (lease {}ms)", options.host, server.port(),
                  options.leaseTimeout.count());
+    if (monitor)
+      std::cout << "drun-rendezvous http on " << http.host << ":" << monitor->port() << std::endl;
     if (options.token.empty() && options.jobTokens.empty())
       spdlog::warn("the store on {}:{} is open to anyone who can reach the port: give it a "
                    "--token-file (and the jobs --rdzv-conf token_file)",
@@ -194,6 +210,7 @@ int main(int argc, char** argv) {
     const timespec period{2, 0};
     while ((signal = sigtimedwait(&stopSignals, nullptr, &period)) < 0) returnFreedMemory(server);
     spdlog::info("{} received: stopping", signal == SIGINT ? "SIGINT" : "SIGTERM");
+    if (monitor) monitor->stop();
     server.stop();
     auto stats = server.stats();
     spdlog::info("stopped: {} connections served, {} requests, {} protocol errors, {} leases "

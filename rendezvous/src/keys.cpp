@@ -153,7 +153,25 @@ std::string failure(std::string_view runId, uint64_t r) { return cat(round(runId
 std::string outcome(std::string_view runId) { return cat(job(runId), "outcome"); }
 std::string config(std::string_view runId) { return cat(job(runId), "config"); }
 std::string present(std::string_view runId) { return cat(job(runId), "present"); }
+std::string refill(std::string_view runId) { return cat(job(runId), "refill"); }
 std::string lastDead(std::string_view runId, uint64_t r) { return cat(round(runId, r), "last_dead"); }
+std::string eventCount(std::string_view runId) { return cat(job(runId), "events/next"); }
+std::string eventSlot(std::string_view runId, uint64_t n) {
+  return cat(job(runId), "events/" + std::to_string(n % kEventSlots));
+}
+std::optional<std::string> runIdOfEventSlot(std::string_view key) {
+  constexpr std::string_view kRoot = "rdzv/", kEvents = "/events/";
+  if (!key.starts_with(kRoot)) return std::nullopt;
+  const size_t at = key.rfind(kEvents);
+  if (at == std::string_view::npos || at <= kRoot.size()) return std::nullopt;
+  std::string_view slot = key.substr(at + kEvents.size());
+  if (slot.empty() || slot.size() > 4) return std::nullopt;
+  for (char c : slot)
+    if (c < '0' || c > '9') return std::nullopt;
+  std::string runId(key.substr(kRoot.size(), at - kRoot.size()));
+  if (runId.find('/') != std::string::npos) return std::nullopt;
+  return runId;
+}
 std::string sharedValue(std::string_view runId, std::string_view name) {
   static constexpr char kHex[] = "0123456789abcdef";
   std::string key = cat(job(runId), "shared/");
@@ -195,7 +213,13 @@ Store::Will finishedWill(std::string_view runId, uint64_t r, std::string_view no
   will.sets = deathNotice(runId, r, node,
                           "node " + std::string(displayName) + " left round " + std::to_string(r) +
                               " after its workers succeeded");
-  will.adds = {{left(runId, r), 1}, {changes(runId, r), 1}, {present(runId), -1}};
+  // status of round r+1: a finished member is pulled back when the job re-forms (another node
+  // failed), and until it counts itself back there, this will is what tells that round's
+  // waiters that it will not come (they waited for it until the join timeout).
+  will.adds = {{left(runId, r), 1},
+               {changes(runId, r), 1},
+               {status(runId, r + 1), 1},
+               {present(runId), -1}};
   return will;
 }
 

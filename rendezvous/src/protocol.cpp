@@ -181,6 +181,7 @@ ReplyShape replyShape(Op op) {
     case Op::Delete:
       return ReplyShape::Flag;  // u8 0/1
     case Op::MultiGet:
+    case Op::ListJobs:
       return ReplyShape::Values;  // u32 n, n x bytes
     default:
       return ReplyShape::Empty;  // Set, Wait, MultiSet, Append, SetWill
@@ -305,6 +306,7 @@ std::string_view toString(Op op) {
     case Op::SetWill: return "setWill";
     case Op::Heartbeat: return "heartbeat";
     case Op::DeletePrefix: return "deletePrefix";
+    case Op::ListJobs: return "listJobs";
   }
   return "unknown";
 }
@@ -555,6 +557,7 @@ void encodeRequest(const Request& q, std::string& out, const Limits& l) {
         w.strings(q.keys);
         break;
       case Op::NumKeys:
+      case Op::ListJobs:
       case Op::Heartbeat:
         break;
       case Op::MultiSet:
@@ -658,6 +661,7 @@ DecodeResult decodeRequest(std::string_view in, Request& q, const Limits& l) {
       q.keys = rd.strings(maxKeys, maxKey, "key");
       break;
     case Op::NumKeys:
+    case Op::ListJobs:
     case Op::Heartbeat:
       break;
     case Op::MultiSet: {

@@ -6,6 +6,7 @@
 
 #include "drun/common/error.hpp"
 #include "drun/rendezvous/round_planner.hpp"
+#include "store_refill.hpp"
 
 namespace drun::rdzv {
 namespace {
@@ -69,7 +70,7 @@ bool RoundCloser::tryClose(uint64_t round, int needed, const Reform& reform) {
   nodes = pickMembers(std::move(nodes), node_.options.maxNodes);
   RoundDecision d = decideRound(id, round, nodes, {changesAtRead, leftAtRead, restartCountFor(round)});
   if (store_.compareSet(keys::state(id, round), "", d.decision) == d.decision) {
-    store_.multiSet(d.keys, d.values);
+    publish(d);
     forgetRound(round);
     spdlog::debug("rendezvous '{}': closed round {} with {} node(s) in {}{}", id, round,
                   nodes.size(), ms(std::chrono::duration_cast<milliseconds>(Clock::now() - t0)),
@@ -114,12 +115,32 @@ void RoundCloser::removeDead(uint64_t round, std::vector<keys::NodeDescriptor>& 
   });
 }
 
+// The decision's keys in request-sized pieces (a round of 100,000 nodes has more assignments
+// than one request may carry), in order: `status` is last, so waiters find the rest after it.
+void RoundCloser::publish(const RoundDecision& d) {
+  for (size_t first = 0; first < d.keys.size(); first += kKeysPerPublish) {
+    const size_t last = std::min(d.keys.size(), first + kKeysPerPublish);
+    if (first == 0 && last == d.keys.size()) {
+      store_.multiSet(d.keys, d.values);
+      return;
+    }
+    store_.multiSet(std::vector<std::string>(d.keys.begin() + first, d.keys.begin() + last),
+                    std::vector<Bytes>(d.values.begin() + first, d.values.begin() + last));
+  }
+}
+
 // The job's restart count as of round `round`: the previous round's, plus one when it ended in
 // a failure. Advanced here, by the closer, once per restart.
 int RoundCloser::restartCountFor(uint64_t round) {
-  if (round == 0) return 0;
+  // No previous round in the store: a first round, or the one the survivors re-form in a
+  // restarted store (store_refill.hpp), which carries the job's count on.
+  auto carried = [&] {
+    auto refill = readRefill(store_, node_.runId());
+    return refill && refill->round == round ? refill->restarts : 0;
+  };
+  if (round == 0) return carried();
   auto state = closedRound(round - 1);
-  if (!state) return 0;
+  if (!state) return carried();
   const bool failed = store_.check({keys::failure(node_.runId(), round - 1)});
   return state->restartCount + (failed ? 1 : 0);
 }

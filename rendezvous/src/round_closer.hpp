@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "c10d_node.hpp"
+#include "drun/rendezvous/round_planner.hpp"
 
 namespace drun::rdzv {
 
@@ -42,6 +43,7 @@ class RoundCloser {
   void removeDead(uint64_t round, std::vector<keys::NodeDescriptor>& nodes);
 
  private:
+  void publish(const RoundDecision& d);
   int restartCountFor(uint64_t round);
   void forgetRound(uint64_t round);
 

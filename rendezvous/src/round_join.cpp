@@ -6,6 +6,7 @@
 
 #include "drun/common/error.hpp"
 #include "drun/common/progress.hpp"
+#include "store_refill.hpp"
 
 namespace drun::rdzv {
 namespace {
@@ -91,10 +92,15 @@ std::optional<Seat> RoundJoin::run(Deadline& deadline, const Announcement& annou
   const std::string& id = node_.runId();
   const std::string statusKey = keys::status(id, round_);
 
+  // A member re-forming counts itself back before its will moves to this round: until then its
+  // previous round's will counts it gone (`left` of round-1). The other order left a window in
+  // which a death counted it neither back nor gone, and the survivors waited for it until the
+  // join timeout. This order's window (counted back and gone at once) can only close the round
+  // one survivor early; that survivor then joins the next round as a newcomer.
+  if (node_.self.rejoining) store_.add(keys::rejoined(id, round_), 1);
   store_.setWill(keys::joinWill(id, round_, node_.self.id, node_.self.displayName()));
   store_.append(keys::joined(id, round_), node_.descriptorLine);
   int64_t arrivals = store_.add(keys::count(id, round_), 1);
-  if (node_.self.rejoining) store_.add(keys::rejoined(id, round_), 1);
   // Told only once this node is in `joined`: the running nodes re-form when told, and a round
   // they closed before this node's descriptor was there would leave it out (it then waited in
   // the next round as if the job were full).
@@ -122,6 +128,15 @@ std::optional<Seat> RoundJoin::run(Deadline& deadline, const Announcement& annou
         // The decision can exist before status shows it (its closer died in between).
         if (auto decided = store_.tryGet(keys::state(id, round_)))
           if (auto state = keys::parseState(*decided)) return seat(*state);
+        // A newcomer in round 0 of a store the survivors refilled (it restarted): the job
+        // re-forms in their round (store_refill.hpp).
+        if (round_ == 0 && !node_.self.rejoining)
+          if (auto refill = readRefill(store_, id); refill && refill->round > 0) {
+            movedTo_ = refill->round;
+            on(Event::ClosedWithoutMe, "the store was refilled: the job re-forms in round " +
+                                           std::to_string(refill->round));
+            return std::nullopt;
+          }
         // Only a job that formed can have ended: before a round of it closed, an `outcome` is
         // stale or forged, and believing it would end this node "successfully" with no worker run.
         if (reform_.active) barrier_.throwIfJobEnded(store_);
@@ -263,8 +278,9 @@ std::optional<Seat> RoundJoin::seat(const keys::RoundState& state) {
     const keys::Assignment a = keys::parseAssignment(*mine);
     r.nodeRank = a.nodeRank;
     r.rankOffset = a.rankOffset;
-    r.hosts = keys::parseHostList(store_.get(keys::hosts(id, round_), o.readTimeout),
-                                  static_cast<size_t>(r.nodeCount));
+    if (r.nodeCount <= kMaxHostsInResult)
+      r.hosts = keys::parseHostList(store_.get(keys::hosts(id, round_), o.readTimeout),
+                                    static_cast<size_t>(r.nodeCount));
   } else {
     // Not a member, or its closer died before publishing the assignments: the roster in
     // `state` decides (O(N) bytes, read on this rare path only).
@@ -282,14 +298,15 @@ std::optional<Seat> RoundJoin::seat(const keys::RoundState& state) {
         r.rankOffset = offset;
       }
       offset += entry.localWorldSize;
-      r.hosts.push_back(entry.name);
+      if (r.nodeCount <= kMaxHostsInResult) r.hosts.push_back(entry.name);
     }
     if (!member) {
       on(Event::ClosedWithoutMe, std::to_string(state.nodeCount) + " node(s) taken");
       return std::nullopt;
     }
   }
-  if (static_cast<int>(r.hosts.size()) != r.nodeCount || r.nodeRank >= r.nodeCount ||
+  const size_t hostsExpected = r.nodeCount <= kMaxHostsInResult ? size_t(r.nodeCount) : 0;
+  if (r.hosts.size() != hostsExpected || r.nodeRank >= r.nodeCount ||
       int64_t{r.rankOffset} + o.localWorldSize > r.worldSize)
     throw ProtocolError("rendezvous '" + id + "' round " + std::to_string(round_) +
                         ": inconsistent decision in the store (node rank " +

@@ -57,6 +57,8 @@ class RoundJoin {
   std::optional<Seat> run(Deadline& deadline, const Announcement& announce);
 
   JoinPhase phase() const { return phase_; }
+  // After run() returned nullopt: the round the job moved to (a refilled store), if it did.
+  std::optional<uint64_t> movedTo() const { return movedTo_; }
 
  private:
   enum class Event { LastCallArmed, LastCallDisarmed, ShortOfMin, Closed, ClosedWithoutMe, Error };
@@ -91,6 +93,7 @@ class RoundJoin {
   Clock::time_point lastCallAt_ = kNever;  // when this node evaluates the last call
   Clock::time_point replaceBy_ = kNever;   // when the wait for replacements ends
   std::string shortage_;                   // who was lost, for the progress lines
+  std::optional<uint64_t> movedTo_;
 };
 
 }  // namespace drun::rdzv

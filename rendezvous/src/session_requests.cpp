@@ -80,6 +80,9 @@ bool Session::serve(wire::Request& q, wire::Response& p) {
     case wire::Op::DeletePrefix:
       p.number = core.erasePrefix(q.keys[0]);
       break;
+    case wire::Op::ListJobs:
+      p.values = core.jobIds();
+      break;
     case wire::Op::Get:
     case wire::Op::Wait:
     case wire::Op::MultiGet:
@@ -133,6 +136,7 @@ std::string Session::outOfScope(const wire::Request& q) const {
   if (keyPrefix_.empty()) return "";
   const std::string job = "a client of job '" + printableScope() + "'";
   if (q.op == wire::Op::NumKeys) return job + " cannot count the whole store";
+  if (q.op == wire::Op::ListJobs) return job + " cannot list the store's jobs";
   auto inside = [&](const std::string& key) { return key.starts_with(keyPrefix_); };
   auto outside = [&](const std::string& key) {
     return job + " may only touch keys under " + keyPrefix_ + ", not " + text::printable(key, {128});

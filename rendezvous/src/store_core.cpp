@@ -1,5 +1,7 @@
 #include "drun/rendezvous/store_core.hpp"
 
+#include <algorithm>
+
 #include <charconv>
 #include <limits>
 
@@ -244,7 +246,18 @@ int64_t StoreCore::erasePrefix(const std::string& prefix) {
   return removed;
 }
 
+std::vector<std::string> StoreCore::jobIds() const {
+  std::vector<std::string> ids;
+  const std::string& root = budget_.jobRoot;
+  for (const auto& [scope, bytes] : scopeBytes_)
+    if (scope.size() > root.size() + 1 && scope.starts_with(root))
+      ids.push_back(scope.substr(root.size(), scope.size() - root.size() - 1));
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
 void StoreCore::touched(const std::string& key, bool created, Wakeups& wakeups) {
+  if (observer_) observer_(key, find(key));
   if (created) {
     if (auto node = keyWaiters_.extract(key)) {
       for (WaiterId id : node.mapped()) {

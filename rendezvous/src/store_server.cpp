@@ -237,6 +237,11 @@ void StoreServer::start() { impl_->start(); }
 void StoreServer::run() { impl_->run(); }
 void StoreServer::stop() { impl_->stop(); }
 
+void StoreServer::attach(const std::function<void(boost::asio::io_context&, StoreCore&)>& attach) {
+  if (impl_->running_) throw std::logic_error("StoreServer::attach after start");
+  attach(impl_->state_.ioc, impl_->state_.core);
+}
+
 StoreServerStats StoreServer::stats() const {
   const server::Counters& c = impl_->state_.counters;
   StoreServerStats s;

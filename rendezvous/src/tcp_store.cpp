@@ -570,4 +570,9 @@ int64_t TcpStore::deletePrefix(const std::string& prefix) {
   return conn_->call(q, {}).number;
 }
 
+std::vector<std::string> TcpStore::listJobs() {
+  auto q = request(Op::ListJobs);
+  return std::move(conn_->call(q, {}).values);
+}
+
 }  // namespace drun::rdzv

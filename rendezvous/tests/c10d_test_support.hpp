@@ -35,6 +35,7 @@ inline RendezvousOptions options(int minNodes, int maxNodes, const std::string& 
   o.heartbeatTimeout = 1s;
   o.readTimeout = 10s;
   o.replaceTimeout = 0ms;  // a loss below MIN fails at once, unless a test waits for replacements
+  o.reconnectTimeout = 0ms;  // a refused store is gone at once, unless a test restarts one
   return o;
 }
 

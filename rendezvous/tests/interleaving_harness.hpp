@@ -53,6 +53,7 @@ inline RendezvousOptions shortOptions(int minNodes, int maxNodes, const std::str
   o.heartbeatInterval = 100ms * kTimeScale;
   o.heartbeatTimeout = 1s * kTimeScale;
   o.readTimeout = 2s * kTimeScale;
+  o.reconnectTimeout = 0ms;  // a refused store is gone at once, unless a test restarts one
   return o;
 }
 
@@ -164,6 +165,10 @@ class Cluster {
   std::vector<CauseSeen> causes;
   std::vector<std::pair<std::string, Clock::time_point>> deaths;
   std::vector<std::pair<std::string, Clock::time_point>> cuts;
+  // Per cut: the last round the node can hold a seat of that it took (or was taking) before the
+  // cut: the round it ran, or the next while it was joining. Its interval of such a round may
+  // begin a moment after the cut (next() had returned; the model records the start later).
+  std::vector<uint64_t> cutRoundLimits;
   std::vector<std::string> notes;  // what the driver or an injection did, for messages
 
   Node& add(const std::string& name, RendezvousOptions options) {
@@ -225,6 +230,7 @@ class Cluster {
     {
       std::lock_guard lock(mutex);
       cuts.push_back({name, Clock::now()});
+      cutRoundLimits.push_back(n.phase == Phase::Running ? n.round : n.round + 1);
       noteLocked("cut " + name + "'s link");
     }
     n.link().dropAll(false);

@@ -51,9 +51,11 @@ inline std::vector<std::string> Cluster::violations() {
   // A node whose link was cut runs on until it notices (fencing, bounded by the heartbeat
   // timeout): its rounds' overlap with the next is no split brain if it ends within that bound.
   auto fenced = [&](const Interval& i) {
-    return std::any_of(cuts.begin(), cuts.end(), [&](auto& cut) {
-      return cut.first == i.node && i.start <= cut.second && i.end <= cut.second + kFenceBound;
-    });
+    for (size_t c = 0; c < cuts.size(); ++c)
+      if (cuts[c].first == i.node && i.result.round <= cutRoundLimits[c] &&
+          i.end <= cuts[c].second + kFenceBound)
+        return true;
+    return false;
   };
   // (a) At most one round runs workers at a time: never two rank-0 groups of different rounds
   // at once, and no node counted in a round while it runs another.
@@ -91,6 +93,20 @@ inline std::vector<std::string> Cluster::violations() {
       out.push_back("the job succeeded but " + n->name() + " ended " + toString(n->ending) +
                     " (code " + std::to_string(n->exitCode) + "): " + n->endText);
     }
+  // (f) Liveness: while at least MIN nodes live, no live node gives up with a rendezvous error
+  // (a round that timed out with enough nodes, a "fewer than the minimum" that counted the
+  // dead). Killed nodes are not live; a node whose link was cut comes back, so it is.
+  int live = 0, minNodes = 0;
+  for (auto& n : nodes) {
+    if (n->phase == Phase::Idle) continue;
+    minNodes = std::max(minNodes, n->options_.minNodes);
+    if (!isDead(n->name())) ++live;
+  }
+  if (live >= minNodes)
+    for (auto& n : nodes)
+      if (n->phase == Phase::Ended && n->ending == Ending::Error && !isDead(n->name()))
+        out.push_back(n->name() + " ended with a rendezvous error while " + std::to_string(live) +
+                      " node(s) lived (MIN " + std::to_string(minNodes) + "): " + n->endText);
   // (e) One restart count per round, one root cause per round.
   for (const Interval& a : intervals)
     for (const Interval& b : intervals)

@@ -52,6 +52,7 @@ std::vector<Request> everyRequest() {
   all.push_back(req(Op::SetWill));  // an empty will clears it
   all.push_back(req(Op::Heartbeat));
   all.push_back(req(Op::DeletePrefix, {"rdzv/job7/"}));
+  all.push_back(req(Op::ListJobs));
   return all;
 }
 
@@ -85,6 +86,8 @@ std::vector<Response> everyResponse() {
   }
   all.push_back(resp(Op::MultiGet));
   all.back().values = {"a", "", "c"};
+  all.push_back(resp(Op::ListJobs));
+  all.back().values = {"job7", "job8"};
   all.push_back(resp(Op::Wait, Status::Timeout));
   all.back().message = "wait timed out after 5ms";
   all.back().keys = {"b", "c"};

@@ -25,7 +25,7 @@ def main():
     a = p.parse_args()
     dist.init_process_group("gloo", init_method="env://", timeout=datetime.timedelta(seconds=300))
     r, n = dist.get_rank(), dist.get_world_size()
-    factor = 2 * (n - 1) / n if a.op == "all_reduce" else 1.0 if a.op == "broadcast" else (n - 1) / n
+    factor = 2 * (n - 1) / n if a.op == "all_reduce" else 1.0 if a.op in ("broadcast", "reduce") else (n - 1) / n
     if r == 0:
         print(f"# torch.distributed {torch.__version__}: {a.op}, {n} ranks, gloo backend, iters {a.iters}, warmup {a.warmup}")
         print("# %12s %12s %8s %6s %5s %10s %11s %11s %6s" % ("size(B)", "count", "type", "redop", "root", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong"))
@@ -35,7 +35,7 @@ def main():
         dist.all_reduce(torch.zeros(1))
     dist.barrier()
     while size <= top:
-        whole = a.op in ("all_reduce", "broadcast")
+        whole = a.op in ("all_reduce", "reduce", "broadcast")
         count = max(1, size // 4) if whole else max(1, size // 4 // n)
         total = count if whole else count * n
         x = torch.zeros(total if a.op != "all_gather" else count)
@@ -48,6 +48,8 @@ def main():
                 dist.all_reduce(x)
             elif a.op == "broadcast":
                 dist.broadcast(x, 0)
+            elif a.op == "reduce":
+                dist.reduce(x, 0)
             elif a.op == "all_gather":
                 dist.all_gather(outs, x)
             elif a.op == "reduce_scatter":  # gloo has no reduce_scatter: all_to_all + sum, as drun
@@ -69,7 +71,7 @@ def main():
         algbw = reported / (us * 1e3)
         if r == 0:
             print("  %12d %12d %8s %6s %5d %10.2f %11.3f %11.3f %6s" % (
-                reported, reported // 4, "float", "sum" if a.op in ("all_reduce", "reduce_scatter") else "none",
+                reported, reported // 4, "float", "sum" if a.op in ("all_reduce", "reduce", "reduce_scatter") else "none",
                 -1, us, algbw, algbw * factor, "N/A"), flush=True)
         total_busbw += algbw * factor
         rows += 1

@@ -35,6 +35,11 @@
 #   scaleup  3 hosts, --nnodes 2:4, last_call_timeout=1; hosts 0 and 1 run the job, then host 2's
 #            agent is started (fault time = just before its start, so its start-up counts).
 #            New round: 3 hosts, world 3*NPROC (below MAX, so the last call applies). target <= 1.5 s
+#   daemon   2 hosts, --nnodes 2, rdzv_conf is_host=0: the store is a drun-rendezvous daemon on
+#            host 0 (same endpoint). SIGKILL to the daemon, then a new one on the same port (empty);
+#            fault time = the new daemon's start. The agents fence, reconnect (reconnect_timeout)
+#            and refill the store: new round on hosts 0 and 1 with the restart count carried.
+#            torchrun has no counterpart (its cells show "skipped").         target <= 2 s
 #   exit     2 hosts, --nnodes 2; every worker exits 0 after 1-2 s. From the last worker's END to
 #            the last agent process's exit (the harness waits on each agent's pidfd; "drun all" is
 #            the first agent's exit there).                                  target <= 100 ms

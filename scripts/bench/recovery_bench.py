@@ -47,7 +47,7 @@ exec sleep "$2"
 
 class Scenario:
     def __init__(self, name, title, target_ms, hosts, first, nnodes, drun_conf, torch_conf,
-                 survivors=None):
+                 survivors=None, drun_only=False):
         self.name = name
         self.title = title
         self.target_ms = target_ms
@@ -57,6 +57,7 @@ class Scenario:
         self.drun_conf = drun_conf
         self.torch_conf = torch_conf
         self.survivors = survivors  # hosts of the new round (None: not a recovery scenario)
+        self.drun_only = drun_only  # torchrun has no counterpart (a drun-rendezvous daemon)
 
 
 def scenarios(args):
@@ -78,6 +79,9 @@ def scenarios(args):
         "replace": Scenario(
             "replace", "host 1 of 2:2 SIGKILLed; a replacement agent starts on host 2", 1000, 3,
             [0, 1], "2", "", "", survivors=[0, 2]),
+        "daemon": Scenario(
+            "daemon", "store daemon restarted (drun-rendezvous on host 0, SIGKILL + start)",
+            2000, 2, [0, 1], "2", "is_host=0", "", survivors=[0, 1], drun_only=True),
         "exit": Scenario(
             "exit", "last worker exits 0 -> last agent exits", 100, 2, [0, 1], "2",
             "", ""),
@@ -136,6 +140,7 @@ class Trial:
         open(self.log, "w").close()
         self.run_id = f"recov-{os.getpid()}-{index}"
         self.agents = {}     # host -> Popen
+        self.daemons = []    # drun-rendezvous processes (daemon scenario), newest last
         self.exit_at = {}    # host -> wall time the agent's exit was seen
         self.pidfds = {}
         self.lines = []
@@ -174,6 +179,28 @@ class Trial:
         self.pidfds[host] = os.pidfd_open(proc.pid)
         self.events.append((time.time(), f"agent {host} started (pid {proc.pid})"))
         return proc
+
+    def start_daemon(self, deadline_s=10.0):
+        """drun-rendezvous on host 0 at the endpoint; returns once it listens."""
+        out_path = os.path.join(self.dir, f"daemon{len(self.daemons)}.log")
+        out = open(out_path, "w")
+        proc = subprocess.Popen(
+            [self.args.netns, "-p", self.prefix, "exec", "0",
+             os.path.join(self.args.drun_bin, "drun-rendezvous"), "--host",
+             self.args.endpoint_host, "--port", str(PORT)],
+            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+        out.close()
+        self.daemons.append(proc)
+        self.events.append((time.time(), f"daemon started (pid {proc.pid})"))
+        deadline = time.time() + deadline_s
+        while time.time() < deadline:
+            with open(out_path) as f:
+                if "listening on" in f.read():
+                    return proc
+            if proc.poll() is not None:
+                break
+            time.sleep(POLL_S)
+        raise RuntimeError(f"drun-rendezvous did not start (see {out_path})")
 
     def reap(self):
         """Records the wall time of every agent exit that is ready now."""
@@ -221,7 +248,7 @@ class Trial:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
         self.wait_exits(time.time() + STOP_GRACE_S)
-        for host, proc in self.agents.items():
+        for proc in list(self.agents.values()) + self.daemons:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
@@ -296,6 +323,8 @@ class Trial:
         sc, a = self.sc, self.args
         self.up()
         mode = "exit" if sc.name == "exit" else "run"
+        if sc.name == "daemon":
+            self.start_daemon()
         for host in sc.first:
             self.start_agent(host, mode)
         world0 = len(sc.first) * a.nproc
@@ -350,6 +379,13 @@ class Trial:
         elif sc.name == "scaleup":
             fault_at = time.time()
             self.start_agent(2)
+        elif sc.name == "daemon":
+            # SIGKILL (no goodbye to its clients), then the same daemon on the same port, empty:
+            # the fault time is the new daemon's start; the survivors refill it.
+            self.daemons[-1].kill()
+            self.daemons[-1].wait()
+            fault_at = time.time()
+            self.start_daemon()
         elif sc.name == "replace":
             # The survivor learns the loss (drun: the will, at once; torchrun: its keep-alive)
             # and waits for a replacement; the fault time is the replacement's start.
@@ -465,7 +501,8 @@ def main():
     p.add_argument("--hold", type=float, default=300.0, help="worker lifetime (s) when not failed")
     p.add_argument("--exit-after", type=float, default=1.0, help="exit scenario: worker run time")
     p.add_argument("scenarios", nargs="*",
-                   default=["failure", "sigkill", "linkcut", "scaleup", "replace", "exit"])
+                   default=["failure", "sigkill", "linkcut", "scaleup", "replace", "daemon",
+                            "exit"])
     args = p.parse_args()
     all_scenarios = scenarios(args)
     for name in args.scenarios:
@@ -492,6 +529,8 @@ def main():
         for name in args.scenarios:
             sc = all_scenarios[name]
             for launcher in launchers:
+                if sc.drun_only and not launcher.is_drun:
+                    continue
                 trials = args.trials if launcher.is_drun else args.torch_trials
                 results[(name, launcher.name)] = run_cell(args, sc, launcher, trials, counter)
     except (Interrupted, KeyboardInterrupt) as e:

@@ -468,6 +468,12 @@ std::string MarkerScope::describe(const std::vector<pid_t>& pids) {
 
 // ---- output parsing ----------------------------------------------------------------------------
 
+int countLinesWith(const std::string& text, const std::string& needle) {
+  int n = 0;
+  for (const std::string& line : splitLines(text)) n += line.find(needle) != std::string::npos;
+  return n;
+}
+
 std::vector<std::string> splitLines(const std::string& text) {
   std::vector<std::string> lines;
   size_t start = 0;

@@ -189,6 +189,7 @@ class MarkerScope {
 // ---- output parsing ----------------------------------------------------------------------------
 
 std::vector<std::string> splitLines(const std::string& text);  // without the '\n'; no trailing ""
+int countLinesWith(const std::string& text, const std::string& needle);  // lines containing it
 
 // Lines of drun's console output, split into the "[r]:" rank prefix and the rest. rank is -1 for a
 // line without a "[<digits>]:" prefix.

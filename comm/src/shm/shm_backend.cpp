@@ -14,7 +14,7 @@ class ShmBackend final : public Backend {
       : options_(options),
         segment_(std::make_shared<ShmSegment>(store, rank, size, options, timeout)),
         collectives_(*segment_),
-        p2p_(std::make_shared<ShmP2P>(segment_)) {}
+        p2p_(std::make_shared<ShmP2P>(segment_, options.unexpectedBytes)) {}
   ~ShmBackend() override { p2p_->stop("the communicator was destroyed"); }
 
   void run(const Collective& c) override { collectives_.run(c); }

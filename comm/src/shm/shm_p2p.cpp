@@ -2,6 +2,7 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "drun/common/error.hpp"
@@ -74,9 +75,14 @@ struct ShmP2P::Inbound {
   bool discard = false;            // too long for its receive: read and dropped
 };
 
-ShmP2P::ShmP2P(std::shared_ptr<ShmSegment> segment)
+ShmP2P::ShmP2P(std::shared_ptr<ShmSegment> segment, size_t maxUnexpectedBytes)
     : seg_(std::move(segment)), sends_(static_cast<size_t>(seg_->size())),
-      inbound_(static_cast<size_t>(seg_->size())) {}
+      inbound_(static_cast<size_t>(seg_->size())), maxUnexpectedBytes_(maxUnexpectedBytes) {}
+
+void ShmP2P::forget(const std::shared_ptr<Unexpected>& kept) {
+  unexpectedBytes_ -= kept->data.size();
+  unexpected_.remove(kept);
+}
 
 ShmP2P::~ShmP2P() { stop("the communicator was destroyed"); }
 
@@ -151,7 +157,7 @@ std::shared_ptr<Request::State> ShmP2P::irecv(void* buf, size_t bytes, int src, 
       complete(op, std::make_exception_ptr(CommError(
                        "shm: a message of " + std::to_string(u.data.size()) + " bytes from rank " +
                        std::to_string(u.src) + " is longer than the receive buffer (" + std::to_string(bytes) + " bytes)")));
-      if (u.received == u.data.size()) unexpected_.erase(it);
+      if (u.received == u.data.size()) forget(*it);
       else {  // the rest arrives into nothing
         u.claimedBy = std::make_shared<Op>();
         u.claimedBy->done = true;
@@ -161,7 +167,8 @@ std::shared_ptr<Request::State> ShmP2P::irecv(void* buf, size_t bytes, int src, 
     if (u.received == u.data.size()) {
       if (!u.data.empty()) std::memcpy(buf, u.data.data(), u.data.size());
       op->moved = u.data.size();
-      unexpected_.erase(it);
+      auto kept = *it;  // (forget() erases what `it` points at)
+      forget(kept);
       complete(op);
     } else {
       u.claimedBy = op;
@@ -213,12 +220,18 @@ bool ShmP2P::drain(int src) {
     const ShmCell* cell = seg_->cell(src, me, h);
     auto& in = inbound_[static_cast<size_t>(src)];
     if (!in) {  // a message's first cell: match it
+      auto match = std::find_if(recvs_.begin(), recvs_.end(), [&](const std::shared_ptr<Op>& r) {
+        return static_cast<uint32_t>(r->tag) == cell->tag && (r->peer == kAnySource || r->peer == src);
+      });
+      // Nobody waits for it and keeping it would pass the bound: it stays in the ring (and the
+      // messages behind it, in order) until a receive is posted.
+      if (match == recvs_.end() && cell->total > maxUnexpectedBytes_ - std::min(maxUnexpectedBytes_, unexpectedBytes_))
+        break;
       in = std::make_shared<Inbound>();
       in->total = cell->total;
-      for (auto it = recvs_.begin(); it != recvs_.end(); ++it) {
-        if (static_cast<uint32_t>((*it)->tag) != cell->tag || ((*it)->peer != kAnySource && (*it)->peer != src)) continue;
-        in->op = *it;
-        recvs_.erase(it);
+      if (match != recvs_.end()) {
+        in->op = *match;
+        recvs_.erase(match);
         in->op->from = src;
         if (in->total > in->op->bytes) {
           complete(in->op, std::make_exception_ptr(CommError(
@@ -227,7 +240,6 @@ bool ShmP2P::drain(int src) {
                                std::to_string(in->op->bytes) + " bytes)")));
           in->discard = true;
         }
-        break;
       }
       if (!in->op) {
         in->kept = std::make_shared<Unexpected>();
@@ -235,6 +247,7 @@ bool ShmP2P::drain(int src) {
         in->kept->tag = static_cast<int>(cell->tag);
         in->kept->data.resize(in->total);
         unexpected_.push_back(in->kept);
+        unexpectedBytes_ += in->total;
       }
     }
     const char* payload = reinterpret_cast<const char*>(cell) + ShmSegment::kCellHeader;
@@ -257,7 +270,7 @@ bool ShmP2P::drain(int src) {
             claimed->moved = in->total;
             complete(claimed);
           }
-          unexpected_.remove(in->kept);
+          forget(in->kept);
         }
       }
       in.reset();

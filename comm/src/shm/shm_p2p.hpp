@@ -2,7 +2,9 @@
 // one single-producer single-consumer ring of cells per ordered pair of ranks. A message is cut
 // into cells {tag, length, total, offset}; the receiver matches a message's first cell to the
 // first posted receive with that source (or any) and tag, or keeps it as unexpected (on the heap)
-// until one is posted, so messages never block each other.
+// until one is posted, so messages never block each other — up to `maxUnexpectedBytes` kept per
+// rank: a message that would pass it stays in its ring (its sender waits, and times out) until a
+// receive for it is posted, so a sender cannot fill this rank's heap.
 //
 // Progress: whoever waits or tests a request drives it (spinning briefly), and one progress
 // thread per communicator (started on the first operation) drives every pending one in the
@@ -27,7 +29,7 @@ namespace drun::comm::detail {
 
 class ShmP2P : public std::enable_shared_from_this<ShmP2P> {
  public:
-  explicit ShmP2P(std::shared_ptr<ShmSegment> segment);
+  ShmP2P(std::shared_ptr<ShmSegment> segment, size_t maxUnexpectedBytes);
   ~ShmP2P();
 
   std::shared_ptr<Request::State> isend(const void* buf, size_t bytes, int dst, int tag, milliseconds timeout);
@@ -46,6 +48,7 @@ class ShmP2P : public std::enable_shared_from_this<ShmP2P> {
   bool progress();  // mutex_ held; true when anything moved
   bool pushSends(int dst);
   bool drain(int src);
+  void forget(const std::shared_ptr<Unexpected>& kept);  // out of unexpected_, and its bytes
   void checkFailures();
   void complete(const std::shared_ptr<Op>& op, std::exception_ptr error = nullptr);
   void loop();
@@ -59,6 +62,8 @@ class ShmP2P : public std::enable_shared_from_this<ShmP2P> {
   std::list<std::shared_ptr<Op>> recvs_;                 // posted, in order
   std::vector<std::shared_ptr<Inbound>> inbound_;        // per source
   std::list<std::shared_ptr<Unexpected>> unexpected_;    // arrived before their receive
+  const size_t maxUnexpectedBytes_;
+  size_t unexpectedBytes_ = 0;  // the sizes of unexpected_'s messages
   std::thread thread_;
   bool stopping_ = false;
   std::string stopped_;  // why operations fail now

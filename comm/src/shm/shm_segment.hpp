@@ -34,6 +34,9 @@ struct ShmOptions {
   size_t cellBytes = 32u << 10;  // one point-to-point cell (header included)
   size_t cells = 8;              // cells per ordered pair of ranks
   bool singleCopy = true;        // process_vm_readv where allowed (DRUN_COMM_SHM_SINGLE_COPY)
+  // Point-to-point bytes a rank keeps for receives not posted yet; a message that would pass it
+  // stays in its ring, so the sender waits (DRUN_COMM_SHM_UNEXPECTED_BYTES).
+  size_t unexpectedBytes = 64u << 20;
   // How long a collective's wait spins (or yields) before it sleeps on the futex.
   std::chrono::microseconds busyWait{10000};
 };

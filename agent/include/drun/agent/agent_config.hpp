@@ -42,6 +42,10 @@ struct AgentConfig {
   std::vector<int> signalsToHandle = {SIGTERM, SIGINT, SIGHUP, SIGQUIT};
   // Hang detection (--hang-timeout, --hang-idle): off unless given; README "Hangs".
   HangOptions hangs;
+  // Events (README "Watching a job"): --events / DRUN_EVENTS ("" = none, "-" = stderr), and the
+  // job's history in the store (DRUN_JOB_HISTORY; only with a shared store).
+  std::string eventsPath;
+  bool jobHistory = true;
 };
 
 }  // namespace drun::agent

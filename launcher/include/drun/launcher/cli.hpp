@@ -28,6 +28,10 @@ struct CliResult {
   std::vector<std::string> notes;           // info for the log once it is set up (what came from SLURM)
 };
 
+// --rdzv-endpoint's HOST, HOST:PORT or [V6]:PORT into out.endpointHost/endpointPort (default
+// port kept). Throws UsageError. (drun status parses its endpoint alike.)
+void parseEndpoint(const std::string& text, rdzv::RendezvousOptions& out);
+
 // argv[0] is the program name. Throws UsageError.
 CliResult parseCommandLine(const std::vector<std::string>& args);
 

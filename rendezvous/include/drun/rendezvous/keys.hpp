@@ -35,6 +35,9 @@
 //                                    the first failure reported wins; its `final` says whether the
 //                                    job's restart budget is spent
 //   rdzv/<id>/outcome                the job's end: "succeeded", or "failed" + the final record
+//   rdzv/<id>/refill                 "<round>\t<restarts>": a restarted (empty) store refilled
+//                                    by the survivors: the round they re-form and the job's
+//                                    restart count, raised to the most any survivor carries
 //   rdzv/<id>/present                counter: the job's known nodes still here (members, spares,
 //                                    late joiners): +1 at a node's first join, -1 when it leaves
 //                                    or its will runs. The store's host serves until it is 0; the
@@ -45,6 +48,9 @@
 //   rdzv/<id>/config                 the job's --nnodes as its first node set it (JobConfig):
 //                                    compare_set("" -> it); a node started with other values
 //                                    fails at once, naming both
+//   rdzv/<id>/events/next            counter: events appended to the job's history (issue 20)
+//   rdzv/<id>/events/<n % kEventSlots>  the n-th event (0-based), one JSON object with "seq": n;
+//                                    a ring: the last kEventSlots events are kept
 //
 // Job-wide state: the restart count lives in each closed round's state (RoundState::restartCount):
 // the closer of round r sets it to r-1's count, plus one when r-1 has a failure record. Every
@@ -98,8 +104,18 @@ std::string failure(std::string_view runId, uint64_t round);
 std::string outcome(std::string_view runId);
 std::string config(std::string_view runId);
 std::string present(std::string_view runId);
+std::string refill(std::string_view runId);  // "<round>\t<restarts>": store_refill.hpp
 std::string lastDead(std::string_view runId, uint64_t round);
 std::string sharedValue(std::string_view runId, std::string_view name);  // "rdzv/<id>/shared/<hex name>"
+
+// The job's history (agent/README "Watching a job"): `add(eventCount, 1) - 1` is an event's
+// sequence number n; it is stored at eventSlot(n). Readers take the slots of the last
+// kEventSlots numbers and keep those whose "seq" matches (a slot may still hold an older event).
+inline constexpr uint64_t kEventSlots = 256;
+std::string eventCount(std::string_view runId);             // "rdzv/<id>/events/next"
+std::string eventSlot(std::string_view runId, uint64_t n);  // "rdzv/<id>/events/<n % slots>"
+// The run id of an event slot key ("rdzv/<id>/events/<k>", k a number), else nullopt.
+std::optional<std::string> runIdOfEventSlot(std::string_view key);
 
 // The will a joiner of `round` registers: its dead flag, last_dead and the reason, changes+1,
 // status+1 (skipped by the store once status holds the state), left+1, lost+1, status+1 of round+1

@@ -73,8 +73,9 @@ enum class Op : uint8_t {
   SetWill = 14,
   Heartbeat = 15,    // one-way: never answered
   DeletePrefix = 16,
+  ListJobs = 17,     // the run ids with keys under rdzv/ (drun status); not for a job's client
 };
-inline constexpr uint8_t kMaxOp = 16;
+inline constexpr uint8_t kMaxOp = 17;
 
 enum class Status : uint8_t {
   Ok = 0,

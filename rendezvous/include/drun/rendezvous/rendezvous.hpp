@@ -18,6 +18,7 @@
 
 #include "drun/common/error.hpp"
 #include "drun/common/progress.hpp"
+#include "drun/rendezvous/store.hpp"
 
 namespace drun::rdzv {
 
@@ -44,6 +45,10 @@ struct RendezvousOptions {
   // (a newcomer takes a lost node's place) before the job fails. < 0: the join timeout (as
   // torchrun); 0: fail at once (the launcher's default under SLURM, where none comes).
   milliseconds replaceTimeout{-1};
+  // A lost store (a restarted drun-rendezvous, the store's host restarting its agent, a cut link)
+  // is retried this long after the loss; a fresh store is then refilled from what the survivors
+  // know (their round and restart count). Past it every agent exits with an error.
+  milliseconds reconnectTimeout = 30s;
   milliseconds heartbeatInterval = 1s;
   milliseconds heartbeatTimeout = 5s;
   milliseconds readTimeout = 60s;      // deadline of one store call
@@ -70,8 +75,12 @@ struct RoundResult {
   std::string masterAddr;         // MASTER_ADDR: node rank 0's address
   uint16_t masterPort = 0;        // MASTER_PORT: reserved on node rank 0, fresh every round
   std::string storePrefix;        // key prefix of this round in the store ("" without a store)
-  std::vector<std::string> hosts; // host of each node rank, for summaries
+  // Host of each node rank, for summaries. Filled for rounds of up to kMaxHostsInResult nodes:
+  // every agent reading an O(N) list makes a round O(N^2) bytes (10,000 nodes: 2 GB through
+  // the store); larger rounds leave it empty (the list stays in the store, keys::hosts).
+  std::vector<std::string> hosts;
 };
+inline constexpr int kMaxHostsInResult = 1024;
 
 // The root cause of a failed round, as every node prints it.
 struct FailureRecord {
@@ -149,6 +158,10 @@ class Rendezvous {
                                   const std::function<std::string(const std::string&)>& merge) {
     return merge("");
   }
+  // Opens another connection to the job's store (no will; its own deadlines), for writers that
+  // must not queue behind a blocking join: the agent's job history (issue 20). Null without a
+  // shared store. Callable from any thread.
+  virtual std::unique_ptr<LivenessStore> connectSideStore() { return nullptr; }
 };
 
 // The single-node rendezvous: no network; reserves a free MASTER_PORT on `masterAddr`.

@@ -91,6 +91,12 @@ class StoreCore {
   size_t storedBytes() const { return storedBytes_; }
   size_t storedBytesOfScope(const std::string& key) const;
   const StoreBudget& budget() const { return budget_; }
+  // The job scopes that hold keys, as their ids ("<jobRoot><id>/" -> "<id>"), sorted.
+  std::vector<std::string> jobIds() const;
+  // Monitoring (drun-rendezvous --http): called after every change of a key, with its value now
+  // (nullptr: deleted), before the waiters it wakes run. Must not write to the core.
+  using WriteObserver = std::function<void(const std::string& key, const Bytes* value)>;
+  void observeWrites(WriteObserver observer) { observer_ = std::move(observer); }
 
   // --- writes; each wakes the waiters and watchers it satisfies before returning
   void set(const std::string& key, Bytes value);
@@ -157,6 +163,7 @@ class StoreCore {
 
   StoreLimits limits_;
   StoreBudget budget_;
+  WriteObserver observer_;
   size_t storedBytes_ = 0;
   std::unordered_map<std::string, size_t> scopeBytes_;  // bytes by scopeOf(key)
   std::map<std::string, Bytes, std::less<>> data_;  // ordered: erasePrefix is a range

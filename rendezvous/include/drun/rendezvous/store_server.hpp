@@ -26,11 +26,16 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
 
 #include "drun/rendezvous/store_core.hpp"
+
+namespace boost::asio {
+class io_context;
+}
 
 namespace drun::rdzv {
 
@@ -121,6 +126,12 @@ class StoreServer {
   void stop();   // any thread; idempotent
 
   StoreServerStats stats() const;
+
+  // Monitoring (drun-rendezvous --http): calls `attach` at once with the server's io context and
+  // store, so that what it sets up (an HTTP endpoint, a write observer) runs on the io thread
+  // beside the sessions. Call before start()/run(); what it attaches may read the store and
+  // observe its writes (StoreCore::observeWrites), never write to it, and must never block.
+  void attach(const std::function<void(boost::asio::io_context&, StoreCore&)>& attach);
 
  private:
   class Impl;

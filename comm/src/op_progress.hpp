@@ -1,0 +1,82 @@
+// OpProgress: which ranks of a communicator entered a collective that timed out, so that the
+// timeout names the ranks that never came ("rank 3 never entered all_reduce #7") instead of
+// leaving every waiter to say only "timed out".
+//
+// Cost: a collective that ends within `publishAfter` (1 s, or a quarter of its timeout when
+// shorter) writes nothing. A watchdog thread (started at the first collective, polling every
+// 100 ms) publishes "in #n" for a collective that runs longer: one store write per slow
+// collective per rank. A rank whose collective times out publishes its own, waits up to a grace
+// for the others' (every rank in the op publishes within publishAfter of entering it, and their
+// count is one counter, watched), then reads the ranks' entries (at most kMaxNamed of them
+// named) and names those whose latest is below n.
+//
+// Keys (under the communicator's store, "drun_comm/"): progress/<comm>/<rank> = n,
+// progress/<comm>/in/<n> = how many ranks published n.
+// Threading: entered()/left() from the collective's thread (two atomic stores, no lock, no
+// store call); describeAbsent() from the failing thread; the watchdog's store calls have the
+// store's own deadlines. Ownership: shares the world's store.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "drun/common/deadline.hpp"
+#include "drun/rendezvous/store.hpp"
+
+namespace drun::comm::detail {
+
+class OpProgress {
+ public:
+  struct Options {
+    milliseconds publishAfter{1000};
+    milliseconds poll{100};
+  };
+  static constexpr size_t kMaxNamed = 64;  // above this, the absent ranks are counted, not named
+
+  // commKey: a store-safe name of the communicator ("world", "group3"); rank and size: in it.
+  OpProgress(std::shared_ptr<rdzv::LivenessStore> store, std::string commKey, int rank, int size,
+             Options options);
+  OpProgress(std::shared_ptr<rdzv::LivenessStore> store, std::string commKey, int rank, int size)
+      : OpProgress(std::move(store), std::move(commKey), rank, size, Options{}) {}
+  ~OpProgress();
+  OpProgress(const OpProgress&) = delete;
+  OpProgress& operator=(const OpProgress&) = delete;
+
+  void entered(uint64_t n, milliseconds timeout);
+  void left();
+  // "rank 3 never entered all_reduce #7 of world", or "" when every rank is known to have
+  // entered it or nothing could be learned. `what`: "all_reduce #7 of world".
+  // Waits up to the op's publishAfter plus two polls for the others' entries.
+  std::string describeAbsent(uint64_t n, const std::string& what);
+
+ private:
+  void watch();
+  void publish(uint64_t n);
+  std::string rankKey(int worldRank) const;
+  std::string countKey(uint64_t n) const;
+
+  std::shared_ptr<rdzv::LivenessStore> store_;
+  const std::string commKey_;
+  const int rank_;
+  const int size_;
+  const Options options_;
+
+  std::atomic<uint64_t> current_{0};        // the collective in progress (0: none)
+  std::atomic<int64_t> enteredAtNs_{0};     // steady clock, when it began
+  std::atomic<int64_t> publishAfterNs_{0};  // for it
+  std::mutex publishMutex_;                 // one publish at a time (watchdog, failing thread)
+  uint64_t published_ = 0;                  // under publishMutex_
+
+  std::mutex stopMutex_;
+  std::condition_variable stopCv_;
+  bool stopping_ = false;
+  std::once_flag started_;
+  std::thread watchdog_;
+};
+
+}  // namespace drun::comm::detail

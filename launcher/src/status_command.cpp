@@ -1,0 +1,129 @@
+#include "drun/launcher/status_command.hpp"
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+
+#include "drun/common/env.hpp"
+#include "drun/common/error.hpp"
+#include "drun/launcher/cli.hpp"
+#include "drun/rendezvous/job_history.hpp"
+#include "drun/rendezvous/keys.hpp"
+#include "drun/rendezvous/tcp_store.hpp"
+#include "drun/rendezvous/token_file.hpp"
+
+namespace drun::launch {
+namespace {
+
+using nlohmann::json;
+
+std::string show(const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
+
+// One line per job: id, state, round, world, nodes, restarts, last root cause.
+std::string jobTable(const json& jobs) {
+  std::string out;
+  char line[512];
+  std::snprintf(line, sizeof line, "%-24s %-11s %6s %6s %6s %9s  %s\n", "RUN ID", "STATE", "ROUND",
+                "WORLD", "NODES", "RESTARTS", "LAST ROOT CAUSE");
+  out += line;
+  for (const json& j : jobs) {
+    const json& f = j["last_root_cause"];
+    std::string cause = f.is_object() ? "rank " + show(f.value("rank", json(-1))) + " on " +
+                                            show(f.value("node", json(""))) + ": " +
+                                            show(f.value("status", json("")))
+                                      : "-";
+    std::string restarts = show(j["restarts"]) + "/" +
+                           (j["max_restarts"].is_null() ? std::string("?") : show(j["max_restarts"]));
+    std::snprintf(line, sizeof line, "%-24s %-11s %6s %6s %6s %9s  %s\n",
+                  show(j["run_id"]).c_str(), show(j["state"]).c_str(), show(j["round"]).c_str(),
+                  show(j["world_size"]).c_str(), show(j["node_count"]).c_str(), restarts.c_str(),
+                  cause.c_str());
+    out += line;
+  }
+  return out;
+}
+
+// A job without a history (DRUN_JOB_HISTORY=0): how it ended, from its `outcome`, or "running".
+std::string outcomeState(rdzv::Store& store, const std::string& runId) {
+  auto outcome = store.tryGet(rdzv::keys::outcome(runId));
+  if (!outcome || rdzv::keys::isOutcomeReset(*outcome)) return "running";
+  try {
+    return rdzv::keys::parseOutcome(*outcome) ? "failed" : "succeeded";
+  } catch (const std::exception&) {
+    return "unknown";
+  }
+}
+
+}  // namespace
+
+int runStatus(const std::vector<std::string>& args) {
+  CLI::App app{"drun status: the jobs on a rendezvous store and what each is doing", "drun status"};
+  std::string endpoint, runId, tokenFile = env::getString("DRUN_RDZV_TOKEN_FILE"), timeout = "5s";
+  bool asJson = false, history = false;
+  app.add_option("--rdzv-endpoint,--rdzv_endpoint", endpoint, "the store: HOST[:PORT] (default port 29400)")
+      ->required();
+  app.add_option("--rdzv-id,--rdzv_id", runId, "one job: its nodes, round, restarts, root cause, "
+                                              "waiting nodes, hung ranks (default: every job)");
+  app.add_flag("--json", asJson, "one JSON object for machines");
+  app.add_flag("--history", history, "with --rdzv-id: the job's events as stored, one JSON line each");
+  app.add_option("--token-file", tokenFile, "the store's shared secret (default DRUN_RDZV_TOKEN_FILE)");
+  app.add_option("--timeout", timeout, "deadline of the connect and of each store call")->capture_default_str();
+  std::vector<std::string> argv(args.rbegin(), args.rend());  // CLI11 takes them reversed
+  try {
+    app.parse(argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  rdzv::TcpStoreOptions o;
+  try {
+    rdzv::RendezvousOptions where;
+    parseEndpoint(endpoint, where);
+    o.host = where.endpointHost;
+    o.port = where.endpointPort;
+    o.connectTimeout = o.timeout = env::parseDuration(timeout, "--timeout");
+    o.leaseTimeout = std::max<std::chrono::milliseconds>(o.timeout, std::chrono::seconds(2));
+    o.heartbeatInterval = o.leaseTimeout / 3;
+    if (!runId.empty()) rdzv::keys::validateRunId(runId);
+    o.scope = runId;
+    if (!tokenFile.empty()) o.token = rdzv::readTokenFile(tokenFile, "--token-file");
+  } catch (const Error& e) {
+    std::fprintf(stderr, "drun status: error: %s\n", e.what());
+    return 2;
+  }
+  try {
+    rdzv::TcpStore store(o);
+    if (history) {
+      if (runId.empty()) throw InvalidArgument("--history needs --rdzv-id");
+      for (const json& event : rdzv::readJobHistory(store, runId))
+        std::fputs((event.dump(-1, ' ', false, json::error_handler_t::replace) + "\n").c_str(), stdout);
+      return 0;
+    }
+    std::vector<std::string> ids = runId.empty() ? store.listJobs() : std::vector<std::string>{runId};
+    json jobs = json::array();
+    for (const std::string& id : ids) {
+      json summary = rdzv::summarizeJob(id, rdzv::readJobHistory(store, id));
+      if (summary["events"] == 0) summary["state"] = outcomeState(store, id);  // no history kept
+      if (summary["events"] == 0 && !store.tryGet(rdzv::keys::currentRound(id))) {
+        if (!runId.empty()) {
+          std::fprintf(stderr, "drun status: no job '%s' on %s\n", id.c_str(), store.endpoint().c_str());
+          return 1;
+        }
+        continue;  // keys of something else under rdzv/
+      }
+      jobs.push_back(std::move(summary));
+    }
+    std::string out;
+    if (asJson)
+      out = (runId.empty() ? json{{"endpoint", store.endpoint()}, {"jobs", jobs}} : jobs[0]).dump(2) + "\n";
+    else if (!runId.empty())
+      out = rdzv::describeJob(jobs[0]);
+    else
+      out = jobs.empty() ? "no jobs on " + store.endpoint() + "\n" : jobTable(jobs);
+    std::fputs(out.c_str(), stdout);
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "drun status: error: %s:%u: %s\n", o.host.c_str(), unsigned(o.port), e.what());
+    return 1;
+  }
+}
+
+}  // namespace drun::launch

@@ -1,0 +1,283 @@
+// rendezvous_model: checks the cost model of rendezvous/SCALE.md at 10,000 to 100,000 emulated
+// agents, where sockets cannot go on one machine (file descriptors, ephemeral ports).
+//
+//   rendezvous_model [--sizes 10000,20000,50000,100000] [--groups 32]
+//
+// N agents run one round of MIN=MAX=N against one StoreCore (the server's state, what a
+// drun-rendezvous daemon holds), one thread, with the store calls of C10dRendezvous::next() for a
+// fresh job (as rendezvous_bench's generator: ExitBarrier::enter, checkJobConfig, startRound,
+// RoundJoin, the last arrival's RoundCloser::tryClose, publishing in kKeysPerPublish pieces).
+// Every call is encoded as its wire frames (protocol.hpp), so bytes are the wire's. Per size it
+// prints calls, bytes, the largest frame, watch wakeups, the store's bytes and the core's CPU
+// time, and checks them against the model (exit 1 naming what broke it):
+//   calls  <= 10 N + 7 + N / kKeysPerPublish
+//   bytes  <= N (kAgentBytes + kCloserBytesPerNode)        (linear: no O(N) value per agent;
+//             + N^2 kHostListBytesPerNode up to kMaxHostsInResult nodes: the hosts list)
+//   frame  <= kFrameBytesPerNode N + 64 KiB                 (the closer's reads and its decision)
+// Then the two-level plan (SCALE.md, "tree"): G group stores of N/G agents and one root store of
+// G group leaders, composed from measured flat rounds (the tree itself is a plan, not code).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <string>
+#include <vector>
+
+#include "drun/common/error.hpp"
+#include "drun/rendezvous/keys.hpp"
+#include "drun/rendezvous/protocol.hpp"
+#include "drun/rendezvous/rendezvous.hpp"
+#include "drun/rendezvous/round_planner.hpp"
+#include "drun/rendezvous/store_core.hpp"
+
+using namespace drun;
+using namespace drun::rdzv;
+
+namespace {
+
+// Model constants (SCALE.md): what one agent's calls cost on the wire, and per node of the round
+// what the closer reads and writes (its descriptor in `joined`, its assignment, its roster line).
+constexpr uint64_t kAgentBytes = 2048;
+constexpr uint64_t kCloserBytesPerNode = 512;
+constexpr uint64_t kFrameBytesPerNode = 160;
+constexpr uint64_t kHostListBytesPerNode = 32;  // "=node17(10.0.0.17)\n": a name that does not fold
+constexpr uint64_t kEtcdMaxRequest = 1536 * 1024;  // etcd's default --max-request-bytes
+
+struct Cost {
+  uint64_t calls = 0, bytes = 0, maxFrame = 0, wakeups = 0, storedBytes = 0;
+  double coreMs = 0;  // CPU time of the store's work (encode/decode excluded)
+};
+
+// One emulated round against one StoreCore; every call goes through `call` for its frames.
+class Round {
+ public:
+  Round(int n, std::string runId) : n_(n), runId_(std::move(runId)) {}
+
+  Cost run() {
+    std::vector<StoreCore::ClientId> clients(n_);
+    for (int i = 0; i < n_; ++i) clients[i] = core_.newClient();
+    std::vector<int> woken;
+    for (int i = 0; i < n_; ++i) join(i, clients[i], woken);
+    for (int i : woken) seat(i);
+    if (static_cast<int>(seated_) != n_)
+      throw Error("model: " + std::to_string(seated_) + " of " + std::to_string(n_) + " seated");
+    cost_.storedBytes = core_.storedBytes();
+    return cost_;
+  }
+
+ private:
+  keys::NodeDescriptor descriptor(int i) const {
+    keys::NodeDescriptor d;
+    d.id = "a" + std::to_string(i);
+    d.host = "node" + std::to_string(i);
+    d.addr = "10." + std::to_string(i / 65536) + "." + std::to_string(i / 256 % 256) + "." +
+             std::to_string(i % 256);
+    d.localWorldSize = 8;
+    d.masterPort = static_cast<uint16_t>(20000 + i % 40000);
+    return d;
+  }
+
+  // Counts one call: its request and response frames; times the store's work.
+  template <typename Work>
+  wire::Response call(wire::Request q, Work work) {
+    wire::Response p;
+    p.op = q.op;
+    const auto t0 = std::clock();
+    work(q, p);
+    cost_.coreMs += 1000.0 * double(std::clock() - t0) / CLOCKS_PER_SEC;
+    count(q, p);
+    return p;
+  }
+
+  void count(const wire::Request& q, const wire::Response& p) {
+    std::string out;
+    wire::encodeRequest(q, out);
+    const size_t request = out.size();
+    out.clear();
+    wire::encodeResponse(p, out);
+    ++cost_.calls;
+    cost_.bytes += request + out.size();
+    cost_.maxFrame = std::max<uint64_t>(cost_.maxFrame, std::max(request, out.size()));
+  }
+
+  static wire::Request request(wire::Op op, const std::string& key) {
+    wire::Request q;
+    q.op = op;
+    q.keys.push_back(key);
+    return q;
+  }
+
+  std::optional<Bytes> tryGet(const std::string& key) {
+    auto p = call(request(wire::Op::TryGet, key), [&](wire::Request& q, wire::Response& r) {
+      if (const Bytes* v = core_.find(q.keys[0])) r.values.push_back(*v);
+    });
+    return p.values.empty() ? std::nullopt : std::optional<Bytes>(p.values[0]);
+  }
+
+  int64_t add(const std::string& key) {
+    wire::Request q = request(wire::Op::Add, key);
+    q.delta = 1;
+    return call(q, [&](wire::Request& r, wire::Response& p) { p.number = core_.add(r.keys[0], 1); })
+        .number;
+  }
+
+  Bytes compareSet(const std::string& key, const Bytes& desired) {
+    wire::Request q = request(wire::Op::CompareSet, key);
+    q.values = {"", desired};
+    return call(q, [&](wire::Request& r, wire::Response& p) {
+             p.values.push_back(core_.compareSet(r.keys[0], "", r.values[1]));
+           })
+        .values.at(0);
+  }
+
+  void join(int i, StoreCore::ClientId client, std::vector<int>& woken) {
+    const keys::NodeDescriptor self = descriptor(i);
+    tryGet(keys::outcome(runId_));
+    add(keys::present(runId_));
+    keys::JobConfig config;
+    config.minNodes = config.maxNodes = n_;
+    config.setBy = "node0";
+    compareSet(keys::config(runId_), keys::encodeJobConfig(config));
+    tryGet(keys::currentRound(runId_));
+    wire::Request will;
+    will.op = wire::Op::SetWill;
+    will.will = keys::joinWill(runId_, 0, self.id, self.displayName());
+    call(will, [&](wire::Request& q, wire::Response&) { core_.setWill(client, q.will); });
+    wire::Request append = request(wire::Op::Append, keys::joined(runId_, 0));
+    append.values.push_back(keys::encodeDescriptor(self));
+    call(append, [&](wire::Request& q, wire::Response&) { core_.append(q.keys[0], q.values[0]); });
+    if (add(keys::count(runId_, 0)) >= n_) close();
+    // watch(status, absent): answered when the decision's header lands (or at once).
+    wire::Request watch = request(wire::Op::Watch, keys::status(runId_, 0));
+    const auto t0 = std::clock();
+    const auto id = core_.watch(client, watch.keys[0], std::optional<Bytes>(),
+                                [&woken, i](const std::optional<Bytes>&) { woken.push_back(i); });
+    cost_.coreMs += 1000.0 * double(std::clock() - t0) / CLOCKS_PER_SEC;
+    if (id == 0) woken.push_back(i);
+    watches_.push_back(watch);
+  }
+
+  // After the watch fired: the answer (status' header), the assignment, the hosts list.
+  void seat(int i) {
+    ++cost_.wakeups;
+    wire::Response answer;
+    answer.op = wire::Op::Watch;
+    answer.values.push_back(*core_.find(keys::status(runId_, 0)));
+    count(watches_[static_cast<size_t>(i)], answer);
+    if (!tryGet(keys::assign(runId_, 0, descriptor(i).id))) throw Error("model: no assignment");
+    if (n_ <= kMaxHostsInResult) tryGet(keys::hosts(runId_, 0));
+    ++seated_;
+  }
+
+  // RoundCloser::tryClose of a first round: left, changes, joined, left; compare_set(state);
+  // the decision in kKeysPerPublish pieces.
+  void close() {
+    tryGet(keys::left(runId_, 0));
+    tryGet(keys::changes(runId_, 0));
+    auto nodes = keys::parseJoined(tryGet(keys::joined(runId_, 0)).value_or(""));
+    tryGet(keys::left(runId_, 0));
+    tryGet(keys::refill(runId_));  // restartCountFor: a refilled store's count
+    RoundDecision d = decideRound(runId_, 0, pickMembers(std::move(nodes), n_), {0, 0, 0});
+    if (compareSet(keys::state(runId_, 0), d.decision) != d.decision) throw Error("model: lost CAS");
+    for (size_t first = 0; first < d.keys.size(); first += kKeysPerPublish) {
+      const size_t last = std::min(d.keys.size(), first + kKeysPerPublish);
+      wire::Request q;
+      q.op = wire::Op::MultiSet;
+      q.keys.assign(d.keys.begin() + first, d.keys.begin() + last);
+      q.values.assign(d.values.begin() + first, d.values.begin() + last);
+      call(q, [&](wire::Request& r, wire::Response&) { core_.multiSet(r.keys, r.values); });
+    }
+  }
+
+  const int n_;
+  const std::string runId_;
+  StoreCore core_{kStoreLimits, StoreBudget{}};
+  Cost cost_;
+  std::vector<wire::Request> watches_;
+  size_t seated_ = 0;
+};
+
+std::vector<int> parseSizes(const std::string& text) {
+  std::vector<int> sizes;
+  for (size_t p = 0; p < text.size();) {
+    size_t comma = text.find(',', p);
+    if (comma == std::string::npos) comma = text.size();
+    sizes.push_back(std::atoi(text.substr(p, comma - p).c_str()));
+    if (sizes.back() < 1) throw InvalidArgument("bad size in --sizes " + text);
+    p = comma + 1;
+  }
+  return sizes;
+}
+
+std::string mib(uint64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", double(bytes) / (1024.0 * 1024.0));
+  return buf;
+}
+
+// Checks one flat round against the model; returns the violations (empty: it holds).
+std::string check(int n, const Cost& c) {
+  const uint64_t N = static_cast<uint64_t>(n);
+  std::string broken;
+  if (c.calls > 10 * N + 7 + N / kKeysPerPublish + 1) broken += " calls";
+  // Up to kMaxHostsInResult nodes every agent also reads the hosts list (bounded: N <= 1024).
+  const uint64_t hosts = n <= kMaxHostsInResult ? N * N * kHostListBytesPerNode : 0;
+  if (c.bytes > N * (kAgentBytes + kCloserBytesPerNode) + hosts) broken += " bytes";
+  if (c.maxFrame > kFrameBytesPerNode * N + 65536) broken += " frame";
+  if (c.wakeups != N) broken += " wakeups";
+  return broken;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<int> sizes = {10000, 20000, 50000, 100000};
+  int groups = 32;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string arg = argv[i];
+    if (arg == "--sizes") {
+      sizes = parseSizes(argv[i + 1]);
+    } else if (arg == "--groups") {
+      groups = std::max(1, std::atoi(argv[i + 1]));
+    } else {
+      std::fprintf(stderr, "usage: rendezvous_model [--sizes 10000,...] [--groups G]\n");
+      return 2;
+    }
+  }
+  int failures = 0;
+  std::printf("flat: one store, one round of N agents (wire bytes of every call)\n");
+  std::printf("%7s | %9s %10s %11s %10s %11s %9s %9s | %s\n", "N", "calls", "calls/N",
+              "bytes MiB", "bytes/N", "frame MiB", "store MiB", "core ms", "model");
+  try {
+    for (int n : sizes) {
+      const Cost c = Round(n, "model-" + std::to_string(n)).run();
+      const std::string broken = check(n, c);
+      failures += !broken.empty();
+      std::printf("%7d | %9llu %10.2f %11s %10.0f %11s %9s %9.0f | %s%s\n", n,
+                  static_cast<unsigned long long>(c.calls), double(c.calls) / n,
+                  mib(c.bytes).c_str(), double(c.bytes) / n, mib(c.maxFrame).c_str(),
+                  mib(c.storedBytes).c_str(), c.coreMs, broken.empty() ? "ok" : "FAILS:",
+                  broken.c_str());
+      if (c.maxFrame > kEtcdMaxRequest)
+        std::printf("%7s   largest frame over etcd's 1.5 MiB request limit: etcd needs the per-node "
+                    "keys of SCALE.md\n", "");
+    }
+    std::printf("\ntree: %d group stores + one root store (composed from flat rounds)\n", groups);
+    std::printf("%7s | %12s %14s %14s | %12s %14s\n", "N", "group agents", "group MiB/round",
+                "group frame MiB", "root agents", "root MiB/round");
+    for (int n : sizes) {
+      const int perGroup = (n + groups - 1) / groups;
+      const Cost group = Round(perGroup, "group").run();
+      const Cost root = Round(groups, "root").run();
+      failures += !check(perGroup, group).empty() + !check(groups, root).empty();
+      std::printf("%7d | %12d %14s %14s | %12d %14s\n", n, perGroup, mib(group.bytes).c_str(),
+                  mib(group.maxFrame).c_str(), groups, mib(root.bytes).c_str());
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rendezvous_model: %s\n", e.what());
+    return 1;
+  }
+  if (failures) std::fprintf(stderr, "rendezvous_model: %d size(s) break the model\n", failures);
+  return failures ? 1 : 0;
+}

@@ -1,0 +1,127 @@
+// The job's history in the store (job_history.hpp, keys::eventSlot) and the ListJobs op.
+#include <catch2/catch.hpp>
+
+#include "drun/common/error.hpp"
+#include "drun/rendezvous/job_history.hpp"
+#include "drun/rendezvous/keys.hpp"
+#include "drun/rendezvous/memory_store.hpp"
+#include "drun/rendezvous/store_server.hpp"
+#include "drun/rendezvous/tcp_store.hpp"
+#include "server_test_support.hpp"
+
+using namespace drun::rdzv;
+using namespace drun::rdzv::test;
+using nlohmann::json;
+
+namespace {
+
+json event(const std::string& kind, json fields = json::object()) {
+  json e = {{"v", 1}, {"event", kind}, {"ts_ms", 1}, {"run_id", "j"}, {"node", "n0"}};
+  e.update(fields);
+  return e;
+}
+
+}  // namespace
+
+TEST_CASE("job history: the last 256 events in order, each with its seq", "[history]") {
+  MemoryStore store;
+  for (int i = 0; i < 300; ++i) appendJobEvent(store, "j", event("worker_started", {{"rank", i}}));
+  const auto events = readJobHistory(store, "j");
+  REQUIRE(events.size() == keys::kEventSlots);
+  for (size_t i = 0; i < events.size(); ++i) {
+    CHECK(events[i]["seq"] == 300 - keys::kEventSlots + i);
+    CHECK(events[i]["rank"] == 300 - keys::kEventSlots + i);
+  }
+  CHECK(keys::eventSlot("j", 3) == "rdzv/j/events/3");
+  CHECK(keys::eventSlot("j", 259) == "rdzv/j/events/3");
+  CHECK(keys::runIdOfEventSlot("rdzv/j/events/3") == "j");
+  CHECK(!keys::runIdOfEventSlot("rdzv/j/events/next"));
+  CHECK(!keys::runIdOfEventSlot("rdzv/j/x/events/3"));
+  CHECK(!keys::runIdOfEventSlot("other/j/events/3"));
+}
+
+TEST_CASE("job history: what another client wrote there is skipped, never thrown", "[history]") {
+  MemoryStore store;
+  appendJobEvent(store, "j", event("round_formed", {{"round", 0}, {"world_size", 2}, {"node_count", 1},
+                                                    {"ranks", {0, 1}}, {"node_rank", 0}}));
+  store.set(keys::eventSlot("j", 1), "not json");
+  store.set(keys::eventSlot("j", 2), R"({"v":1,"event":"restart","seq":7})");  // another seq
+  store.set(keys::eventCount("j"), "4");
+  store.set(keys::eventSlot("j", 3), R"({"v":1,"event":"round_formed","seq":3,"round":"x","ranks":5,"node_rank":[]})");
+  std::vector<json> events;
+  REQUIRE_NOTHROW(events = readJobHistory(store, "j"));
+  REQUIRE(events.size() == 2);
+  json s;
+  REQUIRE_NOTHROW(s = summarizeJob("j", events));
+  CHECK(s["round"] == 0);
+  CHECK(s["world_size"] == 2);
+  CHECK(s["state"] == "running");
+  store.set(keys::eventCount("j"), "-5x");
+  CHECK(readJobHistory(store, "j").empty());
+  // Wrong types everywhere: a summary all the same.
+  std::vector<json> hostile = {event("failure_recorded", {{"round", 0}, {"failure", 3}}),
+                               event("hang_detected", {{"rank", "x"}, {"section", 5}}),
+                               event("node_lost", {{"round", -1}, {"reason", json::array()}}),
+                               json::array(), json("x")};
+  REQUIRE_NOTHROW(s = summarizeJob("j", hostile));
+  REQUIRE_NOTHROW(describeJob(s));
+}
+
+TEST_CASE("job history: the summary of a job that failed once and restarted", "[history]") {
+  std::vector<json> events = {
+      event("node_joining", {{"round", nullptr}}),
+      event("round_formed", {{"round", 0}, {"world_size", 2}, {"node_count", 1}, {"node_rank", 0},
+                             {"ranks", {0, 1}}, {"restart_count", 0}, {"max_restarts", 3}}),
+      event("failure_recorded", {{"round", 0}, {"failure", {{"rank", 1}, {"node", "n0"}, {"status", "exit code 3"}}}}),
+      event("restart", {{"round", 0}, {"count", 1}, {"budget_left", 2}}),
+      event("node_joining", {{"round", 0}}),
+      event("round_formed", {{"round", 1}, {"world_size", 2}, {"node_count", 1}, {"node_rank", 0},
+                             {"ranks", {0, 1}}, {"restart_count", 1}, {"max_restarts", 3}}),
+      event("node_joining", {{"round", nullptr}, {"node", "spare1"}}),
+      event("hang_detected", {{"round", 1}, {"rank", 0}, {"section", "step"}}),
+  };
+  const json s = summarizeJob("j", events);
+  CHECK(s["state"] == "running");
+  CHECK(s["round"] == 1);
+  CHECK(s["restarts"] == 1);
+  CHECK(s["max_restarts"] == 3);
+  CHECK(s["budget_left"] == 2);
+  CHECK(s["last_root_cause"]["status"] == "exit code 3");
+  CHECK(s["waiting"] == json::array({"spare1"}));
+  REQUIRE(s["hung"].size() == 1);
+  CHECK(s["hung"][0]["section"] == "step");
+  REQUIRE(s["rounds"].size() == 2);
+  CHECK(s["rounds"][0]["restart"] == true);
+  CHECK(s["rounds"][0]["failure"]["rank"] == 1);
+  const std::string text = describeJob(s);
+  CHECK(text.find("restarts: 1 of 3") != std::string::npos);
+  CHECK(text.find("last root cause: rank 1 on n0: exit code 3") != std::string::npos);
+  CHECK(text.find("waiting (spares, late joiners): spare1") != std::string::npos);
+  CHECK(text.find("hung ranks: rank 0 on n0 in step") != std::string::npos);
+  events.push_back(event("job_succeeded", {{"round", 1}}));
+  CHECK(summarizeJob("j", events)["state"] == "succeeded");
+  CHECK(summarizeJob("j", events)["waiting"].empty());
+}
+
+TEST_CASE("ListJobs: the run ids with keys, refused to a client of one job", "[history]") {
+  const std::string token(32, 't');
+  auto server = startServer([&](StoreServerOptions& o) {
+    o.token = token;
+    o.jobTokens["a"] = std::string(32, 'a');
+  });
+  TcpStoreOptions admin = clientOptions(server->port());
+  admin.token = token;
+  TcpStore store(admin);
+  CHECK(store.listJobs().empty());
+  store.set("rdzv/b/round", "1");
+  store.set("rdzv/a/events/next", "1");
+  store.set("outside", "x");
+  CHECK(store.listJobs() == std::vector<std::string>{"a", "b"});
+  TcpStoreOptions jobA = clientOptions(server->port());
+  jobA.token = std::string(32, 'a');
+  jobA.scope = "a";
+  TcpStore scoped(jobA);
+  CHECK_THROWS_AS(scoped.listJobs(), drun::InvalidArgument);
+  store.deleteKey("rdzv/b/round");
+  CHECK(store.listJobs() == std::vector<std::string>{"a"});
+}

@@ -1,0 +1,169 @@
+// Watching a job (issue 20, README "Watching a job"): drun-rendezvous --http while a job fails
+// and restarts: /metrics parsed by prometheus_client's parser, the page in headless chromium,
+// the token and malformed requests.
+#include "observe_support.hpp"
+
+using namespace drun::test;
+using namespace drun::test::observe;
+
+namespace {
+
+// A job on `daemon` whose rank 1 fails once with exit code 7, then waits for `go`; returns once
+// the daemon's /api/jobs shows round 1 with the root cause.
+std::unique_ptr<Process> failedOnceJob(const Daemon& daemon, const MarkerScope& marker,
+                                       const std::string& runId, const std::string& go) {
+  std::vector<std::string> argv = {drunPath().string(), "--nnodes", "1", "--rdzv-endpoint",
+                                   "127.0.0.1:" + std::to_string(daemon.storePort), "--rdzv-id", runId,
+                                   "--max-restarts", "2", "--nproc-per-node", "2"};
+  for (const auto& a : failOnceThenWait(1, 7, go)) argv.push_back(a);
+  auto job = std::make_unique<Process>(RunOptions{.argv = argv, .env = {marker.env()}, .timeout = 90s});
+  bool shown = eventually([&] {
+    json jobs = json::parse(bodyOf(httpGet(daemon.httpPort, "/api/jobs")), nullptr, false);
+    if (jobs.is_discarded()) return false;
+    for (const json& j : jobs["jobs"])
+      if (j["run_id"] == runId && j["round"] == 1 && j["last_root_cause"].is_object() &&
+          j["state"] == "running")
+        return true;
+    return false;
+  }, 30s);
+  REQUIRE(shown);
+  return job;
+}
+
+bool hasCommand(const std::string& name) {
+  return std::system(("command -v " + name + " >/dev/null 2>&1").c_str()) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("drun-rendezvous --http: /metrics parses as Prometheus text while a job restarts", "[observe]") {
+  if (std::system("/usr/bin/python3 -c 'import prometheus_client' 2>/dev/null") != 0)
+    skipTest("python3-prometheus-client is not installed (scripts/setup.sh installs it)");
+  MarkerScope marker;
+  TempDir dir;
+  Daemon daemon;
+  auto job = failedOnceJob(daemon, marker, "obs4", (dir / "go").string());
+  const std::string response = httpGet(daemon.httpPort, "/metrics");
+  INFO(response);
+  REQUIRE(response.rfind("HTTP/1.1 200", 0) == 0);
+  CHECK(response.find("Content-Type: text/plain; version=0.0.4") != std::string::npos);
+  dir.write("metrics.txt", bodyOf(response));
+  const std::string check = R"PY(
+import sys
+from prometheus_client.parser import text_string_to_metric_families
+fams = {f.name: f for f in text_string_to_metric_families(open(sys.argv[1]).read())}
+def value(name, sample=None, **labels):
+    for s in fams[name].samples:
+        if s.name == (sample or name) and all(s.labels.get(k) == v for k, v in labels.items()):
+            return s.value
+    raise SystemExit("missing %s %s" % (sample or name, labels))
+assert fams["drun_rdzv_connections"].type == "gauge"
+assert value("drun_rdzv_connections") >= 1, "connections"
+assert value("drun_rdzv_jobs") == 1, "jobs"
+assert value("drun_rdzv_job_rounds", "drun_rdzv_job_rounds_total", job="obs4") == 2, "rounds"
+assert value("drun_rdzv_job_restarts", job="obs4") == 1, "restarts"
+assert fams["drun_rdzv_round_close_seconds"].type == "histogram"
+assert value("drun_rdzv_round_close_seconds", "drun_rdzv_round_close_seconds_count") == 2, "closes"
+assert value("drun_rdzv_round_close_seconds", "drun_rdzv_round_close_seconds_bucket", le="+Inf") == 2
+assert value("drun_rdzv_connections_refused", "drun_rdzv_connections_refused_total") == 0
+assert value("drun_rdzv_held_bytes") > 0
+print("metrics ok")
+)PY";
+  RunResult parsed = run({.argv = {"/usr/bin/python3", "-c", check, (dir / "metrics.txt").string()}});
+  INFO(parsed.describe());
+  CHECK(parsed.out.find("metrics ok") != std::string::npos);
+  std::ofstream(dir / "go").put('\n');
+  CHECK(job->wait().status() == 0);
+  // The ended job keeps its tombstone and its history in the store (until --orphan-ttl):
+  // drun status and the page say how it ended.
+  RunResult status = run({.argv = {drunPath().string(), "status", "--rdzv-endpoint",
+                                   "127.0.0.1:" + std::to_string(daemon.storePort)},
+                          .timeout = 20s});
+  INFO(status.describe());
+  CHECK(std::regex_search(status.out, std::regex(R"(\nobs4 +succeeded +1 +2 +1 +1/2  rank 1 on \S+: exit code 7\n)")));
+  json jobs = json::parse(bodyOf(httpGet(daemon.httpPort, "/api/jobs")));
+  REQUIRE(jobs["jobs"].size() == 1);
+  CHECK(jobs["jobs"][0]["state"] == "succeeded");
+}
+
+TEST_CASE("drun-rendezvous --http: the page shows the round and the root cause in headless chromium", "[observe]") {
+  std::string chromium = hasCommand("chromium") ? "chromium" : hasCommand("chromium-browser") ? "chromium-browser" : "";
+  if (chromium.empty()) skipTest("chromium is not installed (scripts/setup.sh installs it)");
+  MarkerScope marker;
+  TempDir dir;
+  Daemon daemon;
+  auto job = failedOnceJob(daemon, marker, "obs5", (dir / "go").string());
+  const std::string url = "http://127.0.0.1:" + std::to_string(daemon.httpPort) + "/";
+  auto browse = [&](const std::string& what) {
+    return run({.argv = {"/usr/bin/env", chromium, "--headless", "--no-sandbox", "--disable-gpu",
+                         "--no-proxy-server", "--user-data-dir=" + (dir / "profile").string(),
+                         "--virtual-time-budget=4000", "--window-size=1100,620", what, url},
+                .env = {"HOME=" + dir.path().string()},
+                .timeout = 90s});
+  };
+  RunResult dom = browse("--dump-dom");
+  INFO(dom.describe());
+  REQUIRE(!dom.timedOut);
+  CHECK(dom.out.find("data-run-id=\"obs5\"") != std::string::npos);
+  CHECK(dom.out.find("data-round=\"0\"") != std::string::npos);
+  CHECK(dom.out.find("data-round=\"1\"") != std::string::npos);
+  CHECK(std::regex_search(dom.out, std::regex(R"(data-root-cause="rank 1 on [^"]+: exit code 7)")));
+  CHECK(dom.out.find("last root cause: rank 1 on") != std::string::npos);
+  CHECK(dom.out.find("restarts 1 of 2") != std::string::npos);
+  const auto shot = buildDir() / "tests" / "observe_page.png";
+  RunResult png = browse("--screenshot=" + shot.string());
+  INFO(png.describe());
+  CHECK(std::filesystem::exists(shot));
+  CHECK(std::filesystem::file_size(shot) > 1000);
+  std::ofstream(dir / "go").put('\n');
+  CHECK(job->wait().status() == 0);
+}
+
+TEST_CASE("drun-rendezvous --http: the token guards it, malformed and oversized requests get 400, at most 64 connections", "[observe]") {
+  TempDir dir;
+  const auto token = dir.write("token", "0123456789abcdef0123456789abcdef\n");
+  Daemon daemon({"--token-file", token.string()});
+  CHECK(httpGet(daemon.httpPort, "/metrics").rfind("HTTP/1.1 401", 0) == 0);
+  CHECK(httpGet(daemon.httpPort, "/metrics?token=wrong").rfind("HTTP/1.1 401", 0) == 0);
+  CHECK(httpGet(daemon.httpPort, "/api/jobs?token=0123456789abcdef0123456789abcdef").rfind("HTTP/1.1 200", 0) == 0);
+  CHECK(httpGet(daemon.httpPort, "/", "Authorization: Bearer 0123456789abcdef0123456789abcdef\r\n")
+            .rfind("HTTP/1.1 200", 0) == 0);
+  CHECK(httpGet(daemon.httpPort, "RAW:GARBAGE\r\n\r\n").rfind("HTTP/1.1 400", 0) == 0);
+  CHECK(httpGet(daemon.httpPort, "RAW:GET / HTTP/1.1\r\nX: " + std::string(20000, 'a') + "\r\n\r\n")
+            .rfind("HTTP/1.1 400", 0) == 0);
+  CHECK(httpGet(daemon.httpPort, "RAW:POST / HTTP/1.1\r\nContent-Length: 100000\r\n\r\n")
+            .rfind("HTTP/1.1 413", 0) == 0);
+  // Still serving, and the store too.
+  CHECK(httpGet(daemon.httpPort, "/nothing?token=0123456789abcdef0123456789abcdef").rfind("HTTP/1.1 404", 0) == 0);
+  RunResult status = run({.argv = {drunPath().string(), "status", "--rdzv-endpoint",
+                                   "127.0.0.1:" + std::to_string(daemon.storePort), "--token-file",
+                                   token.string()},
+                          .timeout = 20s});
+  INFO(status.describe());
+  CHECK(status.status() == 0);
+  CHECK(status.out == "no jobs on 127.0.0.1:" + std::to_string(daemon.storePort) + "\n");
+  // At most 64 connections: the 65th is closed at once, counted; the others are not disturbed.
+  std::vector<int> idle;
+  for (int i = 0; i < 64; ++i) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(daemon.httpPort);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+    idle.push_back(fd);
+  }
+  REQUIRE(eventually([&] { return httpGet(daemon.httpPort, "/metrics?token=0123456789abcdef0123456789abcdef").empty(); }, 5s));
+  for (int fd : idle) ::close(fd);
+  std::string metrics;
+  REQUIRE(eventually([&] {
+    metrics = httpGet(daemon.httpPort, "/metrics?token=0123456789abcdef0123456789abcdef");
+    return metrics.rfind("HTTP/1.1 200", 0) == 0;
+  }, 5s));
+  CHECK(std::regex_search(metrics, std::regex(R"(\ndrun_rdzv_http_refused_total [1-9])")));
+  CHECK(std::regex_search(metrics, std::regex(R"(\ndrun_rdzv_http_bad_requests_total 3\n)")));
+  RunResult bad = run({.argv = {(buildDir() / "bin" / "drun-rendezvous").string(), "--port", "0", "--http", "x:y"},
+                       .timeout = 10s});
+  CHECK(bad.status() == 1);
+  CHECK(bad.err.find("--http") != std::string::npos);
+}

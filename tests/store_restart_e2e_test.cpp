@@ -1,0 +1,198 @@
+// drun-rendezvous restarted under a running job (an upgrade, a systemd restart): the agents retry
+// the store for --rdzv-conf reconnect_timeout and refill the fresh store from what they know, so
+// the job goes on with its restart count and budget (TORCHELASTIC_RESTART_COUNT continues); a
+// store gone for longer ends every agent with a clear error, its workers stopped.
+#include <signal.h>
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+
+#include "process.hpp"
+
+using namespace drun::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+// A drun-rendezvous daemon on a fixed loopback port, so that a restarted one serves the same
+// endpoint.
+std::unique_ptr<Process> startDaemon(uint16_t port) {
+  auto daemon = std::make_unique<Process>(
+      RunOptions{{(buildDir() / "bin" / "drun-rendezvous").string(), "--host", "127.0.0.1",
+                  "--port", std::to_string(port)},
+                 {},
+                 {},
+                 120s});
+  REQUIRE(daemon->waitForOutput(
+      [](const std::string& out, const std::string&) {
+        return out.find("listening on") != std::string::npos;
+      },
+      10s));
+  return daemon;
+}
+
+void killDaemon(std::unique_ptr<Process>& daemon) {
+  daemon->signal(SIGKILL);
+  daemon->wait(10s);
+  daemon.reset();
+}
+
+// Each worker prints its restart count; on count 0 rank 3 fails with 3 once its node-mate has
+// printed; on later counts every worker waits for $MARKS/go, then rank 3 fails with
+// $FAIL_LATER (0: succeeds).
+std::vector<std::string> workerProgram() {
+  return {"sh", "-c",
+          "echo RUN rank=$RANK count=$TORCHELASTIC_RESTART_COUNT; touch $MARKS/$RANK-"
+          "$TORCHELASTIC_RESTART_COUNT; "
+          "if [ $TORCHELASTIC_RESTART_COUNT = 0 ]; then "
+          "  if [ $RANK = 3 ]; then for i in $(seq 1000); do [ -e $MARKS/2-0 ] && break; "
+          "  sleep 0.01; done; exit 3; fi; sleep 60; exit 0; fi; "
+          "for i in $(seq 6000); do [ -e $MARKS/go ] && break; sleep 0.01; done; "
+          "if [ $RANK = 3 ]; then exit $FAIL_LATER; fi"};
+}
+
+std::unique_ptr<Process> startAgent(uint16_t port, const std::string& id, int maxRestarts,
+                                    const TempDir& marks, int failLater, bool isHost = false) {
+  std::vector<std::string> args = {"--nnodes", "2", "--nproc-per-node", "2", "--max-restarts",
+                                   std::to_string(maxRestarts), "--rdzv-endpoint",
+                                   "127.0.0.1:" + std::to_string(port), "--rdzv-id", id,
+                                   "--rdzv-conf",
+                                   std::string("reconnect_timeout=30,is_host=") + (isHost ? "1" : "0")};
+  for (const auto& word : workerProgram()) args.push_back(word);
+  return std::make_unique<Process>(drunCommand(
+      args, {"MARKS=" + marks.path().string(), "FAIL_LATER=" + std::to_string(failLater)}, 120s));
+}
+
+void touch(const std::filesystem::path& path) { std::ofstream(path).put('\n'); }
+
+// SIGKILL to the daemon, then a new (empty) one on the same port; then every worker of `agents`
+// runs again (`count` lines, `runs` times each of its 2 workers) and $MARKS/go lets them end.
+void restartDaemonUnder(std::unique_ptr<Process>& daemon, uint16_t port, const TempDir& marks,
+                        const std::vector<Process*>& agents, const std::string& count, size_t lines) {
+  killDaemon(daemon);
+  daemon = startDaemon(port);
+  for (Process* agent : agents) CHECK(agent->waitForLines(count, lines, 60s));
+  touch(marks / "go");
+}
+
+}  // namespace
+
+TEST_CASE("store restart: a daemon restarted while workers run: the restart count and budget go on",
+          "[e2e][rendezvous][store_restart]") {
+  const uint16_t port = freeLoopbackPort();
+  auto daemon = startDaemon(port);
+  TempDir marks;
+  const std::string id = "restart-" + randomHex(6);
+  // Budget 1: rank 3 fails once (count 0 -> 1); after the daemon's restart it fails again, which
+  // must end the job (count 1 of 1). A reset budget would run it a third time with count 0.
+  auto a = startAgent(port, id, 1, marks, 3);
+  auto b = startAgent(port, id, 1, marks, 3);
+  REQUIRE(a->waitForLines("count=1", 2, 60s));
+  REQUIRE(b->waitForLines("count=1", 2, 60s));
+  // Every worker runs again, with the count carried through the fresh store.
+  restartDaemonUnder(daemon, port, marks, {a.get(), b.get()}, "count=1", 4);
+  RunResult ra = a->wait(), rb = b->wait();
+  INFO(ra.describe() << "\n" << rb.describe());
+  for (const RunResult* r : {&ra, &rb}) {
+    CHECK(r->status() == 3);
+    CHECK_THAT(r->err, Catch::Contains("drun: root cause: rank 3"));
+    CHECK(countLinesWith(r->out, "count=0") == 2);  // the first run only: never a reset count
+    CHECK(countLinesWith(r->out, "count=1") == 4);
+    CHECK(countLinesWith(r->out, "count=2") == 0);
+  }
+  CHECK_THAT(ra.err + rb.err, Catch::Contains("re-forming the job"));
+}
+
+TEST_CASE("store restart: a daemon restarted while the job restarts: the new round keeps the count",
+          "[e2e][rendezvous][store_restart]") {
+  const uint16_t port = freeLoopbackPort();
+  auto daemon = startDaemon(port);
+  TempDir marks;
+  const std::string id = "restarting-" + randomHex(6);
+  auto a = startAgent(port, id, 2, marks, 0);
+  auto b = startAgent(port, id, 2, marks, 0);
+  // Both agents took the failure's verdict and are re-forming (or just started count 1).
+  auto restarting = [](const std::string&, const std::string& err) {
+    return err.find("restarting the job") != std::string::npos;
+  };
+  REQUIRE(a->waitForOutput(restarting, 60s));
+  REQUIRE(b->waitForOutput(restarting, 60s));
+  restartDaemonUnder(daemon, port, marks, {a.get(), b.get()}, "count=1", 2);
+  RunResult ra = a->wait(), rb = b->wait();
+  INFO(ra.describe() << "\n" << rb.describe());
+  for (const RunResult* r : {&ra, &rb}) {
+    CHECK(r->status() == 0);
+    CHECK(countLinesWith(r->out, "count=0") == 2);
+    CHECK(countLinesWith(r->out, "count=1") >= 2);
+    CHECK(countLinesWith(r->out, "count=2") == 0);
+  }
+}
+
+TEST_CASE("store restart: the embedded store's host restarts its agent: the job goes on with its count",
+          "[e2e][rendezvous][store_restart]") {
+  const uint16_t port = freeLoopbackPort();
+  TempDir marks;
+  const std::string id = "embedded-" + randomHex(6);
+  auto host = startAgent(port, id, 1, marks, 3, /*isHost=*/true);
+  auto other = startAgent(port, id, 1, marks, 3);
+  REQUIRE(host->waitForLines("count=1", 2, 60s));
+  REQUIRE(other->waitForLines("count=1", 2, 60s));
+  // The host's agent dies with the store; started again, it hosts a fresh store, which the
+  // survivor refills: the new agent runs with the job's count, and the budget stays spent.
+  host->signal(SIGKILL);
+  host->wait(10s);
+  auto again = startAgent(port, id, 1, marks, 3, /*isHost=*/true);
+  CHECK(again->waitForLines("count=1", 2, 60s));
+  CHECK(other->waitForLines("count=1", 4, 60s));
+  touch(marks / "go");
+  RunResult ra = again->wait(), rb = other->wait();
+  INFO(ra.describe() << "\n" << rb.describe());
+  CHECK(ra.status() == 3);
+  CHECK(rb.status() == 3);
+  CHECK(countLinesWith(ra.out, "count=0") == 0);  // a reset count would start at 0 again
+  CHECK(countLinesWith(ra.out, "count=2") + countLinesWith(rb.out, "count=2") == 0);
+  CHECK(countLinesWith(rb.out, "count=1") == 4);
+}
+
+TEST_CASE("store restart: a store gone past reconnect_timeout stops every agent with a clear error",
+          "[e2e][rendezvous][store_restart]") {
+  const uint16_t port = freeLoopbackPort();
+  auto daemon = startDaemon(port);
+  TempDir marks;
+  MarkerScope workers;
+  const std::string id = "gone-" + randomHex(6);
+  std::vector<std::unique_ptr<Process>> agents;
+  for (int i = 0; i < 2; ++i) {
+    std::vector<std::string> args = {"--nnodes", "2", "--nproc-per-node", "1", "--rdzv-endpoint",
+                                     "127.0.0.1:" + std::to_string(port), "--rdzv-id", id,
+                                     "--rdzv-conf", "is_host=0,reconnect_timeout=6",
+                                     "sh", "-c", "echo UP; sleep 60"};
+    agents.push_back(std::make_unique<Process>(drunCommand(args, {workers.env()}, 60s)));
+  }
+  for (auto& agent : agents) REQUIRE(agent->waitForLines("UP", 1, 30s));
+  const auto killedAt = std::chrono::steady_clock::now();
+  killDaemon(daemon);
+  for (auto& agent : agents) {
+    RunResult r = agent->wait();
+    INFO(r.describe());
+    CHECK(r.status() == 1);
+    CHECK_THAT(r.err, Catch::Contains("unreachable for 5s; retrying until 6s"));
+    CHECK_THAT(r.err, Catch::Contains("lost the store at 127.0.0.1:" + std::to_string(port)));
+    CHECK_THAT(r.err, Catch::Contains("within 6s (--rdzv-conf reconnect_timeout)"));
+  }
+  // Within the window plus a connect attempt and the exit (generous: a loaded machine).
+  CHECK(std::chrono::steady_clock::now() - killedAt < 30s);
+  CHECK(workers.leftovers(5s).empty());
+}
+
+TEST_CASE("store restart: a bad reconnect_timeout is a usage error naming it",
+          "[e2e][rendezvous][store_restart]") {
+  RunResult r = run(drunCommand({"--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:1", "--rdzv-conf",
+                                 "reconnect_timeout=soon", "/bin/true"},
+                                {}, 30s));
+  INFO(r.describe());
+  CHECK(r.status() == 2);
+  CHECK_THAT(r.err, Catch::Contains("reconnect_timeout"));
+  CHECK_THAT(r.err, Catch::Contains("soon"));
+}
