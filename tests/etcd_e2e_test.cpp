@@ -21,10 +21,11 @@ namespace {
 // heartbeat_timeout is the lease TTL: 3 s (a leader election, 0.5-1 s here, fits in it).
 std::vector<std::string> agentArgs(const EtcdCluster& etcd, const std::string& nnodes,
                                    const std::string& id, std::vector<std::string> program,
-                                   const std::string& lastCall = "0") {
+                                   const std::string& lastCall = "0",
+                                   const std::string& extraConf = "") {
   std::vector<std::string> args = {"--nnodes", nnodes, "--nproc-per-node", "1", "--rdzv-backend", "etcd",
                                    "--rdzv-endpoint", etcd.list(), "--rdzv-id", id, "--max-restarts", "1",
-                                   "--rdzv-conf", "heartbeat_timeout=3,join_timeout=20,last_call_timeout=" + lastCall};
+                                   "--rdzv-conf", "heartbeat_timeout=3,join_timeout=20,last_call_timeout=" + lastCall + extraConf};
   args.insert(args.end(), program.begin(), program.end());
   return args;
 }
@@ -44,10 +45,11 @@ struct WaitingJob {
   TempDir dir;
   std::string go = "GO=" + (dir / "go").string();
   std::unique_ptr<Process> a, b;
-  explicit WaitingJob(const std::string& name) {
+  explicit WaitingJob(const std::string& name, const std::string& extraConf = "") {
     const std::string id = name + "-" + randomHex(6);
-    a = std::make_unique<Process>(drunCommand(agentArgs(etcd, "2", id, waitingWorker()), {marker.env(), go}, 40s));
-    b = std::make_unique<Process>(drunCommand(agentArgs(etcd, "2", id, waitingWorker()), {marker.env(), go}, 40s));
+    const auto args = agentArgs(etcd, "2", id, waitingWorker(), "0", extraConf);
+    a = std::make_unique<Process>(drunCommand(args, {marker.env(), go}, 40s));
+    b = std::make_unique<Process>(drunCommand(args, {marker.env(), go}, 40s));
     REQUIRE(a->waitForLines("READY", 1, 20s));
     REQUIRE(b->waitForLines("READY", 1, 20s));
   }
@@ -123,7 +125,9 @@ TEST_CASE("etcd e2e: the first node (c10d's store host) killed: the survivor re-
 
 TEST_CASE("etcd e2e: etcd entirely gone: every agent stops its workers within the lease TTL "
           "and exits with a clear error", "[e2e][etcd]") {
-  WaitingJob job("etcd-gone");  // $GO is never created
+  // $GO is never created. The agents stop their workers within the TTL, then look for etcd
+  // again for reconnect_timeout (2 s here; 30 s by default) before they give up.
+  WaitingJob job("etcd-gone", ",reconnect_timeout=2");
   const auto killed = std::chrono::steady_clock::now();
   job.etcd.killAll();
   RunResult ra = job.a->wait(25s), rb = job.b->wait(25s);
