@@ -68,7 +68,7 @@
 #
 #   storehost  (run alone: scripts/bench/recovery.sh storehost) the row "store host killed":
 #            3 agents on loopback, --nnodes 2:3, the first agent SIGKILLed: with c10d it hosts the
-#            store and the job ends; with --rdzv-backend etcd (3-member cluster from
+#            store and the job ends (after reconnect_timeout); with --rdzv-backend etcd (3-member cluster from
 #            scripts/etcd/up.sh) the survivors re-form (ms from the kill to the new round's first
 #            and last worker start). No root, no namespaces: scripts/bench/store_host_killed.py.
 set -euo pipefail

@@ -59,7 +59,7 @@ def trial(args, backend, endpoint, work, index):
         time.sleep(0.5 + random.random())
         killed = time.time()
         agents[0].send_signal(signal.SIGKILL)
-        deadline = killed + 20
+        deadline = killed + 45  # c10d survivors look for the store for reconnect_timeout (30 s)
         while time.time() < deadline:
             new = [t for ws, t in starts(log) if ws == 2 * args.nproc and t > killed]
             if len(new) >= 2 * args.nproc:
@@ -68,7 +68,7 @@ def trial(args, backend, endpoint, work, index):
                 codes = sorted({a.returncode for a in agents[1:]})
                 return None, (time.time() - killed) * 1000, "job ended, exit " + ",".join(map(str, codes))
             time.sleep(0.005)
-        return None, None, "nothing within 20 s"
+        return None, None, "nothing within 45 s"
     finally:
         for a in agents:
             if a.poll() is None:
