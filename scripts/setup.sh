@@ -16,6 +16,7 @@ packages=(
   libtorch-dev pybind11-dev python3-numpy python3-dev  # drun.torch (the "drun" backend, python/drun/torch)
   slurmctld slurmd slurm-client munge   # the [slurm] tests' cluster (scripts/slurm/up.sh)
   clang-16 libclang-rt-16-dev           # the libFuzzer targets (scripts/fuzz.sh)
+  etcd-server etcd-client               # the etcd rendezvous backend's tests (scripts/etcd/up.sh)
   python3-prometheus-client chromium    # "Watching a job" tests: /metrics' parser, the page in headless chromium
 )
 

@@ -174,6 +174,14 @@ const ConfKey kConfKeys[] = {
     {"is_host", "this node hosts the store (default: when the endpoint is one of its addresses)", nullptr},
     {"token_file", "the store's shared secret, a file of mode 600 (also DRUN_RDZV_TOKEN_FILE)",
      nullptr, &rdzv::RendezvousOptions::tokenFile},
+    {"etcd_user", "etcd backend: the user to authenticate as (needs etcd_password_file)", nullptr,
+     &rdzv::RendezvousOptions::etcdUser},
+    {"etcd_password_file", "etcd backend: a file of mode 600 whose first line is the password",
+     nullptr, &rdzv::RendezvousOptions::etcdPasswordFile},
+    {"etcd_cacert", "etcd backend: https, the members' certificates checked against this CA file",
+     nullptr, &rdzv::RendezvousOptions::etcdCaFile},
+    {"etcd_prefix", "etcd backend: every key drun writes is under it (default /drun/)", nullptr,
+     &rdzv::RendezvousOptions::etcdPrefix},
 };
 
 std::string confKeysHelp() {
@@ -381,7 +389,7 @@ CliResult parseCommandLine(const std::vector<std::string>& args) {
   flag(spellings("no-python"), "PET_NO_PYTHON", noPython, "exec PROGRAM as given, even a .py file");
   flag(spellings("run-path"), "PET_RUN_PATH", runPath, "rejected: drun starts every worker as its own process");
   opt("start-method", startMethod, "spawn|fork|forkserver", "accepted for torchrun compatibility");
-  auto* backendOption = opt("rdzv-backend", rdzvBackend, "c10d|static",
+  auto* backendOption = opt("rdzv-backend", rdzvBackend, "c10d|etcd|static",
                             "rendezvous backend (default c10d; static when --nnodes > 1 comes without "
                             "--rdzv-endpoint, as torchrun's default)");
   opt("rdzv-endpoint", rdzvEndpoint, "HOST[:PORT]", "the rendezvous store (default port 29400)");
@@ -491,8 +499,9 @@ CliResult parseCommandLine(const std::vector<std::string>& args) {
   r.minNodes = minNodes;
   r.maxNodes = maxNodes;
   r.localWorldSize = c.nprocPerNode;
-  if (rdzvBackend != "c10d" && rdzvBackend != "static")
-    throw UsageError("--rdzv-backend: '" + rdzvBackend + "' is not supported (use c10d or static)");
+  if (rdzvBackend == "etcd-v3") rdzvBackend = "etcd";
+  if (rdzvBackend != "c10d" && rdzvBackend != "static" && rdzvBackend != "etcd")
+    throw UsageError("--rdzv-backend: '" + rdzvBackend + "' is not supported (use c10d, etcd or static)");
   r.backend = rdzvBackend;
   r.runId = rdzvId.empty() ? "none" : rdzvId;
   usage([&] { rdzv::keys::validateRunId(r.runId); return 0; });  // it names directories too
@@ -502,7 +511,13 @@ CliResult parseCommandLine(const std::vector<std::string>& args) {
                               " (a standalone job has its own rendezvous)");
     rdzvEndpoint.clear();
   }
-  if (!rdzvEndpoint.empty()) parseEndpoint(rdzvEndpoint, r);
+  if (!rdzvEndpoint.empty() && r.backend == "etcd") {
+    // A member list: h1:2379,h2:2379,h3:2379 (each checked by the etcd client at the start).
+    r.etcdEndpoints = rdzvEndpoint;
+    parseEndpoint(rdzvEndpoint.substr(0, rdzvEndpoint.find(',')), r);
+  } else if (!rdzvEndpoint.empty()) {
+    parseEndpoint(rdzvEndpoint, r);
+  }
   parseRdzvConf(rdzvConf, r);
   if (!r.isHost) r.isHost = slurmIsHost;  // SLURM hook: the step's first node hosts the store
   // SLURM replaces nothing inside a running step (a requeue starts a new one): survivors that
@@ -529,6 +544,8 @@ CliResult parseCommandLine(const std::vector<std::string>& args) {
   if (r.backend == "c10d" && (masterAddrOption->count() || masterPortOption->count()) && maxNodes > 1)
     result.warnings.push_back("--master-addr/--master-port are for the static backend; the c10d "
                               "rendezvous picks MASTER_ADDR/MASTER_PORT itself");
+  if (r.backend == "etcd" && r.etcdEndpoints.empty())
+    throw UsageError("--rdzv-backend etcd needs --rdzv-endpoint HOST:PORT[,HOST:PORT...] (the etcd members)");
   if (maxNodes > 1 && r.backend == "c10d" && r.endpointHost.empty())
     throw UsageError("--nnodes " + nnodes + " with --rdzv-backend c10d needs --rdzv-endpoint HOST[:PORT] "
                      "(the node hosting the rendezvous)");

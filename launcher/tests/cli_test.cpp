@@ -264,3 +264,17 @@ TEST_CASE("hang options reach the agent's config, from the command line and PET_
   CHECK(parse({"/bin/true"}).hangs.learn);
   CHECK(usageError({"--hang-timeout", "step=soon", "/bin/true"}).find("--hang-timeout step: expected a duration") != std::string::npos);
 }
+
+TEST_CASE("the etcd backend: --rdzv-backend etcd-v3 takes a member list and the etcd conf keys",
+          "[launcher]") {
+  auto c = parse({"--nnodes", "1:3", "--rdzv-backend", "etcd-v3", "--rdzv-endpoint",
+                  "e1:2379,e2:2379,e3:2379", "--rdzv-conf",
+                  "etcd_user=drun,etcd_password_file=/p,etcd_cacert=/ca.pem,etcd_prefix=/x/", "hostname"});
+  CHECK(c.rendezvous.backend == "etcd");
+  CHECK(c.rendezvous.etcdEndpoints == "e1:2379,e2:2379,e3:2379");
+  CHECK(c.rendezvous.endpointHost == "e1");
+  CHECK(c.rendezvous.etcdUser == "drun");
+  CHECK(c.rendezvous.etcdPasswordFile == "/p");
+  CHECK(c.rendezvous.etcdCaFile == "/ca.pem");
+  CHECK(c.rendezvous.etcdPrefix == "/x/");
+}

@@ -27,7 +27,8 @@ std::unique_ptr<Rendezvous> makeRendezvous(const RendezvousOptions& options) {
     return makeSingleNodeRendezvous(options);
   if (options.backend == "static") return makeStaticRendezvous(options);
   if (options.backend == "c10d") return makeC10dRendezvous(options);
-  throw InvalidArgument("unknown --rdzv-backend '" + options.backend + "' (c10d or static)");
+  if (options.backend == "etcd" || options.backend == "etcd-v3") return makeEtcdRendezvous(options);
+  throw InvalidArgument("unknown --rdzv-backend '" + options.backend + "' (c10d, etcd or static)");
 }
 
 }  // namespace drun::rdzv

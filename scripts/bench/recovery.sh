@@ -65,9 +65,20 @@
 # DRUN (1; 0 = torchrun only), NPROC (2), DRUN_CAP (10), TORCH_CAP (30), LOSS_LAST_CALL (1),
 # KEEP_LOGS (0; 1 keeps, per trial, each agent's output and timeline.txt: the workers' lines, the
 # fault and each agent's start and exit, by time; it prints where).
+#
+#   storehost  (run alone: scripts/bench/recovery.sh storehost) the row "store host killed":
+#            3 agents on loopback, --nnodes 2:3, the first agent SIGKILLed: with c10d it hosts the
+#            store and the job ends (after reconnect_timeout); with --rdzv-backend etcd (3-member cluster from
+#            scripts/etcd/up.sh) the survivors re-form (ms from the kill to the new round's first
+#            and last worker start). No root, no namespaces: scripts/bench/store_host_killed.py.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 repo=$(pwd)
+if [[ "${1:-}" == storehost ]]; then
+  exec "${PYTHON:-/usr/bin/python3}" scripts/bench/store_host_killed.py \
+    --drun "${DRUN_BIN_DIR:-$repo/build/bin}/drun" --repo "$repo" --trials "${TRIALS:-3}" \
+    --nproc "${NPROC:-2}"
+fi
 DRUN_BIN_DIR=${DRUN_BIN_DIR:-$repo/build/bin}
 PYTHON=${PYTHON:-/usr/bin/python3}
 TRIALS=${TRIALS:-5}

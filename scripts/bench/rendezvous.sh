@@ -4,7 +4,9 @@
 # store calls of C10dRendezvous::next()) against the drun-rendezvous daemon, and as a cross-check
 # at small N the real thing (N threads, each a C10dRendezvous on its own TcpStore). torch: 1.13's c10d
 # rendezvous (DynamicRendezvousHandler + C10dRendezvousBackend on a TCPStore), N threads, at the
-# sizes it finishes within a cap. Same run, same machine; prints one table.
+# sizes it finishes within a cap. etcd: the same C10dRendezvous on the etcd backend (N threads,
+# each its own EtcdStore and lease) against a 3-member etcd cluster on loopback
+# (scripts/etcd/up.sh, data on tmpfs; skipped without etcd). Same run, same machine; one table.
 #
 # The 10000-agent row needs 10,000 descriptors in each process (the script raises the soft limit
 # to the hard one). rendezvous_model checks the cost model beyond (SCALE.md).
@@ -19,9 +21,10 @@ DRUN_SIZES=${DRUN_SIZES:-8,16,32,64,128,256,1024,4096,10000}
 REAL_SIZES=${REAL_SIZES:-8,16,32,64,128,256}
 TORCH_SIZES=${TORCH_SIZES:-8,16,32,64,128}
 TORCH_CAP=${TORCH_CAP:-60}
+ETCD_SIZES=${ETCD_SIZES:-8,64,256,1024}
 PYTHON=${PYTHON:-/usr/bin/python3}
 
-cmake --build "$BUILD_DIR" --target drun-rendezvous rendezvous_bench -j2 >/dev/null
+cmake --build "$BUILD_DIR" --target drun-rendezvous rendezvous_bench etcd_rendezvous_bench -j2 >/dev/null
 ulimit -n "$(ulimit -Hn)"
 
 source "$(dirname "$0")/daemon.sh"
@@ -36,12 +39,21 @@ if "$PYTHON" -c 'import torch.distributed' 2>/dev/null; then
     | grep '^RESULT' >>"$results"
 fi
 
+if [[ -n "$ETCD_SIZES" ]] && etcd_out=$(BASE_PORT=${ETCD_BASE_PORT:-24790} scripts/etcd/up.sh 2>/dev/null); then
+  read -r etcd_dir etcd_endpoints <<<"$etcd_out"
+  timeout 600 "$BUILD_DIR/bin/etcd_rendezvous_bench" --endpoints "$etcd_endpoints" \
+    --sizes "$ETCD_SIZES" | grep '^RESULT' >>"$results" || true
+  scripts/etcd/down.sh "$etcd_dir"
+fi
+
 "$PYTHON" - "$results" "$TORCH_CAP" <<'PY'
 import sys
-drun, real, torch = {}, {}, {}
+drun, real, torch, etcd = {}, {}, {}, {}
 for line in open(sys.argv[1]):
     f = line.split()
-    if f[1] == "drun" and f[2] == "generator":  # RESULT drun generator N connect rank next calls bytes
+    if f[1] == "etcd":                          # RESULT etcd real N connect_ms|error next_ms
+        etcd[int(f[3])] = "%.1f" % float(f[5]) if f[4] != "error" else "error"
+    elif f[1] == "drun" and f[2] == "generator":  # RESULT drun generator N connect rank next calls bytes
         drun[int(f[3])] = (float(f[5]), float(f[6]), float(f[9]), int(f[7]), int(f[8]) / 1048576.0)
     elif f[1] == "drun":                        # RESULT drun real N connect rank next 0
         real[int(f[3])] = float(f[6])
@@ -49,11 +61,11 @@ for line in open(sys.argv[1]):
         torch[int(f[2])] = f[3]
 print("rendezvous: N agents join one round (MIN=MAX=N), from all-connected to every agent ranked")
 print("(daemon CPU: ms of CPU the drun-rendezvous process spent on the round; load-independent)")
-print("%6s | %12s %14s %11s %12s %10s | %12s | %14s | %8s" % (
+print("%6s | %12s %14s %11s %12s %10s | %12s | %14s | %8s | %12s" % (
     "N", "drun rank ms", "drun next() ms", "daemon CPU", "store calls", "bytes MiB",
-    "real next ms", "torch c10d ms", "speedup"))
-print("-" * 120)
-for n in sorted(set(drun) | set(torch) | set(real)):
+    "real next ms", "torch c10d ms", "speedup", "etcd next ms"))
+print("-" * 135)
+for n in sorted(set(drun) | set(torch) | set(real) | set(etcd)):
     d = drun.get(n)
     t = torch.get(n)
     rcol = "%.1f" % real[n] if n in real else "-"
@@ -66,5 +78,5 @@ for n in sorted(set(drun) | set(torch) | set(real)):
     speed = "%7.0fx" % (float(t) * 1000 / d[1]) if d and t and t[0].isdigit() else "-"  # vs next()
     dcol = ("%12.1f %14.1f %11.0f %12d %10.1f" % d if d
             else "%12s %14s %11s %12s %10s" % ("-", "-", "-", "-", "-"))
-    print("%6d | %s | %12s | %14s | %8s" % (n, dcol, rcol, tcol, speed))
+    print("%6d | %s | %12s | %14s | %8s | %12s" % (n, dcol, rcol, tcol, speed, etcd.get(n, "-")))
 PY

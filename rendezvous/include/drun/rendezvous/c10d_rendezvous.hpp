@@ -62,5 +62,10 @@ milliseconds watchSlice(milliseconds heartbeatTimeout);
 // Connects to (or hosts) the store at options.endpointHost:endpointPort. Throws
 // InvalidArgument for bad options, TimeoutError when no store answers within joinTimeout.
 std::unique_ptr<Rendezvous> makeC10dRendezvous(const RendezvousOptions& options);
+// The same rendezvous with its store in etcd (backend "etcd"/"etcd-v3"; etcd_store.hpp): every
+// agent is a client of the cluster at options.etcdEndpoints, its liveness an etcd lease with
+// the heartbeat timeout as TTL. Throws InvalidArgument (options), NetworkError/TimeoutError (no
+// member reachable within the join timeout, at most 60 s), AuthError.
+std::unique_ptr<Rendezvous> makeEtcdRendezvous(const RendezvousOptions& options);
 
 }  // namespace drun::rdzv

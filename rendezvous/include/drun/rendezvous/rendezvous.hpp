@@ -26,7 +26,7 @@ using std::chrono::milliseconds;
 using namespace std::chrono_literals;
 
 struct RendezvousOptions {
-  std::string backend = "c10d";        // c10d | static
+  std::string backend = "c10d";        // c10d | etcd | static
   std::string endpointHost;            // --rdzv-endpoint host ("" = none)
   uint16_t endpointPort = 29400;       // --rdzv-endpoint :port (0 = any, embedded server only)
   std::string runId = "none";          // --rdzv-id
@@ -56,6 +56,12 @@ struct RendezvousOptions {
   ProgressSink say;                    // ...here (the store connect, the join); unset = silent
   std::string tokenFile;               // rdzv_conf token_file: the store's shared secret ("" =
                                        // DRUN_RDZV_TOKEN_FILE, else the store is open)
+  // The etcd backend: --rdzv-endpoint's member list and the rdzv_conf keys etcd_*.
+  std::string etcdEndpoints;           // "h1:2379,h2:2379,h3:2379" ("" = endpointHost)
+  std::string etcdUser;                // etcd_user ("" = no auth)
+  std::string etcdPasswordFile;        // etcd_password_file: its first line (mode 600)
+  std::string etcdCaFile;              // etcd_cacert: https, members verified against this CA
+  std::string etcdPrefix = "/drun/";   // etcd_prefix: every key drun writes is under it
 };
 
 // What one agent gets from a completed round.

@@ -1,0 +1,155 @@
+// EtcdClient: a small etcd v3 client over the gRPC-JSON gateway (HTTP/1.1 + JSON, Boost.Beast):
+// the key-value calls, transactions, leases and watches that EtcdStore (etcd_store.hpp) builds
+// the rendezvous store from. No Debian package offers a C++ etcd client; the gateway is part of
+// every etcd server (checked against etcd 3.4.23).
+//
+// Endpoints: several members ("h1:2379,h2:2379,h3:2379"); a client starts on a random one; a
+// call goes to the member that answered last and fails over to the next on a network error, a timeout of one attempt
+// (attemptTimeout) or an "unavailable" answer (no leader, a member shutting down), within the
+// call's deadline. A write whose outcome is unknown (sent, then the link broke) is retried only
+// when the caller says it is idempotent; else NetworkError/TimeoutError.
+// Auth: with a user, the client authenticates (/v3/auth/authenticate) and sends the token; an
+// expired token is renewed once per call. TLS: with a CA file, https with the member's
+// certificate checked against it.
+// Errors: TimeoutError (the deadline passed), NetworkError (no member reachable), ProtocolError
+// (a reply that is not the gateway's JSON: untrusted input never crashes), AuthError (refused
+// credentials, a member certificate the CA does not verify), Error (etcd refused the request:
+// its message).
+//
+// Threading: thread-safe; calls run one at a time per client (hold one client per thread that
+// blocks: a watch holds the client for its whole length). interrupt() from any thread ends the
+// call in progress and every later one (NetworkError).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "drun/common/deadline.hpp"
+
+namespace drun::rdzv {
+
+using namespace std::chrono_literals;
+
+struct EtcdClientOptions {
+  std::vector<std::string> endpoints;  // "host:port" (port default 2379); at least one
+  milliseconds callTimeout = 10s;      // deadline of a call that takes none
+  milliseconds attemptTimeout = 2s;    // one member silent this long: try the next
+  std::string user;                    // "" = no auth
+  std::string password;
+  std::string caFile;                  // "" = plain http; else https verified against it
+};
+// Parses "h1:2379,h2,[::1]:2379" into endpoints. Throws InvalidArgument.
+std::vector<std::string> parseEtcdEndpoints(const std::string& list);
+
+struct EtcdKeyValue {
+  std::string key;
+  std::string value;
+  int64_t createRevision = 0;
+  int64_t modRevision = 0;
+  int64_t version = 0;
+  int64_t lease = 0;
+};
+
+struct EtcdRange {
+  int64_t revision = 0;  // the store's revision the read saw
+  std::vector<EtcdKeyValue> kvs;
+  int64_t count = 0;
+};
+
+// One comparison of a transaction: target of `key` (its value, or a revision/version number)
+// equal to the given one. create revision 0 = the key is absent.
+struct EtcdCompare {
+  enum class Target { Value, CreateRevision, ModRevision, Version };
+  std::string key;
+  Target target = Target::Value;
+  std::string value;
+  int64_t number = 0;
+};
+
+struct EtcdOp {
+  enum class Kind { Put, Range, DeleteRange };
+  Kind kind = Kind::Put;
+  std::string key;
+  std::string rangeEnd;  // Range/DeleteRange: "" = the key alone
+  std::string value;     // Put
+  int64_t lease = 0;     // Put: 0 = none
+  static EtcdOp put(std::string key, std::string value, int64_t lease = 0) {
+    return {Kind::Put, std::move(key), {}, std::move(value), lease};
+  }
+  static EtcdOp range(std::string key, std::string rangeEnd = {}) {
+    return {Kind::Range, std::move(key), std::move(rangeEnd), {}, 0};
+  }
+  static EtcdOp erase(std::string key, std::string rangeEnd = {}) {
+    return {Kind::DeleteRange, std::move(key), std::move(rangeEnd), {}, 0};
+  }
+};
+
+struct EtcdTxnResult {
+  bool succeeded = false;
+  int64_t revision = 0;
+  std::vector<EtcdRange> ranges;  // one per Range op of the branch taken, in order
+  int64_t deleted = 0;            // keys removed by the branch's DeleteRange ops
+};
+
+struct EtcdWatchEvent {
+  bool deleted = false;  // else a put
+  EtcdKeyValue kv;
+};
+
+namespace etcd {
+class EtcdConnection;
+}
+
+class EtcdClient {
+ public:
+  explicit EtcdClient(EtcdClientOptions options);
+  ~EtcdClient();
+  EtcdClient(const EtcdClient&) = delete;
+  EtcdClient& operator=(const EtcdClient&) = delete;
+
+  int64_t put(const std::string& key, const std::string& value, int64_t lease = 0);
+  EtcdRange range(const std::string& key, const std::string& rangeEnd = {}, bool countOnly = false);
+  int64_t deleteRange(const std::string& key, const std::string& rangeEnd = {});
+  EtcdTxnResult txn(const std::vector<EtcdCompare>& compares, const std::vector<EtcdOp>& success,
+                    const std::vector<EtcdOp>& failure, bool idempotent);
+
+  // Returns the lease id; `grantedTtl` gets the TTL etcd granted (it raises too short ones).
+  int64_t leaseGrant(std::chrono::seconds ttl, std::chrono::seconds* grantedTtl = nullptr);
+  // One keep-alive; returns the TTL left (0: the lease is gone).
+  int64_t leaseKeepAlive(int64_t lease, const Deadline& deadline);
+  void leaseRevoke(int64_t lease, const Deadline& deadline);
+  int64_t leaseTimeToLive(int64_t lease);  // -1: gone
+
+  // Watches [key, rangeEnd) from startRevision (0: now); hands each batch of events to onEvents
+  // until it returns false. A member that fails meanwhile: resumes on another from the next
+  // revision. TimeoutError at the deadline; NetworkError when no member answers.
+  void watch(const std::string& key, const std::string& rangeEnd, int64_t startRevision,
+             const Deadline& deadline,
+             const std::function<bool(const std::vector<EtcdWatchEvent>&)>& onEvents);
+
+  void interrupt();
+  // The member the last call went to, for messages.
+  std::string endpointName() const;
+  // The end of the range of every key that starts with `prefix`.
+  static std::string prefixEnd(const std::string& prefix);
+
+ private:
+  std::string call(const std::string& path, const std::string& body, const Deadline& deadline,
+                   bool idempotent);
+  void authenticate(etcd::EtcdConnection& connection, const Deadline& deadline);
+
+  EtcdClientOptions options_;
+  std::vector<std::unique_ptr<etcd::EtcdConnection>> connections_;
+  mutable std::mutex mutex_;  // one call at a time; guards current_ and token_
+  size_t current_ = 0;
+  std::string token_;
+  std::atomic<bool> interrupted_{false};
+};
+
+}  // namespace drun::rdzv

@@ -1,0 +1,93 @@
+// EtcdStore: the LivenessStore over etcd v3 (EtcdClient), so that the c10d rendezvous (its round
+// logic, planner and ledger unchanged) runs on a replicated store with no single point of failure.
+//
+// Keys live under options.prefix + "kv/". Mapping of the Store contract:
+//   set, multiSet, deleteKey, deletePrefix, numKeys   put, txn of puts, deleterange, range count
+//   compareSet                                         txn (compare value / create revision 0)
+//   add, append                                        read + txn on the mod revision, retried
+//   get, wait, multiGet, watch                         range, then a watch from the next revision
+// Liveness: an EtcdSession holds one etcd lease (TTL = leaseTtl), kept alive at a third of its
+// TTL by a thread of its own. A will is stored as a record (will/<scope>/<lease>) beside a key
+// bound to the lease (live/<scope>/<lease>): when the lease ends (the agent died or was cut off
+// from the majority), etcd deletes that key, and every other session of the scope that holds a
+// will sees it in a watch and applies the record in one transaction (the record's deletion in
+// the same transaction: exactly once). A store closed cleanly applies its own will, as a
+// StoreServer does for a closed connection. Records whose lease ended while nobody watched are
+// applied by the next session of the scope that sets a will.
+// A session that cannot renew its lease for 3/4 of the TTL takes it for lost: every store on it
+// fails (NetworkError "lost its etcd lease") and blocked calls end at once, so the agent fences
+// its workers before the others re-form without it. A new session (a new lease) is a new client.
+//
+// Threading: stores are thread-safe (calls run one at a time per store); the session's threads
+// are its own. Ownership: a store shares its session; the session revokes its lease when the last
+// store and the last owner let go of it.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "drun/rendezvous/etcd_client.hpp"
+#include "drun/rendezvous/store.hpp"
+
+namespace drun::rdzv {
+
+struct EtcdStoreOptions {
+  EtcdClientOptions client;
+  std::string prefix = "/drun/";   // every key of drun under it
+  std::string scope = "default";   // the run id: wills are watched per scope
+  milliseconds leaseTtl = 5s;      // etcd raises it to its minimum (about 2 s); rounded up to seconds
+  milliseconds connectTimeout = 10s;  // granting the lease, over every endpoint
+};
+
+class EtcdSession;
+
+// Grants a lease and starts its keep-alive. Throws NetworkError (no member reachable; refused),
+// TimeoutError, AuthError, ProtocolError.
+std::shared_ptr<EtcdSession> openEtcdSession(const EtcdStoreOptions& options);
+// True once the session took its lease for lost.
+bool etcdSessionLost(const EtcdSession& session);
+// The lease's TTL as granted.
+milliseconds etcdSessionTtl(const EtcdSession& session);
+// Tests: stop renewing the lease (the process is "cut off"; the lease ends after its TTL).
+void stopKeepAliveForTest(EtcdSession& session);
+
+class EtcdStore final : public LivenessStore {
+ public:
+  explicit EtcdStore(std::shared_ptr<EtcdSession> session);
+  ~EtcdStore() override;  // applies this store's will (unless the lease is lost)
+  EtcdStore(const EtcdStore&) = delete;
+  EtcdStore& operator=(const EtcdStore&) = delete;
+
+  void set(const std::string& key, const Bytes& value) override;
+  Bytes get(const std::string& key, milliseconds timeout) override;
+  std::optional<Bytes> tryGet(const std::string& key) override;
+  int64_t add(const std::string& key, int64_t delta) override;
+  Bytes compareSet(const std::string& key, const Bytes& expected, const Bytes& desired) override;
+  void wait(const std::vector<std::string>& keys, milliseconds timeout) override;
+  bool check(const std::vector<std::string>& keys) override;
+  bool deleteKey(const std::string& key) override;
+  int64_t numKeys() override;
+  std::vector<Bytes> multiGet(const std::vector<std::string>& keys, milliseconds timeout) override;
+  void multiSet(const std::vector<std::string>& keys, const std::vector<Bytes>& values) override;
+  void append(const std::string& key, const Bytes& value) override;
+
+  std::optional<Bytes> watch(const std::string& key, const std::optional<Bytes>& known,
+                             milliseconds timeout) override;
+  void setWill(const Will& will) override;
+  int64_t deletePrefix(const std::string& prefix) override;
+  void interrupt() override;
+
+  EtcdSession& session() { return *session_; }
+
+ private:
+  std::string k(const std::string& key) const;
+  void checkLease() const;
+  template <class Update>
+  Bytes readModifyWrite(const std::string& key, const char* what, Update update);
+
+  std::shared_ptr<EtcdSession> session_;
+  std::unique_ptr<EtcdClient> client_;
+  bool ownsWill_ = false;
+};
+
+}  // namespace drun::rdzv

@@ -1,0 +1,113 @@
+// makeEtcdRendezvous(options): the c10d rendezvous (round logic, planner, ledger unchanged) on an
+// EtcdStore: the store lives in an etcd cluster instead of on one agent's host.
+#include <sys/stat.h>
+
+#include <fstream>
+#include <mutex>
+#include <sstream>
+
+#include <spdlog/spdlog.h>
+
+#include "drun/common/error.hpp"
+#include "drun/rendezvous/c10d_rendezvous.hpp"
+#include "drun/rendezvous/etcd_store.hpp"
+#include "drun/rendezvous/keys.hpp"
+#include "drun/rendezvous/network.hpp"
+#include "drun/rendezvous/store_server.hpp"
+
+namespace drun::rdzv {
+namespace {
+
+// The password file: its first line. Like a token file, readable by its owner only.
+std::string readPasswordFile(const std::string& path) {
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0)
+    throw InvalidArgument("--rdzv-conf etcd_password_file: cannot read '" + path + "'");
+  if (info.st_mode & (S_IRWXG | S_IRWXO))
+    throw InvalidArgument("--rdzv-conf etcd_password_file: '" + path +
+                          "' may be read by its group or others; chmod 600 it");
+  std::ifstream in(path);
+  std::string password;
+  if (!in || !std::getline(in, password) || password.empty() || password.size() > 4096)
+    throw InvalidArgument("--rdzv-conf etcd_password_file: '" + path + "' holds no password line");
+  return password;
+}
+
+// The session every store of this agent shares: a lost one (its lease ended) is replaced by a
+// new one (a new lease: the agent comes back as a new client, as over TCP).
+class SessionHolder {
+ public:
+  explicit SessionHolder(EtcdStoreOptions options) : options_(std::move(options)) {}
+  std::shared_ptr<EtcdSession> current() {
+    std::lock_guard lock(mutex_);
+    if (!session_ || etcdSessionLost(*session_)) {
+      session_.reset();  // its lease is revoked or ends by its TTL
+      session_ = openEtcdSession(options_);
+    }
+    return session_;
+  }
+  void setConnectTimeout(milliseconds timeout) {
+    std::lock_guard lock(mutex_);
+    options_.connectTimeout = timeout;
+  }
+
+ private:
+  std::mutex mutex_;
+  EtcdStoreOptions options_;
+  std::shared_ptr<EtcdSession> session_;
+};
+
+EtcdStoreOptions etcdStoreOptions(const RendezvousOptions& options) {
+  EtcdStoreOptions store;
+  store.client.endpoints =
+      parseEtcdEndpoints(options.etcdEndpoints.empty() ? options.endpointHost : options.etcdEndpoints);
+  store.client.callTimeout = options.readTimeout;
+  store.client.user = options.etcdUser;
+  if (!options.etcdUser.empty()) {
+    if (options.etcdPasswordFile.empty())
+      throw InvalidArgument("--rdzv-conf etcd_user needs etcd_password_file=PATH");
+    store.client.password = readPasswordFile(options.etcdPasswordFile);
+  }
+  if (!options.etcdCaFile.empty()) {
+    struct stat info {};
+    if (::stat(options.etcdCaFile.c_str(), &info) != 0)
+      throw InvalidArgument("--rdzv-conf etcd_cacert: cannot read '" + options.etcdCaFile + "'");
+    store.client.caFile = options.etcdCaFile;
+  }
+  store.prefix = options.etcdPrefix;
+  store.scope = options.runId;
+  store.leaseTtl = options.heartbeatTimeout;
+  return store;
+}
+
+}  // namespace
+
+std::unique_ptr<Rendezvous> makeEtcdRendezvous(const RendezvousOptions& options) {
+  keys::validateRunId(options.runId);
+  EtcdStoreOptions storeOptions = etcdStoreOptions(options);
+  storeOptions.connectTimeout = std::min<milliseconds>(options.joinTimeout, 60s);
+  auto holder = std::make_shared<SessionHolder>(storeOptions);
+
+  C10dStoreAccess access;
+  access.store = std::make_unique<EtcdStore>(holder->current());
+  // Later sessions (after a lost lease): etcd unreachable for half a heartbeat timeout is gone.
+  holder->setConnectTimeout(std::min(options.heartbeatTimeout / 2, options.joinTimeout));
+  access.connectWatcher = [holder] { return std::make_unique<EtcdStore>(holder->current()); };
+  std::string list;
+  for (const std::string& e : storeOptions.client.endpoints) list += (list.empty() ? "" : ",") + e;
+  access.endpoint = "etcd " + list;
+  if (!options.localAddr.empty()) {
+    access.selfAddress = options.localAddr;
+  } else {
+    const std::string& first = storeOptions.client.endpoints.front();
+    const size_t colon = first.rfind(':');
+    std::string host = first.substr(0, colon);
+    if (host.size() > 1 && host.front() == '[') host = host.substr(1, host.size() - 2);
+    access.selfAddress = routeSourceAddress(host, static_cast<uint16_t>(std::stoi(first.substr(colon + 1))));
+  }
+  spdlog::info("rendezvous '{}': on etcd {} (lease TTL {} ms)", options.runId, list,
+               etcdSessionTtl(*holder->current()).count());
+  return makeC10dRendezvous(options, std::move(access));
+}
+
+}  // namespace drun::rdzv

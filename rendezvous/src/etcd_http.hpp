@@ -1,0 +1,70 @@
+// EtcdConnection: one HTTP/1.1 connection (plain or TLS) to one etcd member's gRPC-JSON
+// gateway, with Boost.Beast. Used by EtcdClient (etcd_client.hpp), which picks the member, fails
+// over and reads the JSON.
+//
+// Every call runs on the caller's thread over a private io_context, bounded by a Deadline: the
+// socket is closed when it passes (TimeoutError). No event loop of anyone else is involved.
+// Unary calls reuse the connection (keep-alive); a stream (watch) takes the connection for its
+// whole life and closes it afterwards.
+//
+// Threading: one call at a time (the owner serialises); interrupt() may be called from any
+// thread and ends the call in progress (and every later one) with NetworkError.
+// Ownership: owns its socket and io_context.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "drun/common/deadline.hpp"
+
+namespace drun::rdzv::etcd {
+
+struct Endpoint {
+  std::string host;
+  uint16_t port = 2379;
+  std::string name() const { return host + ":" + std::to_string(port); }
+};
+
+struct HttpReply {
+  unsigned status = 0;
+  std::string body;
+};
+
+// A reply body (or a stream's buffered, unfinished line) larger than this is a protocol error.
+inline constexpr size_t kMaxReplyBytes = 64u << 20;
+
+class EtcdConnection {
+ public:
+  // caFile: "" = plain HTTP; else HTTPS, the member's certificate verified against this CA.
+  EtcdConnection(Endpoint endpoint, std::string caFile);
+  ~EtcdConnection();
+  EtcdConnection(const EtcdConnection&) = delete;
+  EtcdConnection& operator=(const EtcdConnection&) = delete;
+
+  // POST `target` with a JSON body; `token` goes in the Authorization header when not empty.
+  // Throws TimeoutError (the deadline passed), NetworkError (refused, reset, closed),
+  // ProtocolError (not HTTP, a body over kMaxReplyBytes). `sent` (when given) tells whether the
+  // request may have reached the member (false: it surely did not).
+  HttpReply post(const std::string& target, const std::string& body, const std::string& token,
+                 const Deadline& deadline, bool* sent = nullptr);
+
+  // POST, then hands each line of the (chunked) reply body to onLine until it returns false
+  // (returns normally), the body ends (NetworkError) or the deadline passes (TimeoutError).
+  // A reply that is not 200 is given whole to onLine once, and the stream ends.
+  void stream(const std::string& target, const std::string& body, const std::string& token,
+              const Deadline& deadline, const std::function<bool(unsigned status, std::string_view)>& onLine);
+
+  void interrupt();
+  const Endpoint& endpoint() const { return endpoint_; }
+
+ private:
+  struct Impl;
+  Endpoint endpoint_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace drun::rdzv::etcd

@@ -1,0 +1,230 @@
+#include "etcd_session.hpp"
+
+#include <cstdio>
+
+#include <spdlog/spdlog.h>
+
+#include "drun/common/error.hpp"
+
+namespace drun::rdzv {
+namespace {
+
+std::string leaseName(int64_t lease) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(lease));
+  return buf;
+}
+
+std::unique_ptr<EtcdClient> clientWith(const EtcdStoreOptions& options, milliseconds callTimeout) {
+  EtcdClientOptions client = options.client;
+  client.callTimeout = callTimeout;
+  return std::make_unique<EtcdClient>(client);
+}
+
+}  // namespace
+
+std::shared_ptr<EtcdSession> openEtcdSession(const EtcdStoreOptions& options) {
+  return std::make_shared<EtcdSession>(options);
+}
+bool etcdSessionLost(const EtcdSession& session) { return session.lost(); }
+milliseconds etcdSessionTtl(const EtcdSession& session) { return session.ttl(); }
+void stopKeepAliveForTest(EtcdSession& session) { session.stopKeepAliveForTest(); }
+
+EtcdSession::EtcdSession(const EtcdStoreOptions& options) : options_(options) {
+  if (options_.prefix.empty()) throw InvalidArgument("etcd store: empty key prefix");
+  if (options_.scope.empty() || options_.scope.find('/') != std::string::npos)
+    throw InvalidArgument("etcd store: bad scope '" + options_.scope + "'");
+  kvPrefix_ = options_.prefix + "kv/";
+  willDir_ = options_.prefix + "will/" + options_.scope + "/";
+  liveDir_ = options_.prefix + "live/" + options_.scope + "/";
+  const auto seconds = std::max<int64_t>(1, (options_.leaseTtl.count() + 999) / 1000);
+  EtcdClientOptions grantOptions = options_.client;
+  grantOptions.callTimeout = options_.connectTimeout;
+  EtcdClient granter(grantOptions);
+  grantedAt_ = Clock::now();
+  std::chrono::seconds granted{0};
+  lease_ = granter.leaseGrant(std::chrono::seconds(seconds), &granted);
+  ttl_ = granted;
+  ownId_ = leaseName(lease_);
+  // A keep-alive call may take a third of the TTL; the others the store's usual deadline.
+  keepAliveClient_ = clientWith(options_, std::max<milliseconds>(ttl_ / 3, milliseconds(500)));
+  watchClient_ = clientWith(options_, options_.client.callTimeout);
+  applyClient_ = clientWith(options_, options_.client.callTimeout);
+  keepAliveThread_ = std::thread([this] { keepAlive(); });
+  spdlog::debug("etcd session: lease {} (TTL {} s) via {}", ownId_, granted.count(), granter.endpointName());
+}
+
+EtcdSession::~EtcdSession() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  changed_.notify_all();
+  keepAliveClient_->interrupt();
+  watchClient_->interrupt();
+  applyClient_->interrupt();
+  if (keepAliveThread_.joinable()) keepAliveThread_.join();
+  if (executorThread_.joinable()) executorThread_.join();
+  if (lost()) return;  // etcd ends it (or did)
+  try {
+    EtcdClientOptions quick = options_.client;
+    quick.attemptTimeout = std::min<milliseconds>(quick.attemptTimeout, milliseconds(500));
+    EtcdClient revoker(quick);
+    revoker.leaseRevoke(lease_, Deadline(milliseconds(1000)));
+  } catch (const std::exception& e) {
+    spdlog::debug("etcd session {}: revoking the lease: {} (it ends by its TTL)", ownId_, e.what());
+  }
+}
+
+std::string EtcdSession::lostReason() const {
+  std::lock_guard lock(mutex_);
+  return lostReason_;
+}
+
+void EtcdSession::attach(EtcdClient* client) {
+  std::lock_guard lock(mutex_);
+  attached_.insert(client);
+  if (lost_) client->interrupt();
+}
+
+void EtcdSession::detach(EtcdClient* client) {
+  std::lock_guard lock(mutex_);
+  attached_.erase(client);
+}
+
+void EtcdSession::markLost(const std::string& why) {
+  std::lock_guard lock(mutex_);
+  if (lost_) return;
+  lostReason_ = why;
+  lost_ = true;
+  for (EtcdClient* client : attached_) client->interrupt();
+  watchClient_->interrupt();
+  applyClient_->interrupt();
+  changed_.notify_all();
+}
+
+bool EtcdSession::waitStopping(Clock::time_point until) {
+  std::unique_lock lock(mutex_);
+  changed_.wait_until(lock, until, [&] { return stopping_; });
+  return stopping_;
+}
+
+void EtcdSession::stopKeepAliveForTest() {
+  {
+    std::lock_guard lock(mutex_);
+    keepAlivePaused_ = true;
+  }
+  changed_.notify_all();
+  keepAliveClient_->interrupt();
+}
+
+void EtcdSession::keepAlive() {
+  const milliseconds interval = std::max<milliseconds>(ttl_ / 3, milliseconds(100));
+  const milliseconds lostAfter = ttl_ * 3 / 4;
+  Clock::time_point renewed = grantedAt_;
+  Clock::time_point next = grantedAt_ + interval;
+  std::string lastError = "no answer";
+  for (;;) {
+    if (waitStopping(next)) return;
+    const Clock::time_point sentAt = Clock::now();
+    const Clock::time_point lostAt = renewed + lostAfter;
+    bool paused;
+    {
+      std::lock_guard lock(mutex_);
+      paused = keepAlivePaused_;
+    }
+    if (paused) {
+      lastError = "keep-alive stopped (a test's cut-off agent)";
+    } else {
+      try {
+        const int64_t left = keepAliveClient_->leaseKeepAlive(
+            lease_, Deadline::at(std::max(std::min(lostAt, sentAt + interval), sentAt + milliseconds(50))));
+        if (left <= 0) {
+          markLost("etcd says the lease " + ownId_ + " ended (this agent was silent too long)");
+          return;
+        }
+        renewed = sentAt;
+        next = sentAt + interval;
+        continue;
+      } catch (const std::exception& e) {
+        lastError = e.what();
+      }
+    }
+    if (Clock::now() >= lostAt) {
+      markLost("no etcd member renewed the lease for " +
+               std::to_string(std::chrono::duration_cast<milliseconds>(Clock::now() - renewed).count()) +
+               "ms (TTL " + std::to_string(ttl_.count()) + "ms): " + lastError);
+      return;
+    }
+    next = std::min(Clock::now() + milliseconds(200), lostAt);
+  }
+}
+
+void EtcdSession::setWill(EtcdClient& client, const Store::Will& will) {
+  if (lost()) throw NetworkError("etcd: this agent lost its lease: " + lostReason());
+  const bool empty = will.sets.empty() && will.adds.empty() && will.deletes.empty();
+  if (empty) {
+    client.deleteRange(willKey(ownId_));
+    return;
+  }
+  // Keys as etcd holds them.
+  Store::Will full;
+  for (const auto& [key, value] : will.sets) full.sets.emplace_back(kvPrefix_ + key, value);
+  for (const auto& [key, delta] : will.adds) full.adds.emplace_back(kvPrefix_ + key, delta);
+  for (const auto& key : will.deletes) full.deletes.push_back(kvPrefix_ + key);
+  client.txn({}, {EtcdOp::put(willKey(ownId_), encodeWill(full)), EtcdOp::put(liveKey(ownId_), "", lease_)},
+             {}, true);
+  std::lock_guard lock(mutex_);
+  if (!executorStarted_ && !stopping_) {
+    executorStarted_ = true;
+    executorThread_ = std::thread([this] { executeWills(); });
+  }
+}
+
+void EtcdSession::runOwnWill(EtcdClient& client) {
+  if (lost()) return;  // the others apply it when etcd ends the lease
+  applyWillRecord(client, willKey(ownId_), liveKey(ownId_), kvPrefix_);
+}
+
+void EtcdSession::executeWills() {
+  auto stopped = [&] {
+    std::lock_guard lock(mutex_);
+    return stopping_ || lost_;
+  };
+  const std::string liveEnd = EtcdClient::prefixEnd(liveDir_);
+  while (!stopped()) {
+    try {
+      // Records whose lease ended while nobody watched, then every lease that ends from here.
+      const EtcdRange wills = watchClient_->range(willDir_, EtcdClient::prefixEnd(willDir_));
+      const EtcdRange lives = watchClient_->range(liveDir_, liveEnd);
+      std::set<std::string> alive;
+      for (const EtcdKeyValue& kv : lives.kvs) alive.insert(kv.key.substr(liveDir_.size()));
+      for (const EtcdKeyValue& kv : wills.kvs) {
+        const std::string id = kv.key.substr(willDir_.size());
+        if (id != ownId_ && !alive.count(id) &&
+            applyWillRecord(*applyClient_, kv.key, liveKey(id), kvPrefix_))
+          spdlog::debug("etcd session {}: applied the will of ended lease {}", ownId_, id);
+      }
+      watchClient_->watch(liveDir_, liveEnd, wills.revision + 1, Deadline(std::chrono::seconds(30)),
+                          [&](const std::vector<EtcdWatchEvent>& events) {
+                            for (const EtcdWatchEvent& event : events) {
+                              if (!event.deleted) continue;
+                              const std::string id = event.kv.key.substr(liveDir_.size());
+                              if (id != ownId_ &&
+                                  applyWillRecord(*applyClient_, willKey(id), liveKey(id), kvPrefix_))
+                                spdlog::debug("etcd session {}: applied the will of lease {}", ownId_, id);
+                            }
+                            return !stopped();
+                          });
+    } catch (const TimeoutError&) {
+      continue;  // a fresh look now and then
+    } catch (const std::exception& e) {
+      if (stopped()) return;
+      spdlog::debug("etcd session {}: will executor: {}", ownId_, e.what());
+      std::unique_lock lock(mutex_);
+      changed_.wait_for(lock, milliseconds(200), [&] { return stopping_ || lost_.load(); });
+    }
+  }
+}
+
+}  // namespace drun::rdzv

@@ -1,0 +1,99 @@
+// EtcdClient::watch: one chunked HTTP reply per watch (/v3/watch), resumed on another member
+// from the next revision when the one streaming it fails.
+#include <algorithm>
+#include <thread>
+
+#include "drun/common/error.hpp"
+#include "drun/rendezvous/etcd_client.hpp"
+#include "etcd_http.hpp"
+#include "etcd_json.hpp"
+
+namespace drun::rdzv {
+namespace {
+
+using etcd::Json;
+
+std::string messageOf(const Json& error) {
+  auto it = error.find("message");
+  return it != error.end() && it->is_string() ? it->get<std::string>().substr(0, 300) : "no message";
+}
+
+// One line of the stream: {"result":{"header":..,"created":true|"events":[...]}} or
+// {"error":{...}}. Returns the events (empty for the created or a progress message).
+std::vector<EtcdWatchEvent> parseWatchLine(std::string_view line, const std::string& what) {
+  const Json message = etcd::parseObject(line, what);
+  try {
+    if (message.contains("error"))
+      throw NetworkError(what + ": the stream failed: " + messageOf(etcd::objectField(message, "error")));
+    const Json& result = etcd::objectField(message, "result");
+    if (etcd::boolField(result, "canceled"))
+      throw Error(what + ": the watch was cancelled by etcd (compacted to revision " +
+                  std::to_string(etcd::intField(result, "compact_revision")) + ")");
+    std::vector<EtcdWatchEvent> events;
+    for (const Json& event : etcd::arrayField(result, "events")) {
+      if (!event.is_object()) throw ProtocolError("an event is not an object");
+      EtcdWatchEvent out;
+      auto type = event.find("type");
+      if (type != event.end()) {
+        if (!type->is_string() || (*type != "DELETE" && *type != "PUT"))
+          throw ProtocolError("an event's type is not PUT or DELETE");
+        out.deleted = *type == "DELETE";
+      }
+      out.kv = etcd::parseKeyValue(etcd::objectField(event, "kv"));
+      events.push_back(std::move(out));
+    }
+    return events;
+  } catch (const ProtocolError& e) {
+    throw ProtocolError(what + ": malformed reply: " + e.what());
+  }
+}
+
+}  // namespace
+
+void EtcdClient::watch(const std::string& key, const std::string& rangeEnd, int64_t startRevision,
+                       const Deadline& deadline,
+                       const std::function<bool(const std::vector<EtcdWatchEvent>&)>& onEvents) {
+  std::lock_guard lock(mutex_);
+  int64_t next = startRevision;
+  std::string lastError;
+  size_t failedInARow = 0;
+  for (;;) {
+    etcd::EtcdConnection& connection = *connections_[current_];
+    const std::string what = "etcd " + connection.endpoint().name() + ": /v3/watch";
+    if (interrupted_) throw NetworkError(what + ": interrupted");
+    Json request{{"key", etcd::base64Encode(key)}};
+    if (!rangeEnd.empty()) request["range_end"] = etcd::base64Encode(rangeEnd);
+    if (next > 0) request["start_revision"] = std::to_string(next);
+    const Json body{{"create_request", request}};
+    bool created = false;
+    try {
+      if (!options_.user.empty() && token_.empty()) authenticate(connection, deadline);
+      connection.stream("/v3/watch", body.dump(), token_, deadline,
+                        [&](unsigned status, std::string_view line) {
+                          if (status != 200) {
+                            const Json error = etcd::parseObject(line, what);
+                            throw Error(what + " refused (HTTP " + std::to_string(status) + "): " +
+                                        messageOf(error));
+                          }
+                          created = true;
+                          std::vector<EtcdWatchEvent> events = parseWatchLine(line, what);
+                          if (events.empty()) return true;
+                          next = std::max(next, events.back().kv.modRevision + 1);
+                          return onEvents(events);
+                        });
+      return;
+    } catch (const NetworkError& e) {
+      if (interrupted_) throw;
+      lastError = e.what();
+    }
+    // This member failed: resume on the next one from `next`.
+    failedInARow = created ? 1 : failedInARow + 1;
+    current_ = (current_ + 1) % connections_.size();
+    if (failedInARow > connections_.size())
+      throw NetworkError("etcd: no member serves the watch; last: " + lastError);
+    if (deadline.expired()) throw TimeoutError("etcd watch: deadline passed; last: " + lastError);
+    std::this_thread::sleep_for(std::min<milliseconds>(milliseconds(50), deadline.remaining()));
+  }
+}
+
+}  // namespace drun::rdzv
