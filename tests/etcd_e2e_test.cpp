@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <set>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "../rendezvous/tests/etcd_cluster.hpp"
@@ -45,8 +46,9 @@ struct WaitingJob {
   TempDir dir;
   std::string go = "GO=" + (dir / "go").string();
   std::unique_ptr<Process> a, b;
+  std::string id;
   explicit WaitingJob(const std::string& name, const std::string& extraConf = "") {
-    const std::string id = name + "-" + randomHex(6);
+    id = name + "-" + randomHex(6);
     const auto args = agentArgs(etcd, "2", id, waitingWorker(), "0", extraConf);
     a = std::make_unique<Process>(drunCommand(args, {marker.env(), go}, 40s));
     b = std::make_unique<Process>(drunCommand(args, {marker.env(), go}, 40s));
@@ -140,4 +142,34 @@ TEST_CASE("etcd e2e: etcd entirely gone: every agent stops its workers within th
   // Workers stopped: fenced within the TTL (3 s) plus the stop's grace; gone with the agents.
   CHECK(std::chrono::steady_clock::now() - killed < 20s);
   CHECK(job.marker.leftovers(5s).empty());
+}
+
+TEST_CASE("etcd e2e: drun status reads the job from etcd, running and ended", "[e2e][etcd]") {
+  WaitingJob job("etcd-status");
+  auto status = [&](std::vector<std::string> more) {
+    std::vector<std::string> args = {"status", "--rdzv-backend", "etcd", "--rdzv-endpoint", job.etcd.list()};
+    args.insert(args.end(), more.begin(), more.end());
+    return run(drunCommand(args, {}, 20s));
+  };
+  RunResult listed = status({});
+  INFO(listed.describe());
+  CHECK(listed.status() == 0);
+  CHECK_THAT(listed.out, Catch::Contains(job.id) && Catch::Contains("running"));
+  RunResult one = status({"--rdzv-id", job.id, "--json"});
+  INFO(one.describe());
+  REQUIRE(one.status() == 0);
+  auto j = nlohmann::json::parse(one.out);
+  CHECK(j["node_count"] == 2);
+  CHECK(j["world_size"] == 2);
+  CHECK(j["state"] == "running");
+  job.dir.write("go", "");
+  CHECK(job.a->wait().status() == 0);
+  CHECK(job.b->wait().status() == 0);
+  RunResult ended = status({"--rdzv-id", job.id, "--json"});
+  INFO(ended.describe());
+  REQUIRE(ended.status() == 0);
+  CHECK(nlohmann::json::parse(ended.out)["state"] == "succeeded");
+  RunResult missing = status({"--rdzv-id", "no-such-job"});
+  CHECK(missing.status() == 1);
+  CHECK_THAT(missing.err, Catch::Contains("no job 'no-such-job'"));
 }

@@ -318,6 +318,8 @@ void checkLogDir(const std::filesystem::path& dir) {
 
 }  // namespace
 
+void parseRendezvousConf(const std::string& text, rdzv::RendezvousOptions& out) { parseRdzvConf(text, out); }
+
 // HOST, HOST:PORT, [V6]:PORT.
 void parseEndpoint(const std::string& text, rdzv::RendezvousOptions& out) {
   std::string host = text;

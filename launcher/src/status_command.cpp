@@ -6,6 +6,7 @@
 #include "drun/common/env.hpp"
 #include "drun/common/error.hpp"
 #include "drun/launcher/cli.hpp"
+#include "drun/rendezvous/c10d_rendezvous.hpp"
 #include "drun/rendezvous/job_history.hpp"
 #include "drun/rendezvous/keys.hpp"
 #include "drun/rendezvous/tcp_store.hpp"
@@ -58,9 +59,14 @@ std::string outcomeState(rdzv::Store& store, const std::string& runId) {
 int runStatus(const std::vector<std::string>& args) {
   CLI::App app{"drun status: the jobs on a rendezvous store and what each is doing", "drun status"};
   std::string endpoint, runId, tokenFile = env::getString("DRUN_RDZV_TOKEN_FILE"), timeout = "5s";
+  std::string backend = "c10d", conf;
   bool asJson = false, history = false;
-  app.add_option("--rdzv-endpoint,--rdzv_endpoint", endpoint, "the store: HOST[:PORT] (default port 29400)")
+  app.add_option("--rdzv-endpoint,--rdzv_endpoint", endpoint,
+                 "the store: HOST[:PORT] (default port 29400); etcd: the members, H1:P1,H2:P2,...")
       ->required();
+  app.add_option("--rdzv-backend,--rdzv_backend", backend, "c10d (drun's store) or etcd (etcd-v3)")
+      ->capture_default_str();
+  app.add_option("--rdzv-conf,--rdzv_conf", conf, "etcd: etcd_user, etcd_password_file, etcd_cacert, etcd_prefix");
   app.add_option("--rdzv-id,--rdzv_id", runId, "one job: its nodes, round, restarts, root cause, "
                                               "waiting nodes, hung ranks (default: every job)");
   app.add_flag("--json", asJson, "one JSON object for machines");
@@ -73,38 +79,65 @@ int runStatus(const std::vector<std::string>& args) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  if (backend == "etcd-v3") backend = "etcd";
   rdzv::TcpStoreOptions o;
+  rdzv::RendezvousOptions where;  // etcd: the cluster and its settings
   try {
-    rdzv::RendezvousOptions where;
-    parseEndpoint(endpoint, where);
-    o.host = where.endpointHost;
-    o.port = where.endpointPort;
-    o.connectTimeout = o.timeout = env::parseDuration(timeout, "--timeout");
-    o.leaseTimeout = std::max<std::chrono::milliseconds>(o.timeout, std::chrono::seconds(2));
-    o.heartbeatInterval = o.leaseTimeout / 3;
+    if (backend != "c10d" && backend != "etcd")
+      throw UsageError("--rdzv-backend: '" + backend + "' has no status (use c10d or etcd)");
     if (!runId.empty()) rdzv::keys::validateRunId(runId);
-    o.scope = runId;
-    if (!tokenFile.empty()) o.token = rdzv::readTokenFile(tokenFile, "--token-file");
+    const auto callTimeout = env::parseDuration(timeout, "--timeout");
+    if (backend == "etcd") {
+      where.etcdEndpoints = endpoint;
+      parseRendezvousConf(conf, where);
+      where.readTimeout = callTimeout;
+      if (!tokenFile.empty() && env::getString("DRUN_RDZV_TOKEN_FILE") != tokenFile)
+        throw UsageError("--token-file is the c10d store's secret; etcd takes --rdzv-conf "
+                         "etcd_user=...,etcd_password_file=...");
+    } else {
+      if (!conf.empty()) throw UsageError("--rdzv-conf is for --rdzv-backend etcd");
+      parseEndpoint(endpoint, where);
+      o.host = where.endpointHost;
+      o.port = where.endpointPort;
+      o.connectTimeout = o.timeout = callTimeout;
+      o.leaseTimeout = std::max<std::chrono::milliseconds>(o.timeout, std::chrono::seconds(2));
+      o.heartbeatInterval = o.leaseTimeout / 3;
+      o.scope = runId;
+      if (!tokenFile.empty()) o.token = rdzv::readTokenFile(tokenFile, "--token-file");
+    }
   } catch (const Error& e) {
     std::fprintf(stderr, "drun status: error: %s\n", e.what());
     return 2;
   }
+  const std::string named = backend == "etcd" ? "etcd " + endpoint : o.host + ":" + std::to_string(o.port);
   try {
-    rdzv::TcpStore store(o);
+    std::unique_ptr<rdzv::Store> store;
+    std::vector<std::string> ids;
+    std::string shown;  // the store, for messages
+    if (backend == "etcd") {
+      store = rdzv::openEtcdStatusStore(where);
+      if (runId.empty()) ids = rdzv::listEtcdJobs(where);
+      shown = named;
+    } else {
+      auto tcp = std::make_unique<rdzv::TcpStore>(o);
+      if (runId.empty() && !history) ids = tcp->listJobs();
+      shown = tcp->endpoint();
+      store = std::move(tcp);
+    }
     if (history) {
       if (runId.empty()) throw InvalidArgument("--history needs --rdzv-id");
-      for (const json& event : rdzv::readJobHistory(store, runId))
+      for (const json& event : rdzv::readJobHistory(*store, runId))
         std::fputs((event.dump(-1, ' ', false, json::error_handler_t::replace) + "\n").c_str(), stdout);
       return 0;
     }
-    std::vector<std::string> ids = runId.empty() ? store.listJobs() : std::vector<std::string>{runId};
+    if (!runId.empty()) ids = {runId};
     json jobs = json::array();
     for (const std::string& id : ids) {
-      json summary = rdzv::summarizeJob(id, rdzv::readJobHistory(store, id));
-      if (summary["events"] == 0) summary["state"] = outcomeState(store, id);  // no history kept
-      if (summary["events"] == 0 && !store.tryGet(rdzv::keys::currentRound(id))) {
+      json summary = rdzv::summarizeJob(id, rdzv::readJobHistory(*store, id));
+      if (summary["events"] == 0) summary["state"] = outcomeState(*store, id);  // no history kept
+      if (summary["events"] == 0 && !store->tryGet(rdzv::keys::currentRound(id))) {
         if (!runId.empty()) {
-          std::fprintf(stderr, "drun status: no job '%s' on %s\n", id.c_str(), store.endpoint().c_str());
+          std::fprintf(stderr, "drun status: no job '%s' on %s\n", id.c_str(), shown.c_str());
           return 1;
         }
         continue;  // keys of something else under rdzv/
@@ -113,15 +146,15 @@ int runStatus(const std::vector<std::string>& args) {
     }
     std::string out;
     if (asJson)
-      out = (runId.empty() ? json{{"endpoint", store.endpoint()}, {"jobs", jobs}} : jobs[0]).dump(2) + "\n";
+      out = (runId.empty() ? json{{"endpoint", shown}, {"jobs", jobs}} : jobs[0]).dump(2) + "\n";
     else if (!runId.empty())
       out = rdzv::describeJob(jobs[0]);
     else
-      out = jobs.empty() ? "no jobs on " + store.endpoint() + "\n" : jobTable(jobs);
+      out = jobs.empty() ? "no jobs on " + shown + "\n" : jobTable(jobs);
     std::fputs(out.c_str(), stdout);
     return 0;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "drun status: error: %s:%u: %s\n", o.host.c_str(), unsigned(o.port), e.what());
+    std::fprintf(stderr, "drun status: error: %s: %s\n", named.c_str(), e.what());
     return 1;
   }
 }

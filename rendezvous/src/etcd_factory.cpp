@@ -82,6 +82,33 @@ EtcdStoreOptions etcdStoreOptions(const RendezvousOptions& options) {
 
 }  // namespace
 
+std::unique_ptr<LivenessStore> openEtcdStatusStore(const RendezvousOptions& options) {
+  EtcdStoreOptions storeOptions = etcdStoreOptions(options);
+  storeOptions.scope = "status";  // no will: nothing of it is watched for
+  storeOptions.connectTimeout = options.readTimeout;
+  return std::make_unique<EtcdStore>(openEtcdSession(storeOptions));
+}
+
+std::vector<std::string> listEtcdJobs(const RendezvousOptions& options) {
+  const EtcdStoreOptions storeOptions = etcdStoreOptions(options);
+  EtcdClient client(storeOptions.client);
+  const std::string root = storeOptions.prefix + "kv/rdzv/";  // keys::job(id) = "rdzv/<id>/"
+  std::vector<std::string> ids;
+  for (const EtcdKeyValue& kv : client.range(root, EtcdClient::prefixEnd(root)).kvs) {
+    const std::string rest = kv.key.substr(root.size());
+    const size_t slash = rest.find('/');
+    if (slash == std::string::npos || rest.compare(slash, std::string::npos, "/round") != 0) continue;
+    const std::string id = rest.substr(0, slash);
+    try {
+      keys::validateRunId(id);
+      ids.push_back(id);
+    } catch (const InvalidArgument&) {
+      // a key some other program wrote under the prefix: no job
+    }
+  }
+  return ids;
+}
+
 std::unique_ptr<Rendezvous> makeEtcdRendezvous(const RendezvousOptions& options) {
   keys::validateRunId(options.runId);
   EtcdStoreOptions storeOptions = etcdStoreOptions(options);

@@ -32,6 +32,9 @@ struct CliResult {
 // port kept). Throws UsageError. (drun status parses its endpoint alike.)
 void parseEndpoint(const std::string& text, rdzv::RendezvousOptions& out);
 
+// --rdzv-conf's KEY=VALUE,... into `out` (drun status takes the etcd keys alike). Throws UsageError.
+void parseRendezvousConf(const std::string& text, rdzv::RendezvousOptions& out);
+
 // argv[0] is the program name. Throws UsageError.
 CliResult parseCommandLine(const std::vector<std::string>& args);
 

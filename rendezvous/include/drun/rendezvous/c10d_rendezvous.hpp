@@ -67,5 +67,10 @@ std::unique_ptr<Rendezvous> makeC10dRendezvous(const RendezvousOptions& options)
 // the heartbeat timeout as TTL. Throws InvalidArgument (options), NetworkError/TimeoutError (no
 // member reachable within the join timeout, at most 60 s), AuthError.
 std::unique_ptr<Rendezvous> makeEtcdRendezvous(const RendezvousOptions& options);
+// drun status on etcd: a store on the cluster `options` names (etcdEndpoints, auth, prefix;
+// readTimeout for each call and the connect) with a lease of its own and no will, and the run
+// ids that have a round key there.
+std::unique_ptr<LivenessStore> openEtcdStatusStore(const RendezvousOptions& options);
+std::vector<std::string> listEtcdJobs(const RendezvousOptions& options);
 
 }  // namespace drun::rdzv
