@@ -61,9 +61,9 @@ TEST_CASE("makeRendezvous: backend choice and option checks", "[rendezvous]") {
 
   RendezvousOptions unknown;
   unknown.maxNodes = 2;
-  unknown.backend = "etcd";
+  unknown.backend = "zookeeper";
   unknown.endpointHost = "127.0.0.1";
-  CHECK_THROWS_WITH(makeRendezvous(unknown), Catch::Contains("unknown --rdzv-backend 'etcd'"));
+  CHECK_THROWS_WITH(makeRendezvous(unknown), Catch::Contains("unknown --rdzv-backend 'zookeeper'"));
 
   RendezvousOptions noEndpoint;
   noEndpoint.maxNodes = 2;
