@@ -192,7 +192,7 @@ std::vector<std::pair<std::string, Bytes>> deathNotice(std::string_view runId, u
 }  // namespace
 
 Store::Will joinWill(std::string_view runId, uint64_t r, std::string_view node,
-                     std::string_view displayName) {
+                     std::string_view displayName, bool rejoining) {
   Store::Will will;
   will.sets = deathNotice(runId, r, node,
                           "node " + std::string(displayName) + " left round " + std::to_string(r) +
@@ -204,6 +204,7 @@ Store::Will joinWill(std::string_view runId, uint64_t r, std::string_view node,
                {status(runId, r), 1},
                {status(runId, r + 1), 1},
                {present(runId), -1}};
+  if (rejoining && r > 0) will.adds.insert(will.adds.begin(), {left(runId, r - 1), 1});
   return will;
 }
 

@@ -92,15 +92,17 @@ std::optional<Seat> RoundJoin::run(Deadline& deadline, const Announcement& annou
   const std::string& id = node_.runId();
   const std::string statusKey = keys::status(id, round_);
 
-  // A member re-forming counts itself back before its will moves to this round: until then its
-  // previous round's will counts it gone (`left` of round-1). The other order left a window in
-  // which a death counted it neither back nor gone, and the survivors waited for it until the
-  // join timeout. This order's window (counted back and gone at once) can only close the round
-  // one survivor early; that survivor then joins the next round as a newcomer.
-  if (node_.self.rejoining) store_.add(keys::rejoined(id, round_), 1);
-  store_.setWill(keys::joinWill(id, round_, node_.self.id, node_.self.displayName()));
+  // A member re-forming is counted back (`rejoined`) only once it is in `joined`, so a closer
+  // that sees it back also sees it joined. Its will counts it gone from the previous round too
+  // (`left` of round-1): dying before it counted itself back, it is then no survivor to wait
+  // for (the survivors waited for it until the join timeout). Dying after, it is counted back
+  // and gone at once, which can only close the round one survivor early; that survivor then
+  // joins the next round as a newcomer.
+  store_.setWill(keys::joinWill(id, round_, node_.self.id, node_.self.displayName(),
+                                node_.self.rejoining));
   store_.append(keys::joined(id, round_), node_.descriptorLine);
   int64_t arrivals = store_.add(keys::count(id, round_), 1);
+  if (node_.self.rejoining) store_.add(keys::rejoined(id, round_), 1);
   // Told only once this node is in `joined`: the running nodes re-form when told, and a round
   // they closed before this node's descriptor was there would leave it out (it then waited in
   // the next round as if the job were full).

@@ -121,9 +121,10 @@ std::optional<std::string> runIdOfEventSlot(std::string_view key);
 // status+1 (skipped by the store once status holds the state), left+1, lost+1, status+1 of round+1
 // (nodes already waiting there count the survivors of `round`) and present-1 (a node registers a
 // will only once it counted itself present).
+// A member re-forming (`rejoining`) also counts itself gone from round-1 (left of round-1).
 // Node ids are chosen by each agent: "<pid hex>-<64 random bits hex>".
 Store::Will joinWill(std::string_view runId, uint64_t round, std::string_view node,
-                     std::string_view displayName);
+                     std::string_view displayName, bool rejoining = false);
 
 // The will of a member whose workers all succeeded (finish()): its part of the job is done, so
 // its death is no loss (no `lost`, no MemberLost: the others are not sent back to re-run), but
