@@ -217,6 +217,15 @@ std::function<void(Cluster&)> finishFirst(int count, std::string first, std::str
   };
 }
 
+// Three nodes form the job, n0's workers fail (budget 3), the job re-forms and runs to its end.
+void failureThenFinish(Cluster& c) {
+  arriveInOrder(c, 3);
+  c.awaitRunning({"n0", "n1", "n2"});
+  c.node("n0").requestFailure(3);
+  c.settle();
+  c.finishAll();
+}
+
 }  // namespace
 
 TEST_CASE("interleavings: a member's will fires at each point of the closer's join",
@@ -303,13 +312,7 @@ TEST_CASE("interleavings: a failure report races a member's death",
   Scenario s;
   s.name = "2:3, 3 nodes, n0 reports a failure while n1 dies";
   s.setup = nodes(3, 2, 3);
-  s.drive = [](Cluster& c) {
-    arriveInOrder(c, 3);
-    c.awaitRunning({"n0", "n1", "n2"});
-    c.node("n0").requestFailure(3);
-    c.settle();
-    c.finishAll();
-  };
+  s.drive = failureThenFinish;
   s.targets = {{"n0", "report"}, {"n0", "join", 2}};
   s.inject = killing("n1");
   enumerate(s);
@@ -342,13 +345,7 @@ TEST_CASE("interleavings: a member dies at each point of its own re-forming join
   Scenario s;
   s.name = "2:3, 3 nodes, n0 reports a failure; n1 dies while it joins again";
   s.setup = nodes(3, 2, 3);
-  s.drive = [](Cluster& c) {
-    arriveInOrder(c, 3);
-    c.awaitRunning({"n0", "n1", "n2"});
-    c.node("n0").requestFailure(3);
-    c.settle();
-    c.finishAll();
-  };
+  s.drive = failureThenFinish;
   s.targets = {{"n1", "join", 2}};
   s.inject = killing("n1");
   enumerate(s);
