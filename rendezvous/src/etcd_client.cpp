@@ -207,7 +207,11 @@ std::string EtcdClient::call(const std::string& path, const std::string& body,
           continue;
         }
         if (code == kGrpcUnavailable) {
-          if (!idempotent) throw NetworkError(what + ": unavailable, outcome unknown: " + message);
+          // "no leader" is refused before the call reaches raft (the require-leader check):
+          // nothing was applied, so even a write may go to another member.
+          const bool refusedUnapplied = message.find("no leader") != std::string::npos;
+          if (!idempotent && !refusedUnapplied)
+            throw NetworkError(what + ": unavailable, outcome unknown: " + message);
           lastError = what + ": " + message;
           lastWasTimeout = false;
           continue;

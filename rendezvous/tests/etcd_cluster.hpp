@@ -22,12 +22,13 @@ namespace drun::test {
 
 class EtcdCluster {
  public:
-  // tls: https with a throw-away CA (caFile()).
-  explicit EtcdCluster(bool tls = false) {
+  // tls: https with a throw-away CA (caFile()). placement: environment assignments for up.sh
+  // that put the members on namespace hosts (MEMBER_NETNS=.. MEMBER_ADDRS=..; see up.sh).
+  explicit EtcdCluster(bool tls = false, const std::string& placement = "") {
     std::random_device rd;
     for (int attempt = 0; attempt < 3; ++attempt) {
       const int base = 20000 + int(rd() % 2000) * 6;
-      const std::string command = std::string(tls ? "TLS=1 " : "") + "BASE_PORT=" +
+      const std::string command = placement + " " + std::string(tls ? "TLS=1 " : "") + "BASE_PORT=" +
                                   std::to_string(base) + " " + script("up.sh") + " 2>&1";
       std::string output;
       FILE* pipe = ::popen(command.c_str(), "r");
