@@ -21,7 +21,9 @@ fi
 # Data on tmpfs when there is one: etcd fsyncs every write.
 tmp_root=/tmp
 [[ -d /dev/shm && -w /dev/shm ]] && tmp_root=/dev/shm
-dir=${1:-$(mktemp -d "$tmp_root/drun-etcd.XXXXXX")}
+# Not named "drun...": the comm tests check that no /dev/shm entry of that name is left behind,
+# and an etcd of a test running beside them is none of theirs.
+dir=${1:-$(mktemp -d "$tmp_root/etcd-cluster.XXXXXX")}
 mkdir -p "$dir"
 base=${BASE_PORT:-23790}
 scheme=http
