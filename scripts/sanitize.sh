@@ -16,6 +16,9 @@
 # the multi-process comm matrix (megabytes of unoptimised reductions: minutes; the in-process
 # unit tests run every op under ASan). Tests that bound memory skip those bounds here
 # (tests/support/process.hpp, kSanitizedBuild).
+# Left out of both passes: the interleavings over etcd (the same round logic as the interleavings
+# over MemoryStore, which do run, each point a real 3-member cluster's round trips: about 80 s
+# plain, several minutes sanitised; the etcd store and client tests run).
 # The agent spawns with fork() in these builds (agent/src/process_spawn.cpp says why).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,7 +30,7 @@ case $kind in
              observe_tests)  # not slurm_tests, not etcd_e2e_tests
     # A binary not built here leaves a failing "<name>_NOT_BUILT" entry (Catch's discovery):
     # every binary is either in targets or excluded by name below.
-    select=(-LE 'fuzz|gpu' -E '^(torch|torchrun compat|soak): |^comm: every op|^slurm_|^etcd_e2e_tests')
+    select=(-LE 'fuzz|gpu' -E '^(torch|torchrun compat|soak|interleavings over etcd): |^comm: every op|^slurm_|^etcd_e2e_tests')
     ;;
   thread)
     sanitize=thread
@@ -36,7 +39,7 @@ case $kind in
     # absent-rank timeout; not the multi-process matrices, kills and examples (processes of
     # their own, minutes of unoptimised reductions).
     select=(-L '^(rendezvous_tests|agent_tests|comm_tests)$'
-            -E '^comm: (every op|a peer SIGKILLed|every rank SIGKILLed|two hosts|example|an installed)')
+            -E '^comm: (every op|a peer SIGKILLed|every rank SIGKILLed|two hosts|example|an installed)|^interleavings over etcd: ')
     ;;
   *) echo "scripts/sanitize.sh: unknown sanitizer '$kind' (address or thread)" >&2; exit 2 ;;
 esac

@@ -29,6 +29,7 @@ std::shared_ptr<EtcdSession> openEtcdSession(const EtcdStoreOptions& options) {
 bool etcdSessionLost(const EtcdSession& session) { return session.lost(); }
 milliseconds etcdSessionTtl(const EtcdSession& session) { return session.ttl(); }
 void stopKeepAliveForTest(EtcdSession& session) { session.stopKeepAliveForTest(); }
+void endLeaseForTest(EtcdSession& session) { session.endLeaseForTest(); }
 
 EtcdSession::EtcdSession(const EtcdStoreOptions& options) : options_(options) {
   if (options_.prefix.empty()) throw InvalidArgument("etcd store: empty key prefix");
@@ -116,6 +117,12 @@ void EtcdSession::stopKeepAliveForTest() {
   }
   changed_.notify_all();
   keepAliveClient_->interrupt();
+}
+
+void EtcdSession::endLeaseForTest() {
+  markLost("test: the agent died (lease revoked)");
+  EtcdClient revoker(options_.client);
+  revoker.leaseRevoke(lease_, Deadline(options_.client.callTimeout));
 }
 
 void EtcdSession::keepAlive() {

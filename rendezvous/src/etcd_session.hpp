@@ -56,6 +56,7 @@ class EtcdSession {
   // A clean close: applies this session's will now, and forgets it.
   void runOwnWill(EtcdClient& client);
   void stopKeepAliveForTest();
+  void endLeaseForTest();
 
  private:
   std::string willKey(const std::string& id) const { return willDir_ + id; }

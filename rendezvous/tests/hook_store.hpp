@@ -1,6 +1,7 @@
-// HookStore: a Store decorator over a MemoryStore handle that calls a hook before every store
-// operation, so that a test can run an injection (another node's will fires, a connection drops,
-// a delay, a newcomer arrives) at an exact point of a rendezvous call. The interleaving tests
+// HookStore: a Store decorator over one connection of a simulated node (a MemoryStore handle,
+// or an EtcdStore: interleaving_backend.hpp) that calls a hook before every store operation, so
+// that a test can run an injection (another node's will fires, a connection drops, a delay, a
+// newcomer arrives) at an exact point of a rendezvous call. The interleaving tests
 // (interleaving_*_test.cpp) enumerate those points.
 //
 // Each operation is named by (node, rendezvous call, the call's occurrence on that node, index of
@@ -10,13 +11,16 @@
 // beginCall()/endCall() on the node's agent thread. Only that thread's operations inside a call
 // are counted and hooked.
 //
-// drop() models a connection that closed: the inner handle's will runs now and every later
-// operation throws NetworkError, as a TcpStore's would. NodeLink::dropAll(true) is the node's
-// death: all its connections drop and new ones are refused.
+// drop() models a connection that closed: the backend's closeConnection runs now (over
+// MemoryStore the handle's will, as a TCP store server runs it; over etcd the call in flight
+// ends: a connection is not liveness there) and every later operation throws NetworkError, as a
+// TcpStore's would. NodeLink::dropAll(forGood) is the node cut off (false) or dead (true): the
+// backend's onCut runs first (over etcd: the node's lease ends, so the others apply its will),
+// then all its connections drop, and with forGood new ones are refused.
 //
 // Threading: the operations run on the caller's thread (the hook too, synchronously, with no
 // lock held); drop(), dropAll() and blockedInWatch() may be called from any thread.
-// Ownership: a HookStore owns its inner MemoryStore handle (its destruction runs the will, if
+// Ownership: a HookStore owns its inner store (destroying a MemoryStore handle runs the will, if
 // any is left); NodeLink is shared by the node's connections.
 #pragma once
 
@@ -33,7 +37,7 @@
 
 #include "drun/common/deadline.hpp"
 #include "drun/common/error.hpp"
-#include "drun/rendezvous/memory_store.hpp"
+#include "drun/rendezvous/store.hpp"
 
 namespace drun::rdzv::test {
 
@@ -80,8 +84,11 @@ class NodeLink {
     call_.clear();
   }
 
-  // Every open connection closes now (their wills run); with `forGood`, new ones are refused.
+  // The node is cut off: onCut (if set) runs, then every open connection closes; with
+  // `forGood`, new ones are refused.
   inline void dropAll(bool forGood);
+  // What the backend does first when the node is cut off or dies (set once, before any drop).
+  void setOnCut(std::function<void()> onCut) { onCut_ = std::move(onCut); }
   bool refused() const { return refused_.load(); }
   // The agent thread waits in a watch whose key still held the known value when it started.
   bool blockedInWatch() const { return blocked_.load(); }
@@ -117,6 +124,7 @@ class NodeLink {
   const std::string node_;
   const Hook hook_;
   const std::function<void()> changed_;
+  std::function<void()> onCut_;
   std::atomic<bool> refused_{false};
   std::atomic<bool> blocked_{false};
   std::mutex mutex_;
@@ -131,8 +139,16 @@ class NodeLink {
 
 class HookStore final : public LivenessStore {
  public:
-  HookStore(std::shared_ptr<NodeLink> link, std::unique_ptr<MemoryStore> inner)
-      : link_(std::move(link)), inner_(std::move(inner)) {
+  using CloseConnection = std::function<void(LivenessStore& inner)>;
+
+  // `slice`: how long one piece of a blocking call may be (below: sliced()); a backend whose
+  // closeConnection ends a blocked call itself passes milliseconds::max().
+  HookStore(std::shared_ptr<NodeLink> link, std::unique_ptr<LivenessStore> inner,
+            CloseConnection closeConnection, milliseconds slice = milliseconds(20))
+      : link_(std::move(link)),
+        inner_(std::move(inner)),
+        closeConnection_(std::move(closeConnection)),
+        slice_(slice) {
     if (link_->refused())
       throw NetworkError("test: " + link_->node() + " is dead: connection refused");
     std::lock_guard lock(link_->openMutex_);
@@ -143,10 +159,11 @@ class HookStore final : public LivenessStore {
     link_->open_.erase(this);
   }
 
-  // The connection closes: the will runs now; every later operation throws NetworkError.
+  // The connection closes: the backend's closeConnection runs now; every later operation
+  // throws NetworkError.
   void drop() {
     if (dropped_.exchange(true)) return;
-    inner_->fireWillForTest();
+    closeConnection_(*inner_);
   }
 
   void set(const std::string& key, const Bytes& value) override {
@@ -243,7 +260,7 @@ class HookStore final : public LivenessStore {
     for (;;) {
       throwIfDropped(name, key);
       try {
-        return f(std::min(deadline.remaining(), milliseconds(20)));
+        return f(std::min(deadline.remaining(), slice_));
       } catch (const TimeoutError&) {
         if (deadline.expired())
           throw TimeoutError(std::string(name) + " timed out after " +
@@ -267,12 +284,15 @@ class HookStore final : public LivenessStore {
   }
 
   std::shared_ptr<NodeLink> link_;
-  std::unique_ptr<MemoryStore> inner_;
+  std::unique_ptr<LivenessStore> inner_;
+  const CloseConnection closeConnection_;
+  const milliseconds slice_;
   std::atomic<bool> dropped_{false};
 };
 
 void NodeLink::dropAll(bool forGood) {
   if (forGood) refused_.store(true);
+  if (onCut_) onCut_();
   {
     std::lock_guard lock(openMutex_);
     for (HookStore* store : open_) store->drop();

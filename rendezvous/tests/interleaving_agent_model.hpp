@@ -8,11 +8,10 @@ inline Node::Node(Cluster& cluster, std::string name, RendezvousOptions options)
     : cluster_(cluster), name_(std::move(name)), options_(std::move(options)) {
   link_ = std::make_shared<NodeLink>(name_, cluster_.hook, [&c = cluster_] { c.notify(); });
   C10dStoreAccess access;
-  access.store = std::make_unique<HookStore>(link_, std::make_unique<MemoryStore>(cluster_.shared));
-  access.connectWatcher = [link = link_, shared = cluster_.shared]() -> std::unique_ptr<LivenessStore> {
-    return std::make_unique<HookStore>(link, std::make_unique<MemoryStore>(shared));
-  };
-  access.endpoint = "memory";
+  Connector connect = cluster_.backend->connector(link_, options_);
+  access.store = connect();
+  access.connectWatcher = std::move(connect);
+  access.endpoint = cluster_.backend->endpoint();
   rdzv_ = makeC10dRendezvous(options_, std::move(access));
   rdzv_->onJobEvent([this](const JobEvent& e) {
     {

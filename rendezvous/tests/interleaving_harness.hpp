@@ -27,6 +27,7 @@
 #include "drun/rendezvous/keys.hpp"
 #include "drun/rendezvous/store_server.hpp"
 #include "hook_store.hpp"
+#include "interleaving_backend.hpp"
 
 namespace drun::rdzv::test {
 
@@ -149,13 +150,19 @@ class Cluster {
  public:
   // `shared`: the store of an earlier cluster (the same id started again), else a fresh one.
   explicit Cluster(std::string runId, std::shared_ptr<MemoryStore::Shared> store = nullptr)
-      : runId(std::move(runId)), shared(store ? std::move(store) : MemoryStore::makeShared()) {}
+      : runId(std::move(runId)),
+        shared(store ? std::move(store) : MemoryStore::makeShared()),
+        backend(std::make_shared<MemoryBackend>(shared)) {}
+  // The nodes' store on another backend (EtcdBackend); `shared` is then unused.
+  Cluster(std::string runId, std::shared_ptr<StoreBackend> storeBackend)
+      : runId(std::move(runId)), shared(MemoryStore::makeShared()), backend(std::move(storeBackend)) {}
   ~Cluster() { stopAll(); }
 
   const std::string runId;
   const Clock::time_point created = Clock::now();
   std::shared_ptr<MemoryStore::Shared> shared;
-  MemoryStore observer{shared};
+  MemoryStore observer{shared};  // reads the MemoryBackend's store (tests on it only)
+  const std::shared_ptr<StoreBackend> backend;
   NodeLink::Hook hook;  // set before nodes are added
 
   std::mutex mutex;

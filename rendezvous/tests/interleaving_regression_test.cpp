@@ -288,10 +288,9 @@ TEST_CASE("v2 leave() ends this node's part whatever its store throws", "[rendez
       },
       nullptr);
   C10dStoreAccess access;
-  access.store = std::make_unique<HookStore>(link, std::make_unique<MemoryStore>(shared));
-  access.connectWatcher = [link, shared]() -> std::unique_ptr<LivenessStore> {
-    return std::make_unique<HookStore>(link, std::make_unique<MemoryStore>(shared));
-  };
+  Connector connect = MemoryBackend(shared).connector(link, {});
+  access.store = connect();
+  access.connectWatcher = std::move(connect);
   auto options = shortOptions(1, 1, "leave");
   options.localAddr = "n0";
   auto r = makeC10dRendezvous(options, std::move(access));

@@ -6,6 +6,9 @@
 // survivors are told, a succeeded job ends succeeded everywhere, one root cause and one restart
 // count. The store host's exit barrier (invariant (d)) is not expressible over MemoryStore (no
 // node hosts a server there): the agent-level and chaos tests cover it.
+// Every scenario runs twice: over MemoryStore, and over a real etcd cluster through EtcdStore
+// ("interleavings over etcd: ...", interleaving_backend.hpp): issue 21's "the interleaving tests
+// run on both" backends.
 //
 // Tagged [v2] where points failed on 8601258 (see rendezvous/README.md).
 #include <atomic>
@@ -27,6 +30,8 @@ using namespace drun::rdzv;
 using namespace drun::rdzv::test;
 
 namespace {
+
+enum class Backend { Memory, Etcd };
 
 // A call of one node whose store operations are enumerated.
 struct Target {
@@ -87,12 +92,14 @@ struct RunResult {
 
 // Runs the scenario once; with `at`, the injection runs before that point; with `seen`, every
 // operation of a target call is recorded as a point.
-RunResult runOnce(const Scenario& s, const std::string& runId, const Point* at,
+RunResult runOnce(const Scenario& s, Backend backend, const std::string& runId, const Point* at,
                   std::vector<Point>* seen) {
   OpCounter counter;  // (declared before the cluster, whose hook uses them)
   std::mutex seenMutex;
   std::atomic<bool> fired{false};
-  Cluster cluster(runId);
+  auto made = backend == Backend::Memory ? std::make_unique<Cluster>(runId)
+                                         : std::make_unique<Cluster>(runId, std::make_shared<EtcdBackend>());
+  Cluster& cluster = *made;
   cluster.hook = [&](const StoreOp& op) {
     const Target* target = nullptr;
     for (const Target& t : s.targets)
@@ -122,13 +129,13 @@ RunResult runOnce(const Scenario& s, const std::string& runId, const Point* at,
 
 // Runs the scenario once per store operation of its targets; every violation is a test failure
 // naming the scenario and the point.
-void enumerate(const Scenario& s) {
+void enumerate(const Scenario& s, Backend backend) {
   const auto t0 = Clock::now();
   std::vector<Point> points;
   // DRUN_INTERLEAVING_POINT=k runs point k only, with the rendezvous' debug log: to study one.
   const char* only = std::getenv("DRUN_INTERLEAVING_POINT");
   if (only) spdlog::set_level(spdlog::level::debug);
-  RunResult plain = runOnce(s, "count", nullptr, &points);
+  RunResult plain = runOnce(s, backend, "count", nullptr, &points);
   for (auto& v : plain.violations)
     FAIL_CHECK("scenario '" << s.name << "' without injection: " << v << "\n" << plain.journal);
   REQUIRE(!points.empty());
@@ -142,7 +149,7 @@ void enumerate(const Scenario& s) {
   for (size_t w = 0; w < std::min(jobs, points.size()); ++w)
     workers.emplace_back([&] {
       for (size_t k; (k = nextPoint++) < points.size();)
-        if (!only || std::to_string(k) == only) results[k] = runOnce(s, "k" + std::to_string(k), &points[k], nullptr);
+        if (!only || std::to_string(k) == only) results[k] = runOnce(s, backend, "k" + std::to_string(k), &points[k], nullptr);
     });
   for (auto& w : workers) w.join();
   int failing = 0, unreached = 0;
@@ -228,8 +235,20 @@ void failureThenFinish(Cluster& c) {
 
 }  // namespace
 
-TEST_CASE("interleavings: a member's will fires at each point of the closer's join",
-          "[rendezvous][interleaving][v2]") {
+// A scenario as two test cases: "interleavings: WHAT" over MemoryStore (exact: a will runs inside
+// the injection) and "interleavings over etcd: WHAT" over a 3-member etcd cluster (EtcdStore, a
+// lease per node; SKIPPED without etcd): the round logic is the same, only the binding differs.
+#define ON_BOTH_STORES(what, scenario)                                                        \
+  static void scenario(Backend backend);                                                      \
+  TEST_CASE("interleavings: " what, "[rendezvous][interleaving][v2]") {                       \
+    scenario(Backend::Memory);                                                                \
+  }                                                                                           \
+  TEST_CASE("interleavings over etcd: " what, "[rendezvous][interleaving][etcd]") {           \
+    scenario(Backend::Etcd);                                                                  \
+  }                                                                                           \
+  static void scenario(Backend backend)
+
+ON_BOTH_STORES("a member's will fires at each point of the closer's join", willDuringCloserJoin) {
   struct Shape {
     int minNodes, maxNodes, count;
   };
@@ -241,12 +260,11 @@ TEST_CASE("interleavings: a member's will fires at each point of the closer's jo
     s.drive = formAndFinish(shape.count);
     s.targets = {{nodeName(shape.count - 1), "join"}};
     s.inject = killing("n0");
-    enumerate(s);
+    enumerate(s, backend);
   }
 }
 
-TEST_CASE("interleavings: a spare dies at each point of the survivors' re-forming join",
-          "[rendezvous][interleaving][v2]") {
+ON_BOTH_STORES("a spare dies at each point of the survivors' re-forming join", spareDiesDuringReform) {
   // --nnodes 2:3 with 4 agents: n3 waits as a spare; n2 dies; n0 and n1 re-form with the spare,
   // which dies at each point of their joins.
   Scenario s;
@@ -262,11 +280,10 @@ TEST_CASE("interleavings: a spare dies at each point of the survivors' re-formin
   };
   s.targets = {{"n0", "join", 2}, {"n1", "join", 2}};  // either may close the round
   s.inject = killing("n3");
-  enumerate(s);
+  enumerate(s, backend);
 }
 
-TEST_CASE("interleavings: a member dies at each point of a newcomer's join (one, and MIN)",
-          "[rendezvous][interleaving][v2]") {
+ON_BOTH_STORES("a member dies at each point of a newcomer's join (one, and MIN)", memberDiesDuringNewcomerJoin) {
   for (int newcomers : {1, 2}) {
     Scenario s;
     const int maxNodes = 2 + newcomers;
@@ -286,12 +303,11 @@ TEST_CASE("interleavings: a member dies at each point of a newcomer's join (one,
     };
     s.targets = {{"n2", "join"}};
     s.inject = killing("n1");
-    enumerate(s);
+    enumerate(s, backend);
   }
 }
 
-TEST_CASE("interleavings: a member dies at each point of the exit barrier (finish, leave)",
-          "[rendezvous][interleaving][v2]") {
+ON_BOTH_STORES("a member dies at each point of the exit barrier (finish, leave)", memberDiesDuringExitBarrier) {
   for (int count : {2, 3}) {
     for (bool victimFinished : {false, true}) {
       Scenario s;
@@ -302,25 +318,23 @@ TEST_CASE("interleavings: a member dies at each point of the exit barrier (finis
       s.drive = finishFirst(count, "n0", victimFinished ? "n1" : "");
       s.targets = {{"n0", "finish"}, {"n0", "leave"}};
       s.inject = killing("n1");
-      enumerate(s);
+      enumerate(s, backend);
     }
   }
 }
 
-TEST_CASE("interleavings: a failure report races a member's death",
-          "[rendezvous][interleaving][v2]") {
+ON_BOTH_STORES("a failure report races a member's death", failureReportRacesDeath) {
   Scenario s;
   s.name = "2:3, 3 nodes, n0 reports a failure while n1 dies";
   s.setup = nodes(3, 2, 3);
   s.drive = failureThenFinish;
   s.targets = {{"n0", "report"}, {"n0", "join", 2}};
   s.inject = killing("n1");
-  enumerate(s);
+  enumerate(s, backend);
 }
 
-TEST_CASE("interleavings: a member's link is cut at each point of a join (the closer's, its own) "
-          "and of the exit barrier",
-          "[rendezvous][interleaving][v2]") {
+ON_BOTH_STORES("a member's link is cut at each point of a join (the closer's, its own) "
+               "and of the exit barrier", linkCutDuringJoinAndBarrier) {
   // The node cut off notices (StoreLost), fences its workers and joins again as a newcomer.
   Scenario join;
   join.name = "2:3, 3 nodes, n0's link is cut while the closer joins";
@@ -328,14 +342,14 @@ TEST_CASE("interleavings: a member's link is cut at each point of a join (the cl
   join.drive = formAndFinish(3);
   join.targets = {{"n2", "join"}};
   join.inject = cutting("n0");
-  enumerate(join);
+  enumerate(join, backend);
 
   Scenario barrier = join;
   barrier.name = "2:3, 3 nodes, n1's link is cut during n0's finish and leave";
   barrier.drive = finishFirst(3, "n0");
   barrier.targets = {{"n0", "finish"}, {"n0", "leave"}};
   barrier.inject = cutting("n1");
-  enumerate(barrier);
+  enumerate(barrier, backend);
 
   // A defect found by the chaos driver (CI, seed 2080763): a node cut off after a round closed
   // with it as rank 0, before it read the decision, connected again and joined the next round
@@ -343,11 +357,10 @@ TEST_CASE("interleavings: a member's link is cut at each point of a join (the cl
   Scenario own = join;
   own.name = "2:3, 3 nodes, n0's link is cut while it joins";
   own.targets = {{"n0", "join"}};
-  enumerate(own);
+  enumerate(own, backend);
 }
 
-TEST_CASE("interleavings: a member dies at each point of its own re-forming join",
-          "[rendezvous][interleaving][v2]") {
+ON_BOTH_STORES("a member dies at each point of its own re-forming join", memberDiesDuringOwnRejoin) {
   // A defect found by the race above (CI, 2026-11-24): a member that died after setting its
   // round-r will but before counting itself in `rejoined` was neither back nor gone from round
   // r-1, so the other survivors waited for it until the join timeout and the job failed.
@@ -357,5 +370,5 @@ TEST_CASE("interleavings: a member dies at each point of its own re-forming join
   s.drive = failureThenFinish;
   s.targets = {{"n1", "join", 2}};
   s.inject = killing("n1");
-  enumerate(s);
+  enumerate(s, backend);
 }

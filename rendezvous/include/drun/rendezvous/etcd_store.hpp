@@ -50,6 +50,10 @@ bool etcdSessionLost(const EtcdSession& session);
 milliseconds etcdSessionTtl(const EtcdSession& session);
 // Tests: stop renewing the lease (the process is "cut off"; the lease ends after its TTL).
 void stopKeepAliveForTest(EtcdSession& session);
+// Tests: the agent dies now: the session is lost (its stores fail, blocked calls end) and its
+// lease is revoked, so the other sessions' executors apply its will at once rather than after
+// the TTL. Throws as a lease revoke does.
+void endLeaseForTest(EtcdSession& session);
 
 class EtcdStore final : public LivenessStore {
  public:
