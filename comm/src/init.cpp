@@ -4,6 +4,7 @@
 
 #include "communicator_impl.hpp"
 #include "drun/common/env.hpp"
+#include "drun/common/log.hpp"
 #include "drun/rendezvous/prefix_store.hpp"
 #include "drun/rendezvous/tcp_store.hpp"
 #include "drun/rendezvous/token_file.hpp"
@@ -123,9 +124,8 @@ std::shared_ptr<Communicator> makeWorld(std::shared_ptr<rdzv::Store> store,
 }  // namespace
 
 std::shared_ptr<Communicator> init(const InitOptions& options) {
-  // spdlog's lazy registry, created before this library starts threads that log (the store
-  // server's, the progress watchdog's): see StoreServer::Impl::start().
-  spdlog::default_logger_raw();
+  // Before this library starts threads that log (the store server's, the progress watchdog's).
+  log::ensureRegistry();
   Resolved r = resolve(options);
   if (options.backend == Backend::Nccl) detail::checkNcclUsable(resolveDevice(options));
   const std::string& m = options.initMethod;
@@ -169,7 +169,7 @@ bool ncclBuiltIn() {
 
 std::shared_ptr<Communicator> init(std::shared_ptr<rdzv::Store> store, const InitOptions& options) {
   if (!store) throw InvalidArgument("init: the store is null");
-  spdlog::default_logger_raw();  // as above
+  log::ensureRegistry();  // as above
   Resolved r = resolve(options);
   if (options.backend == Backend::Nccl) detail::checkNcclUsable(resolveDevice(options));
   return makeWorld(std::move(store), nullptr, options, r, options.masterAddr);

@@ -22,4 +22,6 @@ void init(std::string_view component, std::string_view level) {
   spdlog::set_default_logger(logger);
 }
 
+void ensureRegistry() { spdlog::default_logger_raw(); }
+
 }  // namespace drun::log

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "drun/common/error.hpp"
+#include "drun/common/log.hpp"
 #include "drun/common/safe_text.hpp"
 #include "drun/rendezvous/keys.hpp"
 #include "job_ledger.hpp"
@@ -151,7 +152,7 @@ void run(LivenessStore& store, const WatchedRound& w, EventSlot& slot, std::atom
 class LiveThreads {
  public:
   static LiveThreads& instance() {
-    spdlog::default_logger_raw();
+    log::ensureRegistry();
     static LiveThreads live;
     return live;
   }

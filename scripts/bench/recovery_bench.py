@@ -32,6 +32,8 @@ JITTER_S = 1.0       # random pause before the fault: no fixed phase of any peri
 REPLACE_AFTER_S = 2.0  # replace: from the kill to the replacement's start (torchrun's keep-alive
                        # notices a dead node within its 5 s heartbeat timeout... see the README)
 FORM_CAP_S = 60.0     # the first round must form within this (torchrun: python start, 1 s polls)
+ETCD_TTL_S = 2        # drun etcd: heartbeat_timeout (the lease TTL) where a scenario sets none
+ETCD_HOSTS = 3        # drun etcd: the members run on 3 more namespace hosts
 
 WORKER = r"""#!/bin/bash
 # recovery benchmark worker: logs its start first thing (bash's $EPOCHREALTIME: no fork).
@@ -47,7 +49,7 @@ exec sleep "$2"
 
 class Scenario:
     def __init__(self, name, title, target_ms, hosts, first, nnodes, drun_conf, torch_conf,
-                 survivors=None, drun_only=False):
+                 survivors=None, drun_only=False, c10d_only=False, verdict_on="drun"):
         self.name = name
         self.title = title
         self.target_ms = target_ms
@@ -58,6 +60,8 @@ class Scenario:
         self.torch_conf = torch_conf
         self.survivors = survivors  # hosts of the new round (None: not a recovery scenario)
         self.drun_only = drun_only  # torchrun has no counterpart (a drun-rendezvous daemon)
+        self.c10d_only = c10d_only  # no counterpart on etcd (the daemon is c10d's store)
+        self.verdict_on = verdict_on  # the launcher whose median the target is about
 
 
 def scenarios(args):
@@ -81,7 +85,14 @@ def scenarios(args):
             [0, 1], "2", "", "", survivors=[0, 2]),
         "daemon": Scenario(
             "daemon", "store daemon restarted (drun-rendezvous on host 0, SIGKILL + start)",
-            2000, 2, [0, 1], "2", "is_host=0", "", survivors=[0, 1], drun_only=True),
+            2000, 2, [0, 1], "2", "is_host=0", "", survivors=[0, 1], drun_only=True,
+            c10d_only=True),
+        # c10d: host 0's agent hosts the store, which dies with it: the job ends (the survivors
+        # exit 1 once reconnect_timeout, 3 s here, has passed). etcd: the survivors re-form.
+        "storehost": Scenario(
+            "storehost", "store host killed: host 0's agent of 3 SIGKILLed", 2500, 3, [0, 1, 2],
+            "2:3", f"heartbeat_timeout=2,last_call_timeout={loss_conf},reconnect_timeout=3",
+            "heartbeat_timeout=2,last_call_timeout=1", survivors=[1, 2], verdict_on="drun etcd"),
         "exit": Scenario(
             "exit", "last worker exits 0 -> last agent exits", 100, 2, [0, 1], "2",
             "", ""),
@@ -89,24 +100,33 @@ def scenarios(args):
 
 
 class Launcher:
-    def __init__(self, name, args, torch_extra=None):
+    def __init__(self, name, args, torch_extra=None, etcd=False):
         self.name = name
         self.args = args
         self.torch_extra = torch_extra  # None: drun
+        self.etcd = etcd                # drun with --rdzv-backend etcd
 
     @property
     def is_drun(self):
         return self.torch_extra is None
 
-    def argv(self, sc, host, run_id, worker_argv, log_dir):
+    def argv(self, sc, host, run_id, worker_argv, log_dir, etcd_endpoints=None):
         a = self.args
         endpoint = f"{a.endpoint_host}:{PORT}"
         if self.is_drun:
+            conf = sc.drun_conf
+            if self.etcd:
+                endpoint = etcd_endpoints
+                # The lease TTL is the heartbeat timeout: a killed agent is noticed after it.
+                if "heartbeat_timeout=" not in conf:
+                    conf = ",".join(c for c in (conf, f"heartbeat_timeout={ETCD_TTL_S}") if c)
             cmd = [os.path.join(a.drun_bin, "drun"), "--nnodes", sc.nnodes, "--nproc-per-node",
                    str(a.nproc), "--rdzv-endpoint", endpoint, "--rdzv-id", run_id,
                    "--max-restarts", str(a.max_restarts)]
-            if sc.drun_conf:
-                cmd += ["--rdzv-conf", sc.drun_conf]
+            if self.etcd:
+                cmd += ["--rdzv-backend", "etcd"]
+            if conf:
+                cmd += ["--rdzv-conf", conf]
             return cmd + ["--no-python"] + worker_argv
         # torch 1.13 decides "am I the store host" from the machine's hostname, which every
         # namespace shares: say it explicitly.
@@ -150,6 +170,8 @@ class Trial:
         self.exit_hold = round(args.exit_after + random.uniform(0.0, JITTER_S), 3)
         self.restart_counts = ""  # TORCHELASTIC_RESTART_COUNT by host in the new round
         self.events = []          # (wall time, text): the harness's side of timeline.txt
+        self.etcd_dir = None      # drun etcd: the cluster's directory (scripts/etcd/down.sh)
+        self.etcd_endpoints = None
 
     # --- namespaces and processes -------------------------------------------------------------
     def netns(self, *words, check=True):
@@ -159,7 +181,22 @@ class Trial:
 
     def up(self):
         self.netns("down")
-        self.netns("up", str(self.sc.hosts))
+        extra = ETCD_HOSTS if self.launcher.etcd else 0
+        self.netns("up", str(self.sc.hosts + extra))
+        if self.launcher.etcd:
+            self.etcd_up(range(self.sc.hosts, self.sc.hosts + ETCD_HOSTS))
+
+    def etcd_up(self, hosts):
+        """A 3-member etcd cluster, one member on each of `hosts` (scripts/etcd/up.sh)."""
+        addrs = [self.netns("addr", str(h)).stdout.strip() for h in hosts]
+        env = dict(os.environ, MEMBER_NETNS=" ".join(f"{self.prefix}-{h}" for h in hosts),
+                   MEMBER_ADDRS=" ".join(addrs))
+        out = subprocess.run([os.path.join(self.args.etcd_scripts, "up.sh")], env=env,
+                             stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+        if out.returncode != 0:
+            raise RuntimeError(f"scripts/etcd/up.sh failed ({out.returncode}): {out.stderr[-500:]}")
+        self.etcd_dir, self.etcd_endpoints = out.stdout.strip().splitlines()[-1].split()
+        self.events.append((time.time(), f"etcd up: {self.etcd_endpoints}"))
 
     def start_agent(self, host, mode="run", worker_argv=None):
         """Starts the launcher on `host` with this benchmark's worker, or `worker_argv` (another
@@ -167,7 +204,8 @@ class Trial:
         if worker_argv is None:
             hold = self.exit_hold if mode == "exit" else self.args.hold
             worker_argv = [self.args.worker, mode, str(hold)]
-        argv = self.launcher.argv(self.sc, host, self.run_id, worker_argv, self.dir)
+        argv = self.launcher.argv(self.sc, host, self.run_id, worker_argv, self.dir,
+                                  self.etcd_endpoints)
         env = dict(os.environ, RECOV_HOST=str(host), RECOV_LOG=self.log)
         out = open(os.path.join(self.dir, f"agent{host}.log"), "w")
         # netns.sh execs `ip netns exec`, which execs the agent: the PID is the agent's.
@@ -255,6 +293,9 @@ class Trial:
         for fd in self.pidfds.values():
             os.close(fd)
         self.pidfds.clear()
+        if self.etcd_dir:  # its members are killed by the PIDs up.sh recorded
+            subprocess.run([os.path.join(self.args.etcd_scripts, "down.sh"), self.etcd_dir],
+                           stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
         self.read_log()
         for pid in {line[5] for line in self.lines}:
             if self.is_our_worker(pid):
@@ -370,6 +411,9 @@ class Trial:
         elif sc.name == "sigkill":
             fault_at = time.time()
             self.agents[2].kill()
+        elif sc.name == "storehost":
+            fault_at = time.time()
+            self.agents[0].kill()
         elif sc.name == "linkcut":
             # The switch port of host 2 goes down (hub side): host 2's eth0 stays configured,
             # its packets go nowhere, nobody gets a reset.
@@ -483,6 +527,8 @@ def add_harness_arguments(p):
     p.add_argument("--torchrun-compat", required=True)
     p.add_argument("--python", default="/usr/bin/python3")
     p.add_argument("--work-dir", required=True)
+    p.add_argument("--etcd-scripts", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                          "..", "etcd"))
 
 
 def main():
@@ -492,6 +538,8 @@ def main():
     p.add_argument("--torch-trials", type=int, default=5)
     p.add_argument("--torch", type=int, default=1, help="0: drun only")
     p.add_argument("--drun", type=int, default=1, help="0: torchrun only")
+    p.add_argument("--etcd", type=int, default=1,
+                   help="1: a column of drun with --rdzv-backend etcd (needs etcd installed)")
     p.add_argument("--keep-logs", type=int, default=0)
     p.add_argument("--nproc", type=int, default=2)
     p.add_argument("--max-restarts", type=int, default=3)
@@ -502,7 +550,7 @@ def main():
     p.add_argument("--exit-after", type=float, default=1.0, help="exit scenario: worker run time")
     p.add_argument("scenarios", nargs="*",
                    default=["failure", "sigkill", "linkcut", "scaleup", "replace", "daemon",
-                            "exit"])
+                            "storehost", "exit"])
     args = p.parse_args()
     all_scenarios = scenarios(args)
     for name in args.scenarios:
@@ -519,6 +567,8 @@ def main():
     os.chmod(args.worker, 0o755)
 
     launchers = [Launcher("drun", args)] if args.drun else []
+    if args.drun and args.etcd:
+        launchers.append(Launcher("drun etcd", args, etcd=True))
     if args.torch:
         launchers += [Launcher("torchrun", args, []),
                       Launcher("torchrun mi0.1", args, ["--monitor_interval", "0.1"])]
@@ -529,7 +579,7 @@ def main():
         for name in args.scenarios:
             sc = all_scenarios[name]
             for launcher in launchers:
-                if sc.drun_only and not launcher.is_drun:
+                if (sc.drun_only and not launcher.is_drun) or (sc.c10d_only and launcher.etcd):
                     continue
                 trials = args.trials if launcher.is_drun else args.torch_trials
                 results[(name, launcher.name)] = run_cell(args, sc, launcher, trials, counter)
@@ -544,7 +594,7 @@ def main():
     print(f"(exit: last worker's exit 0 -> last agent's exit). drun from {args.drun_bin}; "
           "torchrun 1.13 c10d, monitor_interval 5 s (default) and 0.1 s")
     head = ["scenario", "target", "drun", "drun min..max", "drun all", "verdict",
-            "torchrun (mi 5)", "torchrun mi0.1"]
+            "drun etcd", "etcd min..max", "torchrun (mi 5)", "torchrun mi0.1"]
     rows = []
     for name in args.scenarios:
         sc = all_scenarios[name]
@@ -552,15 +602,22 @@ def main():
             continue
         d = results.get((name, "drun"))
         v = d["values"] if d else []
+        span, all_col = "-", "-"
         if v:
-            met = statistics.median(v) <= sc.target_ms and not d["reasons"]
-            verdict = "MET" if met else "MISSED"
             span = f"{min(v):.1f}..{max(v):.1f}"
             all_col = f"{statistics.median(d['details']):.1f}"
+        judged = results.get((name, sc.verdict_on))
+        if judged and judged["values"]:
+            met = statistics.median(judged["values"]) <= sc.target_ms and not judged["reasons"]
+            verdict = "MET" if met else "MISSED"
         else:
-            verdict, span, all_col = ("MISSED" if d else "-"), "-", "-"
+            verdict = "MISSED" if judged else "-"
+        if sc.verdict_on != "drun" and verdict != "-":
+            verdict += " (etcd)"
+        e = results.get((name, "drun etcd"))
+        e_span = (f"{min(e['values']):.1f}..{max(e['values']):.1f}" if e and e["values"] else "-")
         rows.append([f"{name}: {sc.title}", f"<= {sc.target_ms}", fmt_cell(d, 1), span, all_col,
-                     verdict, fmt_cell(results.get((name, "torchrun"))),
+                     verdict, fmt_cell(e, 1), e_span, fmt_cell(results.get((name, "torchrun"))),
                      fmt_cell(results.get((name, "torchrun mi0.1")))])
     widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
     line = lambda r: " | ".join(str(c).ljust(widths[i]) for i, c in enumerate(r))
@@ -572,7 +629,10 @@ def main():
           f"the first agent's exit; negative: an agent left before the job's last worker ended, "
           f"i.e. it did not wait in an exit barrier). The lost-node scenarios use last_call_timeout="
           f"{args.loss_last_call} s for drun (torchrun: 1, its minimum); torch 1.13 ignores heartbeat_timeout "
-          "(keep-alive fixed at 5 s x 3).")
+          "(keep-alive fixed at 5 s x 3). drun etcd: --rdzv-backend etcd, a 3-member etcd cluster "
+          f"on 3 more namespace hosts, heartbeat_timeout={ETCD_TTL_S} s (the lease TTL) where the "
+          "scenario sets none; the verdict is the c10d column's but for storehost (etcd's: with "
+          "c10d the store dies with its host and the job ends).")
     notes = [(name, launcher, cell["restart_counts"]) for (name, launcher), cell in results.items()
              if cell["restart_counts"]]
     if notes:

@@ -13,4 +13,12 @@ namespace drun::log {
 // InvalidArgument.
 void init(std::string_view component, std::string_view level = {});
 
+// Creates spdlog's registry (a lazy singleton) now, if it does not exist yet. Call it before
+// starting a thread that logs, and before constructing a static that logs in its destructor:
+// - libspdlog is not instrumented, so when a new thread's first log line and its creator's race
+//   to create the registry, ThreadSanitizer sees the construction and the read unordered;
+// - statics are destroyed in reverse order of construction: one built after the registry is
+//   destroyed before it, so its threads never log into a destroyed registry at exit.
+void ensureRegistry();
+
 }  // namespace drun::log
