@@ -110,6 +110,34 @@ void classify(LivenessStore& store, const WatchedRound& w, Reported& seen, Event
   }
 }
 
+// The round's keys were removed under this watcher (its `changes` key went from a value to
+// absent): the last node out removes them once the job has an outcome, which stays as the job's
+// tombstone. A member still waiting (in the exit barrier) learns the outcome from it; without
+// this it would watch the absent key for ever.
+void classifyRemovedRound(LivenessStore& store, const WatchedRound& w, Reported& seen,
+                          EventSlot& slot, const std::atomic<bool>& stopped) {
+  auto outcome = store.tryGet(keys::outcome(w.runId));
+  if (!outcome || keys::isOutcomeReset(*outcome)) return;
+  JobEvent e;
+  e.round = w.round;
+  try {
+    e.failure = keys::parseOutcome(*outcome);
+  } catch (const Error& error) {
+    spdlog::debug("rendezvous '{}': unreadable outcome: {}", w.runId, error.what());
+    return;  // not taken for a success; the agent's own deadlines end its wait
+  }
+  if (!e.failure) {
+    e.kind = Kind::Succeeded;
+    e.reason = "every node's workers succeeded (the job's outcome)";
+  } else {
+    if (seen.failed) return;
+    seen.failed = true;
+    e.kind = Kind::Failed;
+    e.reason = "a worker failed (the job's outcome)";
+  }
+  fire(slot, stopped, e);
+}
+
 void storeLost(const WatchedRound& w, EventSlot& slot, const std::atomic<bool>& stopped,
                const std::string& why) {
   JobEvent lost;
@@ -133,8 +161,10 @@ void run(LivenessStore& store, const WatchedRound& w, EventSlot& slot, std::atom
         continue;  // the server answered at the deadline: the connection is alive
       }
       if (stopped.load()) return;
+      const bool removed = known && !now;
       known = now;
       classify(store, w, seen, slot, stopped);
+      if (removed) classifyRemovedRound(store, w, seen, slot, stopped);
     }
   } catch (const std::exception& e) {
     // No logging here: this thread may outlive the process' loggers (it is detached); the
