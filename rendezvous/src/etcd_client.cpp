@@ -81,7 +81,10 @@ Json encodeOp(const EtcdOp& op) {
 }
 
 Json encodeCompare(const EtcdCompare& c) {
-  Json out{{"key", etcd::base64Encode(c.key)}, {"result", "EQUAL"}, {"target", compareTarget(c.target)}};
+  Json out{{"key", etcd::base64Encode(c.key)},
+           {"result", c.result == EtcdCompare::Result::Less ? "LESS" : "EQUAL"},
+           {"target", compareTarget(c.target)}};
+  if (!c.rangeEnd.empty()) out["range_end"] = etcd::base64Encode(c.rangeEnd);
   switch (c.target) {
     case EtcdCompare::Target::Value: out["value"] = etcd::base64Encode(c.value); break;
     case EtcdCompare::Target::CreateRevision: out["create_revision"] = std::to_string(c.number); break;

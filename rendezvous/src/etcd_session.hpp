@@ -26,8 +26,9 @@ namespace drun::rdzv {
 std::string encodeWill(const Store::Will& will);
 std::optional<Store::Will> decodeWill(const std::string& record);
 // Applies the will stored at `willKey` once, in one transaction that also deletes the record and
-// `liveKey`: the sets, then the adds (a key holding no integer is skipped, as StoreCore does),
-// then the deletes; entries outside `kvPrefix` are ignored. Returns false when the record is gone
+// `liveKey`: the sets, then the adds (a key holding no integer is skipped, as StoreCore does;
+// a +-1 is a put of the key's counter, etcd_keyspace.hpp), then the deletes; entries outside
+// `kvPrefix` are ignored. Returns false when the record is gone
 // (another session applied it). Throws on store errors.
 bool applyWillRecord(EtcdClient& client, const std::string& willKey, const std::string& liveKey,
                      const std::string& kvPrefix);

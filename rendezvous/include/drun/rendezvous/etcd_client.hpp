@@ -28,6 +28,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "drun/common/deadline.hpp"
@@ -63,13 +64,22 @@ struct EtcdRange {
 };
 
 // One comparison of a transaction: target of `key` (its value, or a revision/version number)
-// equal to the given one. create revision 0 = the key is absent.
+// equal to (or less than) the given one. create revision 0 = the key is absent. With rangeEnd:
+// every key in [key, rangeEnd) must compare so (true when there is none, except for Value).
 struct EtcdCompare {
   enum class Target { Value, CreateRevision, ModRevision, Version };
+  enum class Result { Equal, Less };
+  EtcdCompare() = default;
+  EtcdCompare(std::string key, Target target, std::string value, int64_t number, std::string rangeEnd = {},
+              Result result = Result::Equal)
+      : key(std::move(key)), target(target), value(std::move(value)), number(number),
+        rangeEnd(std::move(rangeEnd)), result(result) {}
   std::string key;
   Target target = Target::Value;
   std::string value;
   int64_t number = 0;
+  std::string rangeEnd;
+  Result result = Result::Equal;
 };
 
 struct EtcdOp {

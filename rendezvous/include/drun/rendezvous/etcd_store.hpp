@@ -1,11 +1,15 @@
 // EtcdStore: the LivenessStore over etcd v3 (EtcdClient), so that the c10d rendezvous (its round
 // logic, planner and ledger unchanged) runs on a replicated store with no single point of failure.
 //
-// Keys live under options.prefix + "kv/". Mapping of the Store contract:
-//   set, multiSet, deleteKey, deletePrefix, numKeys   put, txn of puts, deleterange, range count
-//   compareSet                                         txn (compare value / create revision 0)
-//   add, append                                        read + txn on the mod revision, retried
-//   get, wait, multiGet, watch                         range, then a watch from the next revision
+// Keys live under options.prefix + "kv/"; a Store key K is the family of etcd keys in
+// [K, K+"\x01") (etcd_keyspace.hpp): K as set, a counter per sign for adds of +-1, one key per
+// append. Mapping of the Store contract:
+//   set, multiSet                     txn: put K, delete the rest of its family
+//   add +-1, append                   txn: put of the counter + range of the family; put
+//                                     (never refused: N agents adding to one key do not race)
+//   add of another delta, compareSet  range + txn on the revisions read, retried on a lost race
+//   deleteKey, deletePrefix, numKeys  deleterange of families; range (Store keys counted)
+//   get, wait, multiGet, watch        range of the family, then a watch of it from the next revision
 // Liveness: an EtcdSession holds one etcd lease (TTL = leaseTtl), kept alive at a third of its
 // TTL by a thread of its own. A will is stored as a record (will/<scope>/<lease>) beside a key
 // bound to the lease (live/<scope>/<lease>): when the lease ends (the agent died or was cut off
@@ -82,8 +86,8 @@ class EtcdStore final : public LivenessStore {
  private:
   std::string k(const std::string& key) const;
   void checkLease() const;
-  template <class Update>
-  Bytes readModifyWrite(const std::string& key, const char* what, Update update);
+  template <class Done>
+  std::optional<Bytes> awaitValue(const std::string& full, const Deadline& deadline, Done done);
 
   std::shared_ptr<EtcdSession> session_;
   std::unique_ptr<EtcdClient> client_;
