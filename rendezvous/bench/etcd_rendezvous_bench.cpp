@@ -80,7 +80,7 @@ std::string readLine(int fd) {
 
 // Runs `count` agents of the round in this process: reports "ready" once their sessions are
 // open, starts at the parent's "go", reports "<last finish in ns> <failures> <first failure>",
-// then leaves the round (in parallel, as separate processes would).
+// and at the parent's "leave" (every process done) leaves the round, in parallel.
 void runAgents(const Plan& plan, int count, int toParent, int fromParent) {
   EtcdStoreOptions storeOptions;
   storeOptions.client.endpoints = plan.endpoints;
@@ -145,6 +145,8 @@ void runAgents(const Plan& plan, int count, int toParent, int fromParent) {
   std::string first = failure.substr(0, 300);
   std::replace(first.begin(), first.end(), '\n', ' ');
   sendLine(toParent, std::to_string(last.time_since_epoch().count()) + " " + std::to_string(failures) + " " + first);
+  // Agents that leave while others still wait would load etcd in the round being timed.
+  if (readLine(fromParent) != "leave") std::_Exit(4);
   std::vector<std::thread> leavers;
   for (int i = 0; i < count; ++i)
     leavers.emplace_back([&, i] {
@@ -209,6 +211,7 @@ void runSize(Plan plan, int perProcess) {
     failures += failed;
   }
   std::fprintf(stderr, "etcd_rendezvous_bench: every next() returned after %.0f ms\n", msSince(start, last));
+  for (const Child& c : children) sendLine(c.toChild, "leave");
   for (const Child& c : children) {
     ::close(c.toChild);
     ::close(c.fromChild);

@@ -244,10 +244,12 @@ int64_t EtcdClient::put(const std::string& key, const std::string& value, int64_
   return etcd::headerRevision(etcd::parseObject(reply, "etcd /v3/kv/put"));
 }
 
-EtcdRange EtcdClient::range(const std::string& key, const std::string& rangeEnd, bool countOnly) {
+EtcdRange EtcdClient::range(const std::string& key, const std::string& rangeEnd, bool countOnly,
+                            bool keysOnly) {
   Json body{{"key", etcd::base64Encode(key)}};
   if (!rangeEnd.empty()) body["range_end"] = etcd::base64Encode(rangeEnd);
   if (countOnly) body["count_only"] = true;
+  if (keysOnly) body["keys_only"] = true;
   const std::string reply = call("/v3/kv/range", body.dump(), Deadline(options_.callTimeout), true);
   try {
     return etcd::parseRange(etcd::parseObject(reply, "etcd /v3/kv/range"));

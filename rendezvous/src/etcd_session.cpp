@@ -195,8 +195,10 @@ void EtcdSession::executeWills() {
   while (!stopped()) {
     try {
       // Records whose lease ended while nobody watched, then every lease that ends from here.
-      const EtcdRange wills = watchClient_->range(willDir_, EtcdClient::prefixEnd(willDir_));
-      const EtcdRange lives = watchClient_->range(liveDir_, liveEnd);
+      // Names only (N sessions each reading N records would be N^2 record bytes), and of the
+      // live keys only their deletions (each session's put would reach N watchers).
+      const EtcdRange wills = watchClient_->range(willDir_, EtcdClient::prefixEnd(willDir_), false, true);
+      const EtcdRange lives = watchClient_->range(liveDir_, liveEnd, false, true);
       std::set<std::string> alive;
       for (const EtcdKeyValue& kv : lives.kvs) alive.insert(kv.key.substr(liveDir_.size()));
       for (const EtcdKeyValue& kv : wills.kvs) {
@@ -215,7 +217,8 @@ void EtcdSession::executeWills() {
                                 spdlog::debug("etcd session {}: applied the will of lease {}", ownId_, id);
                             }
                             return !stopped();
-                          });
+                          },
+                          true);
     } catch (const TimeoutError&) {
       continue;  // a fresh look now and then
     } catch (const std::exception& e) {

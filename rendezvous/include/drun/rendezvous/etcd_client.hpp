@@ -124,7 +124,9 @@ class EtcdClient {
   EtcdClient& operator=(const EtcdClient&) = delete;
 
   int64_t put(const std::string& key, const std::string& value, int64_t lease = 0);
-  EtcdRange range(const std::string& key, const std::string& rangeEnd = {}, bool countOnly = false);
+  // countOnly: only `count`; keysOnly: the key-values without their values.
+  EtcdRange range(const std::string& key, const std::string& rangeEnd = {}, bool countOnly = false,
+                  bool keysOnly = false);
   int64_t deleteRange(const std::string& key, const std::string& rangeEnd = {});
   EtcdTxnResult txn(const std::vector<EtcdCompare>& compares, const std::vector<EtcdOp>& success,
                     const std::vector<EtcdOp>& failure, bool idempotent);
@@ -138,10 +140,12 @@ class EtcdClient {
 
   // Watches [key, rangeEnd) from startRevision (0: now); hands each batch of events to onEvents
   // until it returns false. A member that fails meanwhile: resumes on another from the next
-  // revision. TimeoutError at the deadline; NetworkError when no member answers.
+  // revision. TimeoutError at the deadline; NetworkError when no member answers. deletesOnly:
+  // etcd leaves the puts out (its NOPUT filter; they are not sent at all).
   void watch(const std::string& key, const std::string& rangeEnd, int64_t startRevision,
              const Deadline& deadline,
-             const std::function<bool(const std::vector<EtcdWatchEvent>&)>& onEvents);
+             const std::function<bool(const std::vector<EtcdWatchEvent>&)>& onEvents,
+             bool deletesOnly = false);
 
   void interrupt();
   // The member the last call went to, for messages.
