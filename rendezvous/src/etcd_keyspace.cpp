@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <random>
 
+#include <unistd.h>
+
 #include "drun/common/error.hpp"
 
 namespace drun::rdzv::etcd_keys {
@@ -20,14 +22,16 @@ std::string appendKey(const std::string& key, const std::string& id) {
 }
 
 std::string uniqueId() {
-  // A random per-process part (processes, and restarts of one, differ) and a counter.
+  // A random part drawn once per process, the pid (a forked child shares the random part and
+  // the counter), and a counter.
   static const unsigned long long process = [] {
     std::random_device rd;
     return (static_cast<unsigned long long>(rd()) << 32) ^ rd();
   }();
   static std::atomic<unsigned long long> next{0};
-  char buf[48];
-  std::snprintf(buf, sizeof buf, "%016llx.%llx", process, next.fetch_add(1));
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%016llx.%x.%llx", process, static_cast<unsigned>(::getpid()),
+                next.fetch_add(1));
   return buf;
 }
 

@@ -263,6 +263,10 @@ int64_t EtcdStore::add(const std::string& key, int64_t delta) {
     for (const EtcdKeyValue& kv : seen)
       if (kv.key == full) base = parseInteger(kv.value);
     if (!base) throw notInteger();
+    // The total as read must take the delta (a counter alone never nears the limit).
+    int64_t total = 0;
+    if (!seen.empty() && __builtin_add_overflow(parseInteger(foldFamily(full, seen).value_or("0")).value_or(0), delta, &total))
+      throw InvalidArgument("add on [" + key + "]: the value would overflow int64");
     // +-1: one more put of the family's counter (never refused); else K rewritten.
     const EtcdOp write = delta == 1    ? EtcdOp::put(incrementKey(full), "")
                          : delta == -1 ? EtcdOp::put(decrementKey(full), "")
