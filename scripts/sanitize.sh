@@ -48,7 +48,15 @@ dir=${2:-build-$kind}
 # build's -O2 -g).
 cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=None -DCMAKE_CXX_FLAGS="-O0 -g1" \
   -DDRUN_SANITIZE="$sanitize" >/dev/null
-nice cmake --build "$dir" --target "${targets[@]}" --parallel "$(nproc)"
+# Quiet build and test runs, their logs kept in $dir: what this prints is only the verdict and,
+# on failure, the failing tests' names and their reports first (CI shows the head of a failing
+# test's output; a build log in front hid the report of a failed run).
+build_log="$dir/sanitize-build.log"
+if ! nice cmake --build "$dir" --target "${targets[@]}" --parallel "$(nproc)" >"$build_log" 2>&1; then
+  tail -n 60 "$build_log"
+  echo "sanitize.sh: the $kind build failed (whole log: $build_log)" >&2
+  exit 1
+fi
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:exitcode=86}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
@@ -58,12 +66,30 @@ export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:exitcode=86:second_deadlock_
 # a bound can be missed without any defect. So a failure with a sanitizer report fails the pass at
 # once, and a failure without one is run again, alone: it fails the pass only if it fails again.
 log="$dir/Testing/Temporary/LastTest.log"
-if ctest --test-dir "$dir" --output-on-failure --timeout 300 -j "$(nproc)" "${select[@]}"; then
+run_log="$dir/sanitize-tests.log"
+# The failing tests' names, then each failure's output (Catch's message or the sanitizer's
+# report), bounded.
+report() {
+  sed -n '/The following tests FAILED/,$p' "$1" | grep -v '^Errors while running'
+  grep -n -A 60 -E '\*\*\*(Failed|Timeout|Exception)|WARNING: ThreadSanitizer|ERROR: (AddressSanitizer|LeakSanitizer)|runtime error: ' "$1" | head -n 400
+}
+if ctest --test-dir "$dir" --output-on-failure --timeout 300 -j "$(nproc)" "${select[@]}" >"$run_log" 2>&1; then
+  echo "sanitize.sh: $kind: $(grep -E 'tests passed' "$run_log") (log: $run_log)"
   exit 0
 fi
 if grep -qE 'ERROR: (AddressSanitizer|LeakSanitizer)|WARNING: ThreadSanitizer|runtime error: ' "$log"; then
-  echo "sanitize.sh: a sanitizer report (above) failed the pass" >&2
+  echo "sanitize.sh: a sanitizer report (below) failed the $kind pass (whole log: $run_log)" >&2
+  report "$run_log"
   exit 1
 fi
-echo "sanitize.sh: the failures above carry no sanitizer report; running them again, one at a time" >&2
-ctest --test-dir "$dir" --output-on-failure --timeout 300 --rerun-failed
+rerun_log="$dir/sanitize-rerun.log"
+if ctest --test-dir "$dir" --output-on-failure --timeout 300 --rerun-failed >"$rerun_log" 2>&1; then
+  echo "sanitize.sh: $kind: the failures below carry no sanitizer report and passed when run again, alone"
+  report "$run_log"
+  exit 0
+fi
+echo "sanitize.sh: $kind: these failed again when run alone (whole logs: $run_log, $rerun_log)" >&2
+report "$rerun_log"
+grep -qE 'ERROR: (AddressSanitizer|LeakSanitizer)|WARNING: ThreadSanitizer|runtime error: ' "$rerun_log" \
+  || { echo "sanitize.sh: their first failures:"; report "$run_log"; }
+exit 1

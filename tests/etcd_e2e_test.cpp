@@ -1,8 +1,11 @@
 // drun with --rdzv-backend etcd on a 3-member etcd cluster on loopback (scripts/etcd/up.sh; the
 // tests skip where etcd is not installed): a job forms and succeeds, survives a member's death,
 // re-forms without a lost node (with c10d the store's host taking the store with it), and every
-// agent fences itself when etcd is gone altogether.
+// agent fences itself when etcd is gone altogether, or when its host is cut off from the etcd
+// majority (members and agents on namespace hosts, scripts/netns.sh).
 #include <signal.h>
+
+#include <fstream>
 
 #include <catch2/catch.hpp>
 #include <functional>
@@ -12,6 +15,7 @@
 #include <thread>
 
 #include "../rendezvous/tests/etcd_cluster.hpp"
+#include "netns.hpp"
 #include "process.hpp"
 
 using namespace drun::test;
@@ -172,4 +176,100 @@ TEST_CASE("etcd e2e: drun status reads the job from etcd, running and ended", "[
   RunResult missing = status({"--rdzv-id", "no-such-job"});
   CHECK(missing.status() == 1);
   CHECK_THAT(missing.err, Catch::Contains("no job 'no-such-job'"));
+}
+
+namespace {
+
+double wallSeconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// A number a worker wrote into dir/name, once it is there (bounded).
+std::optional<double> readNumber(const TempDir& dir, const std::string& name,
+                                 std::chrono::milliseconds timeout) {
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  do {
+    std::ifstream in(dir / name);
+    double value = 0;
+    if (in >> value) return value;
+    std::this_thread::sleep_for(20ms);
+  } while (std::chrono::steady_clock::now() < until);
+  return std::nullopt;
+}
+
+}  // namespace
+
+TEST_CASE("etcd e2e: a node cut off from the etcd majority fences itself before the others "
+          "re-form without it", "[e2e][etcd][multinode]") {
+  if (auto why = NetnsCluster::unavailableReason()) skipTest("etcd on namespace hosts: " + *why);
+  // Hosts 0-2 carry the members; node A runs on host 0 and reaches its member m0 over that
+  // host's loopback, node B on host 3. Host 0's link goes down: A still talks to m0, which has
+  // lost the quorum (its calls time out), so A's lease cannot be kept; B and m1, m2 go on.
+  NetnsCluster hosts(4);
+  EtcdCluster etcd(false, "MEMBER_NETNS='" + hosts.namespaceName(0) + " " + hosts.namespaceName(1) +
+                              " " + hosts.namespaceName(2) + "' MEMBER_ADDRS='" + hosts.address(0) +
+                              " " + hosts.address(1) + " " + hosts.address(2) + "'");
+  MarkerScope marker;
+  TempDir dir;
+  const std::string id = "etcd-cutoff-" + randomHex(6);
+  // Each worker records its pid and its start (wall clock); alone in a round it ends at once.
+  const std::vector<std::string> worker = {
+      "sh", "-c",
+      "echo $$ >\"$DIR/pid-$NODE-$WORLD_SIZE\"; date +%s.%N >\"$DIR/start-$NODE-$WORLD_SIZE\"; "
+      "echo RANK=$RANK WS=$WORLD_SIZE READY; [ \"$WORLD_SIZE\" = 1 ] && exit 0; "
+      "i=0; while [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; exit 1"};
+  auto agent = [&](int host, const std::string& node, std::string endpoints) {
+    // The last call (5 s) lets the first round take both nodes.
+    std::vector<std::string> argv = {drunPath().string(), "--local-addr", hosts.address(host)};
+    const auto args = agentArgs(etcd, "1:2", id, worker, "5", ",reconnect_timeout=2");
+    argv.insert(argv.end(), args.begin(), args.end());
+    *(std::find(argv.begin(), argv.end(), "--rdzv-endpoint") + 1) = endpoints;
+    RunOptions o;
+    o.argv = hosts.exec(host, argv);
+    o.env = {marker.env(), "DIR=" + dir.path().string(), "NODE=" + node, "OMP_NUM_THREADS=1"};
+    o.timeout = 60s;
+    return o;
+  };
+  const auto& e = etcd.endpoints();
+  const std::string viaLoopback =
+      "127.0.0.1" + e[0].substr(e[0].find(':')) + "," + e[1] + "," + e[2];
+  Process a(agent(0, "a", viaLoopback));
+  Process b(agent(3, "b", etcd.list()));
+  REQUIRE(a.waitForLines("WS=2 READY", 1, 30s));
+  REQUIRE(b.waitForLines("WS=2 READY", 1, 30s));
+  const auto workerA = readNumber(dir, "pid-a-2", 5s);
+  REQUIRE(workerA);
+
+  const auto cut = std::chrono::steady_clock::now();
+  RunOptions down;
+  down.argv = hosts.exec(0, {"ip", "link", "set", "eth0", "down"});
+  down.timeout = 10s;
+  REQUIRE(run(down).status() == 0);
+  // A stops its worker within the lease TTL (3 s) and the stop's grace; polled every 10 ms.
+  std::optional<double> goneA;
+  while (!goneA && std::chrono::steady_clock::now() - cut < 20s) {
+    if (::kill(static_cast<pid_t>(*workerA), 0) != 0) goneA = wallSeconds();
+    else std::this_thread::sleep_for(10ms);
+  }
+  RunResult rb = b.wait(40s);
+  // B learns of A's loss from its lease's end (3 s) and a watch that fails over from the cut-off
+  // member (TCP probes: ~3 s); it once took the watch's whole 30 s deadline.
+  const auto bEnded = std::chrono::steady_clock::now() - cut;
+  RunResult ra = a.wait(40s);
+  INFO(ra.describe() << "\n" << rb.describe());
+  REQUIRE(goneA);
+  CHECK(bEnded < 20s);
+  // B re-formed alone and succeeded; its new round's worker started only after A's was gone
+  // (0.1 s: the poll's step and the two clocks' reads).
+  CHECK(rb.status() == 0);
+  CHECK_THAT(rb.out, Catch::Contains("WS=1 READY"));
+  const auto startB = readNumber(dir, "start-b-1", 1s);
+  REQUIRE(startB);
+  CHECK(*goneA <= *startB + 0.1);
+  // A, cut off, gave up with an error that names etcd.
+  CHECK_FALSE(ra.timedOut);
+  CHECK(ra.status() != 0);
+  CHECK_THAT(ra.err, Catch::Contains("etcd"));
+  CHECK_THAT(ra.out, !Catch::Contains("WS=1 READY"));  // it never ran a round of its own
+  CHECK(marker.leftovers(5s).empty());
 }

@@ -5,6 +5,9 @@
 // SIGTERM to one agent or to all, a malformed error file. Each case checks every agent's exit
 // code, the WORLD_SIZE / RANK / TORCHELASTIC_RESTART_COUNT the workers of each round saw, the
 // summary, and that nothing of the job is left on any host. SKIPPED without namespaces.
+// The cases that do not depend on where the store lives run twice: "fault matrix over etcd: ..."
+// puts the rendezvous on a 3-member etcd cluster on three more namespace hosts (SKIPPED without
+// etcd).
 //
 // The worker is a shell script (cheap to start): it prints its place, then does what FM_PLAN
 // says for its (rank, restart count), else waits until the test creates FM_DIR/release.
@@ -13,10 +16,12 @@
 #include <catch2/catch.hpp>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <regex>
 #include <set>
 #include <thread>
 
+#include "../rendezvous/tests/etcd_cluster.hpp"
 #include "drun/common/test_skip.hpp"
 #include "netns.hpp"
 #include "process.hpp"
@@ -127,14 +132,35 @@ void skipWithoutNetns() {
   if (auto why = NetnsCluster::unavailableReason()) skipTest("fault matrix: " + *why);
 }
 
-// One job over a fresh cluster of `hosts` namespace hosts, endpoint (store) on host 0.
+// Where the rendezvous lives: c10d's store embedded in host 0's agent, or a 3-member etcd cluster
+// on three more namespace hosts (the issue: "the fault matrix runs on both").
+enum class Backend { C10d, Etcd };
+
+// One job over a fresh cluster of `hosts` namespace hosts (agents), endpoint (store) on host 0,
+// or etcd members on hosts `hosts`..`hosts`+2.
 struct Matrix {
-  Matrix(int hosts, const std::string& nnodes, std::string plan, std::vector<std::string> extra = {})
-      : cluster(hosts), plan(std::move(plan)), worker(dir.write("worker.sh", kWorker).string()) {
-    args = {"--nnodes", nnodes, "--nproc-per-node", "2", "--rdzv-endpoint",
-            cluster.address(0) + ":29400", "--rdzv-id", "fm-" + randomHex(8),
-            "--shutdown-timeout", "2",
-            "--rdzv-conf", "join_timeout=30,last_call_timeout=1,heartbeat_timeout=2"};
+  Matrix(int hosts, const std::string& nnodes, std::string plan,
+         std::vector<std::string> extra = {},
+         Backend backend = Backend::C10d)
+      : cluster(hosts + (backend == Backend::Etcd ? 3 : 0)), plan(std::move(plan)),
+        worker(dir.write("worker.sh", kWorker).string()) {
+    std::string endpoint = cluster.address(0) + ":29400";
+    // etcd: a lease TTL of 3 s (a leader election, 0.5-1 s here, fits in it), as etcd_e2e_tests.
+    std::string conf = "join_timeout=30,last_call_timeout=1,heartbeat_timeout=2";
+    if (backend == Backend::Etcd) {
+      std::string netns, addrs;
+      for (int i = hosts; i < hosts + 3; ++i) {
+        netns += cluster.namespaceName(i) + " ";
+        addrs += cluster.address(i) + " ";
+      }
+      etcd = std::make_unique<EtcdCluster>(false, "MEMBER_NETNS='" + netns + "' MEMBER_ADDRS='" +
+                                                      addrs + "'");
+      endpoint = etcd->list();
+      conf = "join_timeout=30,last_call_timeout=1,heartbeat_timeout=3";
+    }
+    args = {"--nnodes", nnodes, "--nproc-per-node", "2", "--rdzv-endpoint", endpoint,
+            "--rdzv-id", "fm-" + randomHex(8), "--shutdown-timeout", "2", "--rdzv-conf", conf};
+    if (backend == Backend::Etcd) args.insert(args.end(), {"--rdzv-backend", "etcd"});
     args.insert(args.end(), extra.begin(), extra.end());
   }
 
@@ -177,6 +203,7 @@ struct Matrix {
   }
 
   NetnsCluster cluster;
+  std::unique_ptr<EtcdCluster> etcd;  // stopped before the namespaces go
   MarkerScope marker;
   TempDir dir;
   std::string plan;
@@ -192,8 +219,9 @@ std::string describe(const std::vector<RunResult>& runs) {
 }
 
 // A worker fails once; the job restarts on every node with TORCHELASTIC_RESTART_COUNT 1.
-void failOnceAndRestart(int failingRank) {
-  Matrix m(2, "2", std::to_string(failingRank) + ":0:exit1 *:1:done", {"--max-restarts", "1"});
+void failOnceAndRestart(int failingRank, Backend backend = Backend::C10d) {
+  Matrix m(2, "2", std::to_string(failingRank) + ":0:exit1 *:1:done", {"--max-restarts", "1"},
+           backend);
   Process a(m.on(0)), b(m.on(1));
   std::vector<RunResult> runs = {a.wait(), b.wait()};
   INFO(describe(runs));
@@ -209,23 +237,8 @@ void failOnceAndRestart(int failingRank) {
   CHECK(m.nothingLeft());
 }
 
-}  // namespace
-
-TEST_CASE("fault matrix: a worker on the store host's node exits 1 once: every node restarts",
-          "[multinode]") {
-  skipWithoutNetns();
-  failOnceAndRestart(0);  // node rank 0 hosts the store (host 0 arrives first, ranks 0-1)
-}
-
-TEST_CASE("fault matrix: a worker on another node exits 1 once: every node restarts",
-          "[multinode]") {
-  skipWithoutNetns();
-  failOnceAndRestart(3);
-}
-
-TEST_CASE("fault matrix: a worker SIGKILLed: the job restarts everywhere", "[multinode]") {
-  skipWithoutNetns();
-  Matrix m(2, "2", "2:0:kill *:1:done", {"--max-restarts", "1"});
+void workerSigkilled(Backend backend) {
+  Matrix m(2, "2", "2:0:kill *:1:done", {"--max-restarts", "1"}, backend);
   Process a(m.on(0)), b(m.on(1));
   std::vector<RunResult> runs = {a.wait(), b.wait()};
   INFO(describe(runs));
@@ -237,10 +250,8 @@ TEST_CASE("fault matrix: a worker SIGKILLed: the job restarts everywhere", "[mul
   CHECK(m.nothingLeft());
 }
 
-TEST_CASE("fault matrix: budget spent: K+1 attempts on every node and one root cause everywhere",
-          "[multinode]") {
-  skipWithoutNetns();
-  Matrix m(2, "2", "1:*:exit5 *:*:done", {"--max-restarts", "2"});
+void budgetSpent(Backend backend) {
+  Matrix m(2, "2", "1:*:exit5 *:*:done", {"--max-restarts", "2"}, backend);
   Process a(m.on(0)), b(m.on(1));
   std::vector<RunResult> runs = {a.wait(), b.wait()};
   INFO(describe(runs));
@@ -256,24 +267,8 @@ TEST_CASE("fault matrix: budget spent: K+1 attempts on every node and one root c
   CHECK(m.nothingLeft());
 }
 
-TEST_CASE("fault matrix: a worker ignoring SIGTERM is SIGKILLed after the grace", "[multinode]") {
-  skipWithoutNetns();
-  Matrix m(2, "2", "0:0:exit1 2:0:ignoreterm");
-  Process a(m.on(0)), b(m.on(1));
-  std::vector<RunResult> runs = {a.wait(), b.wait()};
-  INFO(describe(runs));
-  for (const auto& r : runs) {
-    CHECK(r.status() == 1);
-    CHECK_THAT(r.err, Catch::Contains("drun: root cause: rank 0 (local_rank 0) on "));
-    CHECK(r.wall < 20s);  // grace 2 s: SIGKILL, not a hang
-  }
-  CHECK(m.nothingLeft());
-}
-
-TEST_CASE("fault matrix: scale-up 2 to 3 then an agent SIGKILLed: the others go on with 2",
-          "[multinode]") {
-  skipWithoutNetns();
-  Matrix m(3, "2:3", "");
+void scaleUpThenAgentKilled(Backend backend) {
+  Matrix m(3, "2:3", "", {}, backend);
   Process a(m.on(0)), b(m.on(1));
   REQUIRE(a.waitForLines("FM host=0", 2, kSeen));
   Process c(m.on(2));
@@ -292,28 +287,8 @@ TEST_CASE("fault matrix: scale-up 2 to 3 then an agent SIGKILLed: the others go 
   CHECK(m.nothingLeft());
 }
 
-TEST_CASE("fault matrix: an agent SIGKILLed in a 2:2 job with replace_timeout=0: a clear error "
-          "naming it", "[multinode]") {
-  skipWithoutNetns();
-  Matrix m(2, "2", "");
-  m.conf("replace_timeout=0");
-  Process a(m.on(0)), b(m.on(1));
-  awaitRound({&a, &b}, 4);
-  b.signal(SIGKILL);
-  RunResult r = a.wait();
-  INFO(r.describe());
-  CHECK(r.status() == 1);
-  CHECK_THAT(r.err, Catch::Contains("the job lost node(s) ") &&
-                        Catch::Contains("lost node(s) " + m.cluster.address(1)) &&
-                        Catch::Contains("fewer than the minimum of 2"));
-  CHECK(r.wall < 30s);
-  CHECK(m.nothingLeft());
-}
-
-TEST_CASE("fault matrix: a link cut: the cut node fences its workers and the others re-form and "
-          "it comes back with the link", "[multinode]") {
-  skipWithoutNetns();
-  Matrix m(3, "2:3", "");
+void linkCut(Backend backend) {
+  Matrix m(3, "2:3", "", {}, backend);
   Process a(m.on(0)), b(m.on(1)), c(m.on(2));
   awaitRound({&a, &b, &c}, 6);
   const size_t a4 = countNow(a, "world=4"), b4 = countNow(b, "world=4");
@@ -339,10 +314,8 @@ TEST_CASE("fault matrix: a link cut: the cut node fences its workers and the oth
   CHECK(m.nothingLeft());
 }
 
-TEST_CASE("fault matrix: a spare beyond MAX causes no restart and replaces a lost member",
-          "[multinode]") {
-  skipWithoutNetns();
-  Matrix m(3, "2", "");
+void spareReplacesLostMember(Backend backend) {
+  Matrix m(3, "2", "", {}, backend);
   Process a(m.on(0)), b(m.on(1));
   awaitRound({&a, &b}, 4);
   Process spare(m.on(2));
@@ -359,6 +332,117 @@ TEST_CASE("fault matrix: a spare beyond MAX causes no restart and replaces a los
   CHECK(ranksOf({&runs[0].out, &runs[1].out}, 4, 0).size() == 6);  // 2 rounds on a, 1 on spare
   CHECK(m.nothingLeft());
 }
+
+void sigtermToOneAgent(Backend backend) {
+  Matrix m(3, "2:3", "", {}, backend);
+  Process a(m.on(0)), b(m.on(1)), c(m.on(2));
+  awaitRound({&a, &b, &c}, 6);
+  const size_t a4 = countNow(a, "world=4");
+  c.signal(SIGTERM);
+  REQUIRE(a.waitForLines("world=4", a4 + 2, kSeen));
+  m.release();
+  std::vector<RunResult> runs = {a.wait(), b.wait(), c.wait()};
+  INFO(describe(runs));
+  CHECK(runs[0].status() == 0);
+  CHECK(runs[1].status() == 0);
+  CHECK(runs[2].status() == 143);
+  CHECK(m.nothingLeft());
+}
+
+void replacementStartedLater(Backend backend) {
+  Matrix m(3, "2", "", {}, backend);
+  Process a(m.on(0)), b(m.on(1));
+  awaitRound({&a, &b}, 4);
+  b.signal(SIGKILL);
+  REQUIRE(saysOnStderr(a, "for replacement node(s)"));
+  Process c(m.on(2));  // a Kubernetes pod restart, a requeue, an operator
+  REQUIRE(c.waitForLines("world=4 restart=0", 2, kSeen));
+  REQUIRE(a.waitForLines("world=4 restart=0", 4, kSeen));  // its second round
+  m.release();
+  std::vector<RunResult> runs = {a.wait(), c.wait()};
+  INFO(describe(runs));
+  for (const auto& r : runs) CHECK(r.status() == 0);
+  CHECK(b.wait().signal == SIGKILL);
+  CHECK(m.nothingLeft());
+}
+
+}  // namespace
+
+// A case that does not depend on where the store lives, as two test cases: "fault matrix: WHAT"
+// on c10d and "fault matrix over etcd: WHAT".
+#define ON_BOTH_BACKENDS(what, run)                                          \
+  TEST_CASE("fault matrix: " what, "[multinode]") {                         \
+    skipWithoutNetns();                                                      \
+    run(Backend::C10d);                                                      \
+  }                                                                          \
+  TEST_CASE("fault matrix over etcd: " what, "[multinode][etcd]") {         \
+    skipWithoutNetns();                                                      \
+    run(Backend::Etcd);                                                      \
+  }
+
+TEST_CASE("fault matrix: a worker on the store host's node exits 1 once: every node restarts",
+          "[multinode]") {
+  skipWithoutNetns();
+  failOnceAndRestart(0);  // node rank 0 hosts the store (host 0 arrives first, ranks 0-1)
+}
+
+TEST_CASE("fault matrix: a worker on another node exits 1 once: every node restarts",
+          "[multinode]") {
+  skipWithoutNetns();
+  failOnceAndRestart(3);
+}
+
+TEST_CASE("fault matrix over etcd: a worker exits 1 once: every node "
+          "restarts", "[multinode][etcd]") {
+  skipWithoutNetns();
+  failOnceAndRestart(3, Backend::Etcd);
+}
+
+ON_BOTH_BACKENDS("a worker SIGKILLed: the job restarts everywhere", workerSigkilled)
+
+ON_BOTH_BACKENDS("budget spent: K+1 attempts on every node and one root cause "
+                 "everywhere", budgetSpent)
+
+TEST_CASE("fault matrix: a worker ignoring SIGTERM is SIGKILLed after the grace", "[multinode]") {
+  skipWithoutNetns();
+  Matrix m(2, "2", "0:0:exit1 2:0:ignoreterm");
+  Process a(m.on(0)), b(m.on(1));
+  std::vector<RunResult> runs = {a.wait(), b.wait()};
+  INFO(describe(runs));
+  for (const auto& r : runs) {
+    CHECK(r.status() == 1);
+    CHECK_THAT(r.err, Catch::Contains("drun: root cause: rank 0 (local_rank 0) on "));
+    CHECK(r.wall < 20s);  // grace 2 s: SIGKILL, not a hang
+  }
+  CHECK(m.nothingLeft());
+}
+
+ON_BOTH_BACKENDS("scale-up 2 to 3 then an agent SIGKILLed: the others go on with "
+                 "2", scaleUpThenAgentKilled)
+
+TEST_CASE("fault matrix: an agent SIGKILLed in a 2:2 job with replace_timeout=0: a clear error "
+          "naming it", "[multinode]") {
+  skipWithoutNetns();
+  Matrix m(2, "2", "");
+  m.conf("replace_timeout=0");
+  Process a(m.on(0)), b(m.on(1));
+  awaitRound({&a, &b}, 4);
+  b.signal(SIGKILL);
+  RunResult r = a.wait();
+  INFO(r.describe());
+  CHECK(r.status() == 1);
+  CHECK_THAT(r.err, Catch::Contains("the job lost node(s) ") &&
+                        Catch::Contains("lost node(s) " + m.cluster.address(1)) &&
+                        Catch::Contains("fewer than the minimum of 2"));
+  CHECK(r.wall < 30s);
+  CHECK(m.nothingLeft());
+}
+
+ON_BOTH_BACKENDS("a link cut: the cut node fences its workers and the others re-form and it comes "
+                 "back with the link", linkCut)
+
+ON_BOTH_BACKENDS("a spare beyond MAX causes no restart and replaces a lost "
+                 "member", spareReplacesLostMember)
 
 TEST_CASE("fault matrix: the store host's node finishes first and serves until the job is done",
           "[multinode]") {
@@ -392,23 +476,8 @@ TEST_CASE("fault matrix: the store host SIGKILLed: the others fence and exit wit
   CHECK(m.nothingLeft());
 }
 
-TEST_CASE("fault matrix: SIGTERM to one agent: it leaves and the others go on without it",
-          "[multinode]") {
-  skipWithoutNetns();
-  Matrix m(3, "2:3", "");
-  Process a(m.on(0)), b(m.on(1)), c(m.on(2));
-  awaitRound({&a, &b, &c}, 6);
-  const size_t a4 = countNow(a, "world=4");
-  c.signal(SIGTERM);
-  REQUIRE(a.waitForLines("world=4", a4 + 2, kSeen));
-  m.release();
-  std::vector<RunResult> runs = {a.wait(), b.wait(), c.wait()};
-  INFO(describe(runs));
-  CHECK(runs[0].status() == 0);
-  CHECK(runs[1].status() == 0);
-  CHECK(runs[2].status() == 143);
-  CHECK(m.nothingLeft());
-}
+ON_BOTH_BACKENDS("SIGTERM to one agent: it leaves and the others go on without "
+                 "it", sigtermToOneAgent)
 
 TEST_CASE("fault matrix: SIGTERM to every agent: the job stops with exit 143 and nothing left",
           "[multinode]") {
@@ -438,24 +507,8 @@ TEST_CASE("fault matrix: a malformed error file: a summary on every node and no 
   CHECK(m.nothingLeft());
 }
 
-TEST_CASE("fault matrix: an agent SIGKILLed in a 2:2 job: a replacement started later takes its "
-          "place, at no restart", "[multinode]") {
-  skipWithoutNetns();
-  Matrix m(3, "2", "");
-  Process a(m.on(0)), b(m.on(1));
-  awaitRound({&a, &b}, 4);
-  b.signal(SIGKILL);
-  REQUIRE(saysOnStderr(a, "for replacement node(s)"));
-  Process c(m.on(2));  // a Kubernetes pod restart, a requeue, an operator
-  REQUIRE(c.waitForLines("world=4 restart=0", 2, kSeen));
-  REQUIRE(a.waitForLines("world=4 restart=0", 4, kSeen));  // its second round
-  m.release();
-  std::vector<RunResult> runs = {a.wait(), c.wait()};
-  INFO(describe(runs));
-  for (const auto& r : runs) CHECK(r.status() == 0);
-  CHECK(b.wait().signal == SIGKILL);
-  CHECK(m.nothingLeft());
-}
+ON_BOTH_BACKENDS("an agent SIGKILLed in a 2:2 job: a replacement started later takes its place, "
+                 "at no restart", replacementStartedLater)
 
 TEST_CASE("fault matrix: the same --nnodes 1 command started twice with one id: the second waits "
           "and runs nothing beside the first", "[multinode]") {

@@ -339,8 +339,8 @@ TEST_CASE_METHOD(StuckConsole, "a console nobody reads slows the workers, never 
   WorkerGroup group(io, options);
   group.start({shellWorker(0, "yes 0123456789 | head -n " + std::to_string(kLines))});
   CHECK(tickFor(500ms) < 200ms);  // timers run on time while the console is stuck
+  CHECK(runUntil(io, [&] { return options.output.console->congested(ConsoleStream::Out); }, 10s));
   CHECK(group.running() == 1);    // the worker is blocked in its own writes
-  CHECK(options.output.console->congested(ConsoleStream::Out));
 
   // The reader comes back: the mux resumes and every line arrives, whole.
   std::string text;
@@ -364,7 +364,9 @@ TEST_CASE_METHOD(StuckConsole,
   auto group = std::make_unique<WorkerGroup>(io, options);
   group->start({shellWorker(0, "exec yes 0123456789"), shellWorker(1, "exec yes abcdefghij")});
   CHECK(tickFor(300ms) < 200ms);
-  REQUIRE(options.output.console->congested(ConsoleStream::Out));
+  // How soon two `yes` fill the pipes and the console queue depends on the machine's load (a
+  // sanitized build under load took longer than 300 ms): wait for it, bounded.
+  REQUIRE(runUntil(io, [&] { return options.output.console->congested(ConsoleStream::Out); }, 10s));
   auto start = std::chrono::steady_clock::now();
   bool stopped = false;
   group->stop(SIGTERM, 1s, [&] { stopped = true; });

@@ -123,6 +123,9 @@ std::shared_ptr<Communicator> makeWorld(std::shared_ptr<rdzv::Store> store,
 }  // namespace
 
 std::shared_ptr<Communicator> init(const InitOptions& options) {
+  // spdlog's lazy registry, created before this library starts threads that log (the store
+  // server's, the progress watchdog's): see StoreServer::Impl::start().
+  spdlog::default_logger_raw();
   Resolved r = resolve(options);
   if (options.backend == Backend::Nccl) detail::checkNcclUsable(resolveDevice(options));
   const std::string& m = options.initMethod;
@@ -166,6 +169,7 @@ bool ncclBuiltIn() {
 
 std::shared_ptr<Communicator> init(std::shared_ptr<rdzv::Store> store, const InitOptions& options) {
   if (!store) throw InvalidArgument("init: the store is null");
+  spdlog::default_logger_raw();  // as above
   Resolved r = resolve(options);
   if (options.backend == Backend::Nccl) detail::checkNcclUsable(resolveDevice(options));
   return makeWorld(std::move(store), nullptr, options, r, options.masterAddr);

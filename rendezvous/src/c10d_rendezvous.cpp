@@ -86,16 +86,19 @@ class C10dRendezvous final : public Rendezvous {
     Deadline deadline(options().joinTimeout);
     const auto started = Clock::now();
     keys::NodeDescriptor& self = node_.self;
-    // A fresh MASTER_PORT every round: ranks of an old round, fenced off or not yet stopped, can
-    // never reach the new round's store. Held while the round forms, released once it has.
-    reservation_ = PortReservation::reserveOtherThan(self.addr, self.masterPort);
-    self.masterPort = reservation_.port();
     self.rejoining = lastRound_.has_value();
     self.previousRank = lastRound_ ? std::optional<int>(lastNodeRank_) : std::nullopt;
-    node_.descriptorLine = keys::encodeDescriptor(self);
 
     for (int attempt = 0;; ++attempt) {
       if (storeLost_) reconnectStore();  // throws when the store stays gone past reconnect_timeout
+      // A fresh MASTER_PORT every round: ranks of an old round, fenced off or not yet stopped, can
+      // never reach the new round's store. Held while the round forms, released once it has.
+      // Drawn again for every attempt: a join retried after a lost connection can land in the
+      // round after one that closed with this node's last port (it never read that decision,
+      // the others ran it).
+      reservation_ = PortReservation::reserveOtherThan(self.addr, self.masterPort);
+      self.masterPort = reservation_.port();
+      node_.descriptorLine = keys::encodeDescriptor(self);
       try {
         barrier_.enter(*store_, deadline);
         if (!configChecked_) checkJobConfig();

@@ -210,7 +210,11 @@ std::string EtcdClient::call(const std::string& path, const std::string& body,
           continue;
         }
         if (code == kGrpcUnavailable) {
-          if (!idempotent) throw NetworkError(what + ": unavailable, outcome unknown: " + message);
+          // "no leader" is refused before the call reaches raft (the require-leader check):
+          // nothing was applied, so even a write may go to another member.
+          const bool refusedUnapplied = message.find("no leader") != std::string::npos;
+          if (!idempotent && !refusedUnapplied)
+            throw NetworkError(what + ": unavailable, outcome unknown: " + message);
           lastError = what + ": " + message;
           lastWasTimeout = false;
           continue;
@@ -221,7 +225,11 @@ std::string EtcdClient::call(const std::string& path, const std::string& body,
         throw Error(what + " refused (code " + std::to_string(code) + "): " + message);
       } catch (const TimeoutError& e) {
         current_ = (i + 1) % connections_.size();  // the next call starts on another member
-        if (sent && !idempotent) throw;
+        // A write sent to a member that then went silent (killed, cut off) has an unknown
+        // outcome: the connection's failure, not a wait that ran out, so NetworkError, which the
+        // rendezvous answers by joining afresh on a new session (CI: the etcd leader killed
+        // while a join's txn was in flight ended the agent with "txn timed out").
+        if (sent && !idempotent) throw NetworkError(std::string(e.what()) + " (outcome unknown)");
         lastError = e.what();
         lastWasTimeout = true;
       } catch (const NetworkError& e) {

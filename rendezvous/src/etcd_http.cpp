@@ -1,6 +1,9 @@
 #include "etcd_http.hpp"
 
 #include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <limits>
@@ -155,7 +158,22 @@ struct EtcdConnection::Impl {
       plain = std::make_unique<beast::tcp_stream>(ioc);
       co_await asio::async_connect(plain->socket(), targets, use_awaitable);
     }
+    probeSilentPeer(tls ? secure->next_layer().socket() : plain->socket());
     connected = true;
+  }
+
+  // TCP keep-alive probes after a second of silence: a watch is a reply that may stay silent for
+  // long (no events), and a member whose host was cut off never closes it where we can see, so
+  // without probes the watch would wait out its whole deadline (30 s) before failing over to a
+  // live member, and the wills of agents lost meanwhile would wait with it. With these the
+  // kernel ends such a connection about 3 s into the silence (a live member answers the probes).
+  static void probeSilentPeer(tcp::socket& socket) {
+    const int fd = socket.native_handle();
+    const int on = 1, idleSeconds = 1, intervalSeconds = 1, probes = 2;
+    ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
+    ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idleSeconds, sizeof idleSeconds);
+    ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intervalSeconds, sizeof intervalSeconds);
+    ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof probes);
   }
 
   template <class Message>
@@ -188,6 +206,12 @@ http::request<http::string_body> makeRequest(const Endpoint& endpoint, const std
   request.set(http::field::host, endpoint.host);
   request.set(http::field::content_type, "application/json");
   if (!token.empty()) request.set(http::field::authorization, token);
+  // gRPC metadata through the gateway: "require a leader" (clientv3's WithRequireLeader). A member
+  // cut off from the quorum then refuses a call at once ("etcdserver: no leader": the client
+  // fails over) and closes its watch streams within about three election timeouts, where it would
+  // otherwise keep a watch open that no event can reach (an agent on the majority side learned
+  // that a cut-off node was lost only ~30 s late).
+  request.set("Grpc-Metadata-Hasleader", "true");
   request.keep_alive(true);
   request.body() = body;
   request.prepare_payload();

@@ -204,6 +204,11 @@ void StoreServer::Impl::closeAll() {
 
 void StoreServer::Impl::start() {
   if (running_.exchange(true)) throw std::logic_error("StoreServer already running");
+  // spdlog's registry is a lazy singleton inside libspdlog (not instrumented): when this thread's
+  // first log line and the caller's first one race to create it, ThreadSanitizer sees the
+  // registry's construction and the server's read of the default logger unordered (a worker that
+  // hosts its communicator's store, CI's TSan pass). Created here, before the thread exists.
+  spdlog::default_logger_raw();
   thread_ = std::thread([this] { state_.ioc.run(); });
 }
 

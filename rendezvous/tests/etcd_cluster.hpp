@@ -7,11 +7,13 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "drun/common/test_skip.hpp"
@@ -20,12 +22,13 @@ namespace drun::test {
 
 class EtcdCluster {
  public:
-  // tls: https with a throw-away CA (caFile()).
-  explicit EtcdCluster(bool tls = false) {
+  // tls: https with a throw-away CA (caFile()). placement: environment assignments for up.sh
+  // that put the members on namespace hosts (MEMBER_NETNS=.. MEMBER_ADDRS=..; see up.sh).
+  explicit EtcdCluster(bool tls = false, const std::string& placement = "") {
     std::random_device rd;
     for (int attempt = 0; attempt < 3; ++attempt) {
       const int base = 20000 + int(rd() % 2000) * 6;
-      const std::string command = std::string(tls ? "TLS=1 " : "") + "BASE_PORT=" +
+      const std::string command = placement + " " + std::string(tls ? "TLS=1 " : "") + "BASE_PORT=" +
                                   std::to_string(base) + " " + script("up.sh") + " 2>&1";
       std::string output;
       FILE* pipe = ::popen(command.c_str(), "r");
@@ -60,11 +63,18 @@ class EtcdCluster {
     for (const auto& e : endpoints_) out += (out.empty() ? "" : ",") + e;
     return out;
   }
-  // SIGKILLs member i (0..2) by the PID up.sh recorded.
+  // SIGKILLs member i (0..2) by the PID up.sh recorded, and returns once it has exited (its
+  // listening socket closed): a test that calls right after a kill must meet a dead member, not
+  // one the kernel has not finished tearing down (CI's TSan pass: a put "timed out" instead of
+  // being refused). Bounded: 5 s.
   void kill(int member) {
     std::ifstream in(dir_ + "/m" + std::to_string(member) + ".pid");
     pid_t pid = 0;
-    if (in >> pid && pid > 0) ::kill(pid, SIGKILL);
+    if (!(in >> pid) || pid <= 0) return;
+    ::kill(pid, SIGKILL);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (alive(pid) && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   // The member that leads now (0..2), asked through each member's /v3/maintenance/status;
   // -1 when none answers as leader.
@@ -93,6 +103,15 @@ class EtcdCluster {
   }
 
  private:
+  // Not yet exited: /proc/<pid> exists and is not a zombie (the members are not our children, and
+  // whoever reaps them may take its time; a zombie holds no sockets).
+  static bool alive(pid_t pid) {
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string text;
+    if (!std::getline(stat, text)) return false;
+    const size_t paren = text.rfind(')');
+    return paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] != 'Z';
+  }
   static std::string script(const char* name) {
     return std::string(DRUN_SOURCE_DIR) + "/scripts/etcd/" + name;
   }

@@ -125,11 +125,13 @@ TEST_CASE("etcd client: a watch sees puts and deletes in order, and times out at
 TEST_CASE("etcd client: calls and watches fail over when the member in use is killed", "[etcd]") {
   ::drun::test::EtcdCluster cluster;
   EtcdClient c(clientOptions(cluster.endpoints()));
-  c.put("/f/k", "1");
+  // The watch starts after "1" whenever its thread gets to run: it read the revision itself once,
+  // and under load that read came after the puts below, so it waited for a "3" already past.
+  const int64_t afterFirst = c.put("/f/k", "1") + 1;
   auto watched = std::async(std::launch::async, [&] {
     EtcdClient w(clientOptions(cluster.endpoints()));
     std::string value;
-    w.watch("/f/k", {}, w.range("/f/k").revision + 1, Deadline(15s),
+    w.watch("/f/k", {}, afterFirst, Deadline(15s),
             [&](const std::vector<EtcdWatchEvent>& events) {
               value = events.back().kv.value;
               return value != "3";

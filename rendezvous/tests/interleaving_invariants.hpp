@@ -114,6 +114,17 @@ inline std::vector<std::string> Cluster::violations() {
           &a < &b)
         out.push_back("two restart counts in one round: " + describe(a, t0) + " AND " +
                       describe(b, t0));
+  // (g) Consecutive rounds never share a MASTER_ADDR:PORT: a rank of the old round, fenced off
+  // or not yet stopped, must not reach the new round's rank-0 store (chaos seed 2080763: a spare
+  // cut off while a round closed with it as rank 0 joined the next with the same port). Only
+  // consecutive rounds: drun draws each port at random, and two rounds further apart may meet
+  // one by chance.
+  for (const Interval& a : intervals)
+    for (const Interval& b : intervals)
+      if (b.result.round == a.result.round + 1 && a.result.masterAddr == b.result.masterAddr &&
+          a.result.masterPort == b.result.masterPort)
+        out.push_back("two consecutive rounds share MASTER_ADDR:PORT: " + describe(a, t0) +
+                      " AND " + describe(b, t0));
   for (const CauseSeen& a : causes)
     for (const CauseSeen& b : causes)
       if (&a < &b && a.round == b.round &&

@@ -131,7 +131,8 @@ def main():
                     signal.pthread_sigmask(signal.SIG_SETMASK, mask)
             outcome = it.outcome()
             kinds = sorted({v.kind for v in it.summary.violations})
-            results.append((plan.kind, outcome, kinds, plan.seed))
+            results.append((plan.kind, outcome, kinds, plan.seed,
+                            [f"[{v.kind}] {v.text}" for v in it.summary.violations]))
             margins.append(it.summary)
             print(f"iter {it.index:3d} seed {plan.seed} {plan.kind:13} {outcome:18} "
                   f"{time.time() - begun:5.1f} s  rounds {it.summary.rounds}  {it.codes()}  "
@@ -160,6 +161,11 @@ def main():
     if bad:
         print(f"{len(bad)} iteration(s) with violations; seeds: "
               + ", ".join(str(r[3]) for r in bad))
+        # Again at the end, short: a caller that shows only the tail of this output (CI) still
+        # sees what was violated, not just that something was.
+        for r in bad:
+            for text in r[4]:
+                print(f"  seed {r[3]} ({r[0]}): " + "\n      ".join(text.splitlines()[:8]))
     if stopped_early:
         print(f"chaos: {stopped_early}")
     return 1 if bad or stopped_early else 0

@@ -8,6 +8,10 @@
 # installed, 1 when the cluster does not come up within 20 s (its logs are in DIR/m<i>.log).
 # TLS=1: clients talk https, with a throw-away CA (DIR/tls/ca.pem, for --rdzv-conf etcd_cacert)
 # and a member certificate for 127.0.0.1 made with openssl.
+# On namespace hosts (scripts/netns.sh): MEMBER_NETNS="ns0 ns1 ns2" runs member i inside network
+# namespace ns_i and MEMBER_ADDRS="a0 a1 a2" gives its address there; it serves peers on a_i and
+# clients on a_i and on that host's 127.0.0.1 (a node on the same host still reaches it when the
+# host's link is down: "cut off from the majority"). ENDPOINTS are then a_i:port. Not with TLS=1.
 set -euo pipefail
 etcd_bin=$(command -v etcd || true)
 if [[ -z "$etcd_bin" && -x /usr/bin/etcd ]]; then etcd_bin=/usr/bin/etcd; fi
@@ -18,7 +22,9 @@ fi
 # Data on tmpfs when there is one: etcd fsyncs every write.
 tmp_root=/tmp
 [[ -d /dev/shm && -w /dev/shm ]] && tmp_root=/dev/shm
-dir=${1:-$(mktemp -d "$tmp_root/drun-etcd.XXXXXX")}
+# Not named "drun...": the comm tests check that no /dev/shm entry of that name is left behind,
+# and an etcd of a test running beside them is none of theirs.
+dir=${1:-$(mktemp -d "$tmp_root/etcd-cluster.XXXXXX")}
 mkdir -p "$dir"
 base=${BASE_PORT:-23790}
 scheme=http
@@ -39,22 +45,41 @@ if [[ "${TLS:-0}" == 1 ]]; then
   tls_flags=(--cert-file "$dir/tls/member.pem" --key-file "$dir/tls/member.key")
   curl_tls=(--cacert "$dir/tls/ca.pem")
 fi
+read -r -a netns <<<"${MEMBER_NETNS:-}"
+read -r -a addrs <<<"${MEMBER_ADDRS:-127.0.0.1 127.0.0.1 127.0.0.1}"
+if [[ ${#netns[@]} -ne 0 && ( ${#netns[@]} -ne 3 || ${#addrs[@]} -ne 3 || "$scheme" != http ) ]]; then
+  echo "MEMBER_NETNS needs 3 namespaces and MEMBER_ADDRS 3 addresses (and no TLS)" >&2
+  exit 2
+fi
+# The prefix that runs a command on member i's host: inside its namespace, or here. A prefix,
+# not a function: a simple command sent to the background execs in its fork, so $! is etcd's
+# PID (a function would leave the PID of a subshell, and down.sh could not stop the member).
+on_host() {
+  host_prefix=()
+  [[ ${#netns[@]} -eq 3 ]] && host_prefix=(ip netns exec "${netns[$1]}")
+  return 0
+}
 cluster=""
 for i in 0 1 2; do
-  cluster+="${cluster:+,}m$i=http://127.0.0.1:$((base + 2 * i + 1))"
+  cluster+="${cluster:+,}m$i=http://${addrs[$i]}:$((base + 2 * i + 1))"
 done
 endpoints=""
 for i in 0 1 2; do
   client=$((base + 2 * i))
   peer=$((base + 2 * i + 1))
-  endpoints+="${endpoints:+,}127.0.0.1:$client"
+  addr=${addrs[$i]}
+  endpoints+="${endpoints:+,}$addr:$client"
+  listen="$scheme://$addr:$client"
+  [[ "$addr" != 127.0.0.1 ]] && listen+=",$scheme://127.0.0.1:$client"
   # Short heartbeat/election: a killed leader is replaced within about a second. A benchmark
   # that loads the machine's cores raises them (ETCD_HEARTBEAT_MS, ETCD_ELECTION_MS): starved
-  # members otherwise miss heartbeats and elect leader after leader.
-  setsid "$etcd_bin" --name "m$i" --data-dir "$dir/m$i" \
-    --listen-client-urls "$scheme://127.0.0.1:$client" --advertise-client-urls "$scheme://127.0.0.1:$client" \
+  # members otherwise miss heartbeats and elect leader after leader. (`ip netns exec` execs
+  # etcd: the PID recorded is etcd's.)
+  on_host "$i"
+  "${host_prefix[@]}" setsid "$etcd_bin" --name "m$i" --data-dir "$dir/m$i" \
+    --listen-client-urls "$listen" --advertise-client-urls "$scheme://$addr:$client" \
     "${tls_flags[@]}" \
-    --listen-peer-urls "http://127.0.0.1:$peer" --initial-advertise-peer-urls "http://127.0.0.1:$peer" \
+    --listen-peer-urls "http://$addr:$peer" --initial-advertise-peer-urls "http://$addr:$peer" \
     --initial-cluster "$cluster" --initial-cluster-state new --initial-cluster-token "drun-$base" \
     --heartbeat-interval "${ETCD_HEARTBEAT_MS:-50}" --election-timeout "${ETCD_ELECTION_MS:-500}" --log-level error \
     >"$dir/m$i.log" 2>&1 </dev/null &
@@ -63,7 +88,8 @@ done
 echo "$endpoints" >"$dir/endpoints"
 deadline=$((SECONDS + 20))
 for i in 0 1 2; do
-  until curl -sf -m 1 "${curl_tls[@]}" "$scheme://127.0.0.1:$((base + 2 * i))/health" 2>/dev/null | grep -q '"health":"true"'; do
+  on_host "$i"
+  until "${host_prefix[@]}" curl -sf -m 1 "${curl_tls[@]}" "$scheme://127.0.0.1:$((base + 2 * i))/health" 2>/dev/null | grep -q '"health":"true"'; do
     if ((SECONDS >= deadline)); then
       echo "etcd member m$i did not come up in 20 s; see $dir/m$i.log" >&2
       "$(dirname "$0")/down.sh" "$dir" >/dev/null 2>&1 || true

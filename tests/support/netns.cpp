@@ -53,6 +53,10 @@ std::string NetnsCluster::address(int host) const {
   return "10.231.0." + std::to_string(host + 1);
 }
 
+std::string NetnsCluster::namespaceName(int host) const {
+  return prefix_ + "-" + std::to_string(host);  // scripts/netns.sh's naming
+}
+
 std::vector<std::string> NetnsCluster::exec(int host, const std::vector<std::string>& argv) const {
   std::vector<std::string> out = {"/bin/bash", script(), "-p", prefix_, "exec",
                                   std::to_string(host)};

@@ -25,6 +25,7 @@ class NetnsCluster {
 
   int size() const { return hosts_; }
   std::string address(int host) const;  // "10.231.0.<host+1>"
+  std::string namespaceName(int host) const;  // for `ip netns exec` (scripts/etcd/up.sh)
   // argv that runs `argv` inside host `host` (same PID: ip netns exec execs it).
   std::vector<std::string> exec(int host, const std::vector<std::string>& argv) const;
 
