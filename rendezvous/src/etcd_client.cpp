@@ -253,8 +253,9 @@ int64_t EtcdClient::put(const std::string& key, const std::string& value, int64_
 }
 
 EtcdRange EtcdClient::range(const std::string& key, const std::string& rangeEnd, bool countOnly,
-                            bool keysOnly) {
+                            bool keysOnly, int64_t revision) {
   Json body{{"key", etcd::base64Encode(key)}};
+  if (revision > 0) body["revision"] = std::to_string(revision);
   if (!rangeEnd.empty()) body["range_end"] = etcd::base64Encode(rangeEnd);
   if (countOnly) body["count_only"] = true;
   if (keysOnly) body["keys_only"] = true;

@@ -46,6 +46,7 @@ EtcdSession::EtcdSession(const EtcdStoreOptions& options) : options_(options) {
   lease_ = granter.leaseGrant(std::chrono::seconds(seconds), &granted);
   ttl_ = granted;
   ownId_ = leaseName(lease_);
+  appliedDir_ = options_.prefix + "applied/" + ownId_ + "/";
   // A keep-alive call may take a third of the TTL; the others the store's usual deadline.
   keepAliveClient_ = clientWith(options_, std::max<milliseconds>(ttl_ / 3, milliseconds(500)));
   watchClient_ = clientWith(options_, options_.client.callTimeout);

@@ -45,6 +45,8 @@ class EtcdSession {
   int64_t lease() const { return lease_; }
   milliseconds ttl() const { return ttl_; }
   bool lost() const { return lost_.load(); }
+  // A key never handed out before in this cluster, under applied/ (an add's retry token).
+  std::string nextAppliedKey() { return appliedDir_ + std::to_string(appliedCount_++); }
   std::string lostReason() const;
 
   // A store's client is interrupted when the lease is lost (its blocked call ends at once).
@@ -67,7 +69,8 @@ class EtcdSession {
   bool waitStopping(Clock::time_point until);
 
   EtcdStoreOptions options_;
-  std::string kvPrefix_, willDir_, liveDir_, ownId_;
+  std::string kvPrefix_, willDir_, liveDir_, appliedDir_, ownId_;
+  std::atomic<uint64_t> appliedCount_{0};
   int64_t lease_ = 0;
   milliseconds ttl_{0};
   Clock::time_point grantedAt_;

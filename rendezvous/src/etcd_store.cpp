@@ -2,6 +2,7 @@
 // family of etcd keys (etcd_keyspace.hpp).
 #include "drun/rendezvous/etcd_store.hpp"
 
+#include <algorithm>
 #include <map>
 #include <random>
 #include <thread>
@@ -254,7 +255,37 @@ int64_t EtcdStore::deletePrefix(const std::string& prefix) {
 int64_t EtcdStore::add(const std::string& key, int64_t delta) {
   checkLease();
   const std::string full = k(key);
+  // This add's token, and the tokens of adds that answered (removed in this add's transaction;
+  // bounded, so that the transaction stays under etcd's op limit).
+  const std::string token = session_->nextAppliedKey();
+  std::vector<std::string> stale;
+  {
+    std::lock_guard lock(tokensMutex_);
+    stale.assign(finishedTokens_.begin(), finishedTokens_.begin() + std::min<size_t>(finishedTokens_.size(), 32));
+  }
+  int64_t total = 0;
+  try {
+    total = addOnce(key, full, delta, token, stale);
+  } catch (const Error& e) {
+    checkLease();  // a lost lease says why
+    if (std::string_view(e.what()).find("lease not found") != std::string_view::npos)
+      throw NetworkError("etcd store: this agent's etcd lease ended: " + std::string(e.what()));
+    throw;
+  }
+  std::lock_guard lock(tokensMutex_);
+  std::erase_if(finishedTokens_, [&](const std::string& t) { return std::find(stale.begin(), stale.end(), t) != stale.end(); });
+  finishedTokens_.push_back(token);
+  return total;
+}
+
+int64_t EtcdStore::addOnce(const std::string& key, const std::string& full, int64_t delta, const std::string& token,
+                           const std::vector<std::string>& stale) {
   auto notInteger = [&] { return InvalidArgument("add on [" + key + "]: the value is not an integer"); };
+  auto totalOf = [&](const std::vector<EtcdKeyValue>& family) {
+    const std::optional<int64_t> now = parseInteger(foldFamily(full, family).value_or(""));
+    if (!now) throw notInteger();
+    return *now;
+  };
   // Guessed absent first (a counter's K is never set): one transaction in the usual case.
   std::vector<EtcdKeyValue> seen;
   for (int attempt = 0; attempt < kMaxRaces; ++attempt) {
@@ -268,15 +299,30 @@ int64_t EtcdStore::add(const std::string& key, int64_t delta) {
     if (!seen.empty() && __builtin_add_overflow(parseInteger(foldFamily(full, seen).value_or("0")).value_or(0), delta, &total))
       throw InvalidArgument("add on [" + key + "]: the value would overflow int64");
     // +-1: one more put of the family's counter (never refused); else K rewritten.
-    const EtcdOp write = delta == 1    ? EtcdOp::put(incrementKey(full), "")
-                         : delta == -1 ? EtcdOp::put(decrementKey(full), "")
-                                       : EtcdOp::put(full, std::to_string(*base + delta));
-    EtcdTxnResult result = client_->txn({unchanged}, {write, EtcdOp::range(full, familyEnd(full))},
-                                        {EtcdOp::range(full, familyEnd(full))}, false);
-    if (result.succeeded) {
-      const std::optional<int64_t> now = parseInteger(foldFamily(full, result.ranges.front().kvs).value_or(""));
-      if (!now) throw notInteger();
-      return *now;
+    std::vector<EtcdOp> apply{delta == 1    ? EtcdOp::put(incrementKey(full), "")
+                              : delta == -1 ? EtcdOp::put(decrementKey(full), "")
+                                            : EtcdOp::put(full, std::to_string(*base + delta)),
+                              EtcdOp::put(token, "", session_->lease())};
+    for (const std::string& old : stale) apply.push_back(EtcdOp::erase(old));
+    apply.push_back(EtcdOp::range(full, familyEnd(full)));
+    // Retry-safe (the client may repeat it on another member): applied only while the token
+    // is absent, and the token is created with it.
+    const EtcdCompare tokenAbsent{token, EtcdCompare::Target::CreateRevision, {}, 0};
+    EtcdTxnResult result = client_->txn({unchanged, tokenAbsent}, apply,
+                                        {EtcdOp::range(full, familyEnd(full)), EtcdOp::range(token)}, true);
+    if (result.succeeded) return totalOf(result.ranges.front().kvs);
+    if (!result.ranges[1].kvs.empty()) {
+      // An earlier attempt of this add was applied and its reply lost: its total is the family
+      // at the token's revision (the transaction's own).
+      const int64_t applied = result.ranges[1].kvs.front().createRevision;
+      try {
+        return totalOf(client_->range(full, familyEnd(full), false, false, applied).kvs);
+      } catch (const InvalidArgument&) {
+        throw;
+      } catch (const Error& e) {
+        throw NetworkError("add on [" + key + "]: applied at etcd revision " + std::to_string(applied) +
+                           ", but its total there cannot be read: " + e.what());
+      }
     }
     // K was set meanwhile (or exists: the guess was wrong): again on what it holds now.
     const bool wasGuess = seen.empty() && attempt == 0;

@@ -124,9 +124,10 @@ class EtcdClient {
   EtcdClient& operator=(const EtcdClient&) = delete;
 
   int64_t put(const std::string& key, const std::string& value, int64_t lease = 0);
-  // countOnly: only `count`; keysOnly: the key-values without their values.
+  // countOnly: only `count`; keysOnly: the key-values without their values; revision > 0: as
+  // the keys were at that revision (Error "compacted" when etcd no longer holds it).
   EtcdRange range(const std::string& key, const std::string& rangeEnd = {}, bool countOnly = false,
-                  bool keysOnly = false);
+                  bool keysOnly = false, int64_t revision = 0);
   int64_t deleteRange(const std::string& key, const std::string& rangeEnd = {});
   EtcdTxnResult txn(const std::vector<EtcdCompare>& compares, const std::vector<EtcdOp>& success,
                     const std::vector<EtcdOp>& failure, bool idempotent);

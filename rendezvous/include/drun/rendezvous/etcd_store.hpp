@@ -8,6 +8,10 @@
 //   add +-1, append                   txn: put of the counter + range of the family; put
 //                                     (never refused: N agents adding to one key do not race)
 //   add of another delta, compareSet  range + txn on the revisions read, retried on a lost race
+// An add also creates a token key of its own (applied/<lease>/<n>, bound to the lease; the
+// next add removes it) only if it is absent: an add whose reply was lost (a member killed
+// between applying and answering) is retried on another member and, finding its token, counts
+// nothing more and answers the total at the token's revision (what the lost reply held).
 //   deleteKey, deletePrefix, numKeys  deleterange of families; range (Store keys counted)
 //   get, wait, multiGet, watch        range of the family, then a watch of it from the next revision
 // Liveness: an EtcdSession holds one etcd lease (TTL = leaseTtl), kept alive at a third of its
@@ -28,7 +32,9 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "drun/rendezvous/etcd_client.hpp"
 #include "drun/rendezvous/store.hpp"
@@ -88,10 +94,14 @@ class EtcdStore final : public LivenessStore {
   void checkLease() const;
   template <class Done>
   std::optional<Bytes> awaitValue(const std::string& full, const Deadline& deadline, Done done);
+  int64_t addOnce(const std::string& key, const std::string& full, int64_t delta, const std::string& token,
+                  const std::vector<std::string>& stale);
 
   std::shared_ptr<EtcdSession> session_;
   std::unique_ptr<EtcdClient> client_;
   bool ownsWill_ = false;
+  std::mutex tokensMutex_;
+  std::vector<std::string> finishedTokens_;  // tokens of adds that answered: the next add removes them
 };
 
 }  // namespace drun::rdzv
