@@ -18,7 +18,7 @@ using drun::test::etcdStoreOptions;
 
 namespace {
 
-// The retry tokens the stores of the cluster hold now (etcd_keyspace.hpp: appliedDir).
+// The retry tokens the stores of the cluster hold now (etcd_session.hpp: nextAppliedKey).
 int64_t tokensHeld(const test::EtcdCluster& cluster) {
   EtcdClient client(test::etcdClientOptions(cluster.endpoints()));
   const std::string dir = etcdStoreOptions(cluster).prefix + "applied/";
