@@ -81,7 +81,10 @@ Json encodeOp(const EtcdOp& op) {
 }
 
 Json encodeCompare(const EtcdCompare& c) {
-  Json out{{"key", etcd::base64Encode(c.key)}, {"result", "EQUAL"}, {"target", compareTarget(c.target)}};
+  Json out{{"key", etcd::base64Encode(c.key)},
+           {"result", c.result == EtcdCompare::Result::Less ? "LESS" : "EQUAL"},
+           {"target", compareTarget(c.target)}};
+  if (!c.rangeEnd.empty()) out["range_end"] = etcd::base64Encode(c.rangeEnd);
   switch (c.target) {
     case EtcdCompare::Target::Value: out["value"] = etcd::base64Encode(c.value); break;
     case EtcdCompare::Target::CreateRevision: out["create_revision"] = std::to_string(c.number); break;
@@ -249,10 +252,13 @@ int64_t EtcdClient::put(const std::string& key, const std::string& value, int64_
   return etcd::headerRevision(etcd::parseObject(reply, "etcd /v3/kv/put"));
 }
 
-EtcdRange EtcdClient::range(const std::string& key, const std::string& rangeEnd, bool countOnly) {
+EtcdRange EtcdClient::range(const std::string& key, const std::string& rangeEnd, bool countOnly,
+                            bool keysOnly, int64_t revision) {
   Json body{{"key", etcd::base64Encode(key)}};
+  if (revision > 0) body["revision"] = std::to_string(revision);
   if (!rangeEnd.empty()) body["range_end"] = etcd::base64Encode(rangeEnd);
   if (countOnly) body["count_only"] = true;
+  if (keysOnly) body["keys_only"] = true;
   const std::string reply = call("/v3/kv/range", body.dump(), Deadline(options_.callTimeout), true);
   try {
     return etcd::parseRange(etcd::parseObject(reply, "etcd /v3/kv/range"));

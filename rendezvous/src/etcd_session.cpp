@@ -47,6 +47,7 @@ EtcdSession::EtcdSession(const EtcdStoreOptions& options) : options_(options) {
   lease_ = granter.leaseGrant(std::chrono::seconds(seconds), &granted);
   ttl_ = granted;
   ownId_ = leaseName(lease_);
+  appliedDir_ = options_.prefix + "applied/" + ownId_ + "/";
   // A keep-alive call may take a third of the TTL; the others the store's usual deadline.
   keepAliveClient_ = clientWith(options_, std::max<milliseconds>(ttl_ / 3, milliseconds(500)));
   watchClient_ = clientWith(options_, options_.client.callTimeout);
@@ -202,8 +203,10 @@ void EtcdSession::executeWills() {
   while (!stopped()) {
     try {
       // Records whose lease ended while nobody watched, then every lease that ends from here.
-      const EtcdRange wills = watchClient_->range(willDir_, EtcdClient::prefixEnd(willDir_));
-      const EtcdRange lives = watchClient_->range(liveDir_, liveEnd);
+      // Names only (N sessions each reading N records would be N^2 record bytes), and of the
+      // live keys only their deletions (each session's put would reach N watchers).
+      const EtcdRange wills = watchClient_->range(willDir_, EtcdClient::prefixEnd(willDir_), false, true);
+      const EtcdRange lives = watchClient_->range(liveDir_, liveEnd, false, true);
       std::set<std::string> alive;
       for (const EtcdKeyValue& kv : lives.kvs) alive.insert(kv.key.substr(liveDir_.size()));
       for (const EtcdKeyValue& kv : wills.kvs) {
@@ -222,7 +225,8 @@ void EtcdSession::executeWills() {
                                 spdlog::debug("etcd session {}: applied the will of lease {}", ownId_, id);
                             }
                             return !stopped();
-                          });
+                          },
+                          true);
     } catch (const TimeoutError&) {
       continue;  // a fresh look now and then
     } catch (const std::exception& e) {

@@ -26,8 +26,9 @@ namespace drun::rdzv {
 std::string encodeWill(const Store::Will& will);
 std::optional<Store::Will> decodeWill(const std::string& record);
 // Applies the will stored at `willKey` once, in one transaction that also deletes the record and
-// `liveKey`: the sets, then the adds (a key holding no integer is skipped, as StoreCore does),
-// then the deletes; entries outside `kvPrefix` are ignored. Returns false when the record is gone
+// `liveKey`: the sets, then the adds (a key holding no integer is skipped, as StoreCore does;
+// a +-1 is a put of the key's counter, etcd_keyspace.hpp), then the deletes; entries outside
+// `kvPrefix` are ignored. Returns false when the record is gone
 // (another session applied it). Throws on store errors.
 bool applyWillRecord(EtcdClient& client, const std::string& willKey, const std::string& liveKey,
                      const std::string& kvPrefix);
@@ -44,6 +45,8 @@ class EtcdSession {
   int64_t lease() const { return lease_; }
   milliseconds ttl() const { return ttl_; }
   bool lost() const { return lost_.load(); }
+  // A key never handed out before in this cluster, under applied/ (an add's retry token).
+  std::string nextAppliedKey() { return appliedDir_ + std::to_string(appliedCount_++); }
   std::string lostReason() const;
 
   // A store's client is interrupted when the lease is lost (its blocked call ends at once).
@@ -67,7 +70,8 @@ class EtcdSession {
   bool waitStopping(Clock::time_point until);
 
   EtcdStoreOptions options_;
-  std::string kvPrefix_, willDir_, liveDir_, ownId_;
+  std::string kvPrefix_, willDir_, liveDir_, appliedDir_, ownId_;
+  std::atomic<uint64_t> appliedCount_{0};
   int64_t lease_ = 0;
   milliseconds ttl_{0};
   Clock::time_point grantedAt_;

@@ -1,7 +1,8 @@
-// EtcdStore: the Store contract over etcd transactions and watches (etcd_store.hpp).
+// EtcdStore: the Store contract over etcd transactions and watches (etcd_store.hpp); a key is a
+// family of etcd keys (etcd_keyspace.hpp).
 #include "drun/rendezvous/etcd_store.hpp"
 
-#include <charconv>
+#include <algorithm>
 #include <map>
 #include <random>
 #include <thread>
@@ -9,10 +10,13 @@
 #include <spdlog/spdlog.h>
 
 #include "drun/common/error.hpp"
+#include "etcd_keyspace.hpp"
 #include "etcd_session.hpp"
 
 namespace drun::rdzv {
 namespace {
+
+using namespace etcd_keys;
 
 std::string keyList(const std::vector<std::string>& keys) {
   std::string out = "[";
@@ -22,9 +26,8 @@ std::string keyList(const std::vector<std::string>& keys) {
 }
 
 // A random pause after a lost compare-and-set race, its range doubling with the attempts (1 ms
-// to 100 ms, as Ethernet's backoff): N racers spread out within about log2(N) attempts instead of
-// all proposing again at once (every failed transaction is a raft proposal too; without the
-// spread N racers cost about N^2/2 of them).
+// to 100 ms, as Ethernet's backoff). Only writers that replace a value race now (compareSet, an
+// add of a delta other than +-1); adds of +-1 and appends never do.
 void backOff(int attempt) {
   thread_local std::mt19937 jitter(std::random_device{}());
   const unsigned rangeUs = std::min(1000u << std::min(attempt, 7), 100000u);
@@ -35,17 +38,41 @@ constexpr int kMaxRaces = 4096;
 // etcd refuses a transaction of more operations than its --max-txn-ops (128 by default).
 constexpr size_t kMaxOpsPerTxn = 128;
 
-// Reads the keys in transactions of at most kMaxOpsPerTxn ranges; one range result per key.
-std::vector<EtcdRange> readAll(EtcdClient& client, const std::vector<std::string>& keys) {
-  std::vector<EtcdRange> out;
+// Reads the keys' families in transactions of at most kMaxOpsPerTxn ranges; one value per key.
+std::vector<std::optional<Bytes>> readAll(EtcdClient& client, const std::vector<std::string>& keys) {
+  std::vector<std::optional<Bytes>> out;
   for (size_t at = 0; at < keys.size(); at += kMaxOpsPerTxn) {
     std::vector<EtcdOp> reads;
     for (size_t i = at; i < std::min(keys.size(), at + kMaxOpsPerTxn); ++i)
-      reads.push_back(EtcdOp::range(keys[i]));
+      reads.push_back(EtcdOp::range(keys[i], familyEnd(keys[i])));
     EtcdTxnResult result = client.txn({}, reads, {}, true);
-    for (auto& r : result.ranges) out.push_back(std::move(r));
+    for (size_t i = 0; i < result.ranges.size(); ++i) out.push_back(foldFamily(keys[at + i], result.ranges[i].kvs));
   }
   return out;
+}
+
+// The value that replaces a family: its key set, everything generated for it removed.
+std::vector<EtcdOp> replaceFamily(const std::string& key, const Bytes& value) {
+  return {EtcdOp::put(key, value), EtcdOp::erase(generatedStart(key), familyEnd(key))};
+}
+
+// The key K of a family as it is now (absent: created revision 0), for a compare.
+EtcdCompare unchangedKey(const std::string& key, const std::vector<EtcdKeyValue>& family) {
+  for (const EtcdKeyValue& kv : family)
+    if (kv.key == key) return {key, EtcdCompare::Target::ModRevision, {}, kv.modRevision};
+  return {key, EtcdCompare::Target::CreateRevision, {}, 0};
+}
+
+// Distinct Store keys among etcd keys.
+int64_t familiesIn(const std::vector<EtcdKeyValue>& kvs) {
+  int64_t count = 0;
+  std::string last;
+  for (const EtcdKeyValue& kv : kvs) {
+    std::string family = familyOf(kv.key);
+    if (count == 0 || family != last) ++count;
+    last = std::move(family);
+  }
+  return count;
 }
 
 }  // namespace
@@ -71,7 +98,10 @@ EtcdStore::~EtcdStore() {
   }
 }
 
-std::string EtcdStore::k(const std::string& key) const { return session_->kvPrefix() + key; }
+std::string EtcdStore::k(const std::string& key) const {
+  checkKey(key);
+  return session_->kvPrefix() + key;
+}
 
 void EtcdStore::checkLease() const {
   if (session_->lost())
@@ -82,36 +112,45 @@ void EtcdStore::interrupt() { client_->interrupt(); }
 
 void EtcdStore::set(const std::string& key, const Bytes& value) {
   checkLease();
-  client_->put(k(key), value);
+  client_->txn({}, replaceFamily(k(key), value), {}, true);
 }
 
 std::optional<Bytes> EtcdStore::tryGet(const std::string& key) {
   checkLease();
-  EtcdRange r = client_->range(k(key));
-  if (r.kvs.empty()) return std::nullopt;
-  return std::move(r.kvs.front().value);
+  const std::string full = k(key);
+  return foldFamily(full, client_->range(full, familyEnd(full)).kvs);
+}
+
+// Reads the family of `full`, then follows it in a watch until `done` holds for its value, which
+// it returns. The watch's events replay every change after the read, so the family kept here is
+// the family as etcd holds it after each batch. TimeoutError at the deadline.
+template <class Done>
+std::optional<Bytes> EtcdStore::awaitValue(const std::string& full, const Deadline& deadline, Done done) {
+  const EtcdRange now = client_->range(full, familyEnd(full));
+  std::optional<Bytes> value = foldFamily(full, now.kvs);
+  if (done(value)) return value;
+  std::map<std::string, EtcdKeyValue> family;
+  for (const EtcdKeyValue& kv : now.kvs) family[kv.key] = kv;
+  client_->watch(full, familyEnd(full), now.revision + 1, deadline, [&](const std::vector<EtcdWatchEvent>& events) {
+    for (const EtcdWatchEvent& event : events) {
+      if (event.deleted)
+        family.erase(event.kv.key);
+      else
+        family[event.kv.key] = event.kv;
+    }
+    std::vector<EtcdKeyValue> kvs;
+    for (const auto& [name, kv] : family) kvs.push_back(kv);
+    value = foldFamily(full, kvs);
+    return !done(value);
+  });
+  return value;
 }
 
 std::optional<Bytes> EtcdStore::watch(const std::string& key, const std::optional<Bytes>& known,
                                       milliseconds timeout) {
   checkLease();
-  const Deadline deadline(timeout);
-  const EtcdRange now = client_->range(k(key));
-  std::optional<Bytes> value;
-  if (!now.kvs.empty()) value = now.kvs.front().value;
-  if (value != known) return value;
   try {
-    client_->watch(k(key), {}, now.revision + 1, deadline, [&](const std::vector<EtcdWatchEvent>& events) {
-      for (const EtcdWatchEvent& event : events) {
-        std::optional<Bytes> next;
-        if (!event.deleted) next = event.kv.value;
-        if (next != known) {
-          value = std::move(next);
-          return false;
-        }
-      }
-      return true;
-    });
+    return awaitValue(k(key), Deadline(timeout), [&](const std::optional<Bytes>& value) { return value != known; });
   } catch (const TimeoutError&) {
     checkLease();
     throw TimeoutError("watch timed out after " + std::to_string(timeout.count()) + "ms on [" + key +
@@ -120,28 +159,16 @@ std::optional<Bytes> EtcdStore::watch(const std::string& key, const std::optiona
     checkLease();  // a lost lease says why
     throw;
   }
-  return value;
 }
 
 Bytes EtcdStore::get(const std::string& key, milliseconds timeout) {
   checkLease();
-  const Deadline deadline(timeout);
-  for (;;) {
-    const EtcdRange now = client_->range(k(key));
-    if (!now.kvs.empty()) return now.kvs.front().value;
-    std::optional<Bytes> value;
-    try {
-      client_->watch(k(key), {}, now.revision + 1, deadline, [&](const std::vector<EtcdWatchEvent>& events) {
-        for (const EtcdWatchEvent& event : events)
-          if (!event.deleted) value = event.kv.value;
-        return !value.has_value();
-      });
-    } catch (const TimeoutError&) {
-      checkLease();
-      throw TimeoutError("get timed out after " + std::to_string(timeout.count()) + "ms on [" + key +
-                         "] at etcd " + client_->endpointName());
-    }
-    if (value) return *value;
+  try {
+    return *awaitValue(k(key), Deadline(timeout), [](const std::optional<Bytes>& value) { return value.has_value(); });
+  } catch (const TimeoutError&) {
+    checkLease();
+    throw TimeoutError("get timed out after " + std::to_string(timeout.count()) + "ms on [" + key +
+                       "] at etcd " + client_->endpointName());
   }
 }
 
@@ -164,8 +191,8 @@ bool EtcdStore::check(const std::vector<std::string>& keys) {
   checkLease();
   std::vector<std::string> full;
   for (const std::string& key : keys) full.push_back(k(key));
-  for (const EtcdRange& r : readAll(*client_, full))
-    if (r.kvs.empty()) return false;
+  for (const std::optional<Bytes>& value : readAll(*client_, full))
+    if (!value) return false;
   return true;
 }
 
@@ -177,9 +204,9 @@ std::vector<Bytes> EtcdStore::multiGet(const std::vector<std::string>& keys, mil
     std::vector<std::string> full;
     for (const std::string& key : keys) full.push_back(k(key));
     std::vector<Bytes> values;
-    for (const EtcdRange& r : readAll(*client_, full)) {
-      if (r.kvs.empty()) break;
-      values.push_back(r.kvs.front().value);
+    for (std::optional<Bytes>& value : readAll(*client_, full)) {
+      if (!value) break;
+      values.push_back(std::move(*value));
     }
     if (values.size() == keys.size()) return values;
   }
@@ -189,14 +216,15 @@ void EtcdStore::multiSet(const std::vector<std::string>& keys, const std::vector
   checkLease();
   if (keys.size() != values.size()) throw InvalidArgument("multiSet: keys and values differ in count");
   // etcd refuses a key twice in one transaction: each key once, with its last value, in the
-  // order of its last occurrence. Over kMaxOpsPerTxn keys, several transactions in that order:
+  // order of its last occurrence. Over kMaxOpsPerTxn ops, several transactions in that order:
   // what a caller writes last (a round's status, after its assignments) is still written last.
   std::map<std::string, size_t> lastAt;
   for (size_t i = 0; i < keys.size(); ++i) lastAt[keys[i]] = i;
   std::vector<EtcdOp> writes;
   for (size_t i = 0; i < keys.size(); ++i)
-    if (lastAt[keys[i]] == i) writes.push_back(EtcdOp::put(k(keys[i]), values[i]));
-  for (size_t at = 0; at < writes.size(); at += kMaxOpsPerTxn) {
+    if (lastAt[keys[i]] == i)
+      for (EtcdOp& op : replaceFamily(k(keys[i]), values[i])) writes.push_back(std::move(op));
+  for (size_t at = 0; at < writes.size(); at += kMaxOpsPerTxn) {  // even: a key's two ops together
     std::vector<EtcdOp> chunk(writes.begin() + at, writes.begin() + std::min(writes.size(), at + kMaxOpsPerTxn));
     client_->txn({}, chunk, {}, true);
   }
@@ -204,89 +232,140 @@ void EtcdStore::multiSet(const std::vector<std::string>& keys, const std::vector
 
 bool EtcdStore::deleteKey(const std::string& key) {
   checkLease();
-  return client_->deleteRange(k(key)) > 0;
+  const std::string full = k(key);
+  return client_->deleteRange(full, familyEnd(full)) > 0;
 }
 
 int64_t EtcdStore::numKeys() {
   checkLease();
   const std::string& prefix = session_->kvPrefix();
-  return client_->range(prefix, EtcdClient::prefixEnd(prefix), true).count;
+  return familiesIn(client_->range(prefix, EtcdClient::prefixEnd(prefix)).kvs);
 }
 
 int64_t EtcdStore::deletePrefix(const std::string& prefix) {
   checkLease();
   if (prefix.empty()) throw InvalidArgument("deletePrefix: empty prefix");
-  return client_->deleteRange(k(prefix), EtcdClient::prefixEnd(k(prefix)));
-}
-
-// Reads the key, computes the new value, writes it if the key did not change meanwhile (a
-// transaction on its mod revision); a lost race reads again. Not idempotent: a write whose answer
-// was lost is not repeated (NetworkError), since it may have been applied.
-template <class Update>
-Bytes EtcdStore::readModifyWrite(const std::string& key, const char* what, Update update) {
-  checkLease();
-  const std::string full = k(key);
-  EtcdRange current = client_->range(full);
-  for (int attempt = 0; attempt < kMaxRaces; ++attempt) {
-    const bool absent = current.kvs.empty();
-    const std::optional<Bytes> before = absent ? std::nullopt : std::optional<Bytes>(current.kvs.front().value);
-    const Bytes after = update(before);
-    const EtcdCompare unchanged{full, absent ? EtcdCompare::Target::CreateRevision : EtcdCompare::Target::ModRevision,
-                                {}, absent ? 0 : current.kvs.front().modRevision};
-    EtcdTxnResult result = client_->txn({unchanged}, {EtcdOp::put(full, after)}, {EtcdOp::range(full)}, false);
-    if (result.succeeded) return after;
-    current = std::move(result.ranges.front());
-    backOff(attempt);
-  }
-  throw Error(std::string(what) + " on [" + key + "]: lost " + std::to_string(kMaxRaces) +
-              " races in a row at etcd " + client_->endpointName());
+  const std::string full = k(prefix);
+  const std::string end = EtcdClient::prefixEnd(full);
+  // The keys removed, read in the same transaction: a count of Store keys, not of etcd keys.
+  const EtcdTxnResult result = client_->txn({}, {EtcdOp::range(full, end), EtcdOp::erase(full, end)}, {}, true);
+  return familiesIn(result.ranges.front().kvs);
 }
 
 int64_t EtcdStore::add(const std::string& key, int64_t delta) {
-  int64_t result = 0;
-  readModifyWrite(key, "add", [&](const std::optional<Bytes>& before) {
-    int64_t value = 0;
-    if (before) {
-      auto [end, ec] = std::from_chars(before->data(), before->data() + before->size(), value);
-      if (ec != std::errc() || end != before->data() + before->size() || before->empty())
-        throw InvalidArgument("add on [" + key + "]: the value is not an integer");
+  checkLease();
+  const std::string full = k(key);
+  // This add's token, and the tokens of adds that answered (removed in this add's transaction;
+  // bounded, so that the transaction stays under etcd's op limit).
+  const std::string token = session_->nextAppliedKey();
+  std::vector<std::string> stale;
+  {
+    std::lock_guard lock(tokensMutex_);
+    stale.assign(finishedTokens_.begin(), finishedTokens_.begin() + std::min<size_t>(finishedTokens_.size(), 32));
+  }
+  int64_t total = 0;
+  try {
+    total = addOnce(key, full, delta, token, stale);
+  } catch (const Error& e) {
+    checkLease();  // a lost lease says why
+    if (std::string_view(e.what()).find("lease not found") != std::string_view::npos)
+      throw NetworkError("etcd store: this agent's etcd lease ended: " + std::string(e.what()));
+    throw;
+  }
+  std::lock_guard lock(tokensMutex_);
+  std::erase_if(finishedTokens_, [&](const std::string& t) { return std::find(stale.begin(), stale.end(), t) != stale.end(); });
+  finishedTokens_.push_back(token);
+  return total;
+}
+
+int64_t EtcdStore::addOnce(const std::string& key, const std::string& full, int64_t delta, const std::string& token,
+                           const std::vector<std::string>& stale) {
+  auto notInteger = [&] { return InvalidArgument("add on [" + key + "]: the value is not an integer"); };
+  auto totalOf = [&](const std::vector<EtcdKeyValue>& family) {
+    const std::optional<int64_t> now = parseInteger(foldFamily(full, family).value_or(""));
+    if (!now) throw notInteger();
+    return *now;
+  };
+  // Guessed absent first (a counter's K is never set): one transaction in the usual case.
+  std::vector<EtcdKeyValue> seen;
+  for (int attempt = 0; attempt < kMaxRaces; ++attempt) {
+    const EtcdCompare unchanged = unchangedKey(full, seen);
+    std::optional<int64_t> base = 0;
+    for (const EtcdKeyValue& kv : seen)
+      if (kv.key == full) base = parseInteger(kv.value);
+    if (!base) throw notInteger();
+    // The total as read must take the delta (a counter alone never nears the limit).
+    int64_t total = 0;
+    if (!seen.empty() && __builtin_add_overflow(parseInteger(foldFamily(full, seen).value_or("0")).value_or(0), delta, &total))
+      throw InvalidArgument("add on [" + key + "]: the value would overflow int64");
+    // +-1: one more put of the family's counter (never refused); else K rewritten.
+    std::vector<EtcdOp> apply{delta == 1    ? EtcdOp::put(incrementKey(full), "")
+                              : delta == -1 ? EtcdOp::put(decrementKey(full), "")
+                                            : EtcdOp::put(full, std::to_string(*base + delta)),
+                              EtcdOp::put(token, "", session_->lease())};
+    for (const std::string& old : stale) apply.push_back(EtcdOp::erase(old));
+    apply.push_back(EtcdOp::range(full, familyEnd(full)));
+    // Retry-safe (the client may repeat it on another member): applied only while the token
+    // is absent, and the token is created with it.
+    const EtcdCompare tokenAbsent{token, EtcdCompare::Target::CreateRevision, {}, 0};
+    EtcdTxnResult result = client_->txn({unchanged, tokenAbsent}, apply,
+                                        {EtcdOp::range(full, familyEnd(full)), EtcdOp::range(token)}, true);
+    if (result.succeeded) return totalOf(result.ranges.front().kvs);
+    if (!result.ranges[1].kvs.empty()) {
+      // An earlier attempt of this add was applied and its reply lost: its total is the family
+      // at the token's revision (the transaction's own).
+      const int64_t applied = result.ranges[1].kvs.front().createRevision;
+      try {
+        return totalOf(client_->range(full, familyEnd(full), false, false, applied).kvs);
+      } catch (const InvalidArgument&) {
+        throw;
+      } catch (const Error& e) {
+        throw NetworkError("add on [" + key + "]: applied at etcd revision " + std::to_string(applied) +
+                           ", but its total there cannot be read: " + e.what());
+      }
     }
-    result = value + delta;
-    return std::to_string(result);
-  });
-  return result;
+    // K was set meanwhile (or exists: the guess was wrong): again on what it holds now.
+    const bool wasGuess = seen.empty() && attempt == 0;
+    seen = std::move(result.ranges.front().kvs);
+    if (!wasGuess) backOff(attempt);
+  }
+  throw Error("add on [" + key + "]: lost " + std::to_string(kMaxRaces) + " races in a row at etcd " +
+              client_->endpointName());
 }
 
 void EtcdStore::append(const std::string& key, const Bytes& value) {
-  readModifyWrite(key, "append", [&](const std::optional<Bytes>& before) { return before.value_or("") + value; });
+  checkLease();
+  const std::string full = k(key);
+  // A key of its own, unique: repeating the put (its answer lost) writes the same thing again.
+  client_->put(appendKey(full, uniqueId()), value);
 }
 
 Bytes EtcdStore::compareSet(const std::string& key, const Bytes& expected, const Bytes& desired) {
   checkLease();
   const std::string full = k(key);
   for (int attempt = 0; attempt < kMaxRaces; ++attempt) {
-    // An empty `expected` also matches a missing key (torch's TCPStore).
-    const bool missingMatches = expected.empty() && attempt % 2 == 0;
-    const EtcdCompare compare = missingMatches
-                                    ? EtcdCompare{full, EtcdCompare::Target::CreateRevision, {}, 0}
-                                    : EtcdCompare{full, EtcdCompare::Target::Value, expected, 0};
-    const EtcdTxnResult result = client_->txn({compare}, {EtcdOp::put(full, desired)}, {EtcdOp::range(full)}, true);
-    if (result.succeeded) return desired;
-    const EtcdRange& now = result.ranges.front();
-    if (now.kvs.empty()) {
-      if (!expected.empty()) return expected;  // missing + non-empty expected: nothing stored
-      continue;                                // deleted meanwhile: the missing-key form again
-    }
-    const Bytes& stored = now.kvs.front().value;
-    if (stored != expected) return stored;
-    // It holds `expected` now (an empty value when the missing form lost): compare the value.
-    if (!expected.empty()) backOff(attempt);
+    const EtcdRange now = client_->range(full, familyEnd(full));
+    const std::optional<Bytes> value = foldFamily(full, now.kvs);
+    // torch's TCPStore: an empty `expected` also matches a missing key; a missing key with a
+    // non-empty `expected` stores nothing and returns `expected`.
+    if (value ? *value != expected : !expected.empty()) return value ? *value : expected;
+    // Replaced only if the family is as read: nothing in it written since, nothing removed.
+    std::vector<EtcdCompare> compares{
+        {full, EtcdCompare::Target::ModRevision, {}, now.revision + 1, familyEnd(full), EtcdCompare::Result::Less}};
+    for (const EtcdKeyValue& kv : now.kvs)
+      compares.push_back({kv.key, EtcdCompare::Target::ModRevision, {}, kv.modRevision});
+    if (compares.size() >= kMaxOpsPerTxn) compares.resize(1);  // many appends: checked as a whole
+    if (client_->txn(compares, replaceFamily(full, desired), {}, true).succeeded) return desired;
+    backOff(attempt);
   }
   throw Error("compareSet on [" + key + "]: lost " + std::to_string(kMaxRaces) + " races at etcd");
 }
 
 void EtcdStore::setWill(const Will& will) {
   checkLease();
+  for (const auto& [key, value] : will.sets) checkKey(key);
+  for (const auto& [key, delta] : will.adds) checkKey(key);
+  for (const auto& key : will.deletes) checkKey(key);
   session_->setWill(*client_, will);
   ownsWill_ = !(will.sets.empty() && will.adds.empty() && will.deletes.empty());
 }

@@ -52,7 +52,8 @@ std::vector<EtcdWatchEvent> parseWatchLine(std::string_view line, const std::str
 
 void EtcdClient::watch(const std::string& key, const std::string& rangeEnd, int64_t startRevision,
                        const Deadline& deadline,
-                       const std::function<bool(const std::vector<EtcdWatchEvent>&)>& onEvents) {
+                       const std::function<bool(const std::vector<EtcdWatchEvent>&)>& onEvents,
+                       bool deletesOnly) {
   std::lock_guard lock(mutex_);
   int64_t next = startRevision;
   std::string lastError;
@@ -64,6 +65,7 @@ void EtcdClient::watch(const std::string& key, const std::string& rangeEnd, int6
     Json request{{"key", etcd::base64Encode(key)}};
     if (!rangeEnd.empty()) request["range_end"] = etcd::base64Encode(rangeEnd);
     if (next > 0) request["start_revision"] = std::to_string(next);
+    if (deletesOnly) request["filters"] = Json::array({"NOPUT"});
     const Json body{{"create_request", request}};
     bool created = false;
     try {

@@ -1,5 +1,5 @@
 // Will records over etcd: encoding, and applying one exactly once (etcd_session.hpp).
-#include <charconv>
+#include <algorithm>
 #include <map>
 #include <random>
 #include <sstream>
@@ -7,19 +7,11 @@
 
 #include "drun/common/error.hpp"
 #include "etcd_json.hpp"
+#include "etcd_keyspace.hpp"
 #include "etcd_session.hpp"
 
 namespace drun::rdzv {
-namespace {
-
-std::optional<int64_t> parseInteger(std::string_view text) {
-  int64_t value = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || end != text.data() + text.size() || text.empty()) return std::nullopt;
-  return value;
-}
-
-}  // namespace
+using etcd_keys::parseInteger;
 
 std::string encodeWill(const Store::Will& will) {
   std::string out;
@@ -60,12 +52,40 @@ std::optional<Store::Will> decodeWill(const std::string& record) {
   return will;
 }
 
+namespace {
+
+// What a will does to one Store key, folded over its entries in order (sets, adds, deletes).
+struct KeyPlan {
+  bool replaced = false;            // set, then adds folded into the value
+  std::optional<std::string> value; // replaced: the value; nullopt = deleted
+  int64_t delta = 0;                // not replaced: added to what the key holds
+};
+
+// The writes of one key's plan; a counter's +-1 is one put of the family's counter.
+void writesOf(const std::string& key, const KeyPlan& plan, const std::vector<EtcdKeyValue>& family,
+              std::vector<EtcdOp>& writes) {
+  using namespace etcd_keys;
+  if (plan.replaced) {
+    if (plan.value) writes.push_back(EtcdOp::put(key, *plan.value));
+    writes.push_back(EtcdOp::erase(plan.value ? generatedStart(key) : key, familyEnd(key)));
+  } else if (plan.delta == 1 || plan.delta == -1) {
+    writes.push_back(EtcdOp::put(plan.delta == 1 ? incrementKey(key) : decrementKey(key), ""));
+  } else if (plan.delta != 0) {
+    int64_t base = 0;
+    for (const EtcdKeyValue& kv : family)
+      if (kv.key == key) base = parseInteger(kv.value).value_or(0);
+    writes.push_back(EtcdOp::put(key, std::to_string(base + plan.delta)));
+  }
+}
+
+}  // namespace
+
 bool applyWillRecord(EtcdClient& client, const std::string& willKey, const std::string& liveKey,
                      const std::string& kvPrefix) {
+  using namespace etcd_keys;
   std::mt19937 jitter(std::random_device{}());
   auto inside = [&](const std::string& key) { return key.rfind(kvPrefix, 0) == 0; };
   for (int attempt = 0; attempt < 64; ++attempt) {
-    // The record and every key an add touches, at one revision.
     EtcdRange record = client.range(willKey);
     if (record.kvs.empty()) return false;
     const EtcdKeyValue recordKv = record.kvs.front();
@@ -76,38 +96,54 @@ bool applyWillRecord(EtcdClient& client, const std::string& willKey, const std::
                  {EtcdOp::erase(willKey), EtcdOp::erase(liveKey)}, {}, true);
       return false;
     }
-    std::vector<EtcdOp> reads;
-    for (const auto& [key, delta] : will->adds)
-      if (inside(key)) reads.push_back(EtcdOp::range(key));
-    const EtcdTxnResult current = reads.empty() ? EtcdTxnResult{} : client.txn({}, reads, {}, true);
-
-    std::vector<EtcdCompare> compares{{willKey, EtcdCompare::Target::ModRevision, {}, recordKv.modRevision}};
-    std::map<std::string, std::optional<std::string>> finalValues;  // nullopt: deleted
-    std::map<std::string, std::optional<std::string>> readValues;
-    for (size_t i = 0; i < reads.size(); ++i) {
-      const EtcdRange& r = current.ranges[i];
-      const bool absent = r.kvs.empty();
-      compares.push_back({reads[i].key,
-                          absent ? EtcdCompare::Target::CreateRevision : EtcdCompare::Target::ModRevision,
-                          {}, absent ? 0 : r.kvs.front().modRevision});
-      readValues[reads[i].key] = absent ? std::nullopt : std::optional<std::string>(r.kvs.front().value);
-    }
+    std::map<std::string, KeyPlan> plans;
     for (const auto& [key, value] : will->sets)
-      if (inside(key)) finalValues[key] = value;
+      if (inside(key)) plans[key] = {true, value, 0};
+    // The families an add counts on, at one revision.
+    std::vector<std::string> counted;
+    for (const auto& [key, delta] : will->adds)
+      if (inside(key) && !plans[key].replaced) counted.push_back(key);
+    std::sort(counted.begin(), counted.end());
+    counted.erase(std::unique(counted.begin(), counted.end()), counted.end());
+    std::vector<EtcdOp> reads;
+    for (const std::string& key : counted) reads.push_back(EtcdOp::range(key, familyEnd(key)));
+    const EtcdTxnResult current = reads.empty() ? EtcdTxnResult{} : client.txn({}, reads, {}, true);
+    std::map<std::string, std::vector<EtcdKeyValue>> families;
+    for (size_t i = 0; i < counted.size(); ++i) families[counted[i]] = current.ranges[i].kvs;
+
     for (const auto& [key, delta] : will->adds) {
       if (!inside(key)) continue;
-      const std::optional<std::string> before =
-          finalValues.count(key) ? finalValues[key] : readValues[key];
-      const std::optional<int64_t> number = before ? parseInteger(*before) : std::optional<int64_t>(0);
-      if (!number) continue;  // holds no integer (a decided round's status): skipped
-      finalValues[key] = std::to_string(*number + delta);
+      KeyPlan& plan = plans[key];
+      if (plan.replaced) {
+        // Added to the value this will sets; a value that is no integer is left as it is.
+        if (auto number = plan.value ? parseInteger(*plan.value) : std::optional<int64_t>(0))
+          plan.value = std::to_string(*number + delta);
+        continue;
+      }
+      // Holds no integer (a decided round's status): skipped.
+      const std::optional<std::string> now = foldFamily(key, families[key]);
+      if (now && !parseInteger(*now)) continue;
+      plan.delta += delta;
     }
     for (const auto& key : will->deletes)
-      if (inside(key)) finalValues[key] = std::nullopt;
+      if (inside(key)) plans[key] = {true, std::nullopt, 0};
 
+    // The record unchanged, and K of each family counted on as read: a set of it meanwhile
+    // (a round decided) or another rewrite makes this transaction read again.
+    std::vector<EtcdCompare> compares{{willKey, EtcdCompare::Target::ModRevision, {}, recordKv.modRevision}};
     std::vector<EtcdOp> writes;
-    for (const auto& [key, value] : finalValues)
-      writes.push_back(value ? EtcdOp::put(key, *value) : EtcdOp::erase(key));
+    for (const auto& [key, plan] : plans) {
+      const auto family = families.find(key);
+      const std::vector<EtcdKeyValue> none;
+      const std::vector<EtcdKeyValue>& kvs = family == families.end() ? none : family->second;
+      if (!plan.replaced && family != families.end()) {
+        EtcdCompare unchanged{key, EtcdCompare::Target::CreateRevision, {}, 0};
+        for (const EtcdKeyValue& kv : kvs)
+          if (kv.key == key) unchanged = {key, EtcdCompare::Target::ModRevision, {}, kv.modRevision};
+        compares.push_back(unchanged);
+      }
+      writesOf(key, plan, kvs, writes);
+    }
     writes.push_back(EtcdOp::erase(willKey));
     if (liveKey != willKey) writes.push_back(EtcdOp::erase(liveKey));
     if (client.txn(compares, writes, {}, true).succeeded) return true;

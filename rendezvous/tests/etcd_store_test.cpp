@@ -13,6 +13,7 @@
 #include "drun/rendezvous/etcd_store.hpp"
 #include "drun/rendezvous/keys.hpp"
 #include "etcd_cluster.hpp"
+#include "etcd_test_options.hpp"
 
 using namespace drun;
 using namespace drun::rdzv;
@@ -21,21 +22,11 @@ using namespace std::chrono_literals;
 namespace {
 
 EtcdClientOptions clientOptions(const std::vector<std::string>& endpoints) {
-  EtcdClientOptions o;
-  o.endpoints = endpoints;
-  o.callTimeout = 5s;
-  o.attemptTimeout = 1s;
-  return o;
+  return ::drun::test::etcdClientOptions(endpoints);
 }
 
 EtcdStoreOptions storeOptions(const ::drun::test::EtcdCluster& cluster, const std::string& scope = "job") {
-  EtcdStoreOptions o;
-  o.client = clientOptions(cluster.endpoints());
-  o.prefix = "/t/";
-  o.scope = scope;
-  o.leaseTtl = 2s;
-  o.connectTimeout = 5s;
-  return o;
+  return ::drun::test::etcdStoreOptions(cluster, scope);
 }
 
 // Agents of the c10d rendezvous on EtcdStores of one cluster, one session (lease) each.

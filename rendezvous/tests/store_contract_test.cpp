@@ -1,5 +1,7 @@
-// The Store contract, run against every implementation: MemoryStore and TcpStore+StoreServer.
-// Each fixture hands out "clients" (a MemoryStore handle / a TcpStore connection) on one store.
+// The Store contract, run against every implementation: MemoryStore and TcpStore+StoreServer, and
+// (the cases that hold for it: not the wire's limits or messages) EtcdStore on a private etcd
+// cluster (EtcdFixture; SKIPPED without etcd). Each fixture hands out "clients" (a MemoryStore
+// handle / a TcpStore connection / an EtcdStore with a session, a lease, of its own) on one store.
 #include <catch2/catch.hpp>
 
 #include <atomic>
@@ -12,6 +14,7 @@
 #include "drun/rendezvous/store_core.hpp"
 #include "drun/rendezvous/store_server.hpp"
 #include "drun/rendezvous/tcp_store.hpp"
+#include "etcd_test_options.hpp"
 
 using namespace drun::rdzv;
 using namespace std::chrono_literals;
@@ -43,6 +46,13 @@ struct TcpFixture {
   }
 };
 
+struct EtcdFixture {
+  drun::test::EtcdCluster cluster;
+  std::unique_ptr<LivenessStore> client() {
+    return std::make_unique<EtcdStore>(openEtcdSession(drun::test::etcdStoreOptions(cluster)));
+  }
+};
+
 template <class F>
 auto later(F f) {
   return std::async(std::launch::async, std::move(f));
@@ -51,7 +61,7 @@ auto later(F f) {
 }  // namespace
 
 TEMPLATE_TEST_CASE("store: set, get, tryGet, check, numKeys, delete", "[store]", MemoryFixture,
-                   TcpFixture) {
+                   TcpFixture, EtcdFixture) {
   TestType fx;
   auto s = fx.client();
   CHECK(s->numKeys() == 0);
@@ -76,7 +86,7 @@ TEMPLATE_TEST_CASE("store: set, get, tryGet, check, numKeys, delete", "[store]",
 }
 
 TEMPLATE_TEST_CASE("store: get waits for another client's set", "[store]", MemoryFixture,
-                   TcpFixture) {
+                   TcpFixture, EtcdFixture) {
   TestType fx;
   auto reader = fx.client();
   auto writer = fx.client();
@@ -116,7 +126,7 @@ TEMPLATE_TEST_CASE("store: a timed-out call names the keys and leaves the store 
   CHECK(s->numKeys() == 2);
 }
 
-TEMPLATE_TEST_CASE("store: add stores decimal ASCII", "[store]", MemoryFixture, TcpFixture) {
+TEMPLATE_TEST_CASE("store: add stores decimal ASCII", "[store]", MemoryFixture, TcpFixture, EtcdFixture) {
   TestType fx;
   auto s = fx.client();
   CHECK(s->add("n", 5) == 5);
@@ -134,7 +144,7 @@ TEMPLATE_TEST_CASE("store: add stores decimal ASCII", "[store]", MemoryFixture, 
 }
 
 TEMPLATE_TEST_CASE("store: compareSet follows torch TCPStore", "[store]", MemoryFixture,
-                   TcpFixture) {
+                   TcpFixture, EtcdFixture) {
   TestType fx;
   auto s = fx.client();
   // Missing key, non-empty expected: nothing stored, `expected` returned.
@@ -152,7 +162,7 @@ TEMPLATE_TEST_CASE("store: compareSet follows torch TCPStore", "[store]", Memory
 }
 
 TEMPLATE_TEST_CASE("store: wait wakes on every kind of write", "[store]", MemoryFixture,
-                   TcpFixture) {
+                   TcpFixture, EtcdFixture) {
   TestType fx;
   auto waiter = fx.client();
   auto writer = fx.client();
@@ -184,7 +194,7 @@ TEMPLATE_TEST_CASE("store: wait wakes on every kind of write", "[store]", Memory
   waiter->wait({"p", "q", "r"}, 0ms);  // already there: no waiting, no timeout
 }
 
-TEMPLATE_TEST_CASE("store: multiGet and multiSet", "[store]", MemoryFixture, TcpFixture) {
+TEMPLATE_TEST_CASE("store: multiGet and multiSet", "[store]", MemoryFixture, TcpFixture, EtcdFixture) {
   TestType fx;
   auto s = fx.client();
   auto other = fx.client();
@@ -199,7 +209,7 @@ TEMPLATE_TEST_CASE("store: multiGet and multiSet", "[store]", MemoryFixture, Tcp
   CHECK_THROWS_AS(s->multiGet({"a", "missing"}, 20ms), drun::TimeoutError);
 }
 
-TEMPLATE_TEST_CASE("store: append creates and extends", "[store]", MemoryFixture, TcpFixture) {
+TEMPLATE_TEST_CASE("store: append creates and extends", "[store]", MemoryFixture, TcpFixture, EtcdFixture) {
   TestType fx;
   auto s = fx.client();
   s->append("log", "a");
@@ -209,7 +219,7 @@ TEMPLATE_TEST_CASE("store: append creates and extends", "[store]", MemoryFixture
 }
 
 TEMPLATE_TEST_CASE("store: watch wakes when the value differs", "[store]", MemoryFixture,
-                   TcpFixture) {
+                   TcpFixture, EtcdFixture) {
   TestType fx;
   auto watcher = fx.client();
   auto writer = fx.client();
@@ -242,7 +252,7 @@ TEMPLATE_TEST_CASE("store: watch wakes when the value differs", "[store]", Memor
 }
 
 TEMPLATE_TEST_CASE("store: a client's will runs when it goes away", "[store]", MemoryFixture,
-                   TcpFixture) {
+                   TcpFixture, EtcdFixture) {
   TestType fx;
   auto observer = fx.client();
   observer->set("job/alive/1", "yes");
@@ -267,7 +277,7 @@ TEMPLATE_TEST_CASE("store: a client's will runs when it goes away", "[store]", M
 }
 
 TEMPLATE_TEST_CASE("store: a key created and deleted in one will does not satisfy a get",
-                   "[store]", MemoryFixture, TcpFixture) {
+                   "[store]", MemoryFixture, TcpFixture, EtcdFixture) {
   TestType fx;
   auto observer = fx.client();
   auto dying = fx.client();
@@ -291,7 +301,7 @@ TEMPLATE_TEST_CASE("store: a key created and deleted in one will does not satisf
   CHECK(flicker.get() == "timed out");
 }
 
-TEMPLATE_TEST_CASE("store: an empty will clears the will", "[store]", MemoryFixture, TcpFixture) {
+TEMPLATE_TEST_CASE("store: an empty will clears the will", "[store]", MemoryFixture, TcpFixture, EtcdFixture) {
   TestType fx;
   auto observer = fx.client();
   auto c = fx.client();
@@ -308,7 +318,7 @@ TEMPLATE_TEST_CASE("store: an empty will clears the will", "[store]", MemoryFixt
 }
 
 TEMPLATE_TEST_CASE("store: deletePrefix removes one job's keys", "[store]", MemoryFixture,
-                   TcpFixture) {
+                   TcpFixture, EtcdFixture) {
   TestType fx;
   auto s = fx.client();
   s->multiSet({"rdzv/job1/a", "rdzv/job1/b/c", "rdzv/job10/a", "rdzv/job2/a"}, {"1", "2", "3", "4"});
@@ -339,7 +349,7 @@ TEMPLATE_TEST_CASE("store: inputs over the limits are refused, the store stays u
 }
 
 TEMPLATE_TEST_CASE("store: concurrent adds from many threads and clients", "[store]",
-                   MemoryFixture, TcpFixture) {
+                   MemoryFixture, TcpFixture, EtcdFixture) {
   TestType fx;
   constexpr int kClients = 4, kThreadsPerClient = 2, kAdds = 200;
   std::vector<std::unique_ptr<LivenessStore>> clients;

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A 3-member etcd cluster on loopback ports, for the etcd rendezvous backend's tests and users:
-#   scripts/etcd/up.sh [DIR]      (DIR default: a fresh mktemp -d; BASE_PORT env, default 23790)
+#   scripts/etcd/up.sh [DIR]      (DIR default: a fresh mktemp -d; BASE_PORT env, default 23790;
+#                                  ETCD_HEARTBEAT_MS / ETCD_ELECTION_MS, default 50 / 500)
 # Member i (0..2) serves clients on 127.0.0.1:BASE_PORT+2i and peers on BASE_PORT+2i+1; its data
 # lives in DIR/m<i> and its pid in DIR/m<i>.pid (scripts/etcd/down.sh DIR kills them by PID).
 # Prints "DIR ENDPOINTS" once every member answers; exits 77 (a test's skip) when no etcd is
@@ -70,15 +71,17 @@ for i in 0 1 2; do
   endpoints+="${endpoints:+,}$addr:$client"
   listen="$scheme://$addr:$client"
   [[ "$addr" != 127.0.0.1 ]] && listen+=",$scheme://127.0.0.1:$client"
-  # Short heartbeat/election: a killed leader is replaced within about a second. (`ip netns
-  # exec` execs etcd: the PID recorded is etcd's.)
+  # Short heartbeat/election: a killed leader is replaced within about a second. A benchmark
+  # that loads the machine's cores raises them (ETCD_HEARTBEAT_MS, ETCD_ELECTION_MS): starved
+  # members otherwise miss heartbeats and elect leader after leader. (`ip netns exec` execs
+  # etcd: the PID recorded is etcd's.)
   on_host "$i"
   "${host_prefix[@]}" setsid "$etcd_bin" --name "m$i" --data-dir "$dir/m$i" \
     --listen-client-urls "$listen" --advertise-client-urls "$scheme://$addr:$client" \
     "${tls_flags[@]}" \
     --listen-peer-urls "http://$addr:$peer" --initial-advertise-peer-urls "http://$addr:$peer" \
     --initial-cluster "$cluster" --initial-cluster-state new --initial-cluster-token "drun-$base" \
-    --heartbeat-interval 50 --election-timeout 500 --log-level error \
+    --heartbeat-interval "${ETCD_HEARTBEAT_MS:-50}" --election-timeout "${ETCD_ELECTION_MS:-500}" --log-level error \
     >"$dir/m$i.log" 2>&1 </dev/null &
   echo $! >"$dir/m$i.pid"
 done

@@ -28,6 +28,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "drun/common/deadline.hpp"
@@ -63,13 +64,22 @@ struct EtcdRange {
 };
 
 // One comparison of a transaction: target of `key` (its value, or a revision/version number)
-// equal to the given one. create revision 0 = the key is absent.
+// equal to (or less than) the given one. create revision 0 = the key is absent. With rangeEnd:
+// every key in [key, rangeEnd) must compare so (true when there is none, except for Value).
 struct EtcdCompare {
   enum class Target { Value, CreateRevision, ModRevision, Version };
+  enum class Result { Equal, Less };
+  EtcdCompare() = default;
+  EtcdCompare(std::string key, Target target, std::string value, int64_t number, std::string rangeEnd = {},
+              Result result = Result::Equal)
+      : key(std::move(key)), target(target), value(std::move(value)), number(number),
+        rangeEnd(std::move(rangeEnd)), result(result) {}
   std::string key;
   Target target = Target::Value;
   std::string value;
   int64_t number = 0;
+  std::string rangeEnd;
+  Result result = Result::Equal;
 };
 
 struct EtcdOp {
@@ -114,7 +124,10 @@ class EtcdClient {
   EtcdClient& operator=(const EtcdClient&) = delete;
 
   int64_t put(const std::string& key, const std::string& value, int64_t lease = 0);
-  EtcdRange range(const std::string& key, const std::string& rangeEnd = {}, bool countOnly = false);
+  // countOnly: only `count`; keysOnly: the key-values without their values; revision > 0: as
+  // the keys were at that revision (Error "compacted" when etcd no longer holds it).
+  EtcdRange range(const std::string& key, const std::string& rangeEnd = {}, bool countOnly = false,
+                  bool keysOnly = false, int64_t revision = 0);
   int64_t deleteRange(const std::string& key, const std::string& rangeEnd = {});
   EtcdTxnResult txn(const std::vector<EtcdCompare>& compares, const std::vector<EtcdOp>& success,
                     const std::vector<EtcdOp>& failure, bool idempotent);
@@ -128,10 +141,12 @@ class EtcdClient {
 
   // Watches [key, rangeEnd) from startRevision (0: now); hands each batch of events to onEvents
   // until it returns false. A member that fails meanwhile: resumes on another from the next
-  // revision. TimeoutError at the deadline; NetworkError when no member answers.
+  // revision. TimeoutError at the deadline; NetworkError when no member answers. deletesOnly:
+  // etcd leaves the puts out (its NOPUT filter; they are not sent at all).
   void watch(const std::string& key, const std::string& rangeEnd, int64_t startRevision,
              const Deadline& deadline,
-             const std::function<bool(const std::vector<EtcdWatchEvent>&)>& onEvents);
+             const std::function<bool(const std::vector<EtcdWatchEvent>&)>& onEvents,
+             bool deletesOnly = false);
 
   void interrupt();
   // The member the last call went to, for messages.

@@ -1,11 +1,19 @@
 // EtcdStore: the LivenessStore over etcd v3 (EtcdClient), so that the c10d rendezvous (its round
 // logic, planner and ledger unchanged) runs on a replicated store with no single point of failure.
 //
-// Keys live under options.prefix + "kv/". Mapping of the Store contract:
-//   set, multiSet, deleteKey, deletePrefix, numKeys   put, txn of puts, deleterange, range count
-//   compareSet                                         txn (compare value / create revision 0)
-//   add, append                                        read + txn on the mod revision, retried
-//   get, wait, multiGet, watch                         range, then a watch from the next revision
+// Keys live under options.prefix + "kv/"; a Store key K is the family of etcd keys in
+// [K, K+"\x01") (etcd_keyspace.hpp): K as set, a counter per sign for adds of +-1, one key per
+// append. Mapping of the Store contract:
+//   set, multiSet                     txn: put K, delete the rest of its family
+//   add +-1, append                   txn: put of the counter + range of the family; put
+//                                     (never refused: N agents adding to one key do not race)
+//   add of another delta, compareSet  range + txn on the revisions read, retried on a lost race
+// An add also creates a token key of its own (applied/<lease>/<n>, bound to the lease; the
+// next add removes it) only if it is absent: an add whose reply was lost (a member killed
+// between applying and answering) is retried on another member and, finding its token, counts
+// nothing more and answers the total at the token's revision (what the lost reply held).
+//   deleteKey, deletePrefix, numKeys  deleterange of families; range (Store keys counted)
+//   get, wait, multiGet, watch        range of the family, then a watch of it from the next revision
 // Liveness: an EtcdSession holds one etcd lease (TTL = leaseTtl), kept alive at a third of its
 // TTL by a thread of its own. A will is stored as a record (will/<scope>/<lease>) beside a key
 // bound to the lease (live/<scope>/<lease>): when the lease ends (the agent died or was cut off
@@ -24,7 +32,9 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "drun/rendezvous/etcd_client.hpp"
 #include "drun/rendezvous/store.hpp"
@@ -86,12 +96,16 @@ class EtcdStore final : public LivenessStore {
  private:
   std::string k(const std::string& key) const;
   void checkLease() const;
-  template <class Update>
-  Bytes readModifyWrite(const std::string& key, const char* what, Update update);
+  template <class Done>
+  std::optional<Bytes> awaitValue(const std::string& full, const Deadline& deadline, Done done);
+  int64_t addOnce(const std::string& key, const std::string& full, int64_t delta, const std::string& token,
+                  const std::vector<std::string>& stale);
 
   std::shared_ptr<EtcdSession> session_;
   std::unique_ptr<EtcdClient> client_;
   bool ownsWill_ = false;
+  std::mutex tokensMutex_;
+  std::vector<std::string> finishedTokens_;  // tokens of adds that answered: the next add removes them
 };
 
 }  // namespace drun::rdzv
