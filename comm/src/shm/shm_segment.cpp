@@ -209,7 +209,7 @@ void ShmSegment::readPeer(int r, uint64_t address, void* into, size_t bytes) con
     ssize_t got = process_vm_readv(pids_[static_cast<size_t>(r)], &local, 1, &remote, 1, 0);
     if (got <= 0) {
       std::string failure = peerFailure(r);
-      throw CommError("shm: reading rank " + std::to_string(r) + "'s buffer: " +
+      throw CommError("shm: reading rank " + std::to_string(nameOf(r)) + "'s buffer: " +
                       (failure.empty() ? std::string(std::strerror(errno)) + " (did the ranks pass the same sizes?)" : failure));
     }
     to += got;
@@ -301,7 +301,7 @@ void ShmSegment::waitAll(uint64_t value, const Deadline& deadline, const std::st
     if (int by = h.abortedBy.load(std::memory_order_acquire); by > 0 && by != rank_ + 1)
       throw CommError("shm " + what + ": " + peerFailure(by - 1));
     if (deadline.expired())
-      throw TimeoutError("shm " + what + " timed out waiting for rank " + std::to_string(behind));
+      throw TimeoutError("shm " + what + " timed out waiting for rank " + std::to_string(nameOf(behind)));
   }
 }
 
@@ -349,9 +349,9 @@ std::string ShmSegment::peerFailure(int r) const {
   } else {
     gone = kill(pid, 0) != 0 && errno == ESRCH;
   }
-  if (gone) return "rank " + std::to_string(r) + " (pid " + std::to_string(pid) + ") is gone";
+  if (gone) return "rank " + std::to_string(nameOf(r)) + " (pid " + std::to_string(pid) + ") is gone";
   if (header().abortedBy.load(std::memory_order_acquire) == r + 1)
-    return "rank " + std::to_string(r) + " (pid " + std::to_string(pid) + ") aborted the communicator after a failure";
+    return "rank " + std::to_string(nameOf(r)) + " (pid " + std::to_string(pid) + ") aborted the communicator after a failure";
   return {};
 }
 
