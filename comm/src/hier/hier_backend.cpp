@@ -1,7 +1,6 @@
 #include "hier/hier_backend.hpp"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 
 #include "drun/rendezvous/prefix_store.hpp"
@@ -15,10 +14,6 @@ namespace {
 class HierBackend final : public Backend {
  public:
   static constexpr size_t kSplitBytes = 256u << 10;  // all_reduce's per-local-rank split from here
-  static size_t splitGatherBytes() {  // A/B (temporary)
-    const char* v = std::getenv("DRUN_AG_SPLIT");
-    return v ? std::strtoull(v, nullptr, 10) : SIZE_MAX;
-  }
 
   HierBackend(std::shared_ptr<rdzv::Store> store, int rank, const std::vector<std::string>& hostOfRank,
               milliseconds timeout, const ShmOptions& shm, std::shared_ptr<GlooDevice> device)
@@ -171,31 +166,9 @@ class HierBackend final : public Backend {
     }
   }
 
-  // Hosts of equal size L: each local rank swaps its block with the ranks of its local index on
-  // the other hosts (Gloo, every rank's TCP at once, as all_reduce's split), then each host's
-  // ranks all-gather those H blocks over shm, and a copy puts them in rank order.
-  template <class Sub>
-  void allGatherSplit(const Collective& c, Sub&& sub) {
-    const size_t es = dtypeSize(c.dtype), block = c.count * es;
-    const size_t hosts = members_.size(), perHost = static_cast<size_t>(localPeers_);
-    std::vector<char> mine(hosts * block), all(perHost * hosts * block);
-    Collective s = c;
-    s.recv = mine.data();
-    peers_->run(sub(s));  // mine[h]: the block of host h's rank with my local index
-    s.send = mine.data();
-    s.recv = all.data();
-    s.count = hosts * c.count;
-    local_->run(sub(s));  // all[i][h]: the block of host h's local rank i
-    for (size_t i = 0; i < perHost; ++i)
-      for (size_t h = 0; h < hosts; ++h)
-        std::memcpy(static_cast<char*>(c.recv) + static_cast<size_t>(members_[h][i]) * block,
-                    all.data() + (i * hosts + h) * block, block);
-  }
-
   template <class Sub>
   void allGather(const Collective& c, Sub&& sub) {
     const size_t es = dtypeSize(c.dtype), block = c.count * es;
-    if (local_ && localPeers_ > 1 && block >= splitGatherBytes()) return allGatherSplit(c, sub);
     size_t widest = 0;
     for (const auto& m : members_) widest = std::max(widest, m.size());
     std::vector<char> host(widest * block);
