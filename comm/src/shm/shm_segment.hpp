@@ -127,6 +127,7 @@ class ShmSegment {
   uint64_t probeWord_ = 0;  // read by the peers' probe
   std::vector<int> pidfds_;  // per peer, -1 for self or where pidfd_open is refused
   std::vector<int> pids_;
+  std::chrono::nanoseconds spinBudget_{std::chrono::microseconds(50)};  // waitAll's (collectives' thread)
 };
 
 }  // namespace drun::comm::detail
