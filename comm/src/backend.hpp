@@ -8,8 +8,10 @@
 
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "drun/comm/communicator.hpp"
 
@@ -62,6 +64,20 @@ class Backend {
   // src: a rank or kAnySource.
   virtual std::shared_ptr<Request::State> irecv(void* buf, size_t bytes, int src, int tag,
                                                 milliseconds timeout) = 0;
+  // From whichever of `sources` sends first (Gloo; others throw InvalidArgument).
+  virtual std::shared_ptr<Request::State> irecvFromAnyOf(void* buf, size_t bytes, const std::vector<int>& sources,
+                                                         int tag, milliseconds timeout);
+  // Withdraws a receive of this backend's (shm): true when it had matched no message and now
+  // never will (it counts as done), false when it matched one (it completes as usual) or the
+  // backend cannot withdraw receives.
+  virtual bool cancelRecv(Request::State& request) {
+    (void)request;
+    return false;
+  }
+  // Called whenever one of its point-to-point requests completes (shm), on the thread that
+  // completes it and under the backend's lock: it may take only a lock that is never held
+  // while calling into a backend.
+  virtual void setP2PListener(std::function<void()> listener) { (void)listener; }
   // A backend for the group of `size` ranks in which this process is `rank`, connected through
   // `store` (a prefix reserved for the group), sharing this backend's device/transport.
   virtual std::unique_ptr<Backend> makeGroup(std::shared_ptr<rdzv::Store> store, int rank,

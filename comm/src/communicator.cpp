@@ -38,6 +38,10 @@ bool isReduction(OpKind k) {
   return k == OpKind::Reduce || k == OpKind::AllReduce || k == OpKind::ReduceScatter;
 }
 
+std::shared_ptr<Request::State> Backend::irecvFromAnyOf(void*, size_t, const std::vector<int>&, int, milliseconds) {
+  throw InvalidArgument(std::string("receive from a set of ranks: not supported by the ") + transport() + " transport");
+}
+
 // A collective queued behind others, or run on the worker thread for an ...Async call.
 class AsyncWork final : public Request::State {
  public:

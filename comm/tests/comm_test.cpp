@@ -15,6 +15,7 @@
 #include "drun/rendezvous/port_reservation.hpp"
 #include "netns.hpp"
 #include "process.hpp"
+#include "comm_jobs.hpp"
 
 using namespace drun::test;
 
@@ -105,18 +106,7 @@ TEST_CASE("comm: a peer SIGKILLed mid-collective fails every survivor with its n
         DYNAMIC_SECTION(transport << " world " << n << " victim " << victim) {
           MarkerScope marker;
           auto ranks = startRanks(n, {"victim", std::to_string(victim)}, marker, transport);
-          for (int r = 0; r < n; ++r) {
-            RunResult res = ranks[r]->wait();
-            INFO("rank " << r << ": " << res.describe());
-            REQUIRE_FALSE(res.timedOut);
-            if (r == victim) {
-              CHECK(res.signal == SIGKILL);
-            } else {
-              CHECK(res.exitCode == 0);
-              CHECK(res.out.find("NAMED after") != std::string::npos);
-              CHECK(res.out.find("pending receive NAMED") != std::string::npos);
-            }
-          }
+          checkVictimJob(ranks, victim, {"NAMED after", "pending receive NAMED"});
         }
       }
     }
@@ -175,26 +165,10 @@ TEST_CASE("comm: two hosts: hierarchical collectives and mixed groups match the 
     DYNAMIC_SECTION(perHost << " ranks per host") {
       NetnsCluster cluster(2);
       MarkerScope marker;
-      const std::string id = "hier-" + randomHex(8);
-      std::vector<std::unique_ptr<Process>> hosts;
-      for (int h = 0; h < 2; ++h) {
-        RunOptions o;
-        o.argv = cluster.exec(h, {drunPath().string(), "--nnodes", "2", "--nproc-per-node", std::to_string(perHost),
-                                  "--rdzv-endpoint", cluster.address(0) + ":29400", "--rdzv-id", id,
-                                  helperPath("comm_worker").string(), "matrix",
-                                  perHost == 2 && !kSanitized ? "" : "--quick"});
-        o.env = {marker.env(), "OMP_NUM_THREADS=1"};
-        o.timeout = kSanitized ? 240s : 90s;
-        hosts.push_back(std::make_unique<Process>(o));
-      }
-      std::string out;
-      for (auto& h : hosts) {
-        RunResult r = h->wait();
-        INFO(r.describe());
-        REQUIRE_FALSE(r.timedOut);
-        CHECK(r.exitCode == 0);
-        out += r.out;
-      }
+      const std::string out = runTwoHostJob(cluster, marker, perHost,
+                                            {helperPath("comm_worker").string(), "matrix",
+                                             perHost == 2 && !kSanitized ? "" : "--quick"},
+                                            kSanitized ? 240s : 90s);
       INFO(out);
       for (int k = 0; k < 2 * perHost; ++k) {
         CHECK(out.find("rank " + std::to_string(k) + ": ok") != std::string::npos);

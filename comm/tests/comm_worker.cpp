@@ -20,14 +20,14 @@
 #include <vector>
 
 #include "drun/comm/communicator.hpp"
+#include "worker_checks.hpp"
 
 using namespace drun::comm;
 using namespace std::chrono_literals;
 
 namespace {
 
-int failures = 0;
-long checks = 0;
+WorkerChecks tally;
 int me = 0;
 
 // The value rank r contributes at index i, chosen so that every reduction over up to 7 ranks is
@@ -110,12 +110,12 @@ std::string label(const std::string& what, DType d, ReduceOp op, size_t count) {
 // Compares buf[i] with want(i) for i < count; reports the first mismatch.
 void expect(const std::string& what, const void* buf, size_t count, DType d,
             const std::function<double(size_t)>& want) {
-  ++checks;
+  ++tally.checks;
   for (size_t i = 0; i < count; ++i) {
     double w = want(i), g = get(buf, i, d);
     if (!close(g, w, d)) {
       std::printf("rank %d: MISMATCH %s at %zu: got %g, want %g\n", me, what.c_str(), i, g, w);
-      ++failures;
+      ++tally.failures;
       return;
     }
   }
@@ -264,7 +264,7 @@ int main(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "matrix";
   try {
     auto world = init();
-    me = world->rank();
+    me = tally.rank = world->rank();
     if (mode == "matrix") {
       bool quick = argc > 2 && std::strcmp(argv[2], "--quick") == 0;
       std::printf("rank %d: transport %s\n", me, world->transport().c_str());
@@ -344,11 +344,6 @@ int main(int argc, char** argv) {
     std::printf("rank %d: ERROR %s\n", me, e.what());
     return 1;
   }
-  if (failures) {
-    std::printf("rank %d: FAILED %d of %ld checks\n", me, failures, checks);
-    return 1;
-  }
-  std::printf("rank %d: ok (%ld checks)\n", me, checks);
-  return 0;
+  return tally.report();
 }
 

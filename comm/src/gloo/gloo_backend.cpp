@@ -222,7 +222,8 @@ class GlooBackend final : public Backend {
   std::shared_ptr<Request::State> isend(const void* buf, size_t bytes, int dst, int tag,
                                         milliseconds timeout) override {
     try {
-      auto request = std::make_shared<GlooP2P>(*context_, const_cast<void*>(buf), bytes, true, timeout, poller_);
+      auto request = std::make_shared<GlooP2P>(*context_, const_cast<void*>(buf), bytes, true, timeout, poller_,
+                                               "send to rank " + std::to_string(dst) + " (tag " + std::to_string(tag) + ")");
       request->buffer().send(dst, p2pSlot(tag));
       return request;
     } catch (...) {
@@ -233,7 +234,9 @@ class GlooBackend final : public Backend {
   std::shared_ptr<Request::State> irecv(void* buf, size_t bytes, int src, int tag,
                                         milliseconds timeout) override {
     try {
-      auto request = std::make_shared<GlooP2P>(*context_, buf, bytes, false, timeout, poller_);
+      auto request = std::make_shared<GlooP2P>(*context_, buf, bytes, false, timeout, poller_,
+                                               "recv from " + (src == kAnySource ? std::string("any rank") : "rank " + std::to_string(src)) +
+                                                   " (tag " + std::to_string(tag) + ")");
       if (src == kAnySource) {
         std::vector<int> others;
         for (int r = 0; r < context_->size; ++r)
@@ -242,6 +245,17 @@ class GlooBackend final : public Backend {
       } else {
         request->buffer().recv(src, p2pSlot(tag));
       }
+      return request;
+    } catch (...) {
+      rethrowGlooAsDrun();
+    }
+  }
+
+  std::shared_ptr<Request::State> irecvFromAnyOf(void* buf, size_t bytes, const std::vector<int>& sources, int tag,
+                                                 milliseconds timeout) override {
+    try {
+      auto request = std::make_shared<GlooP2P>(*context_, buf, bytes, false, timeout, poller_);
+      request->buffer().recv(sources, p2pSlot(tag));
       return request;
     } catch (...) {
       rethrowGlooAsDrun();

@@ -5,9 +5,9 @@
 namespace drun::comm::detail {
 
 GlooP2P::GlooP2P(gloo::Context& context, void* ptr, size_t bytes, bool isSend, milliseconds timeout,
-                 std::shared_ptr<GlooPoller> poller)
+                 std::shared_ptr<GlooPoller> poller, std::string what)
     : buf_(context.createUnboundBuffer(bytes ? ptr : &empty_, bytes ? bytes : 1)),
-      isSend_(isSend), timeout_(timeout), deadline_(timeout), poller_(std::move(poller)) {}
+      isSend_(isSend), what_(std::move(what)), timeout_(timeout), deadline_(timeout), poller_(std::move(poller)) {}
 
 bool GlooP2P::waitOnce(milliseconds limit) {
   int peer = -1;
@@ -17,7 +17,15 @@ bool GlooP2P::waitOnce(milliseconds limit) {
     completed = isSend_ ? buf_->waitSend(&peer, std::max(limit, milliseconds(1)))
                         : buf_->waitRecv(&peer, std::max(limit, milliseconds(1)));
   } catch (...) {
-    rethrowGlooAsDrun();
+    try {
+      rethrowGlooAsDrun();
+    } catch (const TimeoutError& e) {  // Gloo's own words name no rank: the operation does
+      if (what_.empty()) throw;
+      throw TimeoutError("gloo " + what_ + " timed out after " + std::to_string(timeout_.count()) + "ms (" + e.what() + ")");
+    } catch (const CommError& e) {
+      if (what_.empty()) throw;
+      throw CommError("gloo " + what_ + ": " + e.what());
+    }
   }
   if (completed && !isSend_) source_ = peer;
   return completed;
@@ -29,10 +37,20 @@ void GlooP2P::interrupt() {
 }
 
 void GlooP2P::finish(std::exception_ptr error) {
+  std::function<void()> callback;
+  {
+    std::lock_guard lock(mutex_);
+    state_ = State::Done;
+    error_ = error;
+    callback = onFinish_;
+    cv_.notify_all();
+  }
+  if (callback) callback();
+}
+
+void GlooP2P::onFinish(std::function<void()> callback) {
   std::lock_guard lock(mutex_);
-  state_ = State::Done;
-  error_ = error;
-  cv_.notify_all();
+  onFinish_ = std::move(callback);
 }
 
 void GlooP2P::wait(milliseconds timeout) {

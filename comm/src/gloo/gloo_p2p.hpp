@@ -16,8 +16,10 @@
 
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 
 #include "backend.hpp"
@@ -33,9 +35,15 @@ class GlooPoller;
 class GlooP2P final : public Request::State, public std::enable_shared_from_this<GlooP2P> {
  public:
   // Gloo refuses empty buffers: a zero-byte message travels as one byte of `empty_`.
+  // what: the operation, for its errors ("recv from rank 2 (tag 5)").
   GlooP2P(gloo::Context& context, void* ptr, size_t bytes, bool isSend, milliseconds timeout,
-          std::shared_ptr<GlooPoller> poller);
+          std::shared_ptr<GlooPoller> poller, std::string what = "");
   gloo::transport::UnboundBuffer& buffer() { return *buf_; }
+
+  // Called once when it finishes (on the finishing thread, under no lock of this request's: it
+  // may take only a leaf lock); what it captures lives as long as this request (a buffer Gloo
+  // writes into, for one).
+  void onFinish(std::function<void()> callback);
 
   void wait(milliseconds timeout) override;
   bool test() override;
@@ -54,12 +62,14 @@ class GlooP2P final : public Request::State, public std::enable_shared_from_this
   char empty_ = 0;
   std::unique_ptr<gloo::transport::UnboundBuffer> buf_;
   bool isSend_;
+  std::string what_;
   milliseconds timeout_;
   Deadline deadline_;
   std::shared_ptr<GlooPoller> poller_;
   State state_ = State::Idle;
   std::exception_ptr error_;
   std::atomic<int> source_{-1};
+  std::function<void()> onFinish_;  // under mutex_
 };
 
 class GlooPoller {

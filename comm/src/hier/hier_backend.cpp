@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "drun/rendezvous/prefix_store.hpp"
+#include "hier/hier_p2p.hpp"
 #include "reduce.hpp"
 #include "shm/shm_backend.hpp"
 
@@ -37,6 +38,7 @@ class HierBackend final : public Backend {
     // leaders need, so their waits sleep soon.
     ShmOptions hostShm = shm;
     hostShm.busyWait = std::chrono::microseconds(100);
+    hostShm.rankNames = mine;  // errors name the communicator's ranks
     if (mine.size() > 1)
       local_ = makeShmBackend(*std::make_shared<rdzv::PrefixStore>("local" + std::to_string(myHost_) + "/", store),
                               localRank_, static_cast<int>(mine.size()), timeout, hostShm);
@@ -47,6 +49,9 @@ class HierBackend final : public Backend {
       peers_ = makeGlooBackend(device, std::make_shared<rdzv::PrefixStore>("peers" + std::to_string(localRank_) + "/", store),
                                myHost_, static_cast<int>(members_.size()), timeout);
     if (localRank_ == 0) leaders_ = peers_.get();
+    std::vector<int> localIndex(static_cast<size_t>(size_), -1);
+    for (size_t i = 0; i < mine.size(); ++i) localIndex[static_cast<size_t>(mine[i])] = static_cast<int>(i);
+    p2p_ = std::make_shared<HierP2P>(local_.get(), *full_, std::move(localIndex));
     if (!even) localPeers_ = 0;
     else localPeers_ = static_cast<int>(mine.size());
   }
@@ -75,16 +80,20 @@ class HierBackend final : public Backend {
     }
   }
 
+  ~HierBackend() override { p2p_->stop("the communicator was destroyed"); }  // before its backends go
+
+  // A peer on this host over the segment, one on another host over the full mesh.
   std::shared_ptr<Request::State> isend(const void* buf, size_t bytes, int dst, int tag, milliseconds timeout) override {
-    return full_->isend(buf, bytes, dst, tag, timeout);
+    return p2p_->isend(buf, bytes, dst, tag, timeout);
   }
   std::shared_ptr<Request::State> irecv(void* buf, size_t bytes, int src, int tag, milliseconds timeout) override {
-    return full_->irecv(buf, bytes, src, tag, timeout);
+    return p2p_->irecv(buf, bytes, src, tag, timeout);
   }
   std::unique_ptr<Backend> makeGroup(std::shared_ptr<rdzv::Store> store, int rank, int size, milliseconds timeout) override {
     return full_->makeGroup(std::move(store), rank, size, timeout);
   }
   void abort() override {
+    p2p_->stop("the communicator was aborted after a failure");
     if (local_) local_->abort();
     if (peers_) peers_->abort();
     full_->abort();
@@ -229,9 +238,9 @@ class HierBackend final : public Backend {
     if (iAmRoot && c.op == ReduceOp::Avg) divideInPlace(c.recv, c.count, c.dtype, size_);
   }
 
-  // Point-to-point tag of reduce's hand-off on the host's segment (whose point to point carries
-  // nothing else: users' messages go over the full mesh).
-  static constexpr int kHandOffTag = 0x7d5e;
+  // Point-to-point tag of reduce's hand-off on the host's segment, which users' messages share:
+  // negative, a tag no user can give.
+  static constexpr int kHandOffTag = -2;
 
   int size_;
   std::vector<int> hostOf_;                // per rank: its host's index
@@ -239,6 +248,7 @@ class HierBackend final : public Backend {
   int myHost_ = 0, localRank_ = 0;
   std::unique_ptr<Backend> full_, local_, peers_;
   Backend* leaders_ = nullptr;  // peers_ of local rank 0
+  std::shared_ptr<HierP2P> p2p_;
   int localPeers_ = 0;          // ranks per host when all hosts have as many, else 0
 };
 

@@ -9,7 +9,8 @@
 //   all_gather  shm gather to the leader, Gloo all_gather among leaders (blocks padded to the
 //               largest host), shm broadcast of the result
 //   barrier     shm barrier, Gloo barrier among leaders, shm barrier
-//   the rest, send/recv: the full Gloo mesh
+//   the rest: the full Gloo mesh
+//   send/recv   a peer on this host over the segment, one elsewhere over the full mesh (HierP2P)
 // hostOfRank: each rank's host identity (TransportPlan). Threading and ownership: a Backend's.
 #pragma once
 

@@ -28,6 +28,9 @@ class ShmBackend final : public Backend {
     return p2p_->irecv(buf, bytes, src, tag, timeout);
   }
 
+  bool cancelRecv(Request::State& request) override { return p2p_->cancel(request); }
+  void setP2PListener(std::function<void()> listener) override { p2p_->setListener(std::move(listener)); }
+
   std::unique_ptr<Backend> makeGroup(std::shared_ptr<rdzv::Store> store, int rank, int size,
                                      milliseconds timeout) override {
     return makeShmBackend(*store, rank, size, timeout, options_);

@@ -25,7 +25,7 @@ struct ShmP2P::Op final : Request::State {
 
   std::string describe() const {
     return std::string(isSend ? "send to" : "recv from") + " " +
-           (peer == kAnySource ? std::string("any rank") : "rank " + std::to_string(peer)) + " (tag " +
+           (peer == kAnySource ? std::string("any rank") : "rank " + std::to_string(engine->seg_->nameOf(peer))) + " (tag " +
            std::to_string(tag) + ", " + std::to_string(bytes) + " bytes)";
   }
 
@@ -118,6 +118,21 @@ void ShmP2P::complete(const std::shared_ptr<Op>& op, std::exception_ptr error) {
   op->error = error;
   op->done = true;
   cv_.notify_all();
+  if (listener_) listener_();
+}
+
+bool ShmP2P::cancel(Request::State& request) {
+  std::lock_guard lock(mutex_);
+  auto at = std::find_if(recvs_.begin(), recvs_.end(), [&](const std::shared_ptr<Op>& r) { return r.get() == &request; });
+  if (at == recvs_.end()) return false;
+  (*at)->done = true;
+  recvs_.erase(at);
+  return true;
+}
+
+void ShmP2P::setListener(std::function<void()> listener) {
+  std::lock_guard lock(mutex_);
+  listener_ = std::move(listener);
 }
 
 std::shared_ptr<ShmP2P::Op> ShmP2P::makeOp(bool isSend, void* buf, size_t bytes, int peer, int tag,
@@ -156,7 +171,7 @@ std::shared_ptr<Request::State> ShmP2P::irecv(void* buf, size_t bytes, int src, 
     if (u.data.size() > bytes) {
       complete(op, std::make_exception_ptr(CommError(
                        "shm: a message of " + std::to_string(u.data.size()) + " bytes from rank " +
-                       std::to_string(u.src) + " is longer than the receive buffer (" + std::to_string(bytes) + " bytes)")));
+                       std::to_string(seg_->nameOf(u.src)) + " is longer than the receive buffer (" + std::to_string(bytes) + " bytes)")));
       if (u.received == u.data.size()) forget(*it);
       else {  // the rest arrives into nothing
         u.claimedBy = std::make_shared<Op>();
@@ -236,7 +251,7 @@ bool ShmP2P::drain(int src) {
         if (in->total > in->op->bytes) {
           complete(in->op, std::make_exception_ptr(CommError(
                                "shm: a message of " + std::to_string(in->total) + " bytes from rank " +
-                               std::to_string(src) + " is longer than the receive buffer (" +
+                               std::to_string(seg_->nameOf(src)) + " is longer than the receive buffer (" +
                                std::to_string(in->op->bytes) + " bytes)")));
           in->discard = true;
         }

@@ -16,6 +16,7 @@
 
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -34,6 +35,11 @@ class ShmP2P : public std::enable_shared_from_this<ShmP2P> {
 
   std::shared_ptr<Request::State> isend(const void* buf, size_t bytes, int dst, int tag, milliseconds timeout);
   std::shared_ptr<Request::State> irecv(void* buf, size_t bytes, int src, int tag, milliseconds timeout);
+  // Withdraws a receive of this engine's that matched no message yet (true; it is done, and no
+  // message will go to it); false once it matched one.
+  bool cancel(Request::State& request);
+  // Called (under this engine's mutex) whenever an operation completes.
+  void setListener(std::function<void()> listener);
   // Fails every pending operation and stops the progress thread.
   void stop(const std::string& why);
 
@@ -67,6 +73,7 @@ class ShmP2P : public std::enable_shared_from_this<ShmP2P> {
   std::thread thread_;
   bool stopping_ = false;
   std::string stopped_;  // why operations fail now
+  std::function<void()> listener_;
 };
 
 }  // namespace drun::comm::detail

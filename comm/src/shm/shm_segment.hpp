@@ -37,6 +37,9 @@ struct ShmOptions {
   // Point-to-point bytes a rank keeps for receives not posted yet; a message that would pass it
   // stays in its ring, so the sender waits (DRUN_COMM_SHM_UNEXPECTED_BYTES).
   size_t unexpectedBytes = 64u << 20;
+  // The communicator's rank of each rank of the segment, for messages (empty: the same; a
+  // hierarchical host's segment holds some of its communicator's ranks).
+  std::vector<int> rankNames;
   // How long a collective's wait spins (or yields) before it sleeps on the futex.
   std::chrono::microseconds busyWait{10000};
 };
@@ -98,6 +101,10 @@ class ShmSegment {
   // gone) on failure.
   void readPeer(int r, uint64_t address, void* into, size_t bytes) const;
 
+  // Rank r of the segment as its communicator numbers it.
+  int nameOf(int r) const {
+    return static_cast<size_t>(r) < options_.rankNames.size() ? options_.rankNames[static_cast<size_t>(r)] : r;
+  }
   // After a failure: every rank's waits fail at once naming this rank.
   void abort();
   // "" while rank r lives, else "rank r (pid N) is gone" / "... aborted ...".
@@ -120,6 +127,7 @@ class ShmSegment {
   uint64_t probeWord_ = 0;  // read by the peers' probe
   std::vector<int> pidfds_;  // per peer, -1 for self or where pidfd_open is refused
   std::vector<int> pids_;
+  std::chrono::nanoseconds spinBudget_{std::chrono::microseconds(50)};  // waitAll's (collectives' thread)
 };
 
 }  // namespace drun::comm::detail
