@@ -13,6 +13,7 @@
 // Threading: a connector may be called from any of the node's threads; onCut from the driver's.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <functional>
 #include <memory>
@@ -31,6 +32,8 @@
 namespace drun::rdzv::test {
 
 using Connector = std::function<std::unique_ptr<LivenessStore>()>;
+
+inline constexpr milliseconds kEtcdLeaseTtl{4000};
 
 class StoreBackend {
  public:
@@ -77,7 +80,11 @@ class EtcdBackend final : public StoreBackend {
     store.client.callTimeout = options.readTimeout;
     store.prefix = prefix_;
     store.scope = options.runId;
-    store.leaseTtl = options.heartbeatTimeout;
+    // A node killed or cut off has its lease ended at once (onCut), so the TTL only has to
+    // outlast a starved keep-alive: 1 s leases (the short options' heartbeat) were lost under a
+    // machine loaded 30x (CI runs two tests beside each other), and the node re-joined as a
+    // newcomer in the middle of the enumerated call.
+    store.leaseTtl = std::max<milliseconds>(options.heartbeatTimeout, kEtcdLeaseTtl);
     store.connectTimeout = options.joinTimeout;
     auto sessions = std::make_shared<NodeSessions>(store);
     link->setOnCut([sessions] { sessions->endLease(); });
