@@ -7,7 +7,8 @@
 // --mode generator (default): one thread, one Asio io_context, N connections; each agent is a
 //   coroutine speaking the wire protocol (protocol.hpp) and issuing exactly the store calls of
 //   C10dRendezvous::next() for a fresh job (ExitBarrier::enter, checkJobConfig, startRound,
-//   RoundJoin, RoundCloser::tryClose for the last arrival), in the same order, one call in flight per connection
+//   RoundJoin, RoundCloser::tryClose for the last arrival), in the same order and the same
+//   batches (StoreBatch: pipelined, as TcpStore::runBatch sends them)
 //   (keys, values, will and the closer's decision come from keys.hpp / decideRound, shared with
 //   the rendezvous). Thousands of agents cost no threads.
 // --mode real: N threads, each a real C10dRendezvous over its own TcpStore (cross-check of the
@@ -18,9 +19,12 @@
 // also has the hosts list (= next() would return).
 // --hosts-always 1: every agent also reads the hosts list whatever N (what next() did before
 //   kMaxHostsInResult: the "before" rows of SCALE.md).
+// --sequential 1: every call waits for the answer to the one before (next() before StoreBatch:
+//   9 round trips per agent instead of 5; the "before" rows of SCALE.md's batch table).
 // --server-pid P: also report the daemon's CPU time for the round (from /proc; the wall time
 //   depends on what else the machine runs, the CPU time much less).
-// Output: one "RESULT drun <mode> <N> <connect_ms> <rank_ms> <next_ms> <calls> <bytes> <server_cpu_ms>"
+// Output: one "RESULT drun <mode> <N> <connect_ms> <rank_ms> <next_ms> <calls> <bytes> <server_cpu_ms>
+// <client_cpu_ms>" (client: this process, the generator)
 // per size
 // (calls, bytes: store calls of all agents and their frames both ways, generator mode only;
 // the handshakes are not counted).
@@ -101,7 +105,7 @@ struct Agent {
 // (the answer not being there yet) costs an EAGAIN system call per call. Real TcpStore clients
 // block in recv() on their own thread and do not pay it either.
 asio::awaitable<void> readMore(Agent& a) {
-  constexpr size_t kChunk = 64 * 1024;
+  constexpr size_t kChunk = 16 * 1024;  // as TcpStore reads
   co_await a.socket.async_wait(tcp::socket::wait_read, asio::use_awaitable);
   boost::system::error_code ec;
   size_t n = a.socket.read_some(asio::buffer(a.in.prepare(kChunk), kChunk), ec);
@@ -156,6 +160,37 @@ asio::awaitable<wire::Response> call(Agent& a, wire::Request q) {
       throw Error(std::string(wire::toString(q.op)) + ": " + r.message);
     co_return r;
   }
+}
+
+// Several independent calls pipelined, as TcpStore::runBatch sends a StoreBatch: every frame in
+// one write, then the answers in order. With --sequential 1, one call after another (next()
+// before batches).
+bool gSequential = false;
+
+asio::awaitable<std::vector<wire::Response>> callBatch(Agent& a, std::vector<wire::Request> qs) {
+  std::vector<wire::Response> answers;
+  if (gSequential) {
+    for (auto& q : qs) answers.push_back(co_await call(a, std::move(q)));
+    co_return answers;
+  }
+  std::string out;
+  for (auto& q : qs) {
+    q.id = a.nextRequest++;
+    wire::encodeRequest(q, out);
+  }
+  co_await asio::async_write(a.socket, asio::buffer(out), asio::use_awaitable);
+  a.calls += qs.size();
+  a.bytes += out.size();
+  for (const auto& q : qs) {
+    auto r = co_await receive<wire::Response>(
+        a, [](std::string_view in, wire::Response& m) { return wire::decodeResponse(in, m); },
+        "response");
+    if (r.id != q.id) throw ProtocolError("answer out of order");
+    if (r.status != wire::Status::Ok)
+      throw Error(std::string(wire::toString(q.op)) + ": " + r.message);
+    answers.push_back(std::move(r));
+  }
+  co_return answers;
 }
 
 // Request builders: plain functions, since GCC 12 rejects braced lists inside coroutines.
@@ -230,18 +265,23 @@ asio::awaitable<void> close(Agent& a, const std::string& runId, int n) {
 // C10dRendezvous::next() of a fresh agent in a job of MIN=MAX=n.
 asio::awaitable<void> join(Agent& a, const std::string& runId, int n) {
   // ExitBarrier::enter, then checkJobConfig, then startRound.
+  // (C10dRendezvous::enterJob: the outcome alone, then present, config and round in one batch;
+  // RoundJoin::run: will, joined and count in one batch.)
   if (co_await tryGet(a, keys::outcome(runId))) throw Error("stale outcome");
-  co_await add(a, keys::present(runId), 1);
-  const std::string config = jobConfig(n);
-  co_await call(a, compareSet(keys::config(runId), "", config));
-  co_await tryGet(a, keys::currentRound(runId));
-  wire::Request will;
-  will.op = wire::Op::SetWill;
-  will.will = keys::joinWill(runId, 0, a.self.id, a.self.displayName());
-  co_await call(a, std::move(will));
-  co_await call(a, request(wire::Op::Append, keys::joined(runId, 0),
-                           keys::encodeDescriptor(a.self)));
-  if (co_await add(a, keys::count(runId, 0), 1) >= n) co_await close(a, runId, n);
+  std::vector<wire::Request> entry;
+  entry.push_back(request(wire::Op::Add, keys::present(runId)));
+  entry.back().delta = 1;
+  entry.push_back(compareSet(keys::config(runId), "", jobConfig(n)));
+  entry.push_back(request(wire::Op::TryGet, keys::currentRound(runId)));
+  if (!(co_await callBatch(a, std::move(entry)))[2].values.empty()) throw Error("not a fresh job");
+  std::vector<wire::Request> joining;
+  joining.emplace_back();
+  joining.back().op = wire::Op::SetWill;
+  joining.back().will = keys::joinWill(runId, 0, a.self.id, a.self.displayName());
+  joining.push_back(request(wire::Op::Append, keys::joined(runId, 0), keys::encodeDescriptor(a.self)));
+  joining.push_back(request(wire::Op::Add, keys::count(runId, 0)));
+  joining.back().delta = 1;
+  if ((co_await callBatch(a, std::move(joining)))[2].number >= n) co_await close(a, runId, n);
 
   std::optional<keys::RoundState> state;
   std::optional<Bytes> known;
@@ -281,6 +321,7 @@ struct Result {
   uint64_t calls = 0;
   uint64_t bytes = 0;
   double serverCpuMs = 0;  // the daemon's CPU time from all-connected to every agent done
+  double clientCpuMs = 0;  // this process' (the generator's) over the same span
 };
 
 Result runGenerator(const std::string& host, uint16_t port, int n, const std::string& runId,
@@ -320,12 +361,14 @@ Result runGenerator(const std::string& host, uint16_t port, int n, const std::st
 
   io.restart();
   const double cpu0 = cpuMs(serverPid);
+  const double self0 = cpuMs(::getpid());
   for (auto& a : agents) asio::co_spawn(io, join(*a, runId, n), onDone);
   io.run();
   if (failure) std::rethrow_exception(failure);
 
   Result r;
   r.serverCpuMs = cpuMs(serverPid) - cpu0;
+  r.clientCpuMs = cpuMs(::getpid()) - self0;
   r.connectMs = msSince(t0, t1);
   std::vector<bool> seen(n);
   for (auto& a : agents) {
@@ -417,6 +460,8 @@ int main(int argc, char** argv) {
       host = value;
     } else if (arg == "--hosts-always") {
       gHostsAlways = value == "1";
+    } else if (arg == "--sequential") {
+      gSequential = value == "1";
     } else if (arg == "--server-pid") {
       serverPid = std::atoi(value.c_str());
     } else if (arg == "--port") {
@@ -454,9 +499,9 @@ int main(int argc, char** argv) {
       Result r = mode == "real" ? runReal(host, static_cast<uint16_t>(port), n, runId)
                                 : runGenerator(host, static_cast<uint16_t>(port), n, runId,
                                                serverPid);
-      std::printf("RESULT drun %s %d %.1f %.1f %.1f %llu %llu %.0f\n", mode.c_str(), n,
+      std::printf("RESULT drun %s %d %.1f %.1f %.1f %llu %llu %.0f %.0f\n", mode.c_str(), n,
                   r.connectMs, r.rankMs, r.doneMs, static_cast<unsigned long long>(r.calls),
-                  static_cast<unsigned long long>(r.bytes), r.serverCpuMs);
+                  static_cast<unsigned long long>(r.bytes), r.serverCpuMs, r.clientCpuMs);
       std::fflush(stdout);
     }
   } catch (const std::exception& e) {

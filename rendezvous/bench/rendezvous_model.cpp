@@ -11,6 +11,8 @@
 // prints calls, bytes, the largest frame, watch wakeups, the store's bytes and the core's CPU
 // time, and checks them against the model (exit 1 naming what broke it):
 //   calls  <= 10 N + 7 + N / kKeysPerPublish
+//   trips  <= 5 N + 7 + N / kKeysPerPublish                 (round trips: batches count once;
+//             + N up to kMaxHostsInResult nodes: the hosts list)
 //   bytes  <= N (kAgentBytes + kCloserBytesPerNode)        (linear: no O(N) value per agent;
 //             + N^2 kHostListBytesPerNode up to kMaxHostsInResult nodes: the hosts list)
 //   frame  <= kFrameBytesPerNode N + 64 KiB                 (the closer's reads and its decision)
@@ -46,6 +48,7 @@ constexpr uint64_t kEtcdMaxRequest = 1536 * 1024;  // etcd's default --max-reque
 
 struct Cost {
   uint64_t calls = 0, bytes = 0, maxFrame = 0, wakeups = 0, storedBytes = 0;
+  uint64_t trips = 0;  // round trips: a call alone, or a batch (StoreBatch) of them
   double coreMs = 0;  // CPU time of the store's work (encode/decode excluded)
 };
 
@@ -97,6 +100,7 @@ class Round {
     out.clear();
     wire::encodeResponse(p, out);
     ++cost_.calls;
+    if (!inBatch_) ++cost_.trips;
     cost_.bytes += request + out.size();
     cost_.maxFrame = std::max<uint64_t>(cost_.maxFrame, std::max(request, out.size()));
   }
@@ -131,15 +135,26 @@ class Round {
         .values.at(0);
   }
 
+  // The calls between beginBatch() and endBatch() are one round trip (a pipelined StoreBatch).
+  void beginBatch() {
+    ++cost_.trips;
+    inBatch_ = true;
+  }
+  void endBatch() { inBatch_ = false; }
+
+  // C10dRendezvous::enterJob (the outcome, then one batch), RoundJoin::run (one batch).
   void join(int i, StoreCore::ClientId client, std::vector<int>& woken) {
     const keys::NodeDescriptor self = descriptor(i);
     tryGet(keys::outcome(runId_));
+    beginBatch();
     add(keys::present(runId_));
     keys::JobConfig config;
     config.minNodes = config.maxNodes = n_;
     config.setBy = "node0";
     compareSet(keys::config(runId_), keys::encodeJobConfig(config));
     tryGet(keys::currentRound(runId_));
+    endBatch();
+    beginBatch();
     wire::Request will;
     will.op = wire::Op::SetWill;
     will.will = keys::joinWill(runId_, 0, self.id, self.displayName());
@@ -147,7 +162,9 @@ class Round {
     wire::Request append = request(wire::Op::Append, keys::joined(runId_, 0));
     append.values.push_back(keys::encodeDescriptor(self));
     call(append, [&](wire::Request& q, wire::Response&) { core_.append(q.keys[0], q.values[0]); });
-    if (add(keys::count(runId_, 0)) >= n_) close();
+    const int64_t arrivals = add(keys::count(runId_, 0));
+    endBatch();
+    if (arrivals >= n_) close();
     // watch(status, absent): answered when the decision's header lands (or at once).
     wire::Request watch = request(wire::Op::Watch, keys::status(runId_, 0));
     const auto t0 = std::clock();
@@ -194,6 +211,7 @@ class Round {
   const std::string runId_;
   StoreCore core_{kStoreLimits, StoreBudget{}};
   Cost cost_;
+  bool inBatch_ = false;
   std::vector<wire::Request> watches_;
   size_t seated_ = 0;
 };
@@ -221,6 +239,9 @@ std::string check(int n, const Cost& c) {
   const uint64_t N = static_cast<uint64_t>(n);
   std::string broken;
   if (c.calls > 10 * N + 7 + N / kKeysPerPublish + 1) broken += " calls";
+  // (+1 per agent up to kMaxHostsInResult nodes: the hosts list.)
+  if (c.trips > 5 * N + (n <= kMaxHostsInResult ? N : 0) + 7 + N / kKeysPerPublish + 1)
+    broken += " trips";
   // Up to kMaxHostsInResult nodes every agent also reads the hosts list (bounded: N <= 1024).
   const uint64_t hosts = n <= kMaxHostsInResult ? N * N * kHostListBytesPerNode : 0;
   if (c.bytes > N * (kAgentBytes + kCloserBytesPerNode) + hosts) broken += " bytes";
@@ -247,15 +268,16 @@ int main(int argc, char** argv) {
   }
   int failures = 0;
   std::printf("flat: one store, one round of N agents (wire bytes of every call)\n");
-  std::printf("%7s | %9s %10s %11s %10s %11s %9s %9s | %s\n", "N", "calls", "calls/N",
+  std::printf("%7s | %9s %10s %8s %11s %10s %11s %9s %9s | %s\n", "N", "calls", "calls/N", "trips/N",
               "bytes MiB", "bytes/N", "frame MiB", "store MiB", "core ms", "model");
   try {
     for (int n : sizes) {
       const Cost c = Round(n, "model-" + std::to_string(n)).run();
       const std::string broken = check(n, c);
       failures += !broken.empty();
-      std::printf("%7d | %9llu %10.2f %11s %10.0f %11s %9s %9.0f | %s%s\n", n,
+      std::printf("%7d | %9llu %10.2f %8.2f %11s %10.0f %11s %9s %9.0f | %s%s\n", n,
                   static_cast<unsigned long long>(c.calls), double(c.calls) / n,
+                  double(c.trips) / n,
                   mib(c.bytes).c_str(), double(c.bytes) / n, mib(c.maxFrame).c_str(),
                   mib(c.storedBytes).c_str(), c.coreMs, broken.empty() ? "ok" : "FAILS:",
                   broken.c_str());

@@ -4,6 +4,7 @@
 
 #include "drun/common/error.hpp"
 #include "drun/rendezvous/c10d_rendezvous.hpp"
+#include "drun/rendezvous/store_batch.hpp"
 
 namespace drun::rdzv {
 
@@ -27,6 +28,12 @@ void wakeWatchers(Store& store, const std::string& runId, uint64_t round) {
 void signalChange(Store& store, const std::string& runId, uint64_t round, const std::string& reason) {
   store.set(keys::lastChange(runId, round), reason);
   store.add(keys::changes(runId, round), 1);
+}
+
+void signalChange(StoreBatch& batch, const std::string& runId, uint64_t round,
+                  const std::string& reason) {
+  batch.set(keys::lastChange(runId, round), reason);
+  batch.add(keys::changes(runId, round), 1);
 }
 
 void watchQuietly(LivenessStore& store, const std::string& key, const std::optional<Bytes>& known,

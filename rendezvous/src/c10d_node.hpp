@@ -43,6 +43,9 @@ struct Reform {
 void bumpStatus(Store& store, const std::string& runId, uint64_t round);
 void wakeWatchers(Store& store, const std::string& runId, uint64_t round);
 void signalChange(Store& store, const std::string& runId, uint64_t round, const std::string& reason);
+// The same two calls, added to a batch (store_batch.hpp).
+void signalChange(StoreBatch& batch, const std::string& runId, uint64_t round,
+                  const std::string& reason);
 // Waits on `key` until it differs from `known` or `timeout` passes (no error at the deadline).
 void watchQuietly(LivenessStore& store, const std::string& key, const std::optional<Bytes>& known,
                   milliseconds timeout);

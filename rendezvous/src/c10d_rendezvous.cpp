@@ -9,8 +9,9 @@
 //   reconnector.cpp         connecting again after losing the store
 //   membership_watcher.cpp  events of a running round;  round_planner.cpp  pure planning
 //   c10d_factory.cpp        the embed-the-server policy
-// next() = count this node in (ExitBarrier::enter), check --nnodes against the job's, then join
-// rounds (RoundJoin) from the current one until a round takes this node, then watch the round.
+// next() = count this node in (ExitBarrier::enter), check --nnodes against the job's and read the
+// current round (one StoreBatch: enterJob), then join rounds (RoundJoin) from the current one
+// until a round takes this node, then watch the round.
 #include "drun/rendezvous/c10d_rendezvous.hpp"
 
 #include <unistd.h>
@@ -26,6 +27,7 @@
 #include "drun/common/deadline.hpp"
 #include "drun/common/error.hpp"
 #include "drun/rendezvous/port_reservation.hpp"
+#include "drun/rendezvous/store_batch.hpp"
 #include "drun/rendezvous/store_server.hpp"
 #include "exit_barrier.hpp"
 #include "membership_watcher.hpp"
@@ -100,9 +102,7 @@ class C10dRendezvous final : public Rendezvous {
       self.masterPort = reservation_.port();
       node_.descriptorLine = keys::encodeDescriptor(self);
       try {
-        barrier_.enter(*store_, deadline);
-        if (!configChecked_) checkJobConfig();
-        RoundResult result = joinFrom(startRound(), deadline, started);
+        RoundResult result = joinFrom(enterJob(deadline), deadline, started);
         // Any program must be able to bind MASTER_PORT, with SO_REUSEADDR or without.
         reservation_.release();
         return result;
@@ -202,15 +202,18 @@ class C10dRendezvous final : public Rendezvous {
   const std::string& id() const { return node_.runId(); }
   const RendezvousOptions& options() const { return node_.options; }
 
+  keys::JobConfig myConfig() const {
+    return {options().minNodes, options().maxNodes, node_.self.displayName()};
+  }
+
   // Every node of a job must be started with the same --nnodes: the first one to arrive records
   // its values; a node started with others fails at once, naming both, instead of waiting out the
   // join timeout. A job that has not formed yet fails for every waiting node with the same message
   // (its open round is decided as an error); a running job goes on without the odd node.
-  void checkJobConfig() {
-    const keys::JobConfig mine{options().minNodes, options().maxNodes, node_.self.displayName()};
-    const std::string encoded = keys::encodeJobConfig(mine);
-    const keys::JobConfig job =
-        keys::parseJobConfig(store_->compareSet(keys::config(id()), "", encoded));
+  // `stored`: what compare_set on `config` returned; `current`: the current round read after it.
+  void checkJobConfig(const Bytes& stored, uint64_t current) {
+    const keys::JobConfig mine = myConfig();
+    const keys::JobConfig job = keys::parseJobConfig(stored);
     if (job.sameShape(mine)) {
       configChecked_ = true;
       return;
@@ -222,7 +225,6 @@ class C10dRendezvous final : public Rendezvous {
     const std::string message = "nodes disagree on --nnodes: " + node_.self.displayName() + " has --nnodes " +
                                 shape(mine) + ", the job (first started on " + job.setBy +
                                 ") has --nnodes " + shape(job) + "; start every node with the same value";
-    const uint64_t current = keys::parseCounter(store_->tryGet(keys::currentRound(id()))).value_or(0);
     if (current == 0) {
       keys::RoundState failed;
       failed.ok = false;
@@ -240,9 +242,32 @@ class C10dRendezvous final : public Rendezvous {
     Announcement announce;
   };
 
-  Start startRound() {
+  // The job's entry, in two round trips: whether an earlier run with this id ended (cleared
+  // first, ExitBarrier), then one batch of this node's count in `present`, its --nnodes checked
+  // against the job's and the current round read: independent calls, in the order next() made
+  // them one by one.
+  Start enterJob(const Deadline& deadline) {
+    StoreBatch batch;
+    const std::optional<size_t> present = barrier_.enter(*store_, deadline, batch);
+    std::optional<size_t> config;
+    if (!configChecked_)
+      config = batch.compareSet(keys::config(id()), "", keys::encodeJobConfig(myConfig()));
+    const size_t current = batch.tryGet(keys::currentRound(id()));
+    try {
+      store_->runBatch(batch);
+    } catch (...) {
+      if (present) barrier_.entered(batch, *present);
+      throw;
+    }
+    if (present) barrier_.entered(batch, *present);
+    const uint64_t round = keys::parseCounter(batch.value(current)).value_or(0);
+    if (config) checkJobConfig(batch.value(*config).value_or(""), round);
+    return startRound(round);
+  }
+
+  Start startRound(uint64_t current) {
     Start start;
-    start.round = keys::parseCounter(store_->tryGet(keys::currentRound(id()))).value_or(0);
+    start.round = current;
     if (lastRound_) {
       // A member re-forming: the others learned why from the store (a failure record, a will,
       // a waiting node); nobody needs telling.

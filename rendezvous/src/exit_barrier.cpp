@@ -12,8 +12,9 @@ namespace drun::rdzv {
 // they are leaving (the store's host serves until they have), waited for at most close_timeout,
 // then a clear error (never a reset under live nodes). An outcome before any round of the job
 // closed is stale or forged (no job ended that never formed): removed and not believed.
-void ExitBarrier::enter(LivenessStore& store, const Deadline& deadline) {
-  if (present_) return;
+std::optional<size_t> ExitBarrier::enter(LivenessStore& store, const Deadline& deadline,
+                                         StoreBatch& batch) {
+  if (present_) return std::nullopt;
   const std::string& id = node_.runId();
   const RendezvousOptions& o = node_.options;
   const std::string outcomeKey = keys::outcome(id);
@@ -61,8 +62,7 @@ void ExitBarrier::enter(LivenessStore& store, const Deadline& deadline) {
       break;
     }
   }
-  store.add(presentKey, 1);
-  present_ = true;
+  return batch.add(presentKey, 1);
 }
 
 void ExitBarrier::finish(LivenessStore& store, uint64_t round, int64_t nodeCount) {

@@ -14,6 +14,7 @@
 #include <optional>
 
 #include "c10d_node.hpp"
+#include "drun/rendezvous/store_batch.hpp"
 
 namespace drun::rdzv {
 
@@ -22,8 +23,11 @@ class ExitBarrier {
   explicit ExitBarrier(const C10dNode& node) : node_(node) {}
 
   // Counts this node in, once sure that the job it joins has not already ended (an ended run's
-  // leftovers are cleared first, see exit_barrier.cpp). No-op when already counted.
-  void enter(LivenessStore& store, const Deadline& deadline);
+  // leftovers are cleared first, see exit_barrier.cpp). The count itself goes into `batch`, to
+  // be sent with the caller's next calls; entered() takes its outcome once the batch ran.
+  // Returns the count's index in the batch; nullopt (nothing added) when already counted.
+  std::optional<size_t> enter(LivenessStore& store, const Deadline& deadline, StoreBatch& batch);
+  void entered(const StoreBatch& batch, size_t countOp) { present_ = present_ || batch.ok(countOp); }
   // This node's connection closed: its will counted it out. It comes back as a node of the job:
   // an outcome found then is the job's end, not an earlier run's leftover.
   void forget() {

@@ -6,6 +6,7 @@
 
 #include "drun/common/error.hpp"
 #include "drun/common/progress.hpp"
+#include "drun/rendezvous/store_batch.hpp"
 #include "store_refill.hpp"
 
 namespace drun::rdzv {
@@ -98,18 +99,37 @@ std::optional<Seat> RoundJoin::run(Deadline& deadline, const Announcement& annou
   // for (the survivors waited for it until the join timeout). Dying after, it is counted back
   // and gone at once, which can only close the round one survivor early; that survivor then
   // joins the next round as a newcomer.
-  store_.setWill(keys::joinWill(id, round_, node_.self.id, node_.self.displayName(),
-                                node_.self.rejoining));
-  store_.append(keys::joined(id, round_), node_.descriptorLine);
-  int64_t arrivals = store_.add(keys::count(id, round_), 1);
-  if (node_.self.rejoining) store_.add(keys::rejoined(id, round_), 1);
+  // One batch (one round trip on a TcpStore), run in this order: the will, the join, the count.
   // Told only once this node is in `joined`: the running nodes re-form when told, and a round
   // they closed before this node's descriptor was there would leave it out (it then waited in
   // the next round as if the job were full).
+  StoreBatch batch;
+  const size_t will = batch.setWill(keys::joinWill(id, round_, node_.self.id,
+                                                   node_.self.displayName(), node_.self.rejoining));
+  batch.append(keys::joined(id, round_), node_.descriptorLine);
+  const size_t count = batch.add(keys::count(id, round_), 1);
+  if (node_.self.rejoining) batch.add(keys::rejoined(id, round_), 1);
   if (announce.round) {
-    store_.add(keys::waiting(id, *announce.round), 1);
-    signalChange(store_, id, *announce.round, announce.reason);
+    batch.add(keys::waiting(id, *announce.round), 1);
+    signalChange(batch, id, *announce.round, announce.reason);
   }
+  try {
+    store_.runBatch(batch);
+  } catch (const NetworkError&) {
+    throw;  // the connection closed: the will (if set) runs, the caller joins afresh
+  } catch (const std::exception& e) {
+    // The batch goes on past a failed call: without its will, a node counted in would never be
+    // seen gone. Give its place up as the will would, then fail as the call did.
+    if (!batch.ok(will)) try {
+        giveUpPlace("node " + node_.self.displayName() + " could not join round " +
+                    std::to_string(round_) + " (its will was refused: " + e.what() + ")");
+      } catch (const Error& also) {
+        spdlog::debug("rendezvous '{}': giving up the place in round {}: {}", id, round_,
+                      also.what());
+      }
+    throw;
+  }
+  int64_t arrivals = batch.number(count);
   reform_ = closer_.readReform(round_);
   // A re-forming round closes when every survivor is back, so it has no last call; only a
   // first round (or one after a failed decision) waits for more nodes.
@@ -336,15 +356,9 @@ void RoundJoin::timedOut() {
       who += ", " + nodes[i].displayName();
     if (nodes.size() + 1 > kMaxNamesInMessage)
       who += ", and " + std::to_string(nodes.size() + 1 - kMaxNamesInMessage) + " more";
-    // Do what the will would do (minus `left` and `present`: this node was never a member, and
-    // it leaves the job itself), then drop the will so that this agent's exit does not count
-    // twice.
-    store_.set(keys::dead(id, round_, node_.self.id), "1");
-    signalChange(store_, id, round_,
-                 "node " + node_.self.displayName() + " gave up waiting in round " +
-                     std::to_string(round_));
-    bumpStatus(store_, id, round_);
-    store_.setWill({});
+    giveUpPlace("node " + node_.self.displayName() + " gave up waiting in round " +
+                std::to_string(round_));
+    store_.setWill({});  // so that this agent's exit does not count twice
   } catch (const Error& e) {
     who = "unknown (" + std::string(e.what()) + ")";
   }
@@ -355,6 +369,15 @@ void RoundJoin::timedOut() {
   throw TimeoutError("rendezvous '" + id + "' round " + std::to_string(round_) + " at " +
                      node_.endpoint + " timed out after " + ms(o.joinTimeout) + ": " +
                      std::to_string(alive) + " node(s) joined [" + who + "], need " + need);
+}
+
+// Does what the will would do (minus `left` and `present`: this node was never a member, and it
+// leaves the job itself): the others count it gone.
+void RoundJoin::giveUpPlace(const std::string& reason) {
+  const std::string& id = node_.runId();
+  store_.set(keys::dead(id, round_, node_.self.id), "1");
+  signalChange(store_, id, round_, reason);
+  bumpStatus(store_, id, round_);
 }
 
 // Whether the previous round closed and its job still runs (no outcome, a member left): then

@@ -13,8 +13,9 @@
 // for newcomers to take the lost nodes' places. Every transition is logged at debug with its
 // reason and the time spent in the phase before.
 //
-// Per joiner: setWill, append(joined), add(count) (+ add(rejoined) for a member of the previous
-// round), then watch(status) until the decision; the closer adds O(N) reads (round_closer).
+// Per joiner: one batch of setWill, append(joined), add(count) (+ add(rejoined) for a member of
+// the previous round), then watch(status) until the decision; the closer adds O(N) reads
+// (round_closer).
 //
 // Threading: a short-lived object on the rendezvous' agent thread; it blocks (each store call
 // with its deadline, the join with the join timeout).
@@ -77,6 +78,7 @@ class RoundJoin {
   void disarmLastCall();
   std::optional<Seat> seat(const keys::RoundState& state);
   [[noreturn]] void timedOut();
+  void giveUpPlace(const std::string& reason);
   bool jobRunsWithout();
   milliseconds replaceTimeout() const;
   std::string waitingText(int64_t arrivals, const Deadline& deadline) const;

@@ -43,6 +43,8 @@ void Session::begin() {
                                            [weak = weak_from_this()](const wire::Response& p) {
                                              if (auto self = weak.lock()) self->send(p);
                                            });
+  boost::system::error_code ec;
+  socket_.non_blocking(true, ec);  // flush()'s send returns at once when the socket is full
   lastHeard_ = Clock::now();
   handshakeDeadline_ = lastHeard_ + state_.options.handshakeTimeout;
   armDeadline();
@@ -147,6 +149,7 @@ asio::awaitable<void> Session::reader() {
   while (phase_ == SessionPhase::Serving) {
     size_t needed = 0;
     bool consumed = false;
+    answering_ = true;  // the answers to what this read brought go out in one write (flush)
     for (;;) {
       wire::Request request;
       auto r = wire::decodeRequest(in_.data(), request, state_.wireLimits);
@@ -156,19 +159,26 @@ asio::awaitable<void> Session::reader() {
       }
       if (r.status == wire::DecodeStatus::Bad) {
         protocolError(r.error);
+        flush();
         co_return;
       }
       in_.consume(r.consumed);
       consumed = true;
       handle(std::move(request));
-      if (phase_ != SessionPhase::Serving) co_return;
+      if (phase_ != SessionPhase::Serving) {
+        flush();
+        co_return;
+      }
       if (++served >= state_.options.maxRequestsPerBatch) {
         // One busy client must not hold the io thread: let the others' handlers run.
         served = 0;
+        flush();
         co_await asio::post(state_.ioc, asio::use_awaitable);
         if (phase_ != SessionPhase::Serving) co_return;
+        answering_ = true;
       }
     }
+    flush();
     account(in_.size());
     notePartialFrame(consumed);
     state_.noteWaiters();
@@ -339,7 +349,7 @@ void Session::queue(std::string frame) {
   state_.output.add(frame.size());
   state_.counters.outputQueued = state_.output.used();
   out_.push_back(std::move(frame));
-  writeSignal_.cancel();
+  if (!answering_) flush();  // an answer to a blocking call, a will's wakeup: sent now
 }
 
 void Session::send(const wire::Response& response) {
@@ -376,17 +386,53 @@ asio::awaitable<void> Session::writer() {
       batch.push_back(asio::buffer(out_[i]));
       bytes += out_[i].size();
     }
+    writing_ = true;
     co_await asio::async_write(socket_, batch, asio::redirect_error(asio::use_awaitable, ec));
+    writing_ = false;
     if (phase_ == SessionPhase::Closed) co_return;
     if (ec) {
       close("write: " + ec.message());
       co_return;
     }
-    for (size_t i = 0; i < count; ++i) out_.pop_front();
-    outBytes_ -= bytes;
-    state_.output.remove(bytes);
-    state_.counters.outputQueued = state_.output.used();
+    written(bytes);
   }
+}
+
+// Sends the queued answers now with one gathered send(2), from the reader once it served what a
+// read brought (a client's pipelined requests, a StoreBatch, get their answers in one segment),
+// or from queue() for an answer that comes later: no wakeup of the writer per answer. What the
+// socket does not take at once (or anything while the writer is mid-write) is the writer's.
+void Session::flush() {
+  answering_ = false;
+  if (out_.empty() || phase_ == SessionPhase::Closed) return;
+  if (!writing_) {
+    flushBuffers_.clear();
+    const size_t count = std::min(out_.size(), kMaxWriteBatch);
+    for (size_t i = 0; i < count; ++i) flushBuffers_.push_back(asio::buffer(out_[i]));
+    boost::system::error_code ec;
+    const size_t n = socket_.write_some(flushBuffers_, ec);  // non-blocking (begin())
+    // An error is the writer's to report (it gets it again): closing here could run a will in
+    // the middle of another client's request that woke this one.
+    if (!ec) written(n);
+  }
+  if (!out_.empty() || phase_ == SessionPhase::Draining) writeSignal_.cancel();
+}
+
+// Drops `n` bytes sent from the front of the queue (a frame sent in part keeps its rest).
+void Session::written(size_t n) {
+  const size_t bytes = n;
+  while (n > 0) {
+    std::string& front = out_.front();
+    if (n < front.size()) {
+      front.erase(0, n);
+      break;
+    }
+    n -= front.size();
+    out_.pop_front();
+  }
+  outBytes_ -= bytes;
+  state_.output.remove(bytes);
+  state_.counters.outputQueued = state_.output.used();
 }
 
 }  // namespace drun::rdzv::server

@@ -1,9 +1,11 @@
 // Session: one connection of the store server. Its phase (session_phase.hpp) is the one state:
 // Hello and Auth before it is admitted (the handshake deadline, maxPendingConnections), Serving
 // with a Seat under the connection caps, Draining while a last reply is flushed, Closed. Three
-// activities on the io thread: a reader coroutine (hello, proof, then frames -> StoreCore), a
-// writer coroutine (drains the output queue) and one timer for the handshake deadline, the lease
-// and the stalled-frame deadline. Blocking calls are a BlockingCalls unit of their own.
+// activities on the io thread: a reader coroutine (hello, proof, then frames -> StoreCore; the
+// answers to what one read brought go out in one send, flush()), a writer coroutine (what
+// flush() could not send at once, and answers to blocking calls) and one timer for the
+// handshake deadline, the lease and the stalled-frame deadline. Blocking calls are a
+// BlockingCalls unit of their own.
 //
 // Files: store_session.cpp (phases, reading, deadlines, writing), session_handshake.cpp (hello,
 // proof, admission), session_requests.cpp (requests -> StoreCore, scope checks, wills).
@@ -60,6 +62,8 @@ class Session : public std::enable_shared_from_this<Session> {
   void send(const wire::Response& response);
   void protocolError(const std::string& why);
   asio::awaitable<void> writer();
+  void flush();
+  void written(size_t n);
 
   // session_handshake.cpp
   bool answerHello(const wire::Hello& hello);
@@ -98,6 +102,9 @@ class Session : public std::enable_shared_from_this<Session> {
   std::optional<Clock::time_point> partialSince_;  // when the frame being received began
   std::deque<std::string> out_;
   size_t outBytes_ = 0;
+  bool answering_ = false;  // the reader is serving what one read brought: flush() after
+  bool writing_ = false;    // the writer has a write in flight
+  std::vector<asio::const_buffer> flushBuffers_;
   asio::steady_timer writeSignal_;  // cancelled to wake the writer
   asio::steady_timer deadlineTimer_;
   Clock::time_point handshakeDeadline_;

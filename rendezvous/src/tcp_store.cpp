@@ -16,6 +16,7 @@
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -25,6 +26,7 @@
 #include "drun/common/resolve.hpp"
 #include "drun/common/safe_text.hpp"
 #include "drun/rendezvous/protocol.hpp"
+#include "drun/rendezvous/store_batch.hpp"
 
 namespace drun::rdzv {
 namespace {
@@ -159,26 +161,91 @@ class TcpStore::Connection {
       writeAll(frame, deadline, q);
     }
     wire::Response p = readResponse(q, deadline, budget);
+    if (std::exception_ptr failure = failureOf(p, q, timeout, started))
+      std::rethrow_exception(failure);
+    return p;
+  }
+
+  // Pipelines the requests (none blocking): every frame in one write, then the answers in
+  // order, each Ok or its error in `answers[i].second`. A request that does not encode is not
+  // sent (its error is its answer). NetworkError / ProtocolError: the connection is lost.
+  // `onAnswer(i, response, failure)` is called for each request as its answer comes (in order;
+  // for one not sent, with its encoding error), so that what came before a lost connection is
+  // known.
+  using OnAnswer = std::function<void(size_t, wire::Response&, std::exception_ptr)>;
+  void callPipelined(std::vector<wire::Request>& requests, const OnAnswer& onAnswer) {
+    std::lock_guard callLock(callMutex_);
+    if (broken_) throw NetworkError(brokenText());
+    std::vector<std::exception_ptr> unsent(requests.size());
+    std::vector<bool> sent(requests.size(), false);
+    std::string frames;
+    for (size_t i = 0; i < requests.size(); ++i) {
+      wire::Request& q = requests[i];
+      if (wire::isBlocking(q.op) || !wire::expectsResponse(q.op))
+        throw InvalidArgument(std::string("a pipelined batch cannot carry ") +
+                              std::string(wire::toString(q.op)));
+      const size_t before = frames.size();
+      try {
+        q.id = lastId_ + 1;
+        wire::encodeRequest(q, frames);
+        ++lastId_;
+        sent[i] = true;
+      } catch (const InvalidArgument&) {
+        frames.resize(before);
+        unsent[i] = std::current_exception();
+      }
+    }
+    const milliseconds budget = clampTimeout(options_.timeout);
+    Deadline deadline(budget);
+    const auto started = Clock::now();
+    if (!frames.empty()) {
+      std::lock_guard writeLock(writeMutex_);
+      writeAll(frames, deadline, requests.front());
+    }
+    for (size_t i = 0; i < requests.size(); ++i) {
+      wire::Response p;
+      if (!sent[i]) {
+        onAnswer(i, p, unsent[i]);
+        continue;
+      }
+      p = readResponse(requests[i], deadline, budget);
+      onAnswer(i, p, failureOf(p, requests[i], 0ms, started));
+    }
+  }
+
+  // The answer to a request whose shape is not that of its op: the peer is not a sound store.
+  [[noreturn]] void malformed(const wire::Request& q, const std::string& why) {
+    markBroken("store at " + endpoint_ + " answered " + std::string(wire::toString(q.op)) + " " +
+               keyList(q.keys) + " with " + why);
+    throw ProtocolError(brokenText());
+  }
+
+ private:
+  // An error status as the exception the call throws (null for Ok).
+  std::exception_ptr failureOf(const wire::Response& p, const wire::Request& q,
+                               milliseconds timeout, Clock::time_point started) {
     switch (p.status) {
       case wire::Status::Ok:
-        return p;
+        return nullptr;
       case wire::Status::Timeout:
-        throw TimeoutError(std::string(wire::toString(q.op)) + " timed out after " +
-                           std::to_string(timeout.count()) + "ms on " +
-                           keyList(p.keys.empty() ? q.keys : p.keys) + " at " + endpoint_);
+        return std::make_exception_ptr(
+            TimeoutError(std::string(wire::toString(q.op)) + " timed out after " +
+                         std::to_string(timeout.count()) + "ms on " +
+                         keyList(p.keys.empty() ? q.keys : p.keys) + " at " + endpoint_));
       case wire::Status::InvalidArgument:
-        throw InvalidArgument(std::string(wire::toString(q.op)) + " " + keyList(q.keys) + " at " +
-                              endpoint_ + ": " + serverText(p.message));
+        return std::make_exception_ptr(
+            InvalidArgument(std::string(wire::toString(q.op)) + " " + keyList(q.keys) + " at " +
+                            endpoint_ + ": " + serverText(p.message)));
       default: {
         auto waited = std::chrono::duration_cast<milliseconds>(Clock::now() - started);
-        throw Error(std::string(wire::toString(q.op)) + " " + keyList(q.keys) + " at " +
-                    endpoint_ + " failed after " + std::to_string(waited.count()) +
-                    "ms: " + serverText(p.message));
+        return std::make_exception_ptr(
+            Error(std::string(wire::toString(q.op)) + " " + keyList(q.keys) + " at " + endpoint_ +
+                  " failed after " + std::to_string(waited.count()) +
+                  "ms: " + serverText(p.message)));
       }
     }
   }
 
- private:
   // ---- connecting
 
   void connectWithRetries(const Deadline& deadline) {
@@ -380,6 +447,13 @@ class TcpStore::Connection {
           markBroken("store at " + endpoint_ + " rejected our request: " + serverText(p.message));
           throw ProtocolError(brokenText());
         }
+        if (p.id > q.id) {
+          // Requests are answered in order: an answer ahead of this one is to a request this
+          // client has not sent (yet): the stream is out of step.
+          markBroken("store at " + endpoint_ + " answered request " + std::to_string(p.id) +
+                     " while request " + std::to_string(q.id) + " was the next one due");
+          throw ProtocolError(brokenText());
+        }
         if (p.id == q.id) {
           if (p.op != q.op) {
             markBroken("store at " + endpoint_ + " answered request " + std::to_string(q.id) +
@@ -486,7 +560,9 @@ void TcpStore::set(const std::string& key, const Bytes& value) {
 
 Bytes TcpStore::get(const std::string& key, milliseconds timeout) {
   auto q = request(Op::Get, {key});
-  return std::move(conn_->call(q, timeout).values.at(0));
+  auto p = conn_->call(q, timeout);
+  if (p.values.size() != 1) conn_->malformed(q, std::to_string(p.values.size()) + " values, not 1");
+  return std::move(p.values[0]);
 }
 
 std::optional<Bytes> TcpStore::tryGet(const std::string& key) {
@@ -504,7 +580,9 @@ int64_t TcpStore::add(const std::string& key, int64_t delta) {
 
 Bytes TcpStore::compareSet(const std::string& key, const Bytes& expected, const Bytes& desired) {
   auto q = request(Op::CompareSet, {key}, {expected, desired});
-  return std::move(conn_->call(q, {}).values.at(0));
+  auto p = conn_->call(q, {});
+  if (p.values.size() != 1) conn_->malformed(q, std::to_string(p.values.size()) + " values, not 1");
+  return std::move(p.values[0]);
 }
 
 void TcpStore::wait(const std::vector<std::string>& keys, milliseconds timeout) {
@@ -568,6 +646,50 @@ int64_t TcpStore::deletePrefix(const std::string& prefix) {
   if (prefix.empty()) throw InvalidArgument("deletePrefix: the prefix must not be empty");
   auto q = request(Op::DeletePrefix, {prefix});
   return conn_->call(q, {}).number;
+}
+
+// One round trip for the whole batch (store_batch.hpp). An answer whose shape is not its op's
+// (a compareSet without the value now stored, a tryGet with two) means the peer is not a sound
+// store: ProtocolError, the connection is dropped.
+void TcpStore::runBatch(StoreBatch& batch) {
+  using Kind = StoreBatch::Kind;
+  batch.clearOutcomes();
+  std::vector<wire::Request> requests;
+  requests.reserve(batch.size());
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const StoreBatch::Op& op = batch.op(i);
+    switch (op.kind) {
+      case Kind::Set: requests.push_back(request(Op::Set, {op.key}, {op.value})); break;
+      case Kind::TryGet: requests.push_back(request(Op::TryGet, {op.key})); break;
+      case Kind::Add:
+        requests.push_back(request(Op::Add, {op.key}));
+        requests.back().delta = op.delta;
+        break;
+      case Kind::CompareSet:
+        requests.push_back(request(Op::CompareSet, {op.key}, {op.value, op.desired}));
+        break;
+      case Kind::Append: requests.push_back(request(Op::Append, {op.key}, {op.value})); break;
+      case Kind::SetWill:
+        requests.push_back(request(Op::SetWill));
+        requests.back().will = op.will;
+        break;
+    }
+  }
+  if (requests.empty()) return;
+  conn_->callPipelined(requests, [&](size_t i, wire::Response& p, std::exception_ptr failure) {
+    StoreBatch::Outcome& out = batch.outcome(i);
+    out.ran = true;
+    out.error = failure;
+    if (failure) return;
+    const Kind kind = batch.op(i).kind;
+    if (kind == Kind::TryGet && p.values.size() > 1)
+      conn_->malformed(requests[i], std::to_string(p.values.size()) + " values");
+    if (kind == Kind::CompareSet && p.values.size() != 1)
+      conn_->malformed(requests[i], std::to_string(p.values.size()) + " values, not 1");
+    if (!p.values.empty()) out.value = std::move(p.values[0]);
+    out.number = p.number;
+  });
+  batch.rethrowFirstFailure();
 }
 
 std::vector<std::string> TcpStore::listJobs() {

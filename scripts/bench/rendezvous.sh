@@ -13,12 +13,14 @@
 #
 #   scripts/bench/rendezvous.sh
 #   BUILD_DIR=build-rdzv DRUN_SIZES=8,64,1024 REAL_SIZES=8,64 TORCH_SIZES=8,64 TORCH_CAP=60 \
+#     SEQUENTIAL_SIZES=4096 \
 #     scripts/bench/rendezvous.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD_DIR=${BUILD_DIR:-build}
 DRUN_SIZES=${DRUN_SIZES:-8,16,32,64,128,256,1024,4096,10000}
 REAL_SIZES=${REAL_SIZES:-8,16,32,64,128,256}
+SEQUENTIAL_SIZES=${SEQUENTIAL_SIZES:-1024,4096,10000}
 TORCH_SIZES=${TORCH_SIZES:-8,16,32,64,128}
 TORCH_CAP=${TORCH_CAP:-60}
 ETCD_SIZES=${ETCD_SIZES:-8,64,256,1024}
@@ -32,6 +34,12 @@ results=$bench_tmp/results
 
 timeout 300 "$BUILD_DIR/bin/rendezvous_bench" --port "$port" --sizes "$DRUN_SIZES" --server-pid "$daemon_pid" \
   | grep '^RESULT' >>"$results"
+# The same generator with the calls one by one (next() before StoreBatch: 9 round trips, not 5),
+# against the same daemon: the "9 trips" columns.
+if [[ -n "$SEQUENTIAL_SIZES" ]]; then
+  timeout 300 "$BUILD_DIR/bin/rendezvous_bench" --port "$port" --sizes "$SEQUENTIAL_SIZES" \
+    --server-pid "$daemon_pid" --sequential 1 | grep '^RESULT' | sed 's/^RESULT drun generator/RESULT drun sequential/' >>"$results"
+fi
 timeout 300 "$BUILD_DIR/bin/rendezvous_bench" --port "$port" --sizes "$REAL_SIZES" --mode real \
   | grep '^RESULT' >>"$results"
 if "$PYTHON" -c 'import torch.distributed' 2>/dev/null; then
@@ -51,11 +59,13 @@ fi
 
 "$PYTHON" - "$results" "$TORCH_CAP" <<'PY'
 import sys
-drun, real, torch, etcd = {}, {}, {}, {}
+drun, real, torch, etcd, seq = {}, {}, {}, {}, {}
 for line in open(sys.argv[1]):
     f = line.split()
     if f[1] == "etcd":                          # RESULT etcd real N connect_ms|error next_ms
         etcd[int(f[3])] = "%.1f" % float(f[5]) if f[4] != "error" else "error"
+    elif f[1] == "drun" and f[2] == "sequential":  # as generator, the calls one by one
+        seq[int(f[3])] = "%.0f / %.0f" % (float(f[6]), float(f[9]))
     elif f[1] == "drun" and f[2] == "generator":  # RESULT drun generator N connect rank next calls bytes
         drun[int(f[3])] = (float(f[5]), float(f[6]), float(f[9]), int(f[7]), int(f[8]) / 1048576.0)
     elif f[1] == "drun":                        # RESULT drun real N connect rank next 0
@@ -64,10 +74,11 @@ for line in open(sys.argv[1]):
         torch[int(f[2])] = f[3]
 print("rendezvous: N agents join one round (MIN=MAX=N), from all-connected to every agent ranked")
 print("(daemon CPU: ms of CPU the drun-rendezvous process spent on the round; load-independent)")
-print("%6s | %12s %14s %11s %12s %10s | %12s | %14s | %8s | %12s" % (
-    "N", "drun rank ms", "drun next() ms", "daemon CPU", "store calls", "bytes MiB",
+print("(9 trips: the same generator with the calls one by one, as next() before StoreBatch: next() ms / daemon CPU ms)")
+print("%6s | %12s %14s %11s %12s %10s | %15s | %12s | %14s | %8s | %12s" % (
+    "N", "drun rank ms", "drun next() ms", "daemon CPU", "store calls", "bytes MiB", "9 trips",
     "real next ms", "torch c10d ms", "speedup", "etcd next ms"))
-print("-" * 135)
+print("-" * 153)
 for n in sorted(set(drun) | set(torch) | set(real) | set(etcd)):
     d = drun.get(n)
     t = torch.get(n)
@@ -81,5 +92,6 @@ for n in sorted(set(drun) | set(torch) | set(real) | set(etcd)):
     speed = "%7.0fx" % (float(t) * 1000 / d[1]) if d and t and t[0].isdigit() else "-"  # vs next()
     dcol = ("%12.1f %14.1f %11.0f %12d %10.1f" % d if d
             else "%12s %14s %11s %12s %10s" % ("-", "-", "-", "-", "-"))
-    print("%6d | %s | %12s | %14s | %8s | %12s" % (n, dcol, rcol, tcol, speed, etcd.get(n, "-")))
+    print("%6d | %s | %15s | %12s | %14s | %8s | %12s" % (n, dcol, seq.get(n, "-"), rcol, tcol,
+                                                          speed, etcd.get(n, "-")))
 PY

@@ -22,6 +22,7 @@ namespace drun::rdzv {
 
 using Bytes = std::string;
 using std::chrono::milliseconds;
+class StoreBatch;  // store_batch.hpp
 
 class Store {
  public:
@@ -89,6 +90,11 @@ class LivenessStore : public Store {
   // at once with NetworkError instead of at its deadline (a watcher being stopped does not hold a
   // connection for a whole watch). The will runs as on any close. Default: nothing to end.
   virtual void interrupt() {}
+
+  // Runs independent operations handed over together (store_batch.hpp says what a batch
+  // means). Default: one call after another, through this store's own calls. TcpStore sends
+  // them pipelined: one round trip for the batch.
+  virtual void runBatch(StoreBatch& batch);
 };
 
 }  // namespace drun::rdzv

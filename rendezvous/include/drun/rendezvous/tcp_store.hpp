@@ -88,6 +88,8 @@ class TcpStore final : public LivenessStore {
                              milliseconds timeout) override;
   void setWill(const Will& will) override;
   int64_t deletePrefix(const std::string& prefix) override;
+  // Pipelined: every operation in one write, the answers in order (one round trip).
+  void runBatch(StoreBatch& batch) override;
   // The run ids of the jobs with keys in the store (drun status). A server older than this op
   // closes the connection (ProtocolError); a client of one job is refused (InvalidArgument).
   std::vector<std::string> listJobs();
