@@ -110,11 +110,12 @@ void classify(LivenessStore& store, const WatchedRound& w, Reported& seen, Event
   }
 }
 
-// The round's keys were removed under this watcher (its `changes` key went from a value to
-// absent): the last node out removes them once the job has an outcome, which stays as the job's
-// tombstone. A member still waiting (in the exit barrier) learns the outcome from it; without
-// this it would watch the absent key for ever.
-void classifyRemovedRound(LivenessStore& store, const WatchedRound& w, Reported& seen,
+// The job's outcome, read at every look: it is the job's last word, and this round's ledger may
+// never show it. The last node out removes the round's keys (`outcome` stays as the tombstone),
+// and a round can form after the job succeeded (its members re-formed while the last member of
+// the round before finished it) and never finish: a member waiting in its exit barrier would
+// wait for ever. Reported as the ledger reports success: at every look.
+void classifyOutcome(LivenessStore& store, const WatchedRound& w, Reported& seen,
                           EventSlot& slot, const std::atomic<bool>& stopped) {
   auto outcome = store.tryGet(keys::outcome(w.runId));
   if (!outcome || keys::isOutcomeReset(*outcome)) return;
@@ -161,10 +162,9 @@ void run(LivenessStore& store, const WatchedRound& w, EventSlot& slot, std::atom
         continue;  // the server answered at the deadline: the connection is alive
       }
       if (stopped.load()) return;
-      const bool removed = known && !now;
       known = now;
       classify(store, w, seen, slot, stopped);
-      if (removed) classifyRemovedRound(store, w, seen, slot, stopped);
+      classifyOutcome(store, w, seen, slot, stopped);
     }
   } catch (const std::exception& e) {
     // No logging here: this thread may outlive the process' loggers (it is detached); the

@@ -220,6 +220,32 @@ TEST_CASE("exit barrier: a member waiting in it when the job's keys are removed 
   c.stopAll();
 }
 
+TEST_CASE("exit barrier: a member that finishes a round formed after the job succeeded learns "
+          "the outcome",
+          "[rendezvous][v2]") {
+  // Found by "interleavings over etcd: ... n0's link is cut while the closer joins" (point 2):
+  // n0 was cut off, finished round 0 and was told of its own loss; n1 made round 0 succeed
+  // while n0 and n2 re-formed round 1, then n2 learned the job had ended (JobEnded) and left
+  // without finishing round 1. n0 finished round 1 and waited in its barrier for n2 for ever:
+  // nothing in round 1 changes again. The outcome is the job's last word: a member reads it.
+  Cluster c("late");
+  for (int i = 0; i < 2; ++i) c.add("n" + std::to_string(i), shortOptions(2, 2, "late"));
+  c.arrive("n0");
+  c.arrive("n1");
+  REQUIRE(c.awaitRunning({"n0", "n1"}));
+  // The job's outcome, as round 0's last finisher records it, while n1 (as n2 above) never
+  // finishes this round.
+  c.observer.compareSet(keys::outcome("late"), "", keys::encodeOutcome(std::nullopt));
+  c.node("n0").requestFinish();
+  CHECK(c.waitFor(3s * kTimeScale, [&] { return c.nodeLocked("n0").phase == Phase::Ended; }));
+  INFO(c.journalText());
+  {
+    std::lock_guard lock(c.mutex);
+    CHECK(c.nodeLocked("n0").ending == Ending::Succeeded);
+  }
+  c.stopAll();
+}
+
 TEST_CASE("v2 a joiner left out of the round dies: it is no lost member", "[rendezvous][v2]") {
   int setWills = 0;  // (declared before the cluster: its nodes' hooks use it until they end)
   Cluster c("leftout");
