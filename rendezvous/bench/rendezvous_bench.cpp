@@ -293,9 +293,13 @@ asio::awaitable<void> join(Agent& a, const std::string& runId, int n) {
     known = r.values.empty() ? std::nullopt : std::optional<Bytes>(r.values[0]);
   }
   if (!state->ok) throw Error("round failed: " + state->error);
-  auto mine = co_await tryGet(a, keys::assign(runId, 0, a.self.id));
-  if (!mine) throw Error("agent " + a.self.id + " left out of the round");
-  a.nodeRank = keys::parseAssignment(*mine).nodeRank;
+  // RoundJoin::seat: the assignment and the next round's status, in one batch.
+  std::vector<wire::Request> seat;
+  seat.push_back(request(wire::Op::TryGet, keys::assign(runId, 0, a.self.id)));
+  seat.push_back(request(wire::Op::TryGet, keys::status(runId, 1)));
+  auto seated = co_await callBatch(a, std::move(seat));
+  if (seated[0].values.empty()) throw Error("agent " + a.self.id + " left out of the round");
+  a.nodeRank = keys::parseAssignment(seated[0].values[0]).nodeRank;
   a.rankAt = Clock::now();
   if (n > kMaxHostsInResult && !gHostsAlways) {  // RoundResult::hosts stays empty (O(N^2) bytes)
     a.doneAt = a.rankAt;

@@ -296,7 +296,19 @@ std::optional<Seat> RoundJoin::seat(const keys::RoundState& state) {
   r.masterAddr = state.masterAddr;
   r.masterPort = state.masterPort;
   r.storePrefix = keys::round(id, round_);
-  if (auto mine = store_.tryGet(keys::assign(id, round_, node_.self.id))) {
+  // One round trip: this node's assignment, and whether the next round closed already. A node
+  // that read this round's decision that late (its members re-formed without it) must not start
+  // this round's workers: two rounds would run at once. It waits in the next one, as a node the
+  // round closed without (found by the interleavings over etcd: a slow reader's round).
+  StoreBatch reads;
+  const size_t assignRead = reads.tryGet(keys::assign(id, round_, node_.self.id));
+  const size_t laterRead = reads.tryGet(keys::status(id, round_ + 1));
+  store_.runBatch(reads);
+  if (const auto& later = reads.value(laterRead); later && keys::parseState(*later)) {
+    on(Event::ClosedWithoutMe, "round " + std::to_string(round_ + 1) + " closed before this node read it");
+    return std::nullopt;
+  }
+  if (const auto& mine = reads.value(assignRead)) {
     const keys::Assignment a = keys::parseAssignment(*mine);
     r.nodeRank = a.nodeRank;
     r.rankOffset = a.rankOffset;
