@@ -5,6 +5,7 @@
 
 #include "drun/rendezvous/prefix_store.hpp"
 
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -22,6 +23,7 @@
 #include "drun/rendezvous/memory_store.hpp"
 #include "file_store.hpp"
 #include "reduce.hpp"
+#include "shm/shm_segment.hpp"
 
 using namespace drun::comm;
 using namespace std::chrono_literals;
@@ -469,4 +471,31 @@ TEST_CASE("comm: shm keeps at most DRUN_COMM_SHM_UNEXPECTED_BYTES of messages no
     int64_t seven = 7;
     world.send(&seven, 1, DType::Int64, 1, 1000);
   });
+}
+
+// Defect: each rank wrote its probe word only when it probed, after the attach barrier, so a
+// rank that probed first read a peer's word before it was written and single copy was off for
+// the whole communicator (about every other run: large collectives took two copies). Threads of
+// one process may always read their own process's memory, so here every probe must pass.
+TEST_CASE("comm: shm segment: where every rank may read the others' memory, single copy is on", "[comm]") {
+  using drun::comm::detail::ShmOptions;
+  using drun::comm::detail::ShmSegment;
+  uint64_t word = 42, got = 0;
+  iovec local{&got, sizeof(got)}, remote{&word, sizeof(word)};
+  REQUIRE(process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == sizeof(got));  // the kernel allows it here
+  for (int size : {2, 3}) {
+    for (int attempt = 0; attempt < 20; ++attempt) {
+      auto shared = drun::rdzv::MemoryStore::makeShared();
+      std::vector<std::future<bool>> ranks;
+      for (int r = 0; r < size; ++r)
+        ranks.push_back(std::async(std::launch::async, [&, r] {
+          drun::rdzv::MemoryStore store(shared);
+          ShmOptions options;
+          options.slotBytes = 64u << 10;
+          ShmSegment segment(store, r, size, options, 10s);
+          return segment.singleCopy();
+        }));
+      for (int r = 0; r < size; ++r) CHECK(ranks[static_cast<size_t>(r)].get());
+    }
+  }
 }

@@ -142,6 +142,10 @@ ShmSegment::ShmSegment(rdzv::Store& store, int rank, int size, const ShmOptions&
       h.size = static_cast<uint32_t>(size);
       h.magic = kMagic;
     }
+    // The word is written before its address is published: a peer may probe it as soon as the
+    // attach barrier below lets it (a word written only when this rank probed read 0 for the
+    // peer that probed first, and single copy was off for the whole communicator).
+    probeWord_ = kProbeMagic;
     h.ranks()[rank].probe.store(reinterpret_cast<uint64_t>(&probeWord_), std::memory_order_relaxed);
     h.ranks()[rank].pid.store(getpid(), std::memory_order_release);
   }
@@ -177,7 +181,6 @@ ShmSegment::ShmSegment(rdzv::Store& store, int rank, int size, const ShmOptions&
 // seccomp refuses it): every rank reads every peer's probe word, and single copy is used only
 // when every rank could (the ranks agree through the store).
 void ShmSegment::probeSingleCopy(rdzv::Store& store, milliseconds timeout) {
-  probeWord_ = kProbeMagic;
   bool ok = options_.singleCopy;
   for (int r = 0; r < size_ && ok; ++r) {
     if (r == rank_) continue;
