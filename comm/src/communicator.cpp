@@ -1,5 +1,8 @@
 #include <algorithm>
+#include <charconv>
+#include <cstring>
 #include <set>
+#include <string_view>
 
 #include "communicator_impl.hpp"
 #include "op_progress.hpp"
@@ -247,8 +250,24 @@ void Communicator::Impl::compareFingerprints(const Collective& c) {
 void Communicator::Impl::execute(const Collective& c) {
   // drun's hang detection (README "Hangs"): a rank silent inside a collective is a waiter.
   const uint64_t n = ++collectives_;
-  const std::string entered = std::string(toString(c.kind)) + " #" + std::to_string(n) + " of " + s_.name;
-  drun_worker_collective_begin(entered.c_str());
+  // "all_reduce #42 of world" without a heap allocation: small collectives cost ~0.3 us in all.
+  char entered[160];
+  {
+    char* end = entered + sizeof(entered) - 1;
+    char* p = entered;
+    auto put = [&](std::string_view text) {
+      const size_t len = std::min<size_t>(text.size(), static_cast<size_t>(end - p));
+      std::memcpy(p, text.data(), len);
+      p += len;
+    };
+    put(toString(c.kind));
+    put(" #");
+    p = std::to_chars(p, end, n).ptr;
+    put(" of ");
+    put(s_.name);
+    *p = '\0';
+  }
+  drun_worker_collective_begin(entered);
   if (progress_) progress_->entered(n, c.timeout);
   struct Left {
     detail::OpProgress* progress;

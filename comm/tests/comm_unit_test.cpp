@@ -499,3 +499,34 @@ TEST_CASE("comm: shm segment: where every rank may read the others' memory, sing
     }
   }
 }
+
+// Queued broadcasts (the root runs up to ShmCollectives::kQueueDepth ahead of its readers): a
+// loop of broadcasts from changing roots, of sizes on both sides of the queued limit (a 64 KiB
+// slot: 4 KiB sub-slots), mixed with all_reduces, with one reader that often falls behind:
+// every rank gets every value (a root that reused a sub-slot before its readers were done, or a
+// step that wrote over a queued broadcast still being read, would show here as wrong values).
+TEST_CASE("comm: shm: queued broadcasts from changing roots, mixed with other collectives, deliver every value", "[comm]") {
+  TransportScope scope("shm");
+  setenv("DRUN_COMM_SHM_BYTES", "65536", 1);
+  constexpr int kRounds = 300;
+  runRanks(3, [](int r, Communicator& world) {
+    int wrong = 0;
+    for (int i = 0; i < kRounds; ++i) {
+      const int root = (i / 40) % 3;  // runs of 40 from one root: more than the queue's depth
+      const size_t count = (i % 11 == 0) ? 3000 : 1 + (i * 37) % 900;  // 12 KB (chunked) or up to 3.6 KB
+      std::vector<int32_t> v(count, r == root ? -1 : 0);
+      if (r == root)
+        for (size_t j = 0; j < count; ++j) v[j] = static_cast<int32_t>(i * 1000003 + j);
+      if (r == 2 && i % 40 < 30) std::this_thread::sleep_for(std::chrono::microseconds(100));  // falls behind
+      world.broadcast(v.data(), count, DType::Int32, root);
+      for (size_t j = 0; j < count; ++j) wrong += v[j] != static_cast<int32_t>(i * 1000003 + j);
+      if (i % 50 == 49) {
+        int64_t x = r + i;
+        world.allReduce(&x, 1, DType::Int64, ReduceOp::Sum);
+        wrong += x != 3 * static_cast<int64_t>(i) + 3;
+      }
+    }
+    CHECK(wrong == 0);
+  });
+  unsetenv("DRUN_COMM_SHM_BYTES");
+}

@@ -9,6 +9,7 @@ namespace drun::comm::detail {
 
 void ShmCollectives::step(const Deadline& deadline, const char* what) {
   ++seq_;
+  readersDone_[seq_ & 1] = seq_ + 1;  // a rank publishes seq_ + 1 only after it read this step
   seg_.publish(seq_);
   seg_.waitAll(seq_, deadline, what);
 }
@@ -21,13 +22,15 @@ size_t ShmCollectives::chunkElements(size_t count, size_t es, size_t blocks, boo
 
 void ShmCollectives::run(const Collective& c) {
   const Deadline deadline(c.timeout);
-  if (lagging_) {  // the last step was a root's broadcast that did not wait: everyone read it now
+  const uint64_t depth = c.kind == OpKind::Broadcast ? queueDepth(c.count * dtypeSize(c.dtype)) : 0;
+  if (lagging_ && depth == 0) {  // queued broadcasts may still be read: everyone read them now
     seg_.waitAll(seq_, deadline, toString(c.kind));
     lagging_ = false;
   }
-  if (seg_.singleCopy() && seg_.size() > 1 && c.count * dtypeSize(c.dtype) >= kSingleCopyBytes &&
-      singleCopy(c, deadline))
-    return;
+  if (depth > 0) return queuedBroadcast(c, depth, deadline);
+  if (c.kind == OpKind::AllGather && seg_.singleCopy() && seg_.size() > 1 && seg_.ranksHaveCores() &&
+      c.count * dtypeSize(c.dtype) >= kSingleCopyBytes)
+    return singleCopyAllGather(c, deadline);
   switch (c.kind) {
     case OpKind::Barrier: return step(deadline, "barrier");
     case OpKind::AllReduce: return reduceAll(c, true, deadline);
@@ -80,23 +83,46 @@ void ShmCollectives::reduceAll(const Collective& c, bool toAll, const Deadline& 
   if (c.op == ReduceOp::Avg && receives) divideInPlace(buf, c.count, c.dtype, n);
 }
 
+// Broadcast k (this rank's flag value) lives in the root's half k%2, in sub-slot (k/2) % (D/2)
+// of D: the data of flag k stays in half k%2 as every other step's, and a sub-slot comes back D
+// broadcasts later. The root waits only until every rank read what its sub-slot held (and what
+// the generic steps left in that half: readersDone_), so a loop of broadcasts runs up to D ahead
+// of its slowest reader, as an eager MPI_Bcast does. A reader waits for the root alone and
+// publishes k once it has read: a reader's flag value k means broadcast k is read.
+// D (queueDepth) keeps the queue's bytes about cache-sized: deep for small messages, 2 for large
+// ones (a 16-deep queue of 256 KiB broadcasts ran 4x slower: every copy missed the cache). A
+// change of D first waits until every queued broadcast is read (the sub-slots move).
+void ShmCollectives::queuedBroadcast(const Collective& c, uint64_t depth, const Deadline& d) {
+  const size_t bytes = c.count * dtypeSize(c.dtype);
+  if (lagging_ && depth != queueDepth_) seg_.waitAll(seq_, d, "broadcast");
+  queueDepth_ = depth;
+  lagging_ = true;
+  const uint64_t k = ++seq_;
+  const size_t offset = ((k >> 1) % (depth / 2)) * subSlotBytes(depth);
+  if (seg_.rank() == c.root) {
+    const uint64_t reused = k > depth ? k - depth : 0;
+    const uint64_t free = std::max(reused, readersDone_[k & 1]);
+    if (free > 0) seg_.waitAll(free, d, "broadcast");
+    std::memcpy(seg_.half(c.root, k) + offset, c.recv, bytes);
+    seg_.publish(k);
+    return;
+  }
+  seg_.waitAll(k, d, "broadcast", c.root);
+  std::memcpy(c.recv, seg_.half(c.root, k) + offset, bytes);
+  seg_.publish(k);
+}
+
+uint64_t ShmCollectives::queueDepth(size_t bytes) const {
+  uint64_t depth = kMaxQueueDepth;
+  while (depth > 2 && (depth * std::max<size_t>(bytes, 1) > kQueueBytes || bytes > subSlotBytes(depth))) depth /= 2;
+  return bytes <= subSlotBytes(depth) ? depth : 0;
+}
+
 void ShmCollectives::broadcast(const Collective& c, const Deadline& d) {
   const size_t es = dtypeSize(c.dtype);
   char* buf = static_cast<char*>(c.recv);
   const size_t chunk = chunkElements(c.count, es, 1, true);
   const bool root = seg_.rank() == c.root;
-  if (chunk >= c.count) {
-    // One chunk: the root publishes and returns, the others wait for the root alone (a loop of
-    // broadcasts pipelines); the next operation first waits until everyone read it (lagging_).
-    if (root) std::memcpy(next(), buf, c.count * es);
-    seg_.publish(++seq_);
-    if (!root) {
-      seg_.waitAll(seq_, d, "broadcast", c.root);
-      std::memcpy(buf, last(c.root), c.count * es);
-    }
-    lagging_ = true;
-    return;
-  }
   for (size_t off = 0; off < c.count; off += chunk) {
     const size_t m = std::min(chunk, c.count - off);
     if (root) std::memcpy(next(), buf + off * es, m * es);

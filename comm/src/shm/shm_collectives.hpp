@@ -9,19 +9,22 @@
 //     inputs in rank order (the same bits everywhere).
 //   larger: per chunk of min(H, kChunkBytes): inputs, step, each rank reduces its 1/n of the
 //     chunk into its next half, step, every rank (reduce: the root) copies the n parts out.
-//   broadcast/scatter/gather/all_gather/all_to_all/reduce_scatter: one step per chunk; a
-//     one-chunk broadcast does not wait for every rank (the root returns once it published, the
-//     others wait for the root only): the next operation waits for them first.
-//   From kSingleCopyBytes, where process_vm_readv is allowed: all_reduce reads its 1/n of every
-//   peer's buffer (staged in kStageBytes pieces) and reduces it in place, step, then reads the
-//   other parts from their owners; all_gather, broadcast and reduce_scatter read the peers'
-//   buffers once. Two or three steps in all; the last one keeps every buffer in place until
-//   every reader is done.
+//   broadcast, B <= H: queued (queuedBroadcast), 2 to kMaxQueueDepth broadcasts in flight
+//     (about kQueueBytes): the root returns once it published, a reader waits for the root
+//     alone; the next operation of another kind first waits until everyone read them.
+//   broadcast (larger)/scatter/gather/all_gather/all_to_all/reduce_scatter: one step per chunk.
+//   all_gather from kSingleCopyBytes per rank, where process_vm_readv is allowed and every rank
+//     has a core: the ranks publish their buffers and read each other's once (one copy instead
+//     of two through the segment), then a step keeps every buffer in place until its readers are
+//     done. Measured (A/B, drun-comm-bench under drun, 2 cores, best of 3): all_gather world 2
+//     1.4-1.8x faster from 64 KiB per rank; the single-copy forms of all_reduce, reduce_scatter
+//     and broadcast were slower than the segment at every size (0.5-1.0x: process_vm_readv copies
+//     at ~12 GB/s here, a memcpy in cache at ~50) and are gone; with more ranks than cores (world
+//     4 here) single copy lost everywhere (0.3-0.9x).
 // Threading: one thread at a time (the front end runs collectives in order).
 #pragma once
 
 #include <cstdint>
-#include <vector>
 
 #include "backend.hpp"
 #include "shm/shm_segment.hpp"
@@ -35,10 +38,9 @@ class ShmCollectives {
 
   static constexpr size_t kOneShotBytes = 64u << 10;
   static constexpr size_t kChunkBytes = 512u << 10;
-  // From here (bytes per rank) all_reduce, all_gather, broadcast and reduce_scatter copy once,
-  // straight from the peers' buffers (process_vm_readv), where the segment's probe allowed it.
-  static constexpr size_t kSingleCopyBytes = 256u << 10;
-  static constexpr size_t kStageBytes = 64u << 10;  // a peer's part staged for a reduction
+  static constexpr size_t kSingleCopyBytes = 64u << 10;  // all_gather, per rank
+  static constexpr uint64_t kMaxQueueDepth = 32;  // queued broadcasts in flight, at most (a power of 2)
+  static constexpr size_t kQueueBytes = 64u << 10;  // a queue's bytes in flight, about (cache)
 
  private:
   void step(const Deadline& deadline, const char* what);
@@ -47,13 +49,12 @@ class ShmCollectives {
   // Elements per chunk when each step moves `blocks` blocks of `es`-byte elements per rank.
   size_t chunkElements(size_t count, size_t es, size_t blocks, bool cache) const;
 
-  // Single copy (shm_single_copy.cpp): step (buffers published), read the peers' buffers,
-  // step (nobody reads mine any more). False when `c` has no single-copy form.
-  bool singleCopy(const Collective& c, const Deadline& d);
-  void singleCopyAllReduce(const Collective& c, const Deadline& d);
-  void singleCopyReduceScatter(const Collective& c, const Deadline& d);
-  template <class PeerAddress>
-  void reducePeers(const Collective& c, char* out, size_t count, PeerAddress&& peerAddress);
+  // Queued broadcasts: how deep a queue of `bytes` broadcasts is (0: too large to queue), and
+  // the sub-slot of a queue of that depth.
+  uint64_t queueDepth(size_t bytes) const;
+  size_t subSlotBytes(uint64_t depth) const { return seg_.halfBytes() / (depth / 2); }
+  void queuedBroadcast(const Collective& c, uint64_t depth, const Deadline& d);
+  void singleCopyAllGather(const Collective& c, const Deadline& d);
 
   void reduceAll(const Collective& c, bool toAll, const Deadline& d);
   void broadcast(const Collective& c, const Deadline& d);
@@ -61,8 +62,11 @@ class ShmCollectives {
 
   ShmSegment& seg_;
   uint64_t seq_ = 0;  // this rank's flag: steps done
-  bool lagging_ = false;  // the last step did not wait for every rank (a one-chunk broadcast)
-  std::vector<char> stage_;
+  bool lagging_ = false;  // queued broadcasts since the last step every rank waited for
+  uint64_t queueDepth_ = 0;  // the depth of those
+  // Per half: the flag value every rank has published once it read the generic steps' data
+  // there (a step's data is read before its reader's next publish).
+  uint64_t readersDone_[2] = {0, 0};
 };
 
 }  // namespace drun::comm::detail

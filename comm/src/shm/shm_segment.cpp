@@ -60,8 +60,7 @@ struct alignas(kLine) RankLine {
   std::atomic<uint64_t> flag;
   std::atomic<int32_t> pid;
   std::atomic<uint64_t> probe;     // the address of this rank's probe word (single-copy probe)
-  std::atomic<uint64_t> sendAddr;  // this rank's buffers in the current operation (single copy)
-  std::atomic<uint64_t> recvAddr;
+  std::atomic<uint64_t> sendAddr;  // this rank's send buffer in the current operation (single copy)
 };
 constexpr uint64_t kProbeMagic = 0x636d612d70726f62ull;  // "cma-prob"
 struct alignas(kLine) BellLine {
@@ -197,13 +196,12 @@ void ShmSegment::probeSingleCopy(rdzv::Store& store, milliseconds timeout) {
   singleCopy_ = std::all_of(all.begin(), all.end(), [](const auto& v) { return v == "1"; });
 }
 
-void ShmSegment::publishBuffers(const void* send, const void* recv) {
-  RankLine& line = header().ranks()[rank_];
-  line.sendAddr.store(reinterpret_cast<uint64_t>(send), std::memory_order_relaxed);
-  line.recvAddr.store(reinterpret_cast<uint64_t>(recv), std::memory_order_relaxed);  // publish() releases
+void ShmSegment::publishBuffer(const void* send) {
+  // publish() releases it
+  header().ranks()[rank_].sendAddr.store(reinterpret_cast<uint64_t>(send), std::memory_order_relaxed);
 }
 uint64_t ShmSegment::sendAddr(int r) const { return header().ranks()[r].sendAddr.load(std::memory_order_relaxed); }
-uint64_t ShmSegment::recvAddr(int r) const { return header().ranks()[r].recvAddr.load(std::memory_order_relaxed); }
+bool ShmSegment::ranksHaveCores() const { return !oversubscribed(size_); }
 
 void ShmSegment::readPeer(int r, uint64_t address, void* into, size_t bytes) const {
   char* to = static_cast<char*>(into);

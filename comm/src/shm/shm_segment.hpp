@@ -93,10 +93,11 @@ class ShmSegment {
 
   // ---- single copy (process_vm_readv), where every rank may read every other's memory ----
   bool singleCopy() const { return singleCopy_; }
-  // This rank's buffers for the current operation; visible to the others with its next publish.
-  void publishBuffers(const void* send, const void* recv);
+  // This rank's send buffer for the current operation; visible to the others with its next publish.
+  void publishBuffer(const void* send);
   uint64_t sendAddr(int r) const;
-  uint64_t recvAddr(int r) const;
+  // Every rank has a core of its own (ranks <= cores): spinning and single copy pay only then.
+  bool ranksHaveCores() const;
   // Copies `bytes` at `address` in rank r's memory into `into`; CommError (naming r when it is
   // gone) on failure.
   void readPeer(int r, uint64_t address, void* into, size_t bytes) const;
