@@ -7,7 +7,8 @@
 //   broadcast   shm broadcast on the root's host (root -> its leader), Gloo broadcast among
 //               leaders, shm broadcast on the other hosts
 //   all_gather  shm gather to the leader, Gloo all_gather among leaders (blocks padded to the
-//               largest host), shm broadcast of the result
+//               largest host), shm broadcast of the result; from 4 MiB in all on hosts of
+//               equal size: Gloo all_gather among the ranks of each local index, shm all_gather
 //   barrier     shm barrier, Gloo barrier among leaders, shm barrier
 //   the rest: the full Gloo mesh
 //   send/recv   a peer on this host over the segment, one elsewhere over the full mesh (HierP2P)
