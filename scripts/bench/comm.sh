@@ -16,7 +16,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD_DIR=${BUILD_DIR:-build}
-WORLDS=${WORLDS:-2 4}
+WORLDS=${WORLDS-2 4}  # set and empty: the two-host part only
 OPS=${OPS:-all_reduce all_gather broadcast reduce_scatter}
 MIN_BYTES=${MIN_BYTES:-8}
 MAX_BYTES=${MAX_BYTES:-64M}

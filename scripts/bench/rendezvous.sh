@@ -23,7 +23,7 @@ REAL_SIZES=${REAL_SIZES:-8,16,32,64,128,256}
 SEQUENTIAL_SIZES=${SEQUENTIAL_SIZES:-1024,4096,10000}
 TORCH_SIZES=${TORCH_SIZES:-8,16,32,64,128}
 TORCH_CAP=${TORCH_CAP:-60}
-ETCD_SIZES=${ETCD_SIZES:-8,64,256,1024}
+ETCD_SIZES=${ETCD_SIZES-8,64,256,1024}  # set and empty: no etcd column
 PYTHON=${PYTHON:-/usr/bin/python3}
 
 cmake --build "$BUILD_DIR" --target drun-rendezvous rendezvous_bench etcd_rendezvous_bench -j2 >/dev/null
