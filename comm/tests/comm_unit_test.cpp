@@ -508,7 +508,10 @@ TEST_CASE("comm: shm segment: where every rank may read the others' memory, sing
 // step that wrote over a queued broadcast still being read, would show here as wrong values).
 TEST_CASE("comm: shm: queued broadcasts from changing roots, mixed with other collectives, deliver every value", "[comm]") {
   TransportScope scope("shm");
-  setenv("DRUN_COMM_SHM_BYTES", "65536", 1);
+  struct SlotScope {  // 64 KiB slots: 4 KiB sub-slots
+    SlotScope() { setenv("DRUN_COMM_SHM_BYTES", "65536", 1); }
+    ~SlotScope() { unsetenv("DRUN_COMM_SHM_BYTES"); }
+  } slots;
   constexpr int kRounds = 300;
   runRanks(3, [](int r, Communicator& world) {
     int wrong = 0;
@@ -529,7 +532,6 @@ TEST_CASE("comm: shm: queued broadcasts from changing roots, mixed with other co
     }
     CHECK(wrong == 0);
   });
-  unsetenv("DRUN_COMM_SHM_BYTES");
 }
 
 // The hierarchical all_gather's large path with hosts whose ranks are not consecutive (ranks
