@@ -122,15 +122,21 @@ RunResult runOnce(const Scenario& s, Backend backend, const std::string& runId, 
   RunResult r;
   r.violations = cluster.violations();
   if (backend == Backend::Memory) {
-    // `present` never ends below 0: a node counted out twice (its will and its leave, or two
-    // wills) made the last node out remove the job's keys while another still waited (the exit
-    // barrier's "n1 stuck" seen once under TSan). Above 0 is a known leak: a node cut off
-    // between counting itself in and setting its first will is counted in twice (README).
+    // Every node has left or died: `present` ends at 0 (or is gone with the job's keys). Below:
+    // a node counted out twice (its will and its leave, or two wills) made the last node out
+    // remove the job's keys while another still waited (the exit barrier's "n1 stuck" seen once
+    // under TSan). Above: a node counted in twice, or never out (issue 21's leak: cut off between
+    // counting itself in and setting its will); the keys outlive the job and a new start with
+    // the same id waits close_timeout for a phantom node.
     cluster.stopAll();
     const auto present = cluster.observer.tryGet(keys::present(runId));
-    if (keys::parseCounter(present).value_or(0) < 0)
+    const int64_t left = keys::parseCounter(present).value_or(0);
+    if (left < 0)
       r.violations.push_back("the job's `present` count ended at " + *present +
                              ": a node was counted out of the job twice");
+    if (left > 0)
+      r.violations.push_back("the job's `present` count ended at " + *present +
+                             " with every node gone: a node was counted in twice, or never out");
   }
   r.fired = fired.load();
   r.journal = cluster.journalText();
