@@ -56,6 +56,10 @@ class EtcdSession {
   // Stores (or, for an empty will, deletes) this session's will record and the lease-bound
   // live key; starts the will executor.
   void setWill(EtcdClient& client, const Store::Will& will);
+  // What setWill puts for a non-empty will (the record, the lease-bound live key), for a
+  // transaction that does more with it (EtcdStore::runBatch); willStored() once it succeeded.
+  std::vector<EtcdOp> willOps(const Store::Will& will) const;
+  void willStored();
   // A clean close: applies this session's will now, and forgets it.
   void runOwnWill(EtcdClient& client);
   void stopKeepAliveForTest();
