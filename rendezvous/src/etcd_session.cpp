@@ -180,6 +180,7 @@ void EtcdSession::setWill(EtcdClient& client, const Store::Will& will) {
 }
 
 std::vector<EtcdOp> EtcdSession::willOps(const Store::Will& will) const {
+  if (will.sets.empty() && will.adds.empty() && will.deletes.empty()) return {EtcdOp::erase(willKey(ownId_))};
   // Keys as etcd holds them.
   Store::Will full;
   for (const auto& [key, value] : will.sets) full.sets.emplace_back(kvPrefix_ + key, value);

@@ -379,7 +379,8 @@ void EtcdStore::setWill(const Will& will) {
 }
 
 // A lease that ended between a will's transaction and the add's would leave the add without its
-// will (or the will without its add): the add's transaction carries the will's puts instead. Its
+// will (or the will without its add; or, leaving, the will cleared and the -1 not done): the
+// add's transaction carries the will's writes instead. Its
 // put of the add's token is bound to the lease, so an ended lease fails it whole; a repeat after
 // an unknown outcome finds the token and applies neither again.
 void EtcdStore::runBatch(StoreBatch& batch) {
@@ -389,8 +390,7 @@ void EtcdStore::runBatch(StoreBatch& batch) {
     const StoreBatch::Op& op = batch.op(i);
     const bool paired = op.kind == Kind::SetWill && i + 1 < batch.size() &&
                         batch.op(i + 1).kind == Kind::Add &&
-                        (batch.op(i + 1).delta == 1 || batch.op(i + 1).delta == -1) &&
-                        !(op.will.sets.empty() && op.will.adds.empty() && op.will.deletes.empty());
+                        (batch.op(i + 1).delta == 1 || batch.op(i + 1).delta == -1);
     if (!paired) {
       runBatchOp(*this, batch, i);
       continue;
@@ -401,8 +401,8 @@ void EtcdStore::runBatch(StoreBatch& batch) {
     try {
       checkWillKeys(op.will);
       addOut.number = addAlong(batch.op(i + 1).key, batch.op(i + 1).delta, session_->willOps(op.will));
-      session_->willStored();
-      ownsWill_ = true;
+      ownsWill_ = !(op.will.sets.empty() && op.will.adds.empty() && op.will.deletes.empty());
+      if (ownsWill_) session_->willStored();
     } catch (const NetworkError&) {
       willOut.error = addOut.error = std::current_exception();
       throw;

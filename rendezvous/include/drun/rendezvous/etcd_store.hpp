@@ -91,7 +91,8 @@ class EtcdStore final : public LivenessStore {
   int64_t deletePrefix(const std::string& prefix) override;
   void interrupt() override;
   // In order, one call at a time, but a will and the +-1 add right after it (a node's count in
-  // `present` beside the will that counts it out) are one transaction: both or neither.
+  // `present` beside the will that counts it out; leaving, the will cleared and the -1) are one
+  // transaction: both or neither.
   void runBatch(StoreBatch& batch) override;
 
   EtcdSession& session() { return *session_; }
