@@ -182,8 +182,10 @@ TEST_CASE("etcd store: a batch's will and the +-1 add right after it count a nod
     if (c % 2) endLeaseForTest(mine.session());  // dies: the others apply its will
     return total;                                 // (the others close cleanly: their own)
   });
-  const std::set<int64_t> distinct(totals.begin(), totals.end());
-  CHECK(distinct.size() == totals.size());  // each its own total: every +1 applied once
+  for (int64_t total : totals) {  // (wills of the dead already taking theirs back meanwhile)
+    CHECK(total >= 1);
+    CHECK(total <= kClients);
+  }
   // Every will ran (its sets and adds are one transaction), each taking back its +1.
   for (int c = 0; c < kClients; ++c)
     CHECK(observer.get("dead/" + std::to_string(c), 10s) == "1");
