@@ -116,6 +116,12 @@ std::optional<Seat> RoundJoin::run(Deadline& deadline, const Announcement& annou
     batch.add(keys::waiting(id, *announce.round), 1);
     signalChange(batch, id, *announce.round, announce.reason);
   }
+  // Joining after a round closed: whether the job ended meanwhile, read after this node's count
+  // in the same batch. A node that checked the outcome (enterJob) before the job ended, but whose
+  // count landed after the last node out removed the job's keys (and with them this round's
+  // `status`, which nothing bumps again), would otherwise wait here alone until the join timeout.
+  const std::optional<size_t> ended =
+      round_ > 0 ? std::optional<size_t>(batch.tryGet(keys::outcome(id))) : std::nullopt;
   try {
     store_.runBatch(batch);
   } catch (const NetworkError&) {
@@ -134,6 +140,7 @@ std::optional<Seat> RoundJoin::run(Deadline& deadline, const Announcement& annou
     throw;
   }
   if (present) barrier_.entered(batch, *present);
+  if (ended && batch.value(*ended)) barrier_.throwIfJobEnded(store_);
   int64_t arrivals = batch.number(count);
   reform_ = closer_.readReform(round_);
   // A re-forming round closes when every survivor is back, so it has no last call; only a

@@ -370,6 +370,13 @@ ON_BOTH_STORES("a member's link is cut at each point of a join (the closer's, it
   barrier.inject = cutting("n1");
   enumerate(barrier, backend);
 
+  // Its own finish and leave: a cut anywhere there counts it out of `present` once (its will
+  // while it leaves holds present-1 only, cleared in one batch with its own -1).
+  Scenario ownLeave = barrier;
+  ownLeave.name = "2:3, 3 nodes, n0's link is cut during its own finish and leave";
+  ownLeave.inject = cutting("n0");
+  enumerate(ownLeave, backend);
+
   // A defect found by the chaos driver (CI, seed 2080763): a node cut off after a round closed
   // with it as rank 0, before it read the decision, connected again and joined the next round
   // with the same MASTER_PORT, so the survivors ran two consecutive rounds on one port.
