@@ -206,7 +206,13 @@ std::optional<Seat> RoundJoin::run(Deadline& deadline, const Announcement& annou
         // re-forming the job is not waiting for it: the survivors it waits for are re-forming
         // too, and one that never comes back (its death hidden, a stuck agent) must not hold it
         // for ever. Survivors waiting for a replacement wait for replace_timeout instead.
-        if (phase_ != P::Replacing && (node_.self.rejoining || !jobRunsWithout())) timedOut();
+        if (phase_ != P::Replacing && (node_.self.rejoining || !jobRunsWithout())) {
+          // The job may have ended as the wait did (no run is left for this node to wait for):
+          // that is its end, not a timeout (the enumeration of a cut during a node's own finish,
+          // the others finishing just as its join timed out).
+          if (round_ > 0) barrier_.throwIfJobEnded(store_);
+          timedOut();
+        }
         deadline = Deadline(o.joinTimeout);
       }
       milliseconds wait = deadline.remaining();

@@ -374,6 +374,17 @@ ON_BOTH_STORES("a member's link is cut at each point of a join (the closer's, it
   // while it leaves holds present-1 only, cleared in one batch with its own -1).
   Scenario ownLeave = barrier;
   ownLeave.name = "2:3, 3 nodes, n0's link is cut during its own finish and leave";
+  ownLeave.drive = [](Cluster& c) {
+    arriveInOrder(c, 3);
+    c.awaitRunning({"n0", "n1", "n2"});
+    c.node("n0").requestFinish();
+    // n0 finishes, or (cut inside its finish) joins again: then the others finish.
+    c.waitFor(3s * kTimeScale, [&] {
+      auto& n = c.nodeLocked("n0");
+      return n.finishReturned || (n.phase != Phase::Running && n.phase != Phase::Finishing);
+    });
+    c.finishAll();
+  };
   ownLeave.inject = cutting("n0");
   enumerate(ownLeave, backend);
 
