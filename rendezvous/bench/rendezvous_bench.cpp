@@ -265,23 +265,23 @@ asio::awaitable<void> close(Agent& a, const std::string& runId, int n) {
 // C10dRendezvous::next() of a fresh agent in a job of MIN=MAX=n.
 asio::awaitable<void> join(Agent& a, const std::string& runId, int n) {
   // ExitBarrier::enter, then checkJobConfig, then startRound.
-  // (C10dRendezvous::enterJob: the outcome alone, then present, config and round in one batch;
-  // RoundJoin::run: will, joined and count in one batch.)
+  // (C10dRendezvous::enterJob: the outcome alone, then config and round in one batch;
+  // RoundJoin::run: will, present, joined and count in one batch.)
   if (co_await tryGet(a, keys::outcome(runId))) throw Error("stale outcome");
   std::vector<wire::Request> entry;
-  entry.push_back(request(wire::Op::Add, keys::present(runId)));
-  entry.back().delta = 1;
   entry.push_back(compareSet(keys::config(runId), "", jobConfig(n)));
   entry.push_back(request(wire::Op::TryGet, keys::currentRound(runId)));
-  if (!(co_await callBatch(a, std::move(entry)))[2].values.empty()) throw Error("not a fresh job");
+  if (!(co_await callBatch(a, std::move(entry)))[1].values.empty()) throw Error("not a fresh job");
   std::vector<wire::Request> joining;
   joining.emplace_back();
   joining.back().op = wire::Op::SetWill;
   joining.back().will = keys::joinWill(runId, 0, a.self.id, a.self.displayName());
+  joining.push_back(request(wire::Op::Add, keys::present(runId)));
+  joining.back().delta = 1;
   joining.push_back(request(wire::Op::Append, keys::joined(runId, 0), keys::encodeDescriptor(a.self)));
   joining.push_back(request(wire::Op::Add, keys::count(runId, 0)));
   joining.back().delta = 1;
-  if ((co_await callBatch(a, std::move(joining)))[2].number >= n) co_await close(a, runId, n);
+  if ((co_await callBatch(a, std::move(joining)))[3].number >= n) co_await close(a, runId, n);
 
   std::optional<keys::RoundState> state;
   std::optional<Bytes> known;

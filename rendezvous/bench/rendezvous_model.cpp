@@ -147,7 +147,6 @@ class Round {
     const keys::NodeDescriptor self = descriptor(i);
     tryGet(keys::outcome(runId_));
     beginBatch();
-    add(keys::present(runId_));
     keys::JobConfig config;
     config.minNodes = config.maxNodes = n_;
     config.setBy = "node0";
@@ -159,6 +158,7 @@ class Round {
     will.op = wire::Op::SetWill;
     will.will = keys::joinWill(runId_, 0, self.id, self.displayName());
     call(will, [&](wire::Request& q, wire::Response&) { core_.setWill(client, q.will); });
+    add(keys::present(runId_));
     wire::Request append = request(wire::Op::Append, keys::joined(runId_, 0));
     append.values.push_back(keys::encodeDescriptor(self));
     call(append, [&](wire::Request& q, wire::Response&) { core_.append(q.keys[0], q.values[0]); });

@@ -9,9 +9,10 @@
 //   reconnector.cpp         connecting again after losing the store
 //   membership_watcher.cpp  events of a running round;  round_planner.cpp  pure planning
 //   c10d_factory.cpp        the embed-the-server policy
-// next() = count this node in (ExitBarrier::enter), check --nnodes against the job's and read the
-// current round (one StoreBatch: enterJob), then join rounds (RoundJoin) from the current one
-// until a round takes this node, then watch the round.
+// next() = make sure the job has not ended (ExitBarrier::enter), check --nnodes against the job's
+// and read the current round (one StoreBatch: enterJob), then join rounds (RoundJoin, whose first
+// batch also counts this node in) from the current one until a round takes this node, then watch
+// the round.
 #include "drun/rendezvous/c10d_rendezvous.hpp"
 
 #include <unistd.h>
@@ -243,23 +244,16 @@ class C10dRendezvous final : public Rendezvous {
   };
 
   // The job's entry, in two round trips: whether an earlier run with this id ended (cleared
-  // first, ExitBarrier), then one batch of this node's count in `present`, its --nnodes checked
-  // against the job's and the current round read: independent calls, in the order next() made
-  // them one by one.
+  // first, ExitBarrier), then one batch of its --nnodes checked against the job's and the current
+  // round read. (This node counts itself in `present` with its will, in its join's batch.)
   Start enterJob(const Deadline& deadline) {
+    barrier_.enter(*store_, deadline);
     StoreBatch batch;
-    const std::optional<size_t> present = barrier_.enter(*store_, deadline, batch);
     std::optional<size_t> config;
     if (!configChecked_)
       config = batch.compareSet(keys::config(id()), "", keys::encodeJobConfig(myConfig()));
     const size_t current = batch.tryGet(keys::currentRound(id()));
-    try {
-      store_->runBatch(batch);
-    } catch (...) {
-      if (present) barrier_.entered(batch, *present);
-      throw;
-    }
-    if (present) barrier_.entered(batch, *present);
+    store_->runBatch(batch);
     const uint64_t round = keys::parseCounter(batch.value(current)).value_or(0);
     if (config) checkJobConfig(batch.value(*config).value_or(""), round);
     return startRound(round);

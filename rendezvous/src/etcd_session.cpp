@@ -175,13 +175,21 @@ void EtcdSession::setWill(EtcdClient& client, const Store::Will& will) {
     client.deleteRange(willKey(ownId_));
     return;
   }
+  client.txn({}, willOps(will), {}, true);
+  willStored();
+}
+
+std::vector<EtcdOp> EtcdSession::willOps(const Store::Will& will) const {
+  if (will.sets.empty() && will.adds.empty() && will.deletes.empty()) return {EtcdOp::erase(willKey(ownId_))};
   // Keys as etcd holds them.
   Store::Will full;
   for (const auto& [key, value] : will.sets) full.sets.emplace_back(kvPrefix_ + key, value);
   for (const auto& [key, delta] : will.adds) full.adds.emplace_back(kvPrefix_ + key, delta);
   for (const auto& key : will.deletes) full.deletes.push_back(kvPrefix_ + key);
-  client.txn({}, {EtcdOp::put(willKey(ownId_), encodeWill(full)), EtcdOp::put(liveKey(ownId_), "", lease_)},
-             {}, true);
+  return {EtcdOp::put(willKey(ownId_), encodeWill(full)), EtcdOp::put(liveKey(ownId_), "", lease_)};
+}
+
+void EtcdSession::willStored() {
   std::lock_guard lock(mutex_);
   if (!executorStarted_ && !stopping_) {
     executorStarted_ = true;

@@ -56,6 +56,11 @@ class EtcdSession {
   // Stores (or, for an empty will, deletes) this session's will record and the lease-bound
   // live key; starts the will executor.
   void setWill(EtcdClient& client, const Store::Will& will);
+  // What setWill writes (a will: the record and the lease-bound live key; an empty one: the
+  // record's removal), for a transaction that does more with it (EtcdStore::runBatch);
+  // willStored() once a non-empty one is stored.
+  std::vector<EtcdOp> willOps(const Store::Will& will) const;
+  void willStored();
   // A clean close: applies this session's will now, and forgets it.
   void runOwnWill(EtcdClient& client);
   void stopKeepAliveForTest();

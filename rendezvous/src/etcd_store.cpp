@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "drun/common/error.hpp"
+#include "drun/rendezvous/store_batch.hpp"
 #include "etcd_keyspace.hpp"
 #include "etcd_session.hpp"
 
@@ -252,7 +253,9 @@ int64_t EtcdStore::deletePrefix(const std::string& prefix) {
   return familiesIn(result.ranges.front().kvs);
 }
 
-int64_t EtcdStore::add(const std::string& key, int64_t delta) {
+int64_t EtcdStore::add(const std::string& key, int64_t delta) { return addAlong(key, delta, {}); }
+
+int64_t EtcdStore::addAlong(const std::string& key, int64_t delta, const std::vector<EtcdOp>& along) {
   checkLease();
   const std::string full = k(key);
   // This add's token, and the tokens of adds that answered (removed in this add's transaction;
@@ -265,7 +268,7 @@ int64_t EtcdStore::add(const std::string& key, int64_t delta) {
   }
   int64_t total = 0;
   try {
-    total = addOnce(key, full, delta, token, stale);
+    total = addOnce(key, full, delta, token, stale, along);
   } catch (const Error& e) {
     checkLease();  // a lost lease says why
     if (std::string_view(e.what()).find("lease not found") != std::string_view::npos)
@@ -279,7 +282,7 @@ int64_t EtcdStore::add(const std::string& key, int64_t delta) {
 }
 
 int64_t EtcdStore::addOnce(const std::string& key, const std::string& full, int64_t delta, const std::string& token,
-                           const std::vector<std::string>& stale) {
+                           const std::vector<std::string>& stale, const std::vector<EtcdOp>& along) {
   auto notInteger = [&] { return InvalidArgument("add on [" + key + "]: the value is not an integer"); };
   auto totalOf = [&](const std::vector<EtcdKeyValue>& family) {
     const std::optional<int64_t> now = parseInteger(foldFamily(full, family).value_or(""));
@@ -304,6 +307,7 @@ int64_t EtcdStore::addOnce(const std::string& key, const std::string& full, int6
                                             : EtcdOp::put(full, std::to_string(*base + delta)),
                               EtcdOp::put(token, "", session_->lease())};
     for (const std::string& old : stale) apply.push_back(EtcdOp::erase(old));
+    apply.insert(apply.end(), along.begin(), along.end());
     apply.push_back(EtcdOp::range(full, familyEnd(full)));
     // Retry-safe (the client may repeat it on another member): applied only while the token
     // is absent, and the token is created with it.
@@ -361,13 +365,53 @@ Bytes EtcdStore::compareSet(const std::string& key, const Bytes& expected, const
   throw Error("compareSet on [" + key + "]: lost " + std::to_string(kMaxRaces) + " races at etcd");
 }
 
-void EtcdStore::setWill(const Will& will) {
-  checkLease();
+void EtcdStore::checkWillKeys(const Will& will) {
   for (const auto& [key, value] : will.sets) checkKey(key);
   for (const auto& [key, delta] : will.adds) checkKey(key);
   for (const auto& key : will.deletes) checkKey(key);
+}
+
+void EtcdStore::setWill(const Will& will) {
+  checkLease();
+  checkWillKeys(will);
   session_->setWill(*client_, will);
   ownsWill_ = !(will.sets.empty() && will.adds.empty() && will.deletes.empty());
+}
+
+// A lease that ended between a will's transaction and the add's would leave the add without its
+// will (or the will without its add; or, leaving, the will cleared and the -1 not done): the
+// add's transaction carries the will's writes instead. Its
+// put of the add's token is bound to the lease, so an ended lease fails it whole; a repeat after
+// an unknown outcome finds the token and applies neither again.
+void EtcdStore::runBatch(StoreBatch& batch) {
+  using Kind = StoreBatch::Kind;
+  batch.clearOutcomes();
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const StoreBatch::Op& op = batch.op(i);
+    const bool paired = op.kind == Kind::SetWill && i + 1 < batch.size() &&
+                        batch.op(i + 1).kind == Kind::Add &&
+                        (batch.op(i + 1).delta == 1 || batch.op(i + 1).delta == -1);
+    if (!paired) {
+      runBatchOp(*this, batch, i);
+      continue;
+    }
+    StoreBatch::Outcome& willOut = batch.outcome(i);
+    StoreBatch::Outcome& addOut = batch.outcome(i + 1);
+    willOut.ran = addOut.ran = true;
+    try {
+      checkWillKeys(op.will);
+      addOut.number = addAlong(batch.op(i + 1).key, batch.op(i + 1).delta, session_->willOps(op.will));
+      ownsWill_ = !(op.will.sets.empty() && op.will.adds.empty() && op.will.deletes.empty());
+      if (ownsWill_) session_->willStored();
+    } catch (const NetworkError&) {
+      willOut.error = addOut.error = std::current_exception();
+      throw;
+    } catch (const std::exception&) {
+      willOut.error = addOut.error = std::current_exception();
+    }
+    ++i;
+  }
+  batch.rethrowFirstFailure();
 }
 
 }  // namespace drun::rdzv

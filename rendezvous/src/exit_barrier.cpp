@@ -12,9 +12,8 @@ namespace drun::rdzv {
 // they are leaving (the store's host serves until they have), waited for at most close_timeout,
 // then a clear error (never a reset under live nodes). An outcome before any round of the job
 // closed is stale or forged (no job ended that never formed): removed and not believed.
-std::optional<size_t> ExitBarrier::enter(LivenessStore& store, const Deadline& deadline,
-                                         StoreBatch& batch) {
-  if (present_) return std::nullopt;
+void ExitBarrier::enter(LivenessStore& store, const Deadline& deadline) {
+  if (present_) return;
   const std::string& id = node_.runId();
   const RendezvousOptions& o = node_.options;
   const std::string outcomeKey = keys::outcome(id);
@@ -62,7 +61,11 @@ std::optional<size_t> ExitBarrier::enter(LivenessStore& store, const Deadline& d
       break;
     }
   }
-  return batch.add(presentKey, 1);
+}
+
+std::optional<size_t> ExitBarrier::countIn(StoreBatch& batch) const {
+  if (present_) return std::nullopt;
+  return batch.add(keys::present(node_.runId()), 1);
 }
 
 void ExitBarrier::finish(LivenessStore& store, uint64_t round, int64_t nodeCount) {
@@ -97,7 +100,9 @@ void ExitBarrier::throwIfJobEnded(LivenessStore& store) {
 
 void ExitBarrier::leave(LivenessStore& store, std::optional<uint64_t> lastRound, int64_t nodeCount,
                         bool hostingStore) {
-  store.setWill({});
+  // No loss (a clean leave), but still counted in `present` by a will: a cut from here on counts
+  // this node out once, by that will or by the batch below (whole or not at all).
+  store.setWill(presenceWill());
   // Every member finished, and the one that made it so died before recording it: recorded here,
   // so that a node coming back (cut off in the barrier) learns the job succeeded.
   if (lastRound &&
@@ -109,7 +114,11 @@ void ExitBarrier::leave(LivenessStore& store, std::optional<uint64_t> lastRound,
   }
   if (!present_) return;
   present_ = false;
-  if (store.add(keys::present(node_.runId()), -1) <= 0)
+  StoreBatch out;  // the will cleared first: a batch cut short there leaves a leak, never a -2
+  out.setWill({});
+  const size_t counted = out.add(keys::present(node_.runId()), -1);
+  store.runBatch(out);
+  if (out.number(counted) <= 0)
     removeJobKeys(store);
   else if (hostingStore)
     waitForOthersToLeave(store);

@@ -1,7 +1,8 @@
 // ExitBarrier: a node's presence in its job, from its first join to its way out.
 //
 // The job counts its known nodes — members, spares, late joiners — in `present` (+1 at a node's
-// first join, -1 when it leaves, or by its will when it dies). That one counter is the exit
+// first join, in the batch that sets its first will; -1 when it leaves, or by that will when it
+// dies). That one counter is the exit
 // barrier: the node hosting the store serves until it is 0 (bounded by close_timeout), so a
 // slow member or a paused spare still gets its answer; the node that makes it 0 removes the
 // job's keys; and a new start with the same id that finds an ended job with nobody present
@@ -22,11 +23,15 @@ class ExitBarrier {
  public:
   explicit ExitBarrier(const C10dNode& node) : node_(node) {}
 
-  // Counts this node in, once sure that the job it joins has not already ended (an ended run's
-  // leftovers are cleared first, see exit_barrier.cpp). The count itself goes into `batch`, to
-  // be sent with the caller's next calls; entered() takes its outcome once the batch ran.
-  // Returns the count's index in the batch; nullopt (nothing added) when already counted.
-  std::optional<size_t> enter(LivenessStore& store, const Deadline& deadline, StoreBatch& batch);
+  // Before this node counts itself in: makes sure that the job it joins has not already ended
+  // (an ended run's leftovers are cleared first, see exit_barrier.cpp). Nothing when counted.
+  void enter(LivenessStore& store, const Deadline& deadline);
+  // The count itself, +1 in `present`, goes into the batch that sets this node's will (RoundJoin),
+  // right after the will, whose -1 balances it: a batch reaches the store whole or not at all, so
+  // a node is never counted in without a will to count it out (a cut between the two, when they
+  // were two round trips, counted it in twice: issue 21). entered() takes the count's outcome
+  // once the batch ran. Returns the count's index; nullopt (nothing added) when already counted.
+  std::optional<size_t> countIn(StoreBatch& batch) const;
   void entered(const StoreBatch& batch, size_t countOp) { present_ = present_ || batch.ok(countOp); }
   // This node's connection closed: its will counted it out. It comes back as a node of the job:
   // an outcome found then is the job's end, not an earlier run's leftover.
@@ -44,8 +49,12 @@ class ExitBarrier {
   // Throws JobEnded when the job has an outcome (a node waiting to join learns it is over).
   void throwIfJobEnded(LivenessStore& store);
 
-  // Leaves for good: the will dropped first (a clean leave is no loss), `left` of the last
-  // round counted, then out of `present`; the last one out removes the job's keys, and a node
+  // The will of this node while it holds no place in a round: present-1 if it is counted in
+  // (keys::presenceWill), else none.
+  Store::Will presenceWill() const { return present_ ? keys::presenceWill(node_.runId()) : Store::Will{}; }
+
+  // Leaves for good: the will replaced first by presenceWill() (a clean leave is no loss),
+  // `left` of the last round counted, then out of `present` with the will cleared (one batch); the last one out removes the job's keys, and a node
   // hosting the store waits for the others to leave first.
   void leave(LivenessStore& store, std::optional<uint64_t> lastRound, int64_t nodeCount,
              bool hostingStore);

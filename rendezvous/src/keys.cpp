@@ -208,6 +208,12 @@ Store::Will joinWill(std::string_view runId, uint64_t r, std::string_view node,
   return will;
 }
 
+Store::Will presenceWill(std::string_view runId) {
+  Store::Will will;
+  will.adds = {{present(runId), -1}};
+  return will;
+}
+
 Store::Will finishedWill(std::string_view runId, uint64_t r, std::string_view node,
                          std::string_view displayName) {
   Store::Will will;

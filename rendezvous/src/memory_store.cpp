@@ -5,6 +5,7 @@
 
 #include "drun/common/deadline.hpp"
 #include "drun/common/error.hpp"
+#include "drun/rendezvous/store_batch.hpp"
 #include "drun/rendezvous/store_core.hpp"
 
 namespace drun::rdzv {
@@ -83,8 +84,21 @@ void MemoryStore::fireWillForTest() {
   shared_->changed.notify_all();
 }
 
-void MemoryStore::set(const std::string& key, const Bytes& value) {
+void MemoryStore::closeForTest() {
   std::lock_guard lock(shared_->mutex);
+  closed_ = true;
+  shared_->core.clientGone(clientId_);
+  shared_->changed.notify_all();
+}
+
+std::unique_lock<std::mutex> MemoryStore::lockOpen() const {
+  std::unique_lock lock(shared_->mutex);
+  if (closed_) throw NetworkError("in-process store: this connection was closed");
+  return lock;
+}
+
+void MemoryStore::set(const std::string& key, const Bytes& value) {
+  auto lock = lockOpen();
   shared_->core.set(key, value);
 }
 
@@ -93,47 +107,47 @@ Bytes MemoryStore::get(const std::string& key, milliseconds timeout) {
 }
 
 std::optional<Bytes> MemoryStore::tryGet(const std::string& key) {
-  std::lock_guard lock(shared_->mutex);
+  auto lock = lockOpen();
   shared_->core.validateKey(key);
   return shared_->core.tryGet(key);
 }
 
 int64_t MemoryStore::add(const std::string& key, int64_t delta) {
-  std::lock_guard lock(shared_->mutex);
+  auto lock = lockOpen();
   return shared_->core.add(key, delta);
 }
 
 Bytes MemoryStore::compareSet(const std::string& key, const Bytes& expected, const Bytes& desired) {
-  std::lock_guard lock(shared_->mutex);
+  auto lock = lockOpen();
   return shared_->core.compareSet(key, expected, desired);
 }
 
 void MemoryStore::wait(const std::vector<std::string>& keys, milliseconds timeout) {
-  std::unique_lock lock(shared_->mutex);
+  auto lock = lockOpen();
   waitUntilPresent(*shared_, clientId_, keys, Deadline(timeout), timeout, "wait", lock);
 }
 
 bool MemoryStore::check(const std::vector<std::string>& keys) {
-  std::lock_guard lock(shared_->mutex);
+  auto lock = lockOpen();
   shared_->core.validateKeyCount(keys.size());
   for (const auto& k : keys) shared_->core.validateKey(k);
   return shared_->core.check(keys);
 }
 
 bool MemoryStore::deleteKey(const std::string& key) {
-  std::lock_guard lock(shared_->mutex);
+  auto lock = lockOpen();
   shared_->core.validateKey(key);
   return shared_->core.erase(key);
 }
 
 int64_t MemoryStore::numKeys() {
-  std::lock_guard lock(shared_->mutex);
+  auto lock = lockOpen();
   return shared_->core.numKeys();
 }
 
 std::vector<Bytes> MemoryStore::multiGet(const std::vector<std::string>& keys,
                                          milliseconds timeout) {
-  std::unique_lock lock(shared_->mutex);
+  auto lock = lockOpen();
   waitUntilPresent(*shared_, clientId_, keys, Deadline(timeout), timeout,
                    keys.size() == 1 ? "get" : "multiGet", lock);
   std::vector<Bytes> values;
@@ -143,19 +157,19 @@ std::vector<Bytes> MemoryStore::multiGet(const std::vector<std::string>& keys,
 }
 
 void MemoryStore::multiSet(const std::vector<std::string>& keys, const std::vector<Bytes>& values) {
-  std::lock_guard lock(shared_->mutex);
+  auto lock = lockOpen();
   shared_->core.multiSet(keys, values);
 }
 
 void MemoryStore::append(const std::string& key, const Bytes& value) {
-  std::lock_guard lock(shared_->mutex);
+  auto lock = lockOpen();
   shared_->core.append(key, value);
 }
 
 std::optional<Bytes> MemoryStore::watch(const std::string& key, const std::optional<Bytes>& known,
                                         milliseconds timeout) {
   Deadline deadline(timeout);
-  std::unique_lock lock(shared_->mutex);
+  auto lock = lockOpen();
   struct Outcome {
     bool fired = false;
     std::optional<Bytes> value;
@@ -177,13 +191,43 @@ std::optional<Bytes> MemoryStore::watch(const std::string& key, const std::optio
 }
 
 void MemoryStore::setWill(const Will& will) {
-  std::lock_guard lock(shared_->mutex);
+  auto lock = lockOpen();
   shared_->core.setWill(clientId_, will);
 }
 
 int64_t MemoryStore::deletePrefix(const std::string& prefix) {
-  std::lock_guard lock(shared_->mutex);
+  auto lock = lockOpen();
   return shared_->core.erasePrefix(prefix);
+}
+
+// One step under the lock (memory_store.hpp): each operation as its call would do it.
+void MemoryStore::runBatch(StoreBatch& batch) {
+  batch.clearOutcomes();
+  {
+    auto lock = lockOpen();
+    StoreCore& core = shared_->core;
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const StoreBatch::Op& op = batch.op(i);
+      StoreBatch::Outcome& out = batch.outcome(i);
+      out.ran = true;
+      try {
+        switch (op.kind) {
+          case StoreBatch::Kind::Set: core.set(op.key, op.value); break;
+          case StoreBatch::Kind::TryGet:
+            core.validateKey(op.key);
+            out.value = core.tryGet(op.key);
+            break;
+          case StoreBatch::Kind::Add: out.number = core.add(op.key, op.delta); break;
+          case StoreBatch::Kind::CompareSet: out.value = core.compareSet(op.key, op.value, op.desired); break;
+          case StoreBatch::Kind::Append: core.append(op.key, op.value); break;
+          case StoreBatch::Kind::SetWill: core.setWill(clientId_, op.will); break;
+        }
+      } catch (const std::exception&) {
+        out.error = std::current_exception();
+      }
+    }
+  }
+  batch.rethrowFirstFailure();
 }
 
 }  // namespace drun::rdzv

@@ -99,13 +99,16 @@ std::optional<Seat> RoundJoin::run(Deadline& deadline, const Announcement& annou
   // for (the survivors waited for it until the join timeout). Dying after, it is counted back
   // and gone at once, which can only close the round one survivor early; that survivor then
   // joins the next round as a newcomer.
-  // One batch (one round trip on a TcpStore), run in this order: the will, the join, the count.
-  // Told only once this node is in `joined`: the running nodes re-form when told, and a round
-  // they closed before this node's descriptor was there would leave it out (it then waited in
-  // the next round as if the job were full).
+  // One batch (one round trip on a TcpStore), run in this order: the will, this node's count in
+  // `present` at its first join (the will's -1 balances it: one batch reaches the store whole or
+  // not at all, so neither is there without the other; ExitBarrier::countIn), the join, the
+  // count. Told only once this node is in `joined`: the running nodes re-form when told, and a
+  // round they closed before this node's descriptor was there would leave it out (it then
+  // waited in the next round as if the job were full).
   StoreBatch batch;
   const size_t will = batch.setWill(keys::joinWill(id, round_, node_.self.id,
                                                    node_.self.displayName(), node_.self.rejoining));
+  const std::optional<size_t> present = barrier_.countIn(batch);
   batch.append(keys::joined(id, round_), node_.descriptorLine);
   const size_t count = batch.add(keys::count(id, round_), 1);
   if (node_.self.rejoining) batch.add(keys::rejoined(id, round_), 1);
@@ -113,11 +116,18 @@ std::optional<Seat> RoundJoin::run(Deadline& deadline, const Announcement& annou
     batch.add(keys::waiting(id, *announce.round), 1);
     signalChange(batch, id, *announce.round, announce.reason);
   }
+  // Joining after a round closed: whether the job ended meanwhile, read after this node's count
+  // in the same batch. A node that checked the outcome (enterJob) before the job ended, but whose
+  // count landed after the last node out removed the job's keys (and with them this round's
+  // `status`, which nothing bumps again), would otherwise wait here alone until the join timeout.
+  const std::optional<size_t> ended =
+      round_ > 0 ? std::optional<size_t>(batch.tryGet(keys::outcome(id))) : std::nullopt;
   try {
     store_.runBatch(batch);
   } catch (const NetworkError&) {
     throw;  // the connection closed: the will (if set) runs, the caller joins afresh
   } catch (const std::exception& e) {
+    if (present) barrier_.entered(batch, *present);  // counted in: leave() counts it out
     // The batch goes on past a failed call: without its will, a node counted in would never be
     // seen gone. Give its place up as the will would, then fail as the call did.
     if (!batch.ok(will)) try {
@@ -129,6 +139,8 @@ std::optional<Seat> RoundJoin::run(Deadline& deadline, const Announcement& annou
       }
     throw;
   }
+  if (present) barrier_.entered(batch, *present);
+  if (ended && batch.value(*ended)) barrier_.throwIfJobEnded(store_);
   int64_t arrivals = batch.number(count);
   reform_ = closer_.readReform(round_);
   // A re-forming round closes when every survivor is back, so it has no last call; only a
@@ -194,7 +206,13 @@ std::optional<Seat> RoundJoin::run(Deadline& deadline, const Announcement& annou
         // re-forming the job is not waiting for it: the survivors it waits for are re-forming
         // too, and one that never comes back (its death hidden, a stuck agent) must not hold it
         // for ever. Survivors waiting for a replacement wait for replace_timeout instead.
-        if (phase_ != P::Replacing && (node_.self.rejoining || !jobRunsWithout())) timedOut();
+        if (phase_ != P::Replacing && (node_.self.rejoining || !jobRunsWithout())) {
+          // The job may have ended as the wait did (no run is left for this node to wait for):
+          // that is its end, not a timeout (the enumeration of a cut during a node's own finish,
+          // the others finishing just as its join timed out).
+          if (round_ > 0) barrier_.throwIfJobEnded(store_);
+          timedOut();
+        }
         deadline = Deadline(o.joinTimeout);
       }
       milliseconds wait = deadline.remaining();
@@ -370,7 +388,7 @@ void RoundJoin::timedOut() {
       who += ", and " + std::to_string(nodes.size() + 1 - kMaxNamesInMessage) + " more";
     giveUpPlace("node " + node_.self.displayName() + " gave up waiting in round " +
                 std::to_string(round_));
-    store_.setWill({});  // so that this agent's exit does not count twice
+    store_.setWill(barrier_.presenceWill());  // not twice in the round; once out of `present`
   } catch (const Error& e) {
     who = "unknown (" + std::string(e.what()) + ")";
   }

@@ -13,8 +13,9 @@
 // for newcomers to take the lost nodes' places. Every transition is logged at debug with its
 // reason and the time spent in the phase before.
 //
-// Per joiner: one batch of setWill, append(joined), add(count) (+ add(rejoined) for a member of
-// the previous round), then watch(status) until the decision; the closer adds O(N) reads
+// Per joiner: one batch of setWill, add(present) (its first join only), append(joined),
+// add(count) (+ add(rejoined) for a member of the previous round), then watch(status) until the
+// decision; the closer adds O(N) reads
 // (round_closer).
 //
 // Threading: a short-lived object on the rendezvous' agent thread; it blocks (each store call

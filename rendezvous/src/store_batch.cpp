@@ -66,30 +66,32 @@ void StoreBatch::rethrowFirstFailure() const {
     if (o.error) std::rethrow_exception(o.error);
 }
 
+void runBatchOp(LivenessStore& store, StoreBatch& batch, size_t i) {
+  const StoreBatch::Op& op = batch.op(i);
+  StoreBatch::Outcome& out = batch.outcome(i);
+  try {
+    switch (op.kind) {
+      case StoreBatch::Kind::Set: store.set(op.key, op.value); break;
+      case StoreBatch::Kind::TryGet: out.value = store.tryGet(op.key); break;
+      case StoreBatch::Kind::Add: out.number = store.add(op.key, op.delta); break;
+      case StoreBatch::Kind::CompareSet: out.value = store.compareSet(op.key, op.value, op.desired); break;
+      case StoreBatch::Kind::Append: store.append(op.key, op.value); break;
+      case StoreBatch::Kind::SetWill: store.setWill(op.will); break;
+    }
+    out.ran = true;
+  } catch (const NetworkError&) {
+    out.ran = true;
+    out.error = std::current_exception();
+    throw;  // the connection is gone: the rest cannot run
+  } catch (const std::exception&) {
+    out.ran = true;
+    out.error = std::current_exception();
+  }
+}
+
 void LivenessStore::runBatch(StoreBatch& batch) {
   batch.clearOutcomes();
-  for (size_t i = 0; i < batch.size(); ++i) {
-    const StoreBatch::Op& op = batch.op(i);
-    StoreBatch::Outcome& out = batch.outcome(i);
-    try {
-      switch (op.kind) {
-        case StoreBatch::Kind::Set: set(op.key, op.value); break;
-        case StoreBatch::Kind::TryGet: out.value = tryGet(op.key); break;
-        case StoreBatch::Kind::Add: out.number = add(op.key, op.delta); break;
-        case StoreBatch::Kind::CompareSet: out.value = compareSet(op.key, op.value, op.desired); break;
-        case StoreBatch::Kind::Append: append(op.key, op.value); break;
-        case StoreBatch::Kind::SetWill: setWill(op.will); break;
-      }
-      out.ran = true;
-    } catch (const NetworkError&) {
-      out.ran = true;
-      out.error = std::current_exception();
-      throw;  // the connection is gone: the rest cannot run
-    } catch (const std::exception&) {
-      out.ran = true;
-      out.error = std::current_exception();
-    }
-  }
+  for (size_t i = 0; i < batch.size(); ++i) runBatchOp(*this, batch, i);
   batch.rethrowFirstFailure();
 }
 

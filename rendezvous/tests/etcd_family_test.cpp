@@ -11,6 +11,7 @@
 
 #include "drun/common/error.hpp"
 #include "drun/rendezvous/etcd_store.hpp"
+#include "drun/rendezvous/store_batch.hpp"
 #include "etcd_test_options.hpp"
 
 using namespace drun;
@@ -158,4 +159,35 @@ TEST_CASE("etcd store: wills add to counters that other agents add to at the sam
   CHECK(observer.tryGet("status") == std::optional<Bytes>("decided"));
   CHECK(observer.tryGet("gone") == std::optional<Bytes>("2"));
   CHECK_FALSE(observer.tryGet("left"));
+}
+
+TEST_CASE("etcd store: a batch's will and the +-1 add right after it count a node in and out "
+          "together", "[etcd]") {
+  // RoundJoin's batch: setWill(..., present -1), add(present, 1). EtcdStore::runBatch makes the
+  // two one transaction, so a lease that ends between them cannot leave the +1 without the will
+  // that takes it back (issue 21's leak), nor the will without the +1.
+  test::EtcdCluster cluster;
+  auto observerSession = openEtcdSession(etcdStoreOptions(cluster));
+  EtcdStore observer(observerSession);
+  observer.setWill({{}, {{"observer.alive", 1}}, {}});  // it runs the will executor too
+  const auto totals = onClients(cluster, [](int c, EtcdStore& mine) {
+    StoreBatch batch;
+    const size_t will = batch.setWill({{{"dead/" + std::to_string(c), "1"}}, {{"present", -1}}, {}});
+    const size_t in = batch.add("present", 1);
+    const size_t joined = batch.append("joined", std::to_string(c) + "\n");
+    mine.runBatch(batch);
+    CHECK(batch.ok(will));
+    CHECK(batch.ok(joined));
+    const int64_t total = batch.number(in);
+    if (c % 2) endLeaseForTest(mine.session());  // dies: the others apply its will
+    return total;                                 // (the others close cleanly: their own)
+  });
+  for (int64_t total : totals) {  // (wills of the dead already taking theirs back meanwhile)
+    CHECK(total >= 1);
+    CHECK(total <= kClients);
+  }
+  // Every will ran (its sets and adds are one transaction), each taking back its +1.
+  for (int c = 0; c < kClients; ++c)
+    CHECK(observer.get("dead/" + std::to_string(c), 10s) == "1");
+  CHECK(observer.tryGet("present") == std::optional<Bytes>("0"));
 }

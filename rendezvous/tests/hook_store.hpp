@@ -11,6 +11,13 @@
 // beginCall()/endCall() on the node's agent thread. Only that thread's operations inside a call
 // are counted and hooked.
 //
+// A batch (runBatch) is a point per operation too. With Batches::OneByOne (etcd, whose batches
+// are calls in order) its operations run one by one, each hooked before it runs. With
+// Batches::Atomic (MemoryStore, as the drun store server: a batch is one write, served in one
+// pass) the batch reaches the store whole or not at all: its first operation's hook runs before
+// the store applies it (a cut there: the request is lost, nothing applied), the others' hooks
+// after (a cut there: the answer is lost, everything applied, the will set in it included).
+//
 // drop() models a connection that closed: the backend's closeConnection runs now (over
 // MemoryStore the handle's will, as a TCP store server runs it; over etcd the call in flight
 // ends: a connection is not liveness there) and every later operation throws NetworkError, as a
@@ -38,6 +45,7 @@
 #include "drun/common/deadline.hpp"
 #include "drun/common/error.hpp"
 #include "drun/rendezvous/store.hpp"
+#include "drun/rendezvous/store_batch.hpp"
 
 namespace drun::rdzv::test {
 
@@ -140,15 +148,18 @@ class NodeLink {
 class HookStore final : public LivenessStore {
  public:
   using CloseConnection = std::function<void(LivenessStore& inner)>;
+  enum class Batches { OneByOne, Atomic };  // how the inner store applies a batch (above)
 
   // `slice`: how long one piece of a blocking call may be (below: sliced()); a backend whose
   // closeConnection ends a blocked call itself passes milliseconds::max().
   HookStore(std::shared_ptr<NodeLink> link, std::unique_ptr<LivenessStore> inner,
-            CloseConnection closeConnection, milliseconds slice = milliseconds(20))
+            CloseConnection closeConnection, milliseconds slice = milliseconds(20),
+            Batches batches = Batches::OneByOne)
       : link_(std::move(link)),
         inner_(std::move(inner)),
         closeConnection_(std::move(closeConnection)),
-        slice_(slice) {
+        slice_(slice),
+        batches_(batches) {
     if (link_->refused())
       throw NetworkError("test: " + link_->node() + " is dead: connection refused");
     std::lock_guard lock(link_->openMutex_);
@@ -246,7 +257,39 @@ class HookStore final : public LivenessStore {
   // slice with NetworkError.
   void interrupt() override { drop(); }
 
+  void runBatch(StoreBatch& batch) override {
+    if (batches_ == Batches::OneByOne || batch.empty()) return LivenessStore::runBatch(batch);
+    batch.clearOutcomes();
+    before(opName(batch.op(0).kind), batch.op(0).key);  // a cut: the request lost
+    std::exception_ptr failure;  // an operation's own error, thrown once every hook ran
+    try {
+      inner_->runBatch(batch);
+    } catch (const NetworkError&) {
+      throw;
+    } catch (const std::exception&) {
+      failure = std::current_exception();
+    }
+    try {
+      for (size_t i = 1; i < batch.size(); ++i) before(opName(batch.op(i).kind), batch.op(i).key);
+    } catch (const NetworkError&) {
+      batch.clearOutcomes();  // the answer lost: the caller cannot know what ran
+      throw;
+    }
+    if (failure) std::rethrow_exception(failure);
+  }
+
  private:
+  static const char* opName(StoreBatch::Kind kind) {
+    switch (kind) {
+      case StoreBatch::Kind::Set: return "set";
+      case StoreBatch::Kind::TryGet: return "tryGet";
+      case StoreBatch::Kind::Add: return "add";
+      case StoreBatch::Kind::CompareSet: return "compareSet";
+      case StoreBatch::Kind::Append: return "append";
+      case StoreBatch::Kind::SetWill: return "setWill";
+    }
+    return "?";
+  }
   static std::string first(const std::vector<std::string>& keys) {
     return keys.empty() ? std::string() : keys.front();
   }
@@ -287,6 +330,7 @@ class HookStore final : public LivenessStore {
   std::unique_ptr<LivenessStore> inner_;
   const CloseConnection closeConnection_;
   const milliseconds slice_;
+  const Batches batches_;
   std::atomic<bool> dropped_{false};
 };
 

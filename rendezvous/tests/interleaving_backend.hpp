@@ -50,11 +50,12 @@ class MemoryBackend final : public StoreBackend {
 
   Connector connector(const std::shared_ptr<NodeLink>& link, const RendezvousOptions&) override {
     return [link, shared = shared_]() -> std::unique_ptr<LivenessStore> {
-      // A TCP store server runs a closed connection's will at once: so does the handle.
-      return std::make_unique<HookStore>(link, std::make_unique<MemoryStore>(shared),
-                                         [](LivenessStore& inner) {
-                                           static_cast<MemoryStore&>(inner).fireWillForTest();
-                                         });
+      // A TCP store server runs a closed connection's will at once and applies nothing it sends
+      // after: so does the handle. It applies a batch in one step, as the server does.
+      return std::make_unique<HookStore>(
+          link, std::make_unique<MemoryStore>(shared),
+          [](LivenessStore& inner) { static_cast<MemoryStore&>(inner).closeForTest(); },
+          milliseconds(20), HookStore::Batches::Atomic);
     };
   }
   std::string endpoint() const override { return "memory"; }

@@ -355,3 +355,44 @@ TEST_CASE("v2 leave() ends this node's part whatever its store throws", "[rendez
   CHECK_NOTHROW(r->leave());
   link->endCall();
 }
+
+TEST_CASE("presence: a node cut off right before it sets its first will is counted in once; the "
+          "same id starts again at once", "[rendezvous][v2][presence]") {
+  // Issue 21's leak: n0 counted itself in `present` (one round trip), and its link was cut before
+  // its will was set (the next): no will counted it out, and it counted itself in again when it
+  // reconnected. `present` ended at 1 with every node gone, the job's keys stayed, and the same
+  // command again waited close_timeout for that phantom node and failed "still attached".
+  std::atomic<bool> cut{false};
+  Cluster c("presence");
+  c.hook = [&](const StoreOp& op) {
+    if (op.node == "n0" && op.call == "join" && op.name == "setWill" && !cut.exchange(true))
+      c.cut("n0");
+  };
+  for (const char* name : {"n0", "n1"}) c.add(name, shortOptions(2, 2, "presence"));
+  c.arrive("n0");  // cut, reconnects, joins again
+  c.arrive("n1");
+  REQUIRE(c.awaitRunning({"n0", "n1"}));
+  CHECK(cut.load());
+  CHECK(c.finishAll());
+  INFO(c.journalText());
+  CHECK(violationText(c) == "");
+  c.stopAll();
+  CHECK(keys::parseCounter(c.observer.tryGet(keys::present("presence"))).value_or(0) == 0);
+
+  // The same command again, on the same store: nobody of the ended job is left to wait for.
+  Cluster again("presence", c.shared);
+  for (const char* name : {"n0", "n1"}) again.add(name, shortOptions(2, 2, "presence"));
+  again.arrive("n0");
+  again.arrive("n1");
+  const auto round = again.awaitRunning({"n0", "n1"}, 3s * kTimeScale);
+  INFO(again.journalText());
+  CHECK(round.has_value());
+  CHECK(again.finishAll());
+  {
+    std::lock_guard lock(again.mutex);
+    CHECK(again.nodeLocked("n0").ending == Ending::Succeeded);
+    CHECK(again.nodeLocked("n1").ending == Ending::Succeeded);
+  }
+  again.stopAll();
+  CHECK(keys::parseCounter(again.observer.tryGet(keys::present("presence"))).value_or(0) == 0);
+}

@@ -122,15 +122,21 @@ RunResult runOnce(const Scenario& s, Backend backend, const std::string& runId, 
   RunResult r;
   r.violations = cluster.violations();
   if (backend == Backend::Memory) {
-    // `present` never ends below 0: a node counted out twice (its will and its leave, or two
-    // wills) made the last node out remove the job's keys while another still waited (the exit
-    // barrier's "n1 stuck" seen once under TSan). Above 0 is a known leak: a node cut off
-    // between counting itself in and setting its first will is counted in twice (README).
+    // Every node has left or died: `present` ends at 0 (or is gone with the job's keys). Below:
+    // a node counted out twice (its will and its leave, or two wills) made the last node out
+    // remove the job's keys while another still waited (the exit barrier's "n1 stuck" seen once
+    // under TSan). Above: a node counted in twice, or never out (issue 21's leak: cut off between
+    // counting itself in and setting its will); the keys outlive the job and a new start with
+    // the same id waits close_timeout for a phantom node.
     cluster.stopAll();
     const auto present = cluster.observer.tryGet(keys::present(runId));
-    if (keys::parseCounter(present).value_or(0) < 0)
+    const int64_t left = keys::parseCounter(present).value_or(0);
+    if (left < 0)
       r.violations.push_back("the job's `present` count ended at " + *present +
                              ": a node was counted out of the job twice");
+    if (left > 0)
+      r.violations.push_back("the job's `present` count ended at " + *present +
+                             " with every node gone: a node was counted in twice, or never out");
   }
   r.fired = fired.load();
   r.journal = cluster.journalText();
@@ -363,6 +369,24 @@ ON_BOTH_STORES("a member's link is cut at each point of a join (the closer's, it
   barrier.targets = {{"n0", "finish"}, {"n0", "leave"}};
   barrier.inject = cutting("n1");
   enumerate(barrier, backend);
+
+  // Its own finish and leave: a cut anywhere there counts it out of `present` once (its will
+  // while it leaves holds present-1 only, cleared in one batch with its own -1).
+  Scenario ownLeave = barrier;
+  ownLeave.name = "2:3, 3 nodes, n0's link is cut during its own finish and leave";
+  ownLeave.drive = [](Cluster& c) {
+    arriveInOrder(c, 3);
+    c.awaitRunning({"n0", "n1", "n2"});
+    c.node("n0").requestFinish();
+    // n0 finishes, or (cut inside its finish) joins again: then the others finish.
+    c.waitFor(3s * kTimeScale, [&] {
+      auto& n = c.nodeLocked("n0");
+      return n.finishReturned || (n.phase != Phase::Running && n.phase != Phase::Finishing);
+    });
+    c.finishAll();
+  };
+  ownLeave.inject = cutting("n0");
+  enumerate(ownLeave, backend);
 
   // A defect found by the chaos driver (CI, seed 2080763): a node cut off after a round closed
   // with it as rank 0, before it read the decision, connected again and joined the next round

@@ -1,5 +1,5 @@
-// StoreBatch (store_batch.hpp): the same meaning on every store (MemoryStore's sequential default,
-// TcpStore's pipelined batch against the real server): order, results, a failure in the middle,
+// StoreBatch (store_batch.hpp): the same meaning on every store (MemoryStore's one step under its
+// lock, TcpStore's pipelined batch against the real server): order, results, a failure in the middle,
 // the bound on its size; TcpStore's batch sent whole before any answer is awaited, over a lost
 // connection, and against a server whose answers cannot be trusted (a scripted fake server).
 #include <catch2/catch.hpp>
@@ -342,6 +342,46 @@ TEST_CASE("server: pipelined requests are answered in order, in one read when th
     CHECK(p->id == id);
     CHECK(p->number == int64_t(id));
   }
+}
+
+}  // namespace drun::rdzv::test
+
+namespace drun::rdzv::test {
+
+TEST_CASE("store batch: MemoryStore applies a batch in one step; a closed handle applies none",
+          "[store][batch]") {
+  auto shared = MemoryStore::makeShared();
+  MemoryStore observer(shared);
+  // A watcher woken by the batch's first write finds its last one there too: no other client
+  // runs between two of its operations (as on the server, which serves a batch in one pass).
+  for (int i = 0; i < 50; ++i) {
+    const std::string first = "first/" + std::to_string(i), last = "last/" + std::to_string(i);
+    auto seen = std::async(std::launch::async, [&] {
+      MemoryStore watcher(shared);
+      watcher.watch(first, std::nullopt, std::chrono::seconds(10));
+      return watcher.tryGet(last).has_value();
+    });
+    MemoryStore writer(shared);
+    StoreBatch batch;
+    batch.set(first, "1");
+    batch.set(last, "1");
+    writer.runBatch(batch);
+    CHECK(seen.get());
+  }
+  // The will and the count in one batch; closeForTest runs the will and refuses what follows.
+  MemoryStore node(shared);
+  StoreBatch in;
+  in.setWill({{}, {{"present", -1}}, {}});
+  in.add("present", 1);
+  node.runBatch(in);
+  CHECK(observer.tryGet("present") == std::optional<Bytes>("1"));
+  node.closeForTest();
+  CHECK(observer.tryGet("present") == std::optional<Bytes>("0"));
+  StoreBatch again;
+  again.add("present", 1);
+  CHECK_THROWS_AS(node.runBatch(again), NetworkError);
+  CHECK_THROWS_AS(node.add("present", 1), NetworkError);
+  CHECK(observer.tryGet("present") == std::optional<Bytes>("0"));
 }
 
 }  // namespace drun::rdzv::test

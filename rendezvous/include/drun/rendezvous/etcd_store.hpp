@@ -90,6 +90,10 @@ class EtcdStore final : public LivenessStore {
   void setWill(const Will& will) override;
   int64_t deletePrefix(const std::string& prefix) override;
   void interrupt() override;
+  // In order, one call at a time, but a will and the +-1 add right after it (a node's count in
+  // `present` beside the will that counts it out; leaving, the will cleared and the -1) are one
+  // transaction: both or neither.
+  void runBatch(StoreBatch& batch) override;
 
   EtcdSession& session() { return *session_; }
 
@@ -98,8 +102,11 @@ class EtcdStore final : public LivenessStore {
   void checkLease() const;
   template <class Done>
   std::optional<Bytes> awaitValue(const std::string& full, const Deadline& deadline, Done done);
+  // add(), whose transaction also applies `along` (a will's puts).
+  int64_t addAlong(const std::string& key, int64_t delta, const std::vector<EtcdOp>& along);
   int64_t addOnce(const std::string& key, const std::string& full, int64_t delta, const std::string& token,
-                  const std::vector<std::string>& stale);
+                  const std::vector<std::string>& stale, const std::vector<EtcdOp>& along);
+  static void checkWillKeys(const Will& will);
 
   std::shared_ptr<EtcdSession> session_;
   std::unique_ptr<EtcdClient> client_;

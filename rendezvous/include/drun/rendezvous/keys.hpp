@@ -39,8 +39,8 @@
 //                                    by the survivors: the round they re-form and the job's
 //                                    restart count, raised to the most any survivor carries
 //   rdzv/<id>/present                counter: the job's known nodes still here (members, spares,
-//                                    late joiners): +1 at a node's first join, -1 when it leaves
-//                                    or its will runs. The store's host serves until it is 0; the
+//                                    late joiners): +1 at a node's first join (in the batch that
+//                                    sets its will), -1 when it leaves or its will runs. The store's host serves until it is 0; the
 //                                    node that makes it 0 removes the job's keys; a new start
 //                                    that finds an outcome and nobody present resets the job
 //   rdzv/<id>/<r>/last_dead          node id of the latest joiner whose will ran in round r (a
@@ -119,12 +119,17 @@ std::optional<std::string> runIdOfEventSlot(std::string_view key);
 
 // The will a joiner of `round` registers: its dead flag, last_dead and the reason, changes+1,
 // status+1 (skipped by the store once status holds the state), left+1, lost+1, status+1 of round+1
-// (nodes already waiting there count the survivors of `round`) and present-1 (a node registers a
-// will only once it counted itself present).
+// (nodes already waiting there count the survivors of `round`) and present-1 (balancing the +1
+// a node's first join sends in the same batch as its first will; a later round's will replaces
+// it, so the node is counted out once).
 // A member re-forming (`rejoining`) also counts itself gone from round-1 (left of round-1).
 // Node ids are chosen by each agent: "<pid hex>-<64 random bits hex>".
 Store::Will joinWill(std::string_view runId, uint64_t round, std::string_view node,
                      std::string_view displayName, bool rejoining = false);
+
+// The will of a node counted in `present` that holds no place in a round (it is leaving, or gave
+// up waiting): present-1 only, so that a cut while it leaves still counts it out, once.
+Store::Will presenceWill(std::string_view runId);
 
 // The will of a member whose workers all succeeded (finish()): its part of the job is done, so
 // its death is no loss (no `lost`, no MemberLost: the others are not sent back to re-run), but

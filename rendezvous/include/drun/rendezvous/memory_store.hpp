@@ -4,7 +4,9 @@
 // State lives in one MemoryStore::Shared (a StoreCore under a mutex); each MemoryStore object is
 // a handle on it and counts as one "client" for the last will: the will registered through a
 // handle runs when that handle is destroyed or when fireWillForTest() is called, exactly like a
-// TcpStore connection closing. Handles are cheap; make one per simulated node.
+// TcpStore connection closing. Handles are cheap; make one per simulated node. A batch
+// (runBatch) is applied in one step under the state's lock, as the store server serves a batch's
+// requests in one pass: no other handle's call, and no will, comes between two of its operations.
 //
 // Threading: every method is thread-safe; blocking calls (get/wait/multiGet/watch) wait on a
 // condition variable until woken by another handle's write or until their deadline.
@@ -39,6 +41,10 @@ class MemoryStore final : public LivenessStore {
   // Runs this handle's will now (as if its connection dropped); the handle stays usable and has
   // no will afterwards.
   void fireWillForTest();
+  // The connection closes: the will runs, and every later call throws NetworkError, as a
+  // TcpStore's after the server closed it (a request that did not reach the store is never
+  // applied, whatever thread was about to send it).
+  void closeForTest();
 
   void set(const std::string& key, const Bytes& value) override;
   Bytes get(const std::string& key, milliseconds timeout) override;
@@ -56,8 +62,12 @@ class MemoryStore final : public LivenessStore {
                              milliseconds timeout) override;
   void setWill(const Will& will) override;
   int64_t deletePrefix(const std::string& prefix) override;
+  void runBatch(StoreBatch& batch) override;
 
  private:
+  // The state's lock, once sure this handle is not closed (closeForTest).
+  std::unique_lock<std::mutex> lockOpen() const;
+
   static void waitUntilPresent(Shared& shared, uint64_t client,
                                const std::vector<std::string>& keys, Deadline deadline,
                                milliseconds timeout, const char* what,
@@ -65,6 +75,7 @@ class MemoryStore final : public LivenessStore {
 
   std::shared_ptr<Shared> shared_;
   uint64_t clientId_;
+  bool closed_ = false;  // guarded by the state's lock
 };
 
 }  // namespace drun::rdzv
