@@ -65,20 +65,50 @@ std::optional<size_t> ExitBarrier::enter(LivenessStore& store, const Deadline& d
   return batch.add(presentKey, 1);
 }
 
+// Each step is one batch (one round trip to a TCP store, one transaction on etcd): the exit of a
+// job is on the critical path of its end (scripts/bench/recovery.sh exit).
 void ExitBarrier::finish(LivenessStore& store, uint64_t round, int64_t nodeCount) {
-  const int64_t done = store.add(keys::finished(node_.runId(), round), 1);
-  if (done >= nodeCount) publishOutcome(store, round, std::nullopt);
+  const std::string& id = node_.runId();
   // From here on this node's death is no loss (a will that counted `lost` would send the others
-  // back to re-run what succeeded). Dying between the two calls: a spurious re-form at worst;
-  // the other order could leave the job neither finished nor told.
-  store.setWill(keys::finishedWill(node_.runId(), round, node_.self.id, node_.self.displayName()));
-  wakeWatchers(store, node_.runId(), round);  // they read the counter itself
+  // back to re-run what succeeded): the will goes with the count. Dying between the two (a
+  // store that runs a batch call by call): a spurious re-form at worst; the other order could
+  // leave the job neither finished nor told.
+  StoreBatch counted;
+  const size_t done = counted.add(keys::finished(id, round), 1);
+  counted.setWill(keys::finishedWill(id, round, node_.self.id, node_.self.displayName()));
+  store.runBatch(counted);
+  // The last member to finish records the job's success; then the watchers look (they read
+  // the counter itself).
+  StoreBatch told;
+  std::optional<size_t> status;
+  if (counted.number(done) >= nodeCount) status = addOutcome(told, round, std::nullopt);
+  told.add(keys::changes(id, round), 1);
+  runBumpingStatus(store, told, status);
 }
 
 void ExitBarrier::publishOutcome(LivenessStore& store, uint64_t round,
                                  const std::optional<FailureRecord>& failure) {
-  store.compareSet(keys::outcome(node_.runId()), "", keys::encodeOutcome(failure));
-  bumpStatus(store, node_.runId(), round + 1);
+  StoreBatch told;
+  const size_t status = addOutcome(told, round, failure);
+  runBumpingStatus(store, told, status);
+}
+
+size_t ExitBarrier::addOutcome(StoreBatch& batch, uint64_t round,
+                               const std::optional<FailureRecord>& failure) const {
+  batch.compareSet(keys::outcome(node_.runId()), "", keys::encodeOutcome(failure));
+  return batch.add(keys::status(node_.runId(), round + 1), 1);
+}
+
+// An add to a status that holds a decision by now (that round closed meanwhile) is refused, and
+// no failure (bumpStatus): the round's waiters have their answer.
+void ExitBarrier::runBumpingStatus(LivenessStore& store, StoreBatch& batch,
+                                   std::optional<size_t> statusOp) {
+  try {
+    store.runBatch(batch);
+  } catch (const InvalidArgument&) {
+    for (size_t i = 0; i < batch.size(); ++i)
+      if (i != statusOp && !batch.ok(i)) (void)batch.value(i);  // rethrows its own failure
+  }
 }
 
 void ExitBarrier::throwIfJobEnded(LivenessStore& store) {
@@ -97,19 +127,32 @@ void ExitBarrier::throwIfJobEnded(LivenessStore& store) {
 
 void ExitBarrier::leave(LivenessStore& store, std::optional<uint64_t> lastRound, int64_t nodeCount,
                         bool hostingStore) {
-  store.setWill({});
+  const std::string& id = node_.runId();
   // Every member finished, and the one that made it so died before recording it: recorded here,
   // so that a node coming back (cut off in the barrier) learns the job succeeded.
-  if (lastRound &&
-      keys::parseCounter(store.tryGet(keys::finished(node_.runId(), *lastRound))).value_or(0) >= nodeCount)
-    store.compareSet(keys::outcome(node_.runId()), "", keys::encodeOutcome(std::nullopt));
   if (lastRound) {
-    store.add(keys::left(node_.runId(), *lastRound), 1);
-    wakeWatchers(store, node_.runId(), *lastRound);  // they look again (a job that ended: they end)
+    StoreBatch look;
+    const size_t finished = look.tryGet(keys::finished(id, *lastRound));
+    const size_t outcome = look.tryGet(keys::outcome(id));
+    store.runBatch(look);
+    if (keys::parseCounter(look.value(finished)).value_or(0) >= nodeCount && !look.value(outcome))
+      store.compareSet(keys::outcome(id), "", keys::encodeOutcome(std::nullopt));
   }
-  if (!present_) return;
+  // The will dropped first (a clean leave is no loss), then `left` of the last round counted,
+  // the watchers woken (they look again: a job that ended, they end) and this node out of
+  // `present`: one batch.
+  StoreBatch out;
+  out.setWill({});
+  if (lastRound) {
+    out.add(keys::left(id, *lastRound), 1);
+    out.add(keys::changes(id, *lastRound), 1);
+  }
+  std::optional<size_t> counted;
+  if (present_) counted = out.add(keys::present(id), -1);
   present_ = false;
-  if (store.add(keys::present(node_.runId()), -1) <= 0)
+  store.runBatch(out);
+  if (!counted) return;
+  if (out.number(*counted) <= 0)
     removeJobKeys(store);
   else if (hostingStore)
     waitForOthersToLeave(store);
@@ -123,13 +166,19 @@ void ExitBarrier::leave(LivenessStore& store, std::optional<uint64_t> lastRound,
 void ExitBarrier::removeJobKeys(LivenessStore& store) {
   const std::string& id = node_.runId();
   try {
-    const uint64_t current = keys::parseCounter(store.tryGet(keys::currentRound(id))).value_or(0);
-    int64_t n = 0;
+    StoreBatch look;
+    const size_t round = look.tryGet(keys::currentRound(id));
+    const size_t outcome = look.tryGet(keys::outcome(id));
+    store.runBatch(look);
+    const uint64_t current = keys::parseCounter(look.value(round)).value_or(0);
+    StoreBatch drop;
     for (uint64_t r = current > 3 ? current - 3 : 0; r <= current + 2; ++r)
-      n += store.deletePrefix(keys::round(id, r));
-    for (const std::string& key : {keys::config(id), keys::present(id)})
-      n += store.deleteKey(key) ? 1 : 0;
-    if (!store.check({keys::outcome(id)})) n += store.deleteKey(keys::currentRound(id)) ? 1 : 0;
+      drop.deletePrefix(keys::round(id, r));
+    for (const std::string& key : {keys::config(id), keys::present(id)}) drop.deleteKey(key);
+    if (!look.value(outcome)) drop.deleteKey(keys::currentRound(id));
+    store.runBatch(drop);
+    int64_t n = 0;
+    for (size_t i = 0; i < drop.size(); ++i) n += drop.number(i);
     spdlog::debug("rendezvous '{}': last node out, removed {} key(s)", id, n);
   } catch (const Error& e) {
     spdlog::debug("rendezvous '{}': keys left in the store: {}", id, e.what());
