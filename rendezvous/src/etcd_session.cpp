@@ -58,6 +58,7 @@ EtcdSession::EtcdSession(const EtcdStoreOptions& options) : options_(options) {
 }
 
 EtcdSession::~EtcdSession() {
+  spdlog::trace("etcd session {}: closing", ownId_);
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
@@ -68,6 +69,7 @@ EtcdSession::~EtcdSession() {
   applyClient_->interrupt();
   if (keepAliveThread_.joinable()) keepAliveThread_.join();
   if (executorThread_.joinable()) executorThread_.join();
+  spdlog::trace("etcd session {}: its threads ended", ownId_);
   if (lost()) return;  // etcd ends it (or did)
   try {
     EtcdClientOptions quick = clientOptions();
