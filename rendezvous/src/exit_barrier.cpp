@@ -69,19 +69,19 @@ std::optional<size_t> ExitBarrier::enter(LivenessStore& store, const Deadline& d
 // job is on the critical path of its end (scripts/bench/recovery.sh exit).
 void ExitBarrier::finish(LivenessStore& store, uint64_t round, int64_t nodeCount) {
   const std::string& id = node_.runId();
-  // From here on this node's death is no loss (a will that counted `lost` would send the others
-  // back to re-run what succeeded): the will goes with the count. Dying between the two (a
-  // store that runs a batch call by call): a spurious re-form at worst; the other order could
-  // leave the job neither finished nor told.
   StoreBatch counted;
   const size_t done = counted.add(keys::finished(id, round), 1);
-  counted.setWill(keys::finishedWill(id, round, node_.self.id, node_.self.displayName()));
   store.runBatch(counted);
-  // The last member to finish records the job's success; then the watchers look (they read
-  // the counter itself).
+  // The last member to finish records the job's success first (a watcher may see the count
+  // before: the sooner it is written, the smaller the window in which a node cut off comes back
+  // to find no outcome). From here on this node's death is no loss (a will that counted `lost`
+  // would send the others back to re-run what succeeded). Dying between the count and the will:
+  // a spurious re-form at worst; the other order could leave the job neither finished nor told.
+  // Then the watchers look (they read the counter itself).
   StoreBatch told;
   std::optional<size_t> status;
   if (counted.number(done) >= nodeCount) status = addOutcome(told, round, std::nullopt);
+  told.setWill(keys::finishedWill(id, round, node_.self.id, node_.self.displayName()));
   told.add(keys::changes(id, round), 1);
   runBumpingStatus(store, told, status);
 }
