@@ -356,7 +356,7 @@ TEST_CASE("v2 leave() ends this node's part whatever its store throws", "[rendez
   link->endCall();
 }
 
-TEST_CASE("presence: a node cut off right before it sets its first will is counted in once; the "
+TEST_CASE("presence: a node cut off right before it sets its first will is counted in once, and the "
           "same id starts again at once", "[rendezvous][v2][presence]") {
   // Issue 21's leak: n0 counted itself in `present` (one round trip), and its link was cut before
   // its will was set (the next): no will counted it out, and it counted itself in again when it

@@ -366,7 +366,7 @@ TEST_CASE("server: pipelined requests are answered in order, in one read when th
 
 namespace drun::rdzv::test {
 
-TEST_CASE("store batch: MemoryStore applies a batch in one step; a closed handle applies none",
+TEST_CASE("store batch: MemoryStore applies a batch in one step, and a closed handle applies none",
           "[store][batch]") {
   auto shared = MemoryStore::makeShared();
   MemoryStore observer(shared);
