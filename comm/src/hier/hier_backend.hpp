@@ -2,7 +2,7 @@
 // backend per host); among hosts, one leader per host (its lowest rank) talks over Gloo; every
 // rank is also in a full Gloo mesh for what is not hierarchical.
 //   all_reduce  shm reduce to the leader, Gloo all_reduce among leaders, shm broadcast; from
-//               256 KiB on hosts of equal size L: shm reduce_scatter, L Gloo all_reduces of 1/L
+//               1 MiB on hosts of equal size L: shm reduce_scatter, L Gloo all_reduces of 1/L
 //               each (ranks of the same local index across hosts), shm all_gather
 //   broadcast   shm broadcast on the root's host (root -> its leader), Gloo broadcast among
 //               leaders, shm broadcast on the other hosts
