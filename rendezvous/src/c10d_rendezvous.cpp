@@ -93,7 +93,18 @@ class C10dRendezvous final : public Rendezvous {
     self.previousRank = lastRound_ ? std::optional<int>(lastNodeRank_) : std::nullopt;
 
     for (int attempt = 0;; ++attempt) {
-      if (storeLost_) reconnectStore();  // throws when the store stays gone past reconnect_timeout
+      if (storeLost_) {
+        try {
+          reconnectStore();  // throws when the store stays gone past reconnect_timeout
+        } catch (const NetworkError& e) {
+          // Connected again, but a call after it (the refill's) broke: one more attempt, as a join
+          // that broke. Still lost (the store stayed gone): that is the answer.
+          if (storeLost_ || attempt >= 3) throw;
+          spdlog::info("rendezvous '{}': {}; reconnecting", id(), e.what());
+          markStoreLost();
+          continue;
+        }
+      }
       // A fresh MASTER_PORT every round: ranks of an old round, fenced off or not yet stopped, can
       // never reach the new round's store. Held while the round forms, released once it has.
       // Drawn again for every attempt: a join retried after a lost connection can land in the
