@@ -38,15 +38,16 @@ void killDaemon(std::unique_ptr<Process>& daemon) {
   daemon.reset();
 }
 
-// Each worker prints its restart count; on count 0 rank 3 fails with 3 once its node-mate has
-// printed; on later counts every worker waits for $MARKS/go, then rank 3 fails with
-// $FAIL_LATER (0: succeeds).
+// Each worker prints its restart count; on count 0 rank 3 fails with 3 once every other rank has
+// printed (a rank stopped before its first line made the count=0 tally 1 under CI's load); on
+// later counts every worker waits for $MARKS/go, then rank 3 fails with $FAIL_LATER (0: succeeds).
 std::vector<std::string> workerProgram() {
   return {"sh", "-c",
           "echo RUN rank=$RANK count=$TORCHELASTIC_RESTART_COUNT; touch $MARKS/$RANK-"
           "$TORCHELASTIC_RESTART_COUNT; "
           "if [ $TORCHELASTIC_RESTART_COUNT = 0 ]; then "
-          "  if [ $RANK = 3 ]; then for i in $(seq 1000); do [ -e $MARKS/2-0 ] && break; "
+          "  if [ $RANK = 3 ]; then for i in $(seq 3000); do "
+          "  [ -e $MARKS/0-0 ] && [ -e $MARKS/1-0 ] && [ -e $MARKS/2-0 ] && break; "
           "  sleep 0.01; done; exit 3; fi; sleep 60; exit 0; fi; "
           "for i in $(seq 6000); do [ -e $MARKS/go ] && break; sleep 0.01; done; "
           "if [ $RANK = 3 ]; then exit $FAIL_LATER; fi"};

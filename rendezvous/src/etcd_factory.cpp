@@ -40,10 +40,10 @@ class SessionHolder {
   explicit SessionHolder(EtcdStoreOptions options) : options_(std::move(options)) {}
   std::shared_ptr<EtcdSession> current() {
     std::lock_guard lock(mutex_);
-    if (!session_ || etcdSessionLost(*session_)) {
-      session_.reset();  // its lease is revoked or ends by its TTL
+    if (!session_)
       session_ = openEtcdSession(options_);
-    }
+    else if (etcdSessionLost(*session_))
+      session_ = replaceLostEtcdSession(options_, *session_);
     return session_;
   }
   void setConnectTimeout(milliseconds timeout) {

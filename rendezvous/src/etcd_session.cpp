@@ -26,6 +26,10 @@ std::unique_ptr<EtcdClient> clientWith(const EtcdStoreOptions& options, millisec
 std::shared_ptr<EtcdSession> openEtcdSession(const EtcdStoreOptions& options) {
   return std::make_shared<EtcdSession>(options);
 }
+std::shared_ptr<EtcdSession> replaceLostEtcdSession(const EtcdStoreOptions& options, EtcdSession& lost) {
+  lost.endLost();
+  return openEtcdSession(options);
+}
 bool etcdSessionLost(const EtcdSession& session) { return session.lost(); }
 milliseconds etcdSessionTtl(const EtcdSession& session) { return session.ttl(); }
 void stopKeepAliveForTest(EtcdSession& session) { session.stopKeepAliveForTest(); }
@@ -200,6 +204,14 @@ void EtcdSession::willStored() {
 void EtcdSession::runOwnWill(EtcdClient& client) {
   if (lost()) return;  // the others apply it when etcd ends the lease
   applyWillRecord(client, willKey(ownId_), liveKey(ownId_), kvPrefix_);
+}
+
+void EtcdSession::endLost() {
+  // The session's own clients were interrupted when it was lost: a client of this call's own.
+  EtcdClient client(options_.client);
+  client.leaseRevoke(lease_, Deadline(options_.client.callTimeout));
+  if (applyWillRecord(client, willKey(ownId_), liveKey(ownId_), kvPrefix_))
+    spdlog::debug("etcd session {}: applied its own will before a new session", ownId_);
 }
 
 void EtcdSession::executeWills() {

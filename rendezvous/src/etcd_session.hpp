@@ -63,6 +63,9 @@ class EtcdSession {
   void willStored();
   // A clean close: applies this session's will now, and forgets it.
   void runOwnWill(EtcdClient& client);
+  // A lost session's end before its agent goes on with a new one: the lease revoked, the will
+  // applied (replaceLostEtcdSession). Throws on store errors.
+  void endLost();
   void stopKeepAliveForTest();
   void endLeaseForTest();
 

@@ -241,6 +241,36 @@ TEST_CASE("etcd store: a will runs at a clean close, and when a cut-off agent's 
   CHECK(observer.tryGet("gone") == std::optional<Bytes>("2"));
 }
 
+TEST_CASE("etcd store: a session that replaces a lost one applies the lost one's will first",
+          "[etcd]") {
+  // No other session holds a will here, so no executor applies the lost session's will: only
+  // the replacement can, and it must, before its agent does anything on the new session. (The
+  // interleavings over etcd, under load: a node cut off while it joined came back on a new
+  // session and joined the same round again before the others applied its will, which then
+  // counted a running member gone.)
+  ::drun::test::EtcdCluster cluster;
+  const EtcdStoreOptions options = storeOptions(cluster);
+  auto lost = openEtcdSession(options);
+  auto cut = std::make_unique<EtcdStore>(lost);
+  cut->set("status", "0");
+  cut->setWill({{{"dead/n0", "1"}}, {{"left", 1}, {"status", 1}}, {}});
+  stopKeepAliveForTest(*lost);
+  const auto until = Clock::now() + etcdSessionTtl(*lost) + 10s;
+  while (!etcdSessionLost(*lost) && Clock::now() < until) std::this_thread::sleep_for(20ms);
+  REQUIRE(etcdSessionLost(*lost));
+  cut.reset();  // closing on a lost session applies nothing (etcd ends the lease)
+
+  auto next = replaceLostEtcdSession(options, *lost);
+  REQUIRE_FALSE(etcdSessionLost(*next));
+  EtcdStore store(next);
+  CHECK(store.tryGet("dead/n0") == std::optional<Bytes>("1"));
+  CHECK(store.tryGet("left") == std::optional<Bytes>("1"));
+  CHECK(store.tryGet("status") == std::optional<Bytes>("1"));
+  // Exactly once: a second replacement (or another session's executor) finds no record.
+  auto third = replaceLostEtcdSession(options, *lost);
+  CHECK(store.tryGet("left") == std::optional<Bytes>("1"));
+}
+
 TEST_CASE("etcd rendezvous: four agents form a round, and a dead agent is a lost member",
           "[etcd]") {
   using namespace drun::rdzv::test;

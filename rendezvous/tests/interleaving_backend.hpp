@@ -107,7 +107,10 @@ class EtcdBackend final : public StoreBackend {
     explicit NodeSessions(EtcdStoreOptions options) : options_(std::move(options)) {}
     std::shared_ptr<EtcdSession> current() {
       std::lock_guard lock(mutex_);
-      if (!session_ || etcdSessionLost(*session_)) session_ = openEtcdSession(options_);
+      if (!session_)
+        session_ = openEtcdSession(options_);
+      else if (etcdSessionLost(*session_))
+        session_ = replaceLostEtcdSession(options_, *session_);
       return session_;
     }
     void endLease() {

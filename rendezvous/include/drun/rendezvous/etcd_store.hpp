@@ -24,7 +24,8 @@
 // applied by the next session of the scope that sets a will.
 // A session that cannot renew its lease for 3/4 of the TTL takes it for lost: every store on it
 // fails (NetworkError "lost its etcd lease") and blocked calls end at once, so the agent fences
-// its workers before the others re-form without it. A new session (a new lease) is a new client.
+// its workers before the others re-form without it. A new session (a new lease) is a new client,
+// opened only once the lost one's will has run (replaceLostEtcdSession).
 //
 // Threading: stores are thread-safe (calls run one at a time per store); the session's threads
 // are its own. Ownership: a store shares its session; the session revokes its lease when the last
@@ -54,6 +55,16 @@ class EtcdSession;
 // Grants a lease and starts its keep-alive. Throws NetworkError (no member reachable; refused),
 // TimeoutError, AuthError, ProtocolError.
 std::shared_ptr<EtcdSession> openEtcdSession(const EtcdStoreOptions& options);
+// The session that takes over from `lost`, a session of this agent that took its lease for lost:
+// first `lost`'s lease is revoked (its lease-bound keys go now, not at the TTL) and its will is
+// applied (once: another session's executor may be at it too), then a new session is opened.
+// A TCP store runs a closed connection's will before it serves the node's next connection; over
+// etcd the other sessions apply a will when they see the lease end, which under load came after
+// the node had joined the same round again on its new session: the round closed with it, then
+// counted it gone while it ran, and re-formed without waiting for another member (the
+// interleavings over etcd, "n0's link is cut while the closer joins"). Throws as
+// openEtcdSession does, also when `lost` could not be ended (the caller connects again later).
+std::shared_ptr<EtcdSession> replaceLostEtcdSession(const EtcdStoreOptions& options, EtcdSession& lost);
 // True once the session took its lease for lost.
 bool etcdSessionLost(const EtcdSession& session);
 // The lease's TTL as granted.
