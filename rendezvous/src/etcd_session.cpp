@@ -27,7 +27,7 @@ std::shared_ptr<EtcdSession> openEtcdSession(const EtcdStoreOptions& options) {
   return std::make_shared<EtcdSession>(options);
 }
 std::shared_ptr<EtcdSession> replaceLostEtcdSession(const EtcdStoreOptions& options, EtcdSession& lost) {
-  lost.endLost();
+  lost.endLost(options.connectTimeout);  // the new session's deadline: etcd gone is gone as soon
   return openEtcdSession(options);
 }
 bool etcdSessionLost(const EtcdSession& session) { return session.lost(); }
@@ -206,10 +206,12 @@ void EtcdSession::runOwnWill(EtcdClient& client) {
   applyWillRecord(client, willKey(ownId_), liveKey(ownId_), kvPrefix_);
 }
 
-void EtcdSession::endLost() {
+void EtcdSession::endLost(milliseconds timeout) {
   // The session's own clients were interrupted when it was lost: a client of this call's own.
-  EtcdClient client(options_.client);
-  client.leaseRevoke(lease_, Deadline(options_.client.callTimeout));
+  EtcdClientOptions bounded = options_.client;
+  bounded.callTimeout = std::min(bounded.callTimeout, timeout);
+  EtcdClient client(bounded);
+  client.leaseRevoke(lease_, Deadline(bounded.callTimeout));
   if (applyWillRecord(client, willKey(ownId_), liveKey(ownId_), kvPrefix_))
     spdlog::debug("etcd session {}: applied its own will before a new session", ownId_);
 }

@@ -64,8 +64,8 @@ class EtcdSession {
   // A clean close: applies this session's will now, and forgets it.
   void runOwnWill(EtcdClient& client);
   // A lost session's end before its agent goes on with a new one: the lease revoked, the will
-  // applied (replaceLostEtcdSession). Throws on store errors.
-  void endLost();
+  // applied (replaceLostEtcdSession), each call within `timeout`. Throws on store errors.
+  void endLost(milliseconds timeout);
   void stopKeepAliveForTest();
   void endLeaseForTest();
 

@@ -397,6 +397,21 @@ ON_BOTH_STORES("a member's link is cut at each point of a join (the closer's, it
   enumerate(own, backend);
 }
 
+ON_BOTH_STORES("a member's link is cut while it joins a round of MIN=MAX nodes: the round forms with it",
+               linkCutDuringJoinAtMinMax) {
+  // Once its will has run, a node that joins the same round again on a new connection is a new
+  // node: its old registration is dead, not the node. (Before, it joined again under the id its
+  // will had marked dead, and the closer struck both registrations: a 2:2 round could not form
+  // until the join timeout.)
+  Scenario s;
+  s.name = "2:2, 2 nodes, n0's link is cut while it joins";
+  s.setup = nodes(2, 2, 2);
+  s.drive = formAndFinish(2);
+  s.targets = {{"n0", "join"}};
+  s.inject = cutting("n0");
+  enumerate(s, backend);
+}
+
 ON_BOTH_STORES("a member dies at each point of its own re-forming join", memberDiesDuringOwnRejoin) {
   // A defect found by the race above (CI, 2026-11-24): a member that died after setting its
   // round-r will but before counting itself in `rejoined` was neither back nor gone from round
