@@ -243,6 +243,18 @@ std::function<void(Cluster&)> finishFirst(int count, std::string first, std::str
   };
 }
 
+// `count` nodes of --nnodes min:count form the job and finish; n0's link is cut at each point
+// of `joiner`'s join.
+Scenario cutWhileJoining(std::string name, int count, int minNodes, std::string joiner) {
+  Scenario s;
+  s.name = std::move(name);
+  s.setup = nodes(count, minNodes, count);
+  s.drive = formAndFinish(count);
+  s.targets = {{std::move(joiner), "join"}};
+  s.inject = cutting("n0");
+  return s;
+}
+
 // Three nodes form the job, n0's workers fail (budget 3), the job re-forms and runs to its end.
 void failureThenFinish(Cluster& c) {
   arriveInOrder(c, 3);
@@ -355,12 +367,7 @@ ON_BOTH_STORES("a failure report races a member's death", failureReportRacesDeat
 ON_BOTH_STORES("a member's link is cut at each point of a join (the closer's, its own) "
                "and of the exit barrier", linkCutDuringJoinAndBarrier) {
   // The node cut off notices (StoreLost), fences its workers and joins again as a newcomer.
-  Scenario join;
-  join.name = "2:3, 3 nodes, n0's link is cut while the closer joins";
-  join.setup = nodes(3, 2, 3);
-  join.drive = formAndFinish(3);
-  join.targets = {{"n2", "join"}};
-  join.inject = cutting("n0");
+  Scenario join = cutWhileJoining("2:3, 3 nodes, n0's link is cut while the closer joins", 3, 2, "n2");
   enumerate(join, backend);
 
   Scenario barrier = join;
@@ -403,13 +410,7 @@ ON_BOTH_STORES("a member's link is cut while it joins a round of MIN=MAX nodes: 
   // node: its old registration is dead, not the node. (Before, it joined again under the id its
   // will had marked dead, and the closer struck both registrations: a 2:2 round could not form
   // until the join timeout.)
-  Scenario s;
-  s.name = "2:2, 2 nodes, n0's link is cut while it joins";
-  s.setup = nodes(2, 2, 2);
-  s.drive = formAndFinish(2);
-  s.targets = {{"n0", "join"}};
-  s.inject = cutting("n0");
-  enumerate(s, backend);
+  enumerate(cutWhileJoining("2:2, 2 nodes, n0's link is cut while it joins", 2, 2, "n0"), backend);
 }
 
 ON_BOTH_STORES("a member dies at each point of its own re-forming join", memberDiesDuringOwnRejoin) {
