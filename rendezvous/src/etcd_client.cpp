@@ -5,6 +5,8 @@
 #include <random>
 #include <thread>
 
+#include <spdlog/spdlog.h>
+
 #include "drun/common/error.hpp"
 #include "drun/common/safe_text.hpp"
 #include "etcd_http.hpp"
@@ -68,7 +70,11 @@ std::string compareTarget(EtcdCompare::Target target) {
   return "VALUE";
 }
 
+Json encodeTxn(const std::vector<EtcdCompare>& compares, const std::vector<EtcdOp>& success,
+               const std::vector<EtcdOp>& failure);
+
 Json encodeOp(const EtcdOp& op) {
+  if (op.kind == EtcdOp::Kind::Txn) return {{"request_txn", encodeTxn(op.nested->compares, op.nested->success, op.nested->failure)}};
   Json request;
   request["key"] = etcd::base64Encode(op.key);
   if (op.kind == EtcdOp::Kind::Put) {
@@ -91,6 +97,54 @@ Json encodeCompare(const EtcdCompare& c) {
     case EtcdCompare::Target::ModRevision: out["mod_revision"] = std::to_string(c.number); break;
     case EtcdCompare::Target::Version: out["version"] = std::to_string(c.number); break;
   }
+  return out;
+}
+
+Json encodeTxn(const std::vector<EtcdCompare>& compares, const std::vector<EtcdOp>& success,
+               const std::vector<EtcdOp>& failure) {
+  Json body = Json::object();
+  body["compare"] = Json::array();
+  body["success"] = Json::array();
+  body["failure"] = Json::array();
+  for (const EtcdCompare& c : compares) body["compare"].push_back(encodeCompare(c));
+  for (const EtcdOp& op : success) body["success"].push_back(encodeOp(op));
+  for (const EtcdOp& op : failure) body["failure"].push_back(encodeOp(op));
+  return body;
+}
+
+// A txn reply (`nested`: one inside another's, without a header of its own), checked against
+// the branch it names: as many range, delete and txn responses as the branch has such ops.
+EtcdTxnResult parseTxn(const Json& parsed, const std::vector<EtcdOp>& success, const std::vector<EtcdOp>& failure,
+                       bool nested) {
+  EtcdTxnResult out;
+  out.succeeded = etcd::boolField(parsed, "succeeded");
+  if (!nested) out.revision = etcd::headerRevision(parsed);
+  const std::vector<EtcdOp>& branch = out.succeeded ? success : failure;
+  std::vector<const EtcdOp*> txns;
+  for (const EtcdOp& op : branch)
+    if (op.kind == EtcdOp::Kind::Txn) txns.push_back(&op);
+  for (const Json& response : etcd::arrayField(parsed, "responses")) {
+    if (!response.is_object()) throw ProtocolError("a txn response is not an object");
+    if (response.contains("response_range")) {
+      out.ranges.push_back(etcd::parseRange(etcd::objectField(response, "response_range")));
+    } else if (response.contains("response_delete_range")) {
+      out.deletedBy.push_back(etcd::intField(etcd::objectField(response, "response_delete_range"), "deleted"));
+    } else if (response.contains("response_txn")) {
+      if (out.nested.size() >= txns.size()) throw ProtocolError("more txn responses than txn ops");
+      const EtcdNestedTxn& inner = *txns[out.nested.size()]->nested;
+      out.nested.push_back(parseTxn(etcd::objectField(response, "response_txn"), inner.success, inner.failure, true));
+    }
+  }
+  auto count = [&](EtcdOp::Kind kind) {
+    return static_cast<size_t>(std::count_if(branch.begin(), branch.end(), [&](const EtcdOp& op) { return op.kind == kind; }));
+  };
+  if (out.ranges.size() != count(EtcdOp::Kind::Range) || out.deletedBy.size() != count(EtcdOp::Kind::DeleteRange) ||
+      out.nested.size() != txns.size())
+    throw ProtocolError("expected " + std::to_string(count(EtcdOp::Kind::Range)) + " range, " +
+                        std::to_string(count(EtcdOp::Kind::DeleteRange)) + " delete and " +
+                        std::to_string(txns.size()) + " txn responses, got " + std::to_string(out.ranges.size()) +
+                        ", " + std::to_string(out.deletedBy.size()) + " and " + std::to_string(out.nested.size()));
+  for (int64_t n : out.deletedBy) out.deleted += n;
   return out;
 }
 
@@ -126,7 +180,8 @@ std::vector<std::string> parseEtcdEndpoints(const std::string& list) {
 EtcdClient::EtcdClient(EtcdClientOptions options) : options_(std::move(options)) {
   if (options_.endpoints.empty()) throw InvalidArgument("etcd client: no endpoint");
   for (const std::string& item : options_.endpoints)
-    connections_.push_back(std::make_unique<etcd::EtcdConnection>(splitEndpoint(item), options_.caFile));
+    connections_.push_back(std::make_unique<etcd::EtcdConnection>(
+        splitEndpoint(item), options_.caFile, etcd::keepAliveProbesFor(options_.silentPeerTimeout)));
   // Clients start on a random member: N agents spread their load over the cluster (each member
   // serves its clients' JSON gateway; raft proposals go to the leader either way).
   current_ = std::random_device{}() % connections_.size();
@@ -196,6 +251,9 @@ std::string EtcdClient::call(const std::string& path, const std::string& body,
       try {
         if (!options_.user.empty() && token_.empty()) authenticate(connection, attempt);
         const etcd::HttpReply reply = connection.post(path, body, token_, attempt, &sent);
+        // Each call and its time (DRUN_LOG_LEVEL=trace): what the rendezvous costs on etcd.
+        spdlog::trace("etcd {} {}: HTTP {} in {} us", connection.endpoint().name(), path, reply.status,
+                      std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started).count());
         if (reply.status == 200) {
           current_ = i;
           return reply.body;
@@ -277,33 +335,10 @@ int64_t EtcdClient::deleteRange(const std::string& key, const std::string& range
 EtcdTxnResult EtcdClient::txn(const std::vector<EtcdCompare>& compares,
                               const std::vector<EtcdOp>& success,
                               const std::vector<EtcdOp>& failure, bool idempotent) {
-  Json body = Json::object();
-  body["compare"] = Json::array();
-  body["success"] = Json::array();
-  body["failure"] = Json::array();
-  for (const EtcdCompare& c : compares) body["compare"].push_back(encodeCompare(c));
-  for (const EtcdOp& op : success) body["success"].push_back(encodeOp(op));
-  for (const EtcdOp& op : failure) body["failure"].push_back(encodeOp(op));
+  const Json body = encodeTxn(compares, success, failure);
   const std::string reply = call("/v3/kv/txn", body.dump(), Deadline(options_.callTimeout), idempotent);
   try {
-    const Json parsed = etcd::parseObject(reply, "etcd /v3/kv/txn");
-    EtcdTxnResult out;
-    out.succeeded = etcd::boolField(parsed, "succeeded");
-    out.revision = etcd::headerRevision(parsed);
-    for (const Json& response : etcd::arrayField(parsed, "responses")) {
-      if (!response.is_object()) throw ProtocolError("a txn response is not an object");
-      if (response.contains("response_range"))
-        out.ranges.push_back(etcd::parseRange(etcd::objectField(response, "response_range")));
-      else if (response.contains("response_delete_range"))
-        out.deleted += etcd::intField(etcd::objectField(response, "response_delete_range"), "deleted");
-    }
-    const size_t wanted = std::count_if(
-        (out.succeeded ? success : failure).begin(), (out.succeeded ? success : failure).end(),
-        [](const EtcdOp& op) { return op.kind == EtcdOp::Kind::Range; });
-    if (out.ranges.size() != wanted)
-      throw ProtocolError("expected " + std::to_string(wanted) + " range responses, got " +
-                          std::to_string(out.ranges.size()));
-    return out;
+    return parseTxn(etcd::parseObject(reply, "etcd /v3/kv/txn"), success, failure, false);
   } catch (const ProtocolError& e) {
     throw ProtocolError(std::string("etcd /v3/kv/txn: malformed reply: ") + e.what());
   }

@@ -54,6 +54,7 @@ struct EtcdConnection::Impl {
   beast::flat_buffer buffer;
   std::atomic<bool> interrupted{false};
   bool connected = false;
+  KeepAliveProbes probes;
 
   tcp::socket& socket() { return secure ? secure->next_layer().socket() : plain->socket(); }
 
@@ -158,22 +159,8 @@ struct EtcdConnection::Impl {
       plain = std::make_unique<beast::tcp_stream>(ioc);
       co_await asio::async_connect(plain->socket(), targets, use_awaitable);
     }
-    probeSilentPeer(tls ? secure->next_layer().socket() : plain->socket());
+    applyKeepAliveProbes((tls ? secure->next_layer().socket() : plain->socket()).native_handle(), probes);
     connected = true;
-  }
-
-  // TCP keep-alive probes after a second of silence: a watch is a reply that may stay silent for
-  // long (no events), and a member whose host was cut off never closes it where we can see, so
-  // without probes the watch would wait out its whole deadline (30 s) before failing over to a
-  // live member, and the wills of agents lost meanwhile would wait with it. With these the
-  // kernel ends such a connection about 3 s into the silence (a live member answers the probes).
-  static void probeSilentPeer(tcp::socket& socket) {
-    const int fd = socket.native_handle();
-    const int on = 1, idleSeconds = 1, intervalSeconds = 1, probes = 2;
-    ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
-    ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idleSeconds, sizeof idleSeconds);
-    ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intervalSeconds, sizeof intervalSeconds);
-    ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof probes);
   }
 
   template <class Message>
@@ -220,8 +207,28 @@ http::request<http::string_body> makeRequest(const Endpoint& endpoint, const std
 
 }  // namespace
 
-EtcdConnection::EtcdConnection(Endpoint endpoint, std::string caFile)
+KeepAliveProbes keepAliveProbesFor(std::chrono::milliseconds silence) {
+  KeepAliveProbes probes;
+  const int64_t third = std::chrono::duration_cast<std::chrono::seconds>(silence / 3).count();
+  probes.idleSeconds = static_cast<int>(std::clamp<int64_t>(third, 1, 3600));
+  probes.intervalSeconds = probes.idleSeconds;
+  probes.count = 2;
+  probes.userTimeoutMs = static_cast<unsigned>(std::clamp<int64_t>(silence.count(), 1000, 3600 * 1000));
+  return probes;
+}
+
+bool applyKeepAliveProbes(int fd, const KeepAliveProbes& probes) {
+  const int on = 1;
+  bool ok = ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on) == 0;
+  ok = ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &probes.idleSeconds, sizeof probes.idleSeconds) == 0 && ok;
+  ok = ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &probes.intervalSeconds, sizeof probes.intervalSeconds) == 0 && ok;
+  ok = ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes.count, sizeof probes.count) == 0 && ok;
+  return ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &probes.userTimeoutMs, sizeof probes.userTimeoutMs) == 0 && ok;
+}
+
+EtcdConnection::EtcdConnection(Endpoint endpoint, std::string caFile, KeepAliveProbes probes)
     : endpoint_(std::move(endpoint)), impl_(std::make_unique<Impl>()) {
+  impl_->probes = probes;
   if (caFile.empty()) return;
   impl_->tls = std::make_unique<asio::ssl::context>(asio::ssl::context::tls_client);
   boost::system::error_code ec;

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -37,10 +38,25 @@ struct HttpReply {
 // A reply body (or a stream's buffered, unfinished line) larger than this is a protocol error.
 inline constexpr size_t kMaxReplyBytes = 64u << 20;
 
+// TCP keep-alive of a connection, so that a member whose host was cut off (it never closes the
+// connection where we can see) is noticed while the connection is silent: a watch is a reply
+// that may stay silent for long. For a silence bound S (the lease TTL): probes after S/3 idle,
+// S/3 apart (the kernel counts whole seconds: at least 1), and TCP_USER_TIMEOUT = S, which ends
+// the connection once S passed without an answer even where the rounding would probe longer.
+struct KeepAliveProbes {
+  int idleSeconds = 1;      // TCP_KEEPIDLE
+  int intervalSeconds = 1;  // TCP_KEEPINTVL
+  int count = 2;            // TCP_KEEPCNT
+  unsigned userTimeoutMs = 3000;  // TCP_USER_TIMEOUT
+};
+KeepAliveProbes keepAliveProbesFor(std::chrono::milliseconds silence);
+// Sets them (and SO_KEEPALIVE) on a connected socket. Returns false when the kernel refused one.
+bool applyKeepAliveProbes(int fd, const KeepAliveProbes& probes);
+
 class EtcdConnection {
  public:
   // caFile: "" = plain HTTP; else HTTPS, the member's certificate verified against this CA.
-  EtcdConnection(Endpoint endpoint, std::string caFile);
+  EtcdConnection(Endpoint endpoint, std::string caFile, KeepAliveProbes probes = {});
   ~EtcdConnection();
   EtcdConnection(const EtcdConnection&) = delete;
   EtcdConnection& operator=(const EtcdConnection&) = delete;

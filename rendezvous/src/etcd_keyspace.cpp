@@ -76,6 +76,21 @@ std::optional<std::string> foldFamily(const std::string& key, const std::vector<
 
 std::string familyOf(const std::string& etcdKey) { return etcdKey.substr(0, etcdKey.find('\0')); }
 
+int64_t familiesIn(const std::vector<EtcdKeyValue>& kvs) {
+  int64_t count = 0;
+  std::string last;
+  for (const EtcdKeyValue& kv : kvs) {
+    std::string family = familyOf(kv.key);
+    if (count == 0 || family != last) ++count;
+    last = std::move(family);
+  }
+  return count;
+}
+
+bool isEmptyWill(const Store::Will& will) {
+  return will.sets.empty() && will.adds.empty() && will.deletes.empty();
+}
+
 void checkKey(const std::string& key) {
   if (key.find('\0') != std::string::npos)
     throw InvalidArgument("etcd store: a key may not contain a NUL byte");

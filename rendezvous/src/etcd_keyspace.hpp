@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "drun/rendezvous/etcd_client.hpp"
+#include "drun/rendezvous/store.hpp"
 
 namespace drun::rdzv::etcd_keys {
 
@@ -36,6 +37,10 @@ std::optional<std::string> foldFamily(const std::string& key, const std::vector<
 std::optional<int64_t> parseInteger(const std::string& text);
 // The Store key that an etcd key (generated or not) belongs to.
 std::string familyOf(const std::string& etcdKey);
+// Distinct Store keys among etcd keys in key order (a range's): what numKeys and deletePrefix count.
+int64_t familiesIn(const std::vector<EtcdKeyValue>& kvs);
+// A will with nothing in it (setWill({}) clears one).
+bool isEmptyWill(const Store::Will& will);
 // Throws InvalidArgument when a caller's key cannot be mapped ('\0' in it).
 void checkKey(const std::string& key);
 

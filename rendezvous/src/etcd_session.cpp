@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include "drun/common/error.hpp"
+#include "etcd_keyspace.hpp"
 
 namespace drun::rdzv {
 namespace {
@@ -15,8 +16,7 @@ std::string leaseName(int64_t lease) {
   return buf;
 }
 
-std::unique_ptr<EtcdClient> clientWith(const EtcdStoreOptions& options, milliseconds callTimeout) {
-  EtcdClientOptions client = options.client;
+std::unique_ptr<EtcdClient> clientWith(EtcdClientOptions client, milliseconds callTimeout) {
   client.callTimeout = callTimeout;
   return std::make_unique<EtcdClient>(client);
 }
@@ -45,6 +45,7 @@ EtcdSession::EtcdSession(const EtcdStoreOptions& options) : options_(options) {
   const auto seconds = std::max<int64_t>(1, (options_.leaseTtl.count() + 999) / 1000);
   EtcdClientOptions grantOptions = options_.client;
   grantOptions.callTimeout = options_.connectTimeout;
+  grantOptions.silentPeerTimeout = std::chrono::seconds(seconds);  // as asked (etcd may raise it)
   EtcdClient granter(grantOptions);
   grantedAt_ = Clock::now();
   std::chrono::seconds granted{0};
@@ -53,14 +54,15 @@ EtcdSession::EtcdSession(const EtcdStoreOptions& options) : options_(options) {
   ownId_ = leaseName(lease_);
   appliedDir_ = options_.prefix + "applied/" + ownId_ + "/";
   // A keep-alive call may take a third of the TTL; the others the store's usual deadline.
-  keepAliveClient_ = clientWith(options_, std::max<milliseconds>(ttl_ / 3, milliseconds(500)));
-  watchClient_ = clientWith(options_, options_.client.callTimeout);
-  applyClient_ = clientWith(options_, options_.client.callTimeout);
+  keepAliveClient_ = clientWith(clientOptions(), std::max<milliseconds>(ttl_ / 3, milliseconds(500)));
+  watchClient_ = clientWith(clientOptions(), options_.client.callTimeout);
+  applyClient_ = clientWith(clientOptions(), options_.client.callTimeout);
   keepAliveThread_ = std::thread([this] { keepAlive(); });
   spdlog::debug("etcd session: lease {} (TTL {} s) via {}", ownId_, granted.count(), granter.endpointName());
 }
 
 EtcdSession::~EtcdSession() {
+  spdlog::trace("etcd session {}: closing", ownId_);
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
@@ -71,15 +73,22 @@ EtcdSession::~EtcdSession() {
   applyClient_->interrupt();
   if (keepAliveThread_.joinable()) keepAliveThread_.join();
   if (executorThread_.joinable()) executorThread_.join();
+  spdlog::trace("etcd session {}: its threads ended", ownId_);
   if (lost()) return;  // etcd ends it (or did)
   try {
-    EtcdClientOptions quick = options_.client;
+    EtcdClientOptions quick = clientOptions();
     quick.attemptTimeout = std::min<milliseconds>(quick.attemptTimeout, milliseconds(500));
     EtcdClient revoker(quick);
     revoker.leaseRevoke(lease_, Deadline(milliseconds(1000)));
   } catch (const std::exception& e) {
     spdlog::debug("etcd session {}: revoking the lease: {} (it ends by its TTL)", ownId_, e.what());
   }
+}
+
+EtcdClientOptions EtcdSession::clientOptions() const {
+  EtcdClientOptions client = options_.client;
+  client.silentPeerTimeout = ttl_;
+  return client;
 }
 
 std::string EtcdSession::lostReason() const {
@@ -126,7 +135,7 @@ void EtcdSession::stopKeepAliveForTest() {
 
 void EtcdSession::endLeaseForTest() {
   markLost("test: the agent died (lease revoked)");
-  EtcdClient revoker(options_.client);
+  EtcdClient revoker(clientOptions());
   revoker.leaseRevoke(lease_, Deadline(options_.client.callTimeout));
 }
 
@@ -174,17 +183,12 @@ void EtcdSession::keepAlive() {
 
 void EtcdSession::setWill(EtcdClient& client, const Store::Will& will) {
   if (lost()) throw NetworkError("etcd: this agent lost its lease: " + lostReason());
-  const bool empty = will.sets.empty() && will.adds.empty() && will.deletes.empty();
-  if (empty) {
-    client.deleteRange(willKey(ownId_));
-    return;
-  }
-  client.txn({}, willOps(will), {}, true);
-  willStored();
+  client.txn({}, willWrites(will), {}, true);
+  willStored(will);
 }
 
-std::vector<EtcdOp> EtcdSession::willOps(const Store::Will& will) const {
-  if (will.sets.empty() && will.adds.empty() && will.deletes.empty()) return {EtcdOp::erase(willKey(ownId_))};
+std::vector<EtcdOp> EtcdSession::willWrites(const Store::Will& will) const {
+  if (etcd_keys::isEmptyWill(will)) return {EtcdOp::erase(willKey(ownId_))};
   // Keys as etcd holds them.
   Store::Will full;
   for (const auto& [key, value] : will.sets) full.sets.emplace_back(kvPrefix_ + key, value);
@@ -193,7 +197,8 @@ std::vector<EtcdOp> EtcdSession::willOps(const Store::Will& will) const {
   return {EtcdOp::put(willKey(ownId_), encodeWill(full)), EtcdOp::put(liveKey(ownId_), "", lease_)};
 }
 
-void EtcdSession::willStored() {
+void EtcdSession::willStored(const Store::Will& will) {
+  if (etcd_keys::isEmptyWill(will)) return;
   std::lock_guard lock(mutex_);
   if (!executorStarted_ && !stopping_) {
     executorStarted_ = true;

@@ -41,6 +41,10 @@ class EtcdSession {
   EtcdSession& operator=(const EtcdSession&) = delete;
 
   const EtcdStoreOptions& options() const { return options_; }
+  // The client options for this session's connections: the store's, with a member silent for
+  // the lease's TTL taken for dead (etcd_http.hpp: keepAliveProbesFor), so that a watch on a
+  // member cut off is given up within the time the lease allows.
+  EtcdClientOptions clientOptions() const;
   const std::string& kvPrefix() const { return kvPrefix_; }
   int64_t lease() const { return lease_; }
   milliseconds ttl() const { return ttl_; }
@@ -56,11 +60,10 @@ class EtcdSession {
   // Stores (or, for an empty will, deletes) this session's will record and the lease-bound
   // live key; starts the will executor.
   void setWill(EtcdClient& client, const Store::Will& will);
-  // What setWill writes (a will: the record and the lease-bound live key; an empty one: the
-  // record's removal), for a transaction that does more with it (EtcdStore::runBatch);
-  // willStored() once a non-empty one is stored.
-  std::vector<EtcdOp> willOps(const Store::Will& will) const;
-  void willStored();
+  // The same in two steps, for a transaction of the caller's: the writes (keys as the Store
+  // names them), then willStored() once etcd applied them.
+  std::vector<EtcdOp> willWrites(const Store::Will& will) const;
+  void willStored(const Store::Will& will);
   // A clean close: applies this session's will now, and forgets it.
   void runOwnWill(EtcdClient& client);
   // A lost session's end before its agent goes on with a new one: the lease revoked, the will

@@ -10,7 +10,6 @@
 #include <spdlog/spdlog.h>
 
 #include "drun/common/error.hpp"
-#include "drun/rendezvous/store_batch.hpp"
 #include "etcd_keyspace.hpp"
 #include "etcd_session.hpp"
 
@@ -64,23 +63,11 @@ EtcdCompare unchangedKey(const std::string& key, const std::vector<EtcdKeyValue>
   return {key, EtcdCompare::Target::CreateRevision, {}, 0};
 }
 
-// Distinct Store keys among etcd keys.
-int64_t familiesIn(const std::vector<EtcdKeyValue>& kvs) {
-  int64_t count = 0;
-  std::string last;
-  for (const EtcdKeyValue& kv : kvs) {
-    std::string family = familyOf(kv.key);
-    if (count == 0 || family != last) ++count;
-    last = std::move(family);
-  }
-  return count;
-}
-
 }  // namespace
 
 EtcdStore::EtcdStore(std::shared_ptr<EtcdSession> session) : session_(std::move(session)) {
   if (!session_) throw InvalidArgument("etcd store: no session");
-  client_ = std::make_unique<EtcdClient>(session_->options().client);
+  client_ = std::make_unique<EtcdClient>(session_->clientOptions());
   session_->attach(client_.get());
 }
 
@@ -89,7 +76,7 @@ EtcdStore::~EtcdStore() {
   if (!ownsWill_) return;
   try {
     // A clean close: this store's will runs now, as a store server runs a closed connection's.
-    EtcdClientOptions quick = session_->options().client;
+    EtcdClientOptions quick = session_->clientOptions();
     quick.callTimeout = std::min<milliseconds>(quick.callTimeout, session_->ttl());
     EtcdClient closer(quick);
     session_->runOwnWill(closer);
@@ -124,27 +111,36 @@ std::optional<Bytes> EtcdStore::tryGet(const std::string& key) {
 
 // Reads the family of `full`, then follows it in a watch until `done` holds for its value, which
 // it returns. The watch's events replay every change after the read, so the family kept here is
-// the family as etcd holds it after each batch. TimeoutError at the deadline.
+// the family as etcd holds it after each batch. The watch is opened "from now" while nothing was
+// written since the read (etcd_client.hpp: watchFromNow), where one from the read's revision
+// could wait up to 100 ms for etcd's catch-up loop: a job's end is a burst of writes, and each
+// watcher that looks again in it would. TimeoutError at the deadline.
 template <class Done>
 std::optional<Bytes> EtcdStore::awaitValue(const std::string& full, const Deadline& deadline, Done done) {
-  const EtcdRange now = client_->range(full, familyEnd(full));
-  std::optional<Bytes> value = foldFamily(full, now.kvs);
-  if (done(value)) return value;
-  std::map<std::string, EtcdKeyValue> family;
-  for (const EtcdKeyValue& kv : now.kvs) family[kv.key] = kv;
-  client_->watch(full, familyEnd(full), now.revision + 1, deadline, [&](const std::vector<EtcdWatchEvent>& events) {
-    for (const EtcdWatchEvent& event : events) {
-      if (event.deleted)
-        family.erase(event.kv.key);
-      else
-        family[event.kv.key] = event.kv;
+  for (int look = 0;; ++look) {
+    const EtcdRange now = client_->range(full, familyEnd(full));
+    std::optional<Bytes> value = foldFamily(full, now.kvs);
+    if (done(value)) return value;
+    std::map<std::string, EtcdKeyValue> family;
+    for (const EtcdKeyValue& kv : now.kvs) family[kv.key] = kv;
+    auto follow = [&](const std::vector<EtcdWatchEvent>& events) {
+      for (const EtcdWatchEvent& event : events) {
+        if (event.deleted)
+          family.erase(event.kv.key);
+        else
+          family[event.kv.key] = event.kv;
+      }
+      std::vector<EtcdKeyValue> kvs;
+      for (const auto& [name, kv] : family) kvs.push_back(kv);
+      value = foldFamily(full, kvs);
+      return !done(value);
+    };
+    if (look >= 3) {  // the store keeps moving: from the read's revision, at etcd's pace
+      client_->watch(full, familyEnd(full), now.revision + 1, deadline, follow);
+      return value;
     }
-    std::vector<EtcdKeyValue> kvs;
-    for (const auto& [name, kv] : family) kvs.push_back(kv);
-    value = foldFamily(full, kvs);
-    return !done(value);
-  });
-  return value;
+    if (client_->watchFromNow(full, familyEnd(full), now.revision + 1, deadline, follow)) return value;
+  }
 }
 
 std::optional<Bytes> EtcdStore::watch(const std::string& key, const std::optional<Bytes>& known,
@@ -234,7 +230,13 @@ void EtcdStore::multiSet(const std::vector<std::string>& keys, const std::vector
 bool EtcdStore::deleteKey(const std::string& key) {
   checkLease();
   const std::string full = k(key);
-  return client_->deleteRange(full, familyEnd(full)) > 0;
+  const RetryToken token = newToken();
+  const Guarded done = guardedTxn(token, {}, {EtcdOp::erase(full, familyEnd(full))}, {});
+  tokenAnswered(token);
+  if (done.txn.succeeded) return done.txn.deletedBy.front() > 0;
+  // Applied by an earlier attempt (the only compare is the token's): the key existed if its
+  // family did just before.
+  return !readAt(full, familyEnd(full), done.appliedAt - 1, "deleteKey on [" + key + "]").empty();
 }
 
 int64_t EtcdStore::numKeys() {
@@ -249,40 +251,70 @@ int64_t EtcdStore::deletePrefix(const std::string& prefix) {
   const std::string full = k(prefix);
   const std::string end = EtcdClient::prefixEnd(full);
   // The keys removed, read in the same transaction: a count of Store keys, not of etcd keys.
-  const EtcdTxnResult result = client_->txn({}, {EtcdOp::range(full, end), EtcdOp::erase(full, end)}, {}, true);
-  return familiesIn(result.ranges.front().kvs);
+  const RetryToken token = newToken();
+  const Guarded done = guardedTxn(token, {}, {EtcdOp::range(full, end), EtcdOp::erase(full, end)}, {});
+  tokenAnswered(token);
+  if (done.txn.succeeded) return familiesIn(done.txn.ranges.front().kvs);
+  return familiesIn(readAt(full, end, done.appliedAt - 1, "deletePrefix [" + prefix + "]"));
 }
 
-int64_t EtcdStore::add(const std::string& key, int64_t delta) { return addAlong(key, delta, {}); }
-
-int64_t EtcdStore::addAlong(const std::string& key, int64_t delta, const std::vector<EtcdOp>& along) {
+int64_t EtcdStore::add(const std::string& key, int64_t delta) {
   checkLease();
   const std::string full = k(key);
-  // This add's token, and the tokens of adds that answered (removed in this add's transaction;
-  // bounded, so that the transaction stays under etcd's op limit).
-  const std::string token = session_->nextAppliedKey();
-  std::vector<std::string> stale;
-  {
-    std::lock_guard lock(tokensMutex_);
-    stale.assign(finishedTokens_.begin(), finishedTokens_.begin() + std::min<size_t>(finishedTokens_.size(), 32));
-  }
-  int64_t total = 0;
+  const RetryToken token = newToken();
+  const int64_t total = addOnce(key, full, delta, token);
+  tokenAnswered(token);
+  return total;
+}
+
+EtcdStore::RetryToken EtcdStore::newToken() {
+  RetryToken token{session_->nextAppliedKey(), {}};
+  std::lock_guard lock(tokensMutex_);
+  token.stale.assign(finishedTokens_.begin(),
+                     finishedTokens_.begin() + std::min<size_t>(finishedTokens_.size(), 32));
+  return token;
+}
+
+void EtcdStore::tokenAnswered(const RetryToken& token) {
+  std::lock_guard lock(tokensMutex_);
+  std::erase_if(finishedTokens_, [&](const std::string& t) {
+    return std::find(token.stale.begin(), token.stale.end(), t) != token.stale.end();
+  });
+  finishedTokens_.push_back(token.key);
+}
+
+EtcdStore::Guarded EtcdStore::guardedTxn(const RetryToken& token, std::vector<EtcdCompare> compares,
+                                         std::vector<EtcdOp> success, std::vector<EtcdOp> failure) {
+  compares.push_back({token.key, EtcdCompare::Target::CreateRevision, {}, 0});
+  success.push_back(EtcdOp::put(token.key, "", session_->lease()));
+  for (const std::string& old : token.stale) success.push_back(EtcdOp::erase(old));
+  failure.push_back(EtcdOp::range(token.key));
+  Guarded out;
   try {
-    total = addOnce(key, full, delta, token, stale, along);
+    out.txn = client_->txn(compares, success, failure, true);
   } catch (const Error& e) {
     checkLease();  // a lost lease says why
     if (std::string_view(e.what()).find("lease not found") != std::string_view::npos)
       throw NetworkError("etcd store: this agent's etcd lease ended: " + std::string(e.what()));
     throw;
   }
-  std::lock_guard lock(tokensMutex_);
-  std::erase_if(finishedTokens_, [&](const std::string& t) { return std::find(stale.begin(), stale.end(), t) != stale.end(); });
-  finishedTokens_.push_back(token);
-  return total;
+  if (!out.txn.succeeded && !out.txn.ranges.back().kvs.empty())
+    out.appliedAt = out.txn.ranges.back().kvs.front().createRevision;
+  return out;
 }
 
-int64_t EtcdStore::addOnce(const std::string& key, const std::string& full, int64_t delta, const std::string& token,
-                           const std::vector<std::string>& stale, const std::vector<EtcdOp>& along) {
+std::vector<EtcdKeyValue> EtcdStore::readAt(const std::string& key, const std::string& end, int64_t revision,
+                                            const std::string& what) {
+  if (revision <= 0) throw ProtocolError(what + ": etcd refused a transaction, yet holds no token of it");
+  try {
+    return client_->range(key, end, false, false, revision).kvs;
+  } catch (const Error& e) {
+    throw NetworkError(what + ": applied at etcd revision " + std::to_string(revision) +
+                       ", but what it saw there cannot be read: " + e.what());
+  }
+}
+
+int64_t EtcdStore::addOnce(const std::string& key, const std::string& full, int64_t delta, const RetryToken& token) {
   auto notInteger = [&] { return InvalidArgument("add on [" + key + "]: the value is not an integer"); };
   auto totalOf = [&](const std::vector<EtcdKeyValue>& family) {
     const std::optional<int64_t> now = parseInteger(foldFamily(full, family).value_or(""));
@@ -305,32 +337,15 @@ int64_t EtcdStore::addOnce(const std::string& key, const std::string& full, int6
     std::vector<EtcdOp> apply{delta == 1    ? EtcdOp::put(incrementKey(full), "")
                               : delta == -1 ? EtcdOp::put(decrementKey(full), "")
                                             : EtcdOp::put(full, std::to_string(*base + delta)),
-                              EtcdOp::put(token, "", session_->lease())};
-    for (const std::string& old : stale) apply.push_back(EtcdOp::erase(old));
-    apply.insert(apply.end(), along.begin(), along.end());
-    apply.push_back(EtcdOp::range(full, familyEnd(full)));
-    // Retry-safe (the client may repeat it on another member): applied only while the token
-    // is absent, and the token is created with it.
-    const EtcdCompare tokenAbsent{token, EtcdCompare::Target::CreateRevision, {}, 0};
-    EtcdTxnResult result = client_->txn({unchanged, tokenAbsent}, apply,
-                                        {EtcdOp::range(full, familyEnd(full)), EtcdOp::range(token)}, true);
-    if (result.succeeded) return totalOf(result.ranges.front().kvs);
-    if (!result.ranges[1].kvs.empty()) {
-      // An earlier attempt of this add was applied and its reply lost: its total is the family
-      // at the token's revision (the transaction's own).
-      const int64_t applied = result.ranges[1].kvs.front().createRevision;
-      try {
-        return totalOf(client_->range(full, familyEnd(full), false, false, applied).kvs);
-      } catch (const InvalidArgument&) {
-        throw;
-      } catch (const Error& e) {
-        throw NetworkError("add on [" + key + "]: applied at etcd revision " + std::to_string(applied) +
-                           ", but its total there cannot be read: " + e.what());
-      }
-    }
+                              EtcdOp::range(full, familyEnd(full))};
+    Guarded result = guardedTxn(token, {unchanged}, std::move(apply), {EtcdOp::range(full, familyEnd(full))});
+    if (result.txn.succeeded) return totalOf(result.txn.ranges.front().kvs);
+    // An earlier attempt of this add was applied and its reply lost: its total is the family
+    // at the token's revision (the transaction's own).
+    if (result.appliedAt) return totalOf(readAt(full, familyEnd(full), result.appliedAt, "add on [" + key + "]"));
     // K was set meanwhile (or exists: the guess was wrong): again on what it holds now.
     const bool wasGuess = seen.empty() && attempt == 0;
-    seen = std::move(result.ranges.front().kvs);
+    seen = std::move(result.txn.ranges.front().kvs);
     if (!wasGuess) backOff(attempt);
   }
   throw Error("add on [" + key + "]: lost " + std::to_string(kMaxRaces) + " races in a row at etcd " +
@@ -347,6 +362,7 @@ void EtcdStore::append(const std::string& key, const Bytes& value) {
 Bytes EtcdStore::compareSet(const std::string& key, const Bytes& expected, const Bytes& desired) {
   checkLease();
   const std::string full = k(key);
+  const RetryToken token = newToken();
   for (int attempt = 0; attempt < kMaxRaces; ++attempt) {
     const EtcdRange now = client_->range(full, familyEnd(full));
     const std::optional<Bytes> value = foldFamily(full, now.kvs);
@@ -358,60 +374,26 @@ Bytes EtcdStore::compareSet(const std::string& key, const Bytes& expected, const
         {full, EtcdCompare::Target::ModRevision, {}, now.revision + 1, familyEnd(full), EtcdCompare::Result::Less}};
     for (const EtcdKeyValue& kv : now.kvs)
       compares.push_back({kv.key, EtcdCompare::Target::ModRevision, {}, kv.modRevision});
-    if (compares.size() >= kMaxOpsPerTxn) compares.resize(1);  // many appends: checked as a whole
-    if (client_->txn(compares, replaceFamily(full, desired), {}, true).succeeded) return desired;
+    if (compares.size() >= kMaxOpsPerTxn - 1) compares.resize(1);  // many appends: checked as a whole
+    // Under the token: a retry of an attempt that was applied (its reply lost) is this call's
+    // win, whatever another writer stored since (a fresh read would tell a loss).
+    const Guarded done = guardedTxn(token, std::move(compares), replaceFamily(full, desired), {});
+    if (done.txn.succeeded || done.appliedAt) {
+      tokenAnswered(token);
+      return desired;
+    }
     backOff(attempt);
   }
   throw Error("compareSet on [" + key + "]: lost " + std::to_string(kMaxRaces) + " races at etcd");
 }
 
-void EtcdStore::checkWillKeys(const Will& will) {
+void EtcdStore::setWill(const Will& will) {
+  checkLease();
   for (const auto& [key, value] : will.sets) checkKey(key);
   for (const auto& [key, delta] : will.adds) checkKey(key);
   for (const auto& key : will.deletes) checkKey(key);
-}
-
-void EtcdStore::setWill(const Will& will) {
-  checkLease();
-  checkWillKeys(will);
   session_->setWill(*client_, will);
-  ownsWill_ = !(will.sets.empty() && will.adds.empty() && will.deletes.empty());
-}
-
-// A lease that ended between a will's transaction and the add's would leave the add without its
-// will (or the will without its add; or, leaving, the will cleared and the -1 not done): the
-// add's transaction carries the will's writes instead. Its
-// put of the add's token is bound to the lease, so an ended lease fails it whole; a repeat after
-// an unknown outcome finds the token and applies neither again.
-void EtcdStore::runBatch(StoreBatch& batch) {
-  using Kind = StoreBatch::Kind;
-  batch.clearOutcomes();
-  for (size_t i = 0; i < batch.size(); ++i) {
-    const StoreBatch::Op& op = batch.op(i);
-    const bool paired = op.kind == Kind::SetWill && i + 1 < batch.size() &&
-                        batch.op(i + 1).kind == Kind::Add &&
-                        (batch.op(i + 1).delta == 1 || batch.op(i + 1).delta == -1);
-    if (!paired) {
-      runBatchOp(*this, batch, i);
-      continue;
-    }
-    StoreBatch::Outcome& willOut = batch.outcome(i);
-    StoreBatch::Outcome& addOut = batch.outcome(i + 1);
-    willOut.ran = addOut.ran = true;
-    try {
-      checkWillKeys(op.will);
-      addOut.number = addAlong(batch.op(i + 1).key, batch.op(i + 1).delta, session_->willOps(op.will));
-      ownsWill_ = !(op.will.sets.empty() && op.will.adds.empty() && op.will.deletes.empty());
-      if (ownsWill_) session_->willStored();
-    } catch (const NetworkError&) {
-      willOut.error = addOut.error = std::current_exception();
-      throw;
-    } catch (const std::exception&) {
-      willOut.error = addOut.error = std::current_exception();
-    }
-    ++i;
-  }
-  batch.rethrowFirstFailure();
+  ownsWill_ = !isEmptyWill(will);
 }
 
 }  // namespace drun::rdzv

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <thread>
 
+#include <spdlog/spdlog.h>
+
 #include "drun/common/error.hpp"
 #include "drun/rendezvous/etcd_client.hpp"
 #include "etcd_http.hpp"
@@ -19,13 +21,15 @@ std::string messageOf(const Json& error) {
 }
 
 // One line of the stream: {"result":{"header":..,"created":true|"events":[...]}} or
-// {"error":{...}}. Returns the events (empty for the created or a progress message).
-std::vector<EtcdWatchEvent> parseWatchLine(std::string_view line, const std::string& what) {
+// {"error":{...}}. Returns the events (empty for the created or a progress message);
+// `createdAt` gets the created message's revision (the store's when the watch was created).
+std::vector<EtcdWatchEvent> parseWatchLine(std::string_view line, const std::string& what, int64_t* createdAt) {
   const Json message = etcd::parseObject(line, what);
   try {
     if (message.contains("error"))
       throw NetworkError(what + ": the stream failed: " + messageOf(etcd::objectField(message, "error")));
     const Json& result = etcd::objectField(message, "result");
+    if (etcd::boolField(result, "created") && result.contains("header")) *createdAt = etcd::headerRevision(result);
     if (etcd::boolField(result, "canceled"))
       throw Error(what + ": the watch was cancelled by etcd (compacted to revision " +
                   std::to_string(etcd::intField(result, "compact_revision")) + ")");
@@ -54,6 +58,21 @@ void EtcdClient::watch(const std::string& key, const std::string& rangeEnd, int6
                        const Deadline& deadline,
                        const std::function<bool(const std::vector<EtcdWatchEvent>&)>& onEvents,
                        bool deletesOnly) {
+  watchStream(key, rangeEnd, startRevision, deadline, onEvents, deletesOnly, false);
+}
+
+bool EtcdClient::watchFromNow(const std::string& key, const std::string& rangeEnd, int64_t startRevision,
+                              const Deadline& deadline,
+                              const std::function<bool(const std::vector<EtcdWatchEvent>&)>& onEvents) {
+  return watchStream(key, rangeEnd, startRevision, deadline, onEvents, false, startRevision > 0);
+}
+
+// fromNow: the first stream opened from now, given up (false) unless it was created at
+// startRevision - 1; a stream resumed after a member failed starts from the next revision.
+bool EtcdClient::watchStream(const std::string& key, const std::string& rangeEnd, int64_t startRevision,
+                             const Deadline& deadline,
+                             const std::function<bool(const std::vector<EtcdWatchEvent>&)>& onEvents,
+                             bool deletesOnly, bool fromNow) {
   std::lock_guard lock(mutex_);
   int64_t next = startRevision;
   std::string lastError;
@@ -64,10 +83,10 @@ void EtcdClient::watch(const std::string& key, const std::string& rangeEnd, int6
     if (interrupted_) throw NetworkError(what + ": interrupted");
     Json request{{"key", etcd::base64Encode(key)}};
     if (!rangeEnd.empty()) request["range_end"] = etcd::base64Encode(rangeEnd);
-    if (next > 0) request["start_revision"] = std::to_string(next);
+    if (next > 0 && !fromNow) request["start_revision"] = std::to_string(next);
     if (deletesOnly) request["filters"] = Json::array({"NOPUT"});
     const Json body{{"create_request", request}};
-    bool created = false;
+    bool created = false, movedOn = false;
     try {
       if (!options_.user.empty() && token_.empty()) authenticate(connection, deadline);
       connection.stream("/v3/watch", body.dump(), token_, deadline,
@@ -77,18 +96,25 @@ void EtcdClient::watch(const std::string& key, const std::string& rangeEnd, int6
                             throw Error(what + " refused (HTTP " + std::to_string(status) + "): " +
                                         messageOf(error));
                           }
+                          int64_t createdAt = -1;
+                          std::vector<EtcdWatchEvent> events = parseWatchLine(line, what, &createdAt);
+                          spdlog::trace("etcd {}: {} event(s), watched from revision {}", what, events.size(), next);
+                          if (fromNow && !created && createdAt != startRevision - 1) {
+                            movedOn = true;  // revisions after the caller's read went by unseen
+                            return false;
+                          }
                           created = true;
-                          std::vector<EtcdWatchEvent> events = parseWatchLine(line, what);
                           if (events.empty()) return true;
                           next = std::max(next, events.back().kv.modRevision + 1);
                           return onEvents(events);
                         });
-      return;
+      return !movedOn;
     } catch (const NetworkError& e) {
       if (interrupted_) throw;
       lastError = e.what();
     }
     // This member failed: resume on the next one from `next`.
+    if (created) fromNow = false;
     failedInARow = created ? 1 : failedInARow + 1;
     current_ = (current_ + 1) % connections_.size();
     if (failedInARow > connections_.size())

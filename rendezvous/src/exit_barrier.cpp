@@ -68,20 +68,50 @@ std::optional<size_t> ExitBarrier::countIn(StoreBatch& batch) const {
   return batch.add(keys::present(node_.runId()), 1);
 }
 
+// Each step is one batch (one round trip to a TCP store, one transaction on etcd): the exit of a
+// job is on the critical path of its end (scripts/bench/recovery.sh exit).
 void ExitBarrier::finish(LivenessStore& store, uint64_t round, int64_t nodeCount) {
-  const int64_t done = store.add(keys::finished(node_.runId(), round), 1);
-  if (done >= nodeCount) publishOutcome(store, round, std::nullopt);
-  // From here on this node's death is no loss (a will that counted `lost` would send the others
-  // back to re-run what succeeded). Dying between the two calls: a spurious re-form at worst;
-  // the other order could leave the job neither finished nor told.
-  store.setWill(keys::finishedWill(node_.runId(), round, node_.self.id, node_.self.displayName()));
-  wakeWatchers(store, node_.runId(), round);  // they read the counter itself
+  const std::string& id = node_.runId();
+  StoreBatch counted;
+  const size_t done = counted.add(keys::finished(id, round), 1);
+  store.runBatch(counted);
+  // The last member to finish records the job's success first (a watcher may see the count
+  // before: the sooner it is written, the smaller the window in which a node cut off comes back
+  // to find no outcome). From here on this node's death is no loss (a will that counted `lost`
+  // would send the others back to re-run what succeeded). Dying between the count and the will:
+  // a spurious re-form at worst; the other order could leave the job neither finished nor told.
+  // Then the watchers look (they read the counter itself).
+  StoreBatch told;
+  std::optional<size_t> status;
+  if (counted.number(done) >= nodeCount) status = addOutcome(told, round, std::nullopt);
+  told.setWill(keys::finishedWill(id, round, node_.self.id, node_.self.displayName()));
+  told.add(keys::changes(id, round), 1);
+  runBumpingStatus(store, told, status);
 }
 
 void ExitBarrier::publishOutcome(LivenessStore& store, uint64_t round,
                                  const std::optional<FailureRecord>& failure) {
-  store.compareSet(keys::outcome(node_.runId()), "", keys::encodeOutcome(failure));
-  bumpStatus(store, node_.runId(), round + 1);
+  StoreBatch told;
+  const size_t status = addOutcome(told, round, failure);
+  runBumpingStatus(store, told, status);
+}
+
+size_t ExitBarrier::addOutcome(StoreBatch& batch, uint64_t round,
+                               const std::optional<FailureRecord>& failure) const {
+  batch.compareSet(keys::outcome(node_.runId()), "", keys::encodeOutcome(failure));
+  return batch.add(keys::status(node_.runId(), round + 1), 1);
+}
+
+// An add to a status that holds a decision by now (that round closed meanwhile) is refused, and
+// no failure (bumpStatus): the round's waiters have their answer.
+void ExitBarrier::runBumpingStatus(LivenessStore& store, StoreBatch& batch,
+                                   std::optional<size_t> statusOp) {
+  try {
+    store.runBatch(batch);
+  } catch (const InvalidArgument&) {
+    for (size_t i = 0; i < batch.size(); ++i)
+      if (i != statusOp && !batch.ok(i)) (void)batch.value(i);  // rethrows its own failure
+  }
 }
 
 void ExitBarrier::throwIfJobEnded(LivenessStore& store) {
@@ -100,25 +130,37 @@ void ExitBarrier::throwIfJobEnded(LivenessStore& store) {
 
 void ExitBarrier::leave(LivenessStore& store, std::optional<uint64_t> lastRound, int64_t nodeCount,
                         bool hostingStore) {
+  const std::string& id = node_.runId();
   // No loss (a clean leave), but still counted in `present` by a will: a cut from here on counts
-  // this node out once, by that will or by the batch below (whole or not at all).
-  store.setWill(presenceWill());
+  // this node out once, by that will or by the last batch (whole or not at all). In the batch
+  // that reads whether every member finished (one round trip, one etcd transaction).
+  StoreBatch look;
+  look.setWill(presenceWill());
+  std::optional<size_t> finished, outcome;
+  if (lastRound) {
+    finished = look.tryGet(keys::finished(id, *lastRound));
+    outcome = look.tryGet(keys::outcome(id));
+  }
+  store.runBatch(look);
   // Every member finished, and the one that made it so died before recording it: recorded here,
   // so that a node coming back (cut off in the barrier) learns the job succeeded.
-  if (lastRound &&
-      keys::parseCounter(store.tryGet(keys::finished(node_.runId(), *lastRound))).value_or(0) >= nodeCount)
-    store.compareSet(keys::outcome(node_.runId()), "", keys::encodeOutcome(std::nullopt));
-  if (lastRound) {
-    store.add(keys::left(node_.runId(), *lastRound), 1);
-    wakeWatchers(store, node_.runId(), *lastRound);  // they look again (a job that ended: they end)
-  }
-  if (!present_) return;
-  present_ = false;
-  StoreBatch out;  // the will cleared first: a batch cut short there leaves a leak, never a -2
+  if (lastRound && keys::parseCounter(look.value(*finished)).value_or(0) >= nodeCount && !look.value(*outcome))
+    store.compareSet(keys::outcome(id), "", keys::encodeOutcome(std::nullopt));
+  // The will cleared first (cut short there, the batch leaves a leak, never a -2), then `left`
+  // of the last round counted, the watchers woken (they look again: a job that ended, they end)
+  // and this node out of `present`: one batch.
+  StoreBatch out;
   out.setWill({});
-  const size_t counted = out.add(keys::present(node_.runId()), -1);
+  if (lastRound) {
+    out.add(keys::left(id, *lastRound), 1);
+    out.add(keys::changes(id, *lastRound), 1);
+  }
+  std::optional<size_t> counted;
+  if (present_) counted = out.add(keys::present(id), -1);
+  present_ = false;
   store.runBatch(out);
-  if (out.number(counted) <= 0)
+  if (!counted) return;
+  if (out.number(*counted) <= 0)
     removeJobKeys(store);
   else if (hostingStore)
     waitForOthersToLeave(store);
@@ -132,13 +174,19 @@ void ExitBarrier::leave(LivenessStore& store, std::optional<uint64_t> lastRound,
 void ExitBarrier::removeJobKeys(LivenessStore& store) {
   const std::string& id = node_.runId();
   try {
-    const uint64_t current = keys::parseCounter(store.tryGet(keys::currentRound(id))).value_or(0);
-    int64_t n = 0;
+    StoreBatch look;
+    const size_t round = look.tryGet(keys::currentRound(id));
+    const size_t outcome = look.tryGet(keys::outcome(id));
+    store.runBatch(look);
+    const uint64_t current = keys::parseCounter(look.value(round)).value_or(0);
+    StoreBatch drop;
     for (uint64_t r = current > 3 ? current - 3 : 0; r <= current + 2; ++r)
-      n += store.deletePrefix(keys::round(id, r));
-    for (const std::string& key : {keys::config(id), keys::present(id)})
-      n += store.deleteKey(key) ? 1 : 0;
-    if (!store.check({keys::outcome(id)})) n += store.deleteKey(keys::currentRound(id)) ? 1 : 0;
+      drop.deletePrefix(keys::round(id, r));
+    for (const std::string& key : {keys::config(id), keys::present(id)}) drop.deleteKey(key);
+    if (!look.value(outcome)) drop.deleteKey(keys::currentRound(id));
+    store.runBatch(drop);
+    int64_t n = 0;
+    for (size_t i = 0; i < drop.size(); ++i) n += drop.number(i);
     spdlog::debug("rendezvous '{}': last node out, removed {} key(s)", id, n);
   } catch (const Error& e) {
     spdlog::debug("rendezvous '{}': keys left in the store: {}", id, e.what());

@@ -60,6 +60,10 @@ class ExitBarrier {
              bool hostingStore);
 
  private:
+  // Adds the job's outcome (the first record stays) and a bump of the next round's status (its
+  // waiters, spares, learn it) to `batch`; returns the bump's index.
+  size_t addOutcome(StoreBatch& batch, uint64_t round, const std::optional<FailureRecord>& failure) const;
+  static void runBumpingStatus(LivenessStore& store, StoreBatch& batch, std::optional<size_t> statusOp);
   void removeJobKeys(LivenessStore& store);
   void waitForOthersToLeave(LivenessStore& store);
 

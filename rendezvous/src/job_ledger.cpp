@@ -1,20 +1,27 @@
 #include "job_ledger.hpp"
 
 #include "drun/rendezvous/keys.hpp"
+#include "drun/rendezvous/store_batch.hpp"
 
 namespace drun::rdzv {
 
-JobLedger readLedger(Store& store, const RoundBaseline& base) {
-  auto counter = [&](const std::string& key) {
-    return keys::parseCounter(store.tryGet(key)).value_or(0);
-  };
+// One batch: one round trip, and on etcd one transaction (a snapshot of the five).
+JobLedger readLedger(LivenessStore& store, const RoundBaseline& base) {
+  StoreBatch reads;
+  const size_t failure = reads.tryGet(keys::failure(base.runId, base.round));
+  const size_t left = reads.tryGet(keys::left(base.runId, base.round));
+  const size_t lost = reads.tryGet(keys::lost(base.runId, base.round));
+  const size_t finished = reads.tryGet(keys::finished(base.runId, base.round));
+  const size_t waiting = reads.tryGet(keys::waiting(base.runId, base.round));
+  store.runBatch(reads);
+  auto counter = [&](size_t op) { return keys::parseCounter(reads.value(op)).value_or(0); };
   JobLedger ledger;
   ledger.base = base;
-  ledger.failed = store.check({keys::failure(base.runId, base.round)});
-  ledger.left = counter(keys::left(base.runId, base.round));
-  ledger.lost = counter(keys::lost(base.runId, base.round));
-  ledger.finished = counter(keys::finished(base.runId, base.round));
-  ledger.waiting = counter(keys::waiting(base.runId, base.round));
+  ledger.failed = reads.value(failure).has_value();
+  ledger.left = counter(left);
+  ledger.lost = counter(lost);
+  ledger.finished = counter(finished);
+  ledger.waiting = counter(waiting);
   return ledger;
 }
 

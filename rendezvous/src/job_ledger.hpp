@@ -48,9 +48,9 @@ struct JobLedger {
   }
 };
 
-// Reads the round's counters (a few tryGets: no call blocks). Throws ProtocolError for a counter
+// Reads the round's counters (tryGets in one batch: no call blocks). Throws ProtocolError for a counter
 // that is not a number (written by something other than an agent).
-JobLedger readLedger(Store& store, const RoundBaseline& base);
+JobLedger readLedger(LivenessStore& store, const RoundBaseline& base);
 
 // The members of `base`'s round that can still come back (one tryGet): what a re-forming join
 // asks at every event.

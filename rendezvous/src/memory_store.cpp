@@ -221,6 +221,11 @@ void MemoryStore::runBatch(StoreBatch& batch) {
           case StoreBatch::Kind::CompareSet: out.value = core.compareSet(op.key, op.value, op.desired); break;
           case StoreBatch::Kind::Append: core.append(op.key, op.value); break;
           case StoreBatch::Kind::SetWill: core.setWill(clientId_, op.will); break;
+          case StoreBatch::Kind::DeleteKey:
+            core.validateKey(op.key);
+            out.number = core.erase(op.key) ? 1 : 0;
+            break;
+          case StoreBatch::Kind::DeletePrefix: out.number = core.erasePrefix(op.key); break;
         }
       } catch (const std::exception&) {
         out.error = std::current_exception();

@@ -41,6 +41,15 @@ size_t StoreBatch::setWill(Store::Will will) {
   return push({.kind = Kind::SetWill, .will = std::move(will)});
 }
 
+size_t StoreBatch::deleteKey(std::string key) {
+  return push({.kind = Kind::DeleteKey, .key = std::move(key)});
+}
+
+size_t StoreBatch::deletePrefix(std::string prefix) {
+  if (prefix.empty()) throw InvalidArgument("deletePrefix: the prefix must not be empty");
+  return push({.kind = Kind::DeletePrefix, .key = std::move(prefix)});
+}
+
 const StoreBatch::Outcome& StoreBatch::checked(size_t i) const {
   const Outcome& o = outcomes_.at(i);
   if (o.error) std::rethrow_exception(o.error);
@@ -77,6 +86,8 @@ void runBatchOp(LivenessStore& store, StoreBatch& batch, size_t i) {
       case StoreBatch::Kind::CompareSet: out.value = store.compareSet(op.key, op.value, op.desired); break;
       case StoreBatch::Kind::Append: store.append(op.key, op.value); break;
       case StoreBatch::Kind::SetWill: store.setWill(op.will); break;
+      case StoreBatch::Kind::DeleteKey: out.number = store.deleteKey(op.key) ? 1 : 0; break;
+      case StoreBatch::Kind::DeletePrefix: out.number = store.deletePrefix(op.key); break;
     }
     out.ran = true;
   } catch (const NetworkError&) {

@@ -152,6 +152,8 @@ void TcpStore::runBatch(StoreBatch& batch) {
         requests.push_back(request(Op::SetWill));
         requests.back().will = op.will;
         break;
+      case Kind::DeleteKey: requests.push_back(request(Op::Delete, {op.key})); break;
+      case Kind::DeletePrefix: requests.push_back(request(Op::DeletePrefix, {op.key})); break;
     }
   }
   if (requests.empty()) return;
@@ -166,7 +168,7 @@ void TcpStore::runBatch(StoreBatch& batch) {
     if (kind == Kind::CompareSet && p.values.size() != 1)
       conn_->malformed(requests[i], std::to_string(p.values.size()) + " values, not 1");
     if (!p.values.empty()) out.value = std::move(p.values[0]);
-    out.number = p.number;
+    out.number = kind == Kind::DeleteKey ? (p.number != 0 ? 1 : 0) : p.number;
   });
   batch.rethrowFirstFailure();
 }

@@ -3,7 +3,7 @@
 // (the write is applied by then), runs a hook (another agent's write that lands before the
 // retry), then closes the client's connection. The client sees exactly what a member killed
 // between applying a write and answering it looks like: a write of unknown outcome.
-// Everything else is relayed byte for byte.
+// Everything else is relayed byte for byte, and the requests are counted.
 // Threading: an accept thread and a thread per connection, all joined by the destructor;
 // dropNextTxnReply/dropped from the test thread.
 #pragma once
@@ -65,6 +65,13 @@ class ReplyDropper {
     armed_ = true;
   }
   int dropped() const { return dropped_.load(); }
+  // Requests relayed so far to `target` ("/v3/kv/txn", "/v3/kv/range", ...).
+  int requests(const std::string& target) {
+    std::lock_guard lock(mutex_);
+    int n = 0;
+    for (const std::string& t : targets_) n += t == target;
+    return n;
+  }
 
  private:
   void acceptLoop() {
@@ -94,9 +101,11 @@ class ReplyDropper {
       if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
         const ssize_t n = ::read(client, buf, sizeof buf);
         if (n <= 0) break;
+        const std::string chunk(buf, size_t(n));
         {
           std::lock_guard lock(mutex_);
-          if (armed_ && std::string(buf, size_t(n)).rfind("POST /v3/kv/txn", 0) == 0) {
+          if (chunk.rfind("POST ", 0) == 0) targets_.push_back(chunk.substr(5, chunk.find(' ', 5) - 5));
+          if (armed_ && chunk.rfind("POST /v3/kv/txn", 0) == 0) {
             armed_ = false;
             dropping = true;
             hook = std::move(beforeDrop_);
@@ -138,7 +147,9 @@ class ReplyDropper {
   uint16_t port_ = 0;
   std::atomic<bool> stop_{false};
   std::atomic<int> dropped_{0};
-  std::mutex mutex_;  // guards armed_, beforeDrop_, relays_
+
+  std::mutex mutex_;  // guards armed_, beforeDrop_, relays_, targets_
+  std::vector<std::string> targets_;
   bool armed_ = false;
   std::function<void()> beforeDrop_;
   std::vector<std::thread> relays_;

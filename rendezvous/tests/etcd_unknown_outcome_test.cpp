@@ -74,3 +74,57 @@ TEST_CASE("etcd store: an add whose reply is lost after etcd applied it counts o
   // A closed store's last token goes with its lease.
   CHECK(tokensHeld(cluster) <= 1);
 }
+
+TEST_CASE("etcd store: a compareSet whose reply is lost after etcd applied it answers its own win",
+          "[etcd]") {
+  test::EtcdCluster cluster;
+  test::ReplyDropper relay(cluster.endpoints()[0]);
+  EtcdStoreOptions viaRelay = etcdStoreOptions(cluster);
+  viaRelay.client.endpoints = {relay.endpoint()};
+  EtcdStore other(openEtcdSession(etcdStoreOptions(cluster)));
+  EtcdStore agent(openEtcdSession(viaRelay));
+
+  // The agent wins "" -> mine; its reply is lost, and another writer replaces the value before
+  // the retry. The agent won: the retry must say so (a fresh read would report "theirs", a loss
+  // it never had, and the caller would act on another's decision).
+  std::atomic<bool> replaced{false};
+  relay.dropNextTxnReply([&] { replaced = other.compareSet("decision", "mine", "theirs") == "theirs"; });
+  CHECK(agent.compareSet("decision", "", "mine") == "mine");
+  CHECK(relay.dropped() == 1);
+  CHECK(replaced);
+  CHECK(other.tryGet("decision") == std::optional<Bytes>("theirs"));
+
+  // A loss is still a loss: the value now stored.
+  CHECK(agent.compareSet("decision", "", "again") == "theirs");
+  // And a win with its reply lost and nobody in between: the win.
+  relay.dropNextTxnReply([] {});
+  CHECK(agent.compareSet("decision", "theirs", "last") == "last");
+  CHECK(relay.dropped() == 2);
+  CHECK(other.tryGet("decision") == std::optional<Bytes>("last"));
+}
+
+TEST_CASE("etcd store: a deleteKey whose reply is lost after etcd applied it says the key existed, "
+          "and removes nothing written since",
+          "[etcd]") {
+  test::EtcdCluster cluster;
+  test::ReplyDropper relay(cluster.endpoints()[0]);
+  EtcdStoreOptions viaRelay = etcdStoreOptions(cluster);
+  viaRelay.client.endpoints = {relay.endpoint()};
+  EtcdStore other(openEtcdSession(etcdStoreOptions(cluster)));
+  EtcdStore agent(openEtcdSession(viaRelay));
+
+  other.set("k", "v1");
+  relay.dropNextTxnReply([&] { other.set("k", "v2"); });
+  CHECK(agent.deleteKey("k"));
+  CHECK(relay.dropped() == 1);
+  CHECK(other.tryGet("k") == std::optional<Bytes>("v2"));  // written after the delete: kept
+
+  // The same for a prefix: the count of what the applied attempt removed.
+  other.set("p/a", "1");
+  other.set("p/b", "2");
+  relay.dropNextTxnReply([&] { other.set("p/c", "3"); });
+  CHECK(agent.deletePrefix("p/") == 2);
+  CHECK(relay.dropped() == 2);
+  CHECK(other.tryGet("p/c") == std::optional<Bytes>("3"));
+  CHECK_FALSE(agent.deleteKey("missing"));
+}

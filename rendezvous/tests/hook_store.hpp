@@ -287,6 +287,8 @@ class HookStore final : public LivenessStore {
       case StoreBatch::Kind::CompareSet: return "compareSet";
       case StoreBatch::Kind::Append: return "append";
       case StoreBatch::Kind::SetWill: return "setWill";
+      case StoreBatch::Kind::DeleteKey: return "deleteKey";
+      case StoreBatch::Kind::DeletePrefix: return "deletePrefix";
     }
     return "?";
   }

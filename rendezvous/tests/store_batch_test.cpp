@@ -173,6 +173,24 @@ TEST_CASE("store batch: operations run in order and return what each call return
   CHECK(s.other->get("gone", 5s) == "1");
 }
 
+TEST_CASE("store batch: deleteKey and deletePrefix answer what they removed", "[store][batch]") {
+  const bool tcp = GENERATE(false, true);
+  INFO((tcp ? "TcpStore (pipelined)" : "MemoryStore (sequential default)"));
+  auto s = makeStore(tcp);
+  for (const char* key : {"gone", "dir/a", "dir/b", "kept"}) s.other->set(key, "v");
+  StoreBatch batch;
+  const size_t existed = batch.deleteKey("gone");
+  const size_t missing = batch.deleteKey("never");
+  const size_t prefix = batch.deletePrefix("dir/");
+  CHECK_THROWS_AS(batch.deletePrefix(""), InvalidArgument);  // never sent: it would remove all
+  s.store->runBatch(batch);
+  CHECK(batch.number(existed) == 1);
+  CHECK(batch.number(missing) == 0);
+  CHECK(batch.number(prefix) == 2);
+  CHECK(s.other->numKeys() == 1);
+  CHECK(s.other->tryGet("kept") == std::optional<Bytes>("v"));
+}
+
 TEST_CASE("store batch: a failure in the middle leaves the others run and is thrown after them",
           "[store][batch]") {
   const bool tcp = GENERATE(false, true);

@@ -44,6 +44,9 @@ struct EtcdClientOptions {
   std::string user;                    // "" = no auth
   std::string password;
   std::string caFile;                  // "" = plain http; else https verified against it
+  // A member that answers nothing, TCP keep-alive probes included, for this long is taken for
+  // dead (its connection fails: the call or watch fails over). EtcdSession sets its lease TTL.
+  milliseconds silentPeerTimeout = 3s;
 };
 // Parses "h1:2379,h2,[::1]:2379" into endpoints. Throws InvalidArgument.
 std::vector<std::string> parseEtcdEndpoints(const std::string& list);
@@ -82,21 +85,33 @@ struct EtcdCompare {
   Result result = Result::Equal;
 };
 
+struct EtcdOp;
+// A transaction inside a transaction (etcd 3.3 and later): its compares are evaluated with the
+// outer ones, on the store as it was before the outer transaction; its branch's ops run in place.
+struct EtcdNestedTxn {
+  std::vector<EtcdCompare> compares;
+  std::vector<EtcdOp> success, failure;
+};
+
 struct EtcdOp {
-  enum class Kind { Put, Range, DeleteRange };
+  enum class Kind { Put, Range, DeleteRange, Txn };
   Kind kind = Kind::Put;
   std::string key;
   std::string rangeEnd;  // Range/DeleteRange: "" = the key alone
   std::string value;     // Put
   int64_t lease = 0;     // Put: 0 = none
+  std::shared_ptr<const EtcdNestedTxn> nested;  // Txn
   static EtcdOp put(std::string key, std::string value, int64_t lease = 0) {
-    return {Kind::Put, std::move(key), {}, std::move(value), lease};
+    return {Kind::Put, std::move(key), {}, std::move(value), lease, {}};
   }
   static EtcdOp range(std::string key, std::string rangeEnd = {}) {
-    return {Kind::Range, std::move(key), std::move(rangeEnd), {}, 0};
+    return {Kind::Range, std::move(key), std::move(rangeEnd), {}, 0, {}};
   }
   static EtcdOp erase(std::string key, std::string rangeEnd = {}) {
-    return {Kind::DeleteRange, std::move(key), std::move(rangeEnd), {}, 0};
+    return {Kind::DeleteRange, std::move(key), std::move(rangeEnd), {}, 0, {}};
+  }
+  static EtcdOp txn(EtcdNestedTxn nested) {
+    return {Kind::Txn, {}, {}, {}, 0, std::make_shared<const EtcdNestedTxn>(std::move(nested))};
   }
 };
 
@@ -105,6 +120,8 @@ struct EtcdTxnResult {
   int64_t revision = 0;
   std::vector<EtcdRange> ranges;  // one per Range op of the branch taken, in order
   int64_t deleted = 0;            // keys removed by the branch's DeleteRange ops
+  std::vector<int64_t> deletedBy;  // the same, one per DeleteRange op, in order
+  std::vector<EtcdTxnResult> nested;  // one per Txn op of the branch taken, in order
 };
 
 struct EtcdWatchEvent {
@@ -147,6 +164,13 @@ class EtcdClient {
              const Deadline& deadline,
              const std::function<bool(const std::vector<EtcdWatchEvent>&)>& onEvents,
              bool deletesOnly = false);
+  // watch() from startRevision, opened as a watch "from now" while the store is still at
+  // startRevision - 1: etcd serves that one at once, where a watch from a past revision waits
+  // for etcd's catch-up loop (up to 100 ms). Returns false, with no event handed over, when the
+  // store had moved on by then (the caller reads again).
+  bool watchFromNow(const std::string& key, const std::string& rangeEnd, int64_t startRevision,
+                    const Deadline& deadline,
+                    const std::function<bool(const std::vector<EtcdWatchEvent>&)>& onEvents);
 
   void interrupt();
   // The member the last call went to, for messages.
@@ -157,6 +181,10 @@ class EtcdClient {
  private:
   std::string call(const std::string& path, const std::string& body, const Deadline& deadline,
                    bool idempotent);
+  bool watchStream(const std::string& key, const std::string& rangeEnd, int64_t startRevision,
+                   const Deadline& deadline,
+                   const std::function<bool(const std::vector<EtcdWatchEvent>&)>& onEvents,
+                   bool deletesOnly, bool fromNow);
   void authenticate(etcd::EtcdConnection& connection, const Deadline& deadline);
 
   EtcdClientOptions options_;

@@ -14,6 +14,13 @@
 // nothing more and answers the total at the token's revision (what the lost reply held).
 //   deleteKey, deletePrefix, numKeys  deleterange of families; range (Store keys counted)
 //   get, wait, multiGet, watch        range of the family, then a watch of it from the next revision
+// compareSet, deleteKey and deletePrefix write under a token of their own too: a retry after
+// an applied attempt answers what that attempt did (compareSet: its win, though another writer
+// changed the value since; deleteKey: whether the key existed then), never the state after it.
+// runBatch (store_batch.hpp): the whole batch in one transaction (one raft commit) when its
+// operations touch distinct keys and can be written without a read first (set, tryGet, add of
+// +-1, compareSet, append, setWill, deleteKey, deletePrefix; each add and compareSet a nested
+// transaction with its own condition); another shape: one by one, as the default.
 // Liveness: an EtcdSession holds one etcd lease (TTL = leaseTtl), kept alive at a third of its
 // TTL by a thread of its own. A will is stored as a record (will/<scope>/<lease>) beside a key
 // bound to the lease (live/<scope>/<lease>): when the lease ends (the agent died or was cut off
@@ -39,6 +46,7 @@
 
 #include "drun/rendezvous/etcd_client.hpp"
 #include "drun/rendezvous/store.hpp"
+#include "drun/rendezvous/store_batch.hpp"
 
 namespace drun::rdzv {
 
@@ -101,9 +109,6 @@ class EtcdStore final : public LivenessStore {
   void setWill(const Will& will) override;
   int64_t deletePrefix(const std::string& prefix) override;
   void interrupt() override;
-  // In order, one call at a time, but a will and the +-1 add right after it (a node's count in
-  // `present` beside the will that counts it out; leaving, the will cleared and the -1) are one
-  // transaction: both or neither.
   void runBatch(StoreBatch& batch) override;
 
   EtcdSession& session() { return *session_; }
@@ -113,11 +118,30 @@ class EtcdStore final : public LivenessStore {
   void checkLease() const;
   template <class Done>
   std::optional<Bytes> awaitValue(const std::string& full, const Deadline& deadline, Done done);
-  // add(), whose transaction also applies `along` (a will's puts).
-  int64_t addAlong(const std::string& key, int64_t delta, const std::vector<EtcdOp>& along);
-  int64_t addOnce(const std::string& key, const std::string& full, int64_t delta, const std::string& token,
-                  const std::vector<std::string>& stale, const std::vector<EtcdOp>& along);
-  static void checkWillKeys(const Will& will);
+  // A write's retry token (applied/<lease>/<n>) and the tokens of writes that answered, which
+  // its transaction removes (at most 32: the transaction stays under etcd's op limit).
+  struct RetryToken {
+    std::string key;
+    std::vector<std::string> stale;
+  };
+  RetryToken newToken();
+  void tokenAnswered(const RetryToken& token);
+  // The transaction, applied only while the token is absent and creating it (bound to the
+  // lease): the client may repeat it on another member after an unknown outcome. appliedAt > 0:
+  // an earlier attempt was applied (its reply lost), at that etcd revision; the failure branch's
+  // last range is the token's. "lease not found": NetworkError.
+  struct Guarded {
+    EtcdTxnResult txn;
+    int64_t appliedAt = 0;
+  };
+  Guarded guardedTxn(const RetryToken& token, std::vector<EtcdCompare> compares, std::vector<EtcdOp> success,
+                     std::vector<EtcdOp> failure);
+  // [key, end) as it was at `revision` (an applied attempt's); NetworkError when compacted.
+  std::vector<EtcdKeyValue> readAt(const std::string& key, const std::string& end, int64_t revision,
+                                   const std::string& what);
+  int64_t addOnce(const std::string& key, const std::string& full, int64_t delta, const RetryToken& token);
+  // runBatch's single transaction; false (nothing written) when the batch does not fit one.
+  bool runBatchAsOneTxn(StoreBatch& batch);
 
   std::shared_ptr<EtcdSession> session_;
   std::unique_ptr<EtcdClient> client_;

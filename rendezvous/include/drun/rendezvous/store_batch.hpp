@@ -20,6 +20,7 @@
 //
 // At most kMaxOps operations (InvalidArgument beyond), so that the answers of one batch never
 // fill what a server queues for one connection. Only calls that do not block are offered.
+// EtcdStore runs a batch as one etcd transaction where it can (atomic besides: etcd_store.hpp).
 //
 // Threading: a value; one batch is run by one thread at a time.
 #pragma once
@@ -38,7 +39,7 @@ class StoreBatch {
  public:
   static constexpr size_t kMaxOps = 64;
 
-  enum class Kind : uint8_t { Set, TryGet, Add, CompareSet, Append, SetWill };
+  enum class Kind : uint8_t { Set, TryGet, Add, CompareSet, Append, SetWill, DeleteKey, DeletePrefix };
   struct Op {
     Kind kind = Kind::TryGet;
     std::string key;    // every kind but SetWill
@@ -50,7 +51,8 @@ class StoreBatch {
   struct Outcome {
     bool ran = false;            // answered (with a result or an error)
     std::optional<Bytes> value;  // TryGet: the value (nullopt: absent); CompareSet: now stored
-    int64_t number = 0;          // Add: the new value
+    int64_t number = 0;          // Add: the new value; DeleteKey: 1 if it existed, else 0;
+                                 // DeletePrefix: the keys removed
     std::exception_ptr error;    // the operation's own failure
   };
 
@@ -61,6 +63,8 @@ class StoreBatch {
   size_t compareSet(std::string key, Bytes expected, Bytes desired);
   size_t append(std::string key, Bytes value);
   size_t setWill(Store::Will will);
+  size_t deleteKey(std::string key);
+  size_t deletePrefix(std::string prefix);  // InvalidArgument for an empty prefix
 
   size_t size() const { return ops_.size(); }
   bool empty() const { return ops_.empty(); }
