@@ -48,8 +48,7 @@ void OpProgress::entered(uint64_t n, milliseconds timeout) {
   const milliseconds after = std::min(options_.publishAfter, timeout / 4);
   publishAfterNs_.store(std::chrono::duration_cast<std::chrono::nanoseconds>(after).count(),
                         std::memory_order_relaxed);
-  enteredAtNs_.store(nowNs(), std::memory_order_relaxed);
-  current_.store(n, std::memory_order_release);
+  current_.store(n, std::memory_order_release);  // no clock read here: the watchdog times it
   std::call_once(started_, [this] {
     try {
       watchdog_ = std::thread([this] { watch(); });
@@ -71,10 +70,17 @@ void OpProgress::publish(uint64_t n) {
 
 void OpProgress::watch() {
   std::unique_lock lock(stopMutex_);
+  uint64_t seen = 0;      // the collective this watchdog saw in progress last
+  int64_t seenSinceNs = 0;  // when it began, at the earliest: a poll before it was first seen
+  const int64_t pollNs = std::chrono::duration_cast<std::chrono::nanoseconds>(options_.poll).count();
   while (!stopCv_.wait_for(lock, options_.poll, [&] { return stopping_; })) {
     const uint64_t n = current_.load(std::memory_order_acquire);
     if (n == 0) continue;
-    const int64_t ranFor = nowNs() - enteredAtNs_.load(std::memory_order_relaxed);
+    if (n != seen) {  // entered within the last poll: publish at most a poll early, never late
+      seen = n;
+      seenSinceNs = nowNs() - pollNs;
+    }
+    const int64_t ranFor = nowNs() - seenSinceNs;
     if (ranFor < publishAfterNs_.load(std::memory_order_relaxed)) continue;
     lock.unlock();
     try {

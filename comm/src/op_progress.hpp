@@ -12,8 +12,8 @@
 //
 // Keys (under the communicator's store, "drun_comm/"): progress/<comm>/<rank> = n,
 // progress/<comm>/in/<n> = how many ranks published n.
-// Threading: entered()/left() from the collective's thread (two atomic stores, no lock, no
-// store call); describeAbsent() from the failing thread; the watchdog's store calls have the
+// Threading: entered()/left() from the collective's thread (atomic stores, no lock, no clock
+// read, no store call: the watchdog times a collective from the poll that first saw it); describeAbsent() from the failing thread; the watchdog's store calls have the
 // store's own deadlines. Ownership: shares the world's store.
 #pragma once
 
@@ -67,7 +67,6 @@ class OpProgress {
   const Options options_;
 
   std::atomic<uint64_t> current_{0};        // the collective in progress (0: none)
-  std::atomic<int64_t> enteredAtNs_{0};     // steady clock, when it began
   std::atomic<int64_t> publishAfterNs_{0};  // for it
   std::mutex publishMutex_;                 // one publish at a time (watchdog, failing thread)
   uint64_t published_ = 0;                  // under publishMutex_

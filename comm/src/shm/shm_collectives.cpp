@@ -98,7 +98,7 @@ void ShmCollectives::queuedBroadcast(const Collective& c, uint64_t depth, const 
   queueDepth_ = depth;
   lagging_ = true;
   const uint64_t k = ++seq_;
-  const size_t offset = ((k >> 1) % (depth / 2)) * subSlotBytes(depth);
+  const size_t offset = ((k >> 1) % (depth / 2)) * subSlotBytes(bytes);
   if (seg_.rank() == c.root) {
     const uint64_t reused = k > depth ? k - depth : 0;
     const uint64_t free = std::max(reused, readersDone_[k & 1]);
@@ -114,8 +114,9 @@ void ShmCollectives::queuedBroadcast(const Collective& c, uint64_t depth, const 
 
 uint64_t ShmCollectives::queueDepth(size_t bytes) const {
   uint64_t depth = kMaxQueueDepth;
-  while (depth > 2 && (depth * std::max<size_t>(bytes, 1) > kQueueBytes || bytes > subSlotBytes(depth))) depth /= 2;
-  return bytes <= subSlotBytes(depth) ? depth : 0;
+  const size_t room = seg_.halfBytes();  // D/2 sub-slots per half
+  while (depth > 2 && (depth * std::max<size_t>(bytes, 1) > kQueueBytes || depth / 2 * subSlotBytes(bytes) > room)) depth /= 2;
+  return depth / 2 * subSlotBytes(bytes) <= room ? depth : 0;
 }
 
 void ShmCollectives::broadcast(const Collective& c, const Deadline& d) {

@@ -24,6 +24,7 @@
 // Threading: one thread at a time (the front end runs collectives in order).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "backend.hpp"
@@ -50,9 +51,11 @@ class ShmCollectives {
   size_t chunkElements(size_t count, size_t es, size_t blocks, bool cache) const;
 
   // Queued broadcasts: how deep a queue of `bytes` broadcasts is (0: too large to queue), and
-  // the sub-slot of a queue of that depth.
+  // the distance between its sub-slots: whole cache lines, packed (a queue of small broadcasts
+  // spans a few consecutive lines, which the prefetcher follows; sub-slots a half/(D/2) apart,
+  // 128 KiB for D = 32, all fell into one cache set).
   uint64_t queueDepth(size_t bytes) const;
-  size_t subSlotBytes(uint64_t depth) const { return seg_.halfBytes() / (depth / 2); }
+  static size_t subSlotBytes(size_t bytes) { return (std::max<size_t>(bytes, 1) + 63) / 64 * 64; }
   void queuedBroadcast(const Collective& c, uint64_t depth, const Deadline& d);
   void singleCopyAllGather(const Collective& c, const Deadline& d);
 

@@ -76,7 +76,10 @@ class ShmSegment {
   // Until every rank's flag (or `only`'s) >= value, or the deadline (TimeoutError), or a peer died / aborted
   // (CommError naming it). `what` names the operation in the error.
   // only >= 0: that rank's flag alone.
-  void waitAll(uint64_t value, const Deadline& deadline, const std::string& what, int only = -1);
+  // Flags only grow: a flag seen at or above `value` once is not loaded again (the root of
+  // queued broadcasts and their readers mostly wait for values they already saw, and every load
+  // of a flag a peer just wrote is a cache miss).
+  void waitAll(uint64_t value, const Deadline& deadline, const char* what, int only = -1);
 
   // ---- point to point ----
   // Cell i of the ring src -> dst, and the ring's counters (producer: tail, consumer: head).
@@ -129,6 +132,7 @@ class ShmSegment {
   std::vector<int> pidfds_;  // per peer, -1 for self or where pidfd_open is refused
   std::vector<int> pids_;
   std::chrono::nanoseconds spinBudget_{std::chrono::microseconds(50)};  // waitAll's (collectives' thread)
+  std::vector<uint64_t> seenFlags_;  // per rank, the highest flag waitAll loaded (collectives' thread)
 };
 
 }  // namespace drun::comm::detail
