@@ -1,8 +1,5 @@
 #include <algorithm>
-#include <charconv>
-#include <cstring>
 #include <set>
-#include <string_view>
 
 #include "communicator_impl.hpp"
 #include "op_progress.hpp"
@@ -153,7 +150,7 @@ Communicator::Impl::Impl(Setup setup) : s_(std::move(setup)) {
   if (s_.worldStore && s_.rank >= 0 && s_.size > 1) {
     std::string key = s_.name;  // "group 3" -> "group3"
     std::erase(key, ' ');
-    progress_ = std::make_unique<detail::OpProgress>(s_.worldStore, key, s_.rank, s_.size);
+    progress_ = std::make_unique<detail::OpProgress>(s_.worldStore, key, s_.name, s_.rank, s_.size);
   }
 }
 
@@ -253,31 +250,22 @@ void Communicator::Impl::compareFingerprints(const Collective& c) {
 
 void Communicator::Impl::execute(const Collective& c) {
   // drun's hang detection (README "Hangs"): a rank silent inside a collective is a waiter.
+  // With a progress watchdog, OpProgress marks a collective in the worker channel about once a
+  // poll (and every one stuck); without one, every collective is marked here.
   const uint64_t n = ++collectives_;
-  // "all_reduce #42 of world" without a heap allocation: small collectives cost ~0.3 us in all.
-  char entered[160];
-  {
-    char* end = entered + sizeof(entered) - 1;
-    char* p = entered;
-    auto put = [&](std::string_view text) {
-      const size_t len = std::min<size_t>(text.size(), static_cast<size_t>(end - p));
-      std::memcpy(p, text.data(), len);
-      p += len;
-    };
-    put(toString(c.kind));
-    put(" #");
-    p = std::to_chars(p, end, n).ptr;
-    put(" of ");
-    put(s_.name);
-    *p = '\0';
+  const char* kind = toString(c.kind);
+  if (progress_) {
+    progress_->entered(n, kind, c.timeout);
+  } else {
+    char entered[160];
+    detail::OpProgress::describe(entered, kind, n, s_.name);
+    drun_worker_collective_begin(entered);
   }
-  drun_worker_collective_begin(entered);
-  if (progress_) progress_->entered(n, c.timeout);
   struct Left {
     detail::OpProgress* progress;
     ~Left() {
       if (progress) progress->left();
-      drun_worker_collective_end();
+      else drun_worker_collective_end();
     }
   } left{progress_.get()};
   try {
@@ -286,7 +274,11 @@ void Communicator::Impl::execute(const Collective& c) {
   } catch (const TimeoutError&) {
     // Who never came: every rank in the op published it within a second of entering.
     std::string absent;
-    if (progress_) absent = progress_->describeAbsent(n, entered);
+    if (progress_) {
+      char entered[160];
+      detail::OpProgress::describe(entered, kind, n, s_.name);
+      absent = progress_->describeAbsent(n, entered);
+    }
     fail(toString(c.kind), std::current_exception(), absent);
   } catch (...) {
     fail(toString(c.kind), std::current_exception());

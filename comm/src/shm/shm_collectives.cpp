@@ -7,7 +7,7 @@
 
 namespace drun::comm::detail {
 
-void ShmCollectives::step(const Deadline& deadline, const char* what) {
+void ShmCollectives::step(const OpDeadline& deadline, const char* what) {
   ++seq_;
   readersDone_[seq_ & 1] = seq_ + 1;  // a rank publishes seq_ + 1 only after it read this step
   seg_.publish(seq_);
@@ -21,7 +21,7 @@ size_t ShmCollectives::chunkElements(size_t count, size_t es, size_t blocks, boo
 }
 
 void ShmCollectives::run(const Collective& c) {
-  const Deadline deadline(c.timeout);
+  const OpDeadline deadline(c.timeout);
   const uint64_t depth = c.kind == OpKind::Broadcast ? queueDepth(c.count * dtypeSize(c.dtype)) : 0;
   if (lagging_ && depth == 0) {  // queued broadcasts may still be read: everyone read them now
     seg_.waitAll(seq_, deadline, toString(c.kind));
@@ -41,7 +41,7 @@ void ShmCollectives::run(const Collective& c) {
 }
 
 // all_reduce (toAll) and reduce (the root only); in place in c.recv.
-void ShmCollectives::reduceAll(const Collective& c, bool toAll, const Deadline& d) {
+void ShmCollectives::reduceAll(const Collective& c, bool toAll, const OpDeadline& d) {
   const int n = seg_.size(), me = seg_.rank();
   const char* what = toString(c.kind);
   const size_t es = dtypeSize(c.dtype);
@@ -92,7 +92,7 @@ void ShmCollectives::reduceAll(const Collective& c, bool toAll, const Deadline& 
 // D (queueDepth) keeps the queue's bytes about cache-sized: deep for small messages, 2 for large
 // ones (a 16-deep queue of 256 KiB broadcasts ran 4x slower: every copy missed the cache). A
 // change of D first waits until every queued broadcast is read (the sub-slots move).
-void ShmCollectives::queuedBroadcast(const Collective& c, uint64_t depth, const Deadline& d) {
+void ShmCollectives::queuedBroadcast(const Collective& c, uint64_t depth, const OpDeadline& d) {
   const size_t bytes = c.count * dtypeSize(c.dtype);
   if (lagging_ && depth != queueDepth_) seg_.waitAll(seq_, d, "broadcast");
   queueDepth_ = depth;
@@ -119,7 +119,7 @@ uint64_t ShmCollectives::queueDepth(size_t bytes) const {
   return depth / 2 * subSlotBytes(bytes) <= room ? depth : 0;
 }
 
-void ShmCollectives::broadcast(const Collective& c, const Deadline& d) {
+void ShmCollectives::broadcast(const Collective& c, const OpDeadline& d) {
   const size_t es = dtypeSize(c.dtype);
   char* buf = static_cast<char*>(c.recv);
   const size_t chunk = chunkElements(c.count, es, 1, true);
@@ -133,7 +133,7 @@ void ShmCollectives::broadcast(const Collective& c, const Deadline& d) {
 }
 
 // The block-structured ops: per chunk of m elements of each rank's count, one step.
-void ShmCollectives::blocks(const Collective& c, const Deadline& d) {
+void ShmCollectives::blocks(const Collective& c, const OpDeadline& d) {
   const int n = seg_.size(), me = seg_.rank();
   const size_t es = dtypeSize(c.dtype), count = c.count;
   const char* what = toString(c.kind);

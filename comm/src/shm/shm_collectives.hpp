@@ -44,7 +44,7 @@ class ShmCollectives {
   static constexpr size_t kQueueBytes = 64u << 10;  // a queue's bytes in flight, about (cache)
 
  private:
-  void step(const Deadline& deadline, const char* what);
+  void step(const OpDeadline& deadline, const char* what);
   char* next() const { return seg_.half(seg_.rank(), seq_ + 1); }  // to write before step()
   const char* last(int r) const { return seg_.half(r, seq_); }      // to read after step()
   // Elements per chunk when each step moves `blocks` blocks of `es`-byte elements per rank.
@@ -56,12 +56,12 @@ class ShmCollectives {
   // 128 KiB for D = 32, all fell into one cache set).
   uint64_t queueDepth(size_t bytes) const;
   static size_t subSlotBytes(size_t bytes) { return (std::max<size_t>(bytes, 1) + 63) / 64 * 64; }
-  void queuedBroadcast(const Collective& c, uint64_t depth, const Deadline& d);
-  void singleCopyAllGather(const Collective& c, const Deadline& d);
+  void queuedBroadcast(const Collective& c, uint64_t depth, const OpDeadline& d);
+  void singleCopyAllGather(const Collective& c, const OpDeadline& d);
 
-  void reduceAll(const Collective& c, bool toAll, const Deadline& d);
-  void broadcast(const Collective& c, const Deadline& d);
-  void blocks(const Collective& c, const Deadline& d);  // scatter, gather, all_gather, all_to_all, reduce_scatter
+  void reduceAll(const Collective& c, bool toAll, const OpDeadline& d);
+  void broadcast(const Collective& c, const OpDeadline& d);
+  void blocks(const Collective& c, const OpDeadline& d);  // scatter, gather, all_gather, all_to_all, reduce_scatter
 
   ShmSegment& seg_;
   uint64_t seq_ = 0;  // this rank's flag: steps done

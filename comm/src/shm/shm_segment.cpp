@@ -260,7 +260,7 @@ void ShmSegment::publish(uint64_t value) {
   }
 }
 
-void ShmSegment::waitAll(uint64_t value, const Deadline& deadline, const char* what, int only) {
+void ShmSegment::waitAll(uint64_t value, const OpDeadline& opDeadline, const char* what, int only) {
   Header& h = header();
   RankLine* ranks = h.ranks();
   uint64_t* seen = seenFlags_.data();
@@ -275,6 +275,7 @@ void ShmSegment::waitAll(uint64_t value, const Deadline& deadline, const char* w
     return true;
   };
   if (ready()) return;
+  const Deadline& deadline = opDeadline.get();
   const auto start = Clock::now();
   // Adaptive: a rank with a core of its own spins first (a sleep hands the core away for a time
   // slice, milliseconds: OpenMPI spins for the same reason), but only for kSpinFirst: on a loaded

@@ -7,7 +7,7 @@
 
 namespace drun::comm::detail {
 
-void ShmCollectives::singleCopyAllGather(const Collective& c, const Deadline& d) {
+void ShmCollectives::singleCopyAllGather(const Collective& c, const OpDeadline& d) {
   const int n = seg_.size(), me = seg_.rank();
   const size_t block = c.count * dtypeSize(c.dtype);
   char* recv = static_cast<char*>(c.recv);
