@@ -261,6 +261,15 @@ void runGroups(Communicator& world) {
   }
 }
 
+// Prints "rank R: [what]NAMED after N ms: <error>" (or UNNAMED); true when the error names the
+// victim within the 10 s timeout (plus 3 s of slack) since `start`.
+bool reportVictimError(const char* what, const drun::Error& e, int victim, std::chrono::steady_clock::time_point start) {
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+  const bool named = std::string(e.what()).find("rank " + std::to_string(victim)) != std::string::npos;
+  std::printf("rank %d: %s%s after %lld ms: %s\n", me, what, named ? "NAMED" : "UNNAMED", static_cast<long long>(ms), e.what());
+  return named && ms < 10000 + 3000;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -291,21 +300,15 @@ int main(int argc, char** argv) {
         std::printf("rank %d: FAIL: no error after the victim died\n", me);
         return 1;
       } catch (const drun::Error& e) {
-        auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
-        bool named = std::string(e.what()).find("rank " + std::to_string(victim)) != std::string::npos;
-        std::printf("rank %d: %s after %lld ms: %s\n", me, named ? "NAMED" : "UNNAMED", static_cast<long long>(ms), e.what());
+        bool named = reportVictimError("", e, victim, start);
         try {
           pending.wait();
           std::printf("rank %d: FAIL: the pending receive from the victim completed\n", me);
           return 1;
         } catch (const drun::Error& p) {
-          auto pms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
-          bool pnamed = std::string(p.what()).find("rank " + std::to_string(victim)) != std::string::npos;
-          std::printf("rank %d: pending receive %s after %lld ms: %s\n", me, pnamed ? "NAMED" : "UNNAMED",
-                      static_cast<long long>(pms), p.what());
-          named = named && pnamed && pms < 10000 + 3000;
+          named = reportVictimError("pending receive ", p, victim, start) && named;
         }
-        return named && ms < 10000 + 3000 ? 0 : 1;
+        return named ? 0 : 1;
       }
     } else if (mode == "bcast_victim") {
       const int victim = argc > 2 ? std::atoi(argv[2]) : world->size() - 1;
@@ -325,10 +328,7 @@ int main(int argc, char** argv) {
         std::printf("rank %d: FAIL: no error after the victim died\n", me);
         return 1;
       } catch (const drun::Error& e) {
-        auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
-        bool named = std::string(e.what()).find("rank " + std::to_string(victim)) != std::string::npos;
-        std::printf("rank %d: %s after %lld ms: %s\n", me, named ? "NAMED" : "UNNAMED", static_cast<long long>(ms), e.what());
-        return named && ms < 10000 + 3000 ? 0 : 1;
+        return reportVictimError("", e, victim, start) ? 0 : 1;
       }
     } else if (mode == "absent") {  // one rank never enters the 3rd all_reduce: the others name it
       const int absent = argc > 2 ? std::atoi(argv[2]) : world->size() - 1;
