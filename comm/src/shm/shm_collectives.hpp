@@ -24,7 +24,6 @@
 // Threading: one thread at a time (the front end runs collectives in order).
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
 
 #include "backend.hpp"
@@ -34,7 +33,7 @@ namespace drun::comm::detail {
 
 class ShmCollectives {
  public:
-  explicit ShmCollectives(ShmSegment& segment) : seg_(segment) {}
+  explicit ShmCollectives(ShmSegment& segment);
   void run(const Collective& c);
 
   static constexpr size_t kOneShotBytes = 64u << 10;
@@ -51,11 +50,11 @@ class ShmCollectives {
   size_t chunkElements(size_t count, size_t es, size_t blocks, bool cache) const;
 
   // Queued broadcasts: how deep a queue of `bytes` broadcasts is (0: too large to queue), and
-  // the distance between its sub-slots: whole cache lines, packed (a queue of small broadcasts
-  // spans a few consecutive lines, which the prefetcher follows; sub-slots a half/(D/2) apart,
-  // 128 KiB for D = 32, all fell into one cache set).
+  // the sub-slot of a queue of that depth. (Sub-slots packed into consecutive cache lines were
+  // tried: 0.9-1.0x of these spaced ones once their pages were mapped, and a change of message
+  // size then moves the sub-slots, so it must wait as a change of depth does.)
   uint64_t queueDepth(size_t bytes) const;
-  static size_t subSlotBytes(size_t bytes) { return (std::max<size_t>(bytes, 1) + 63) / 64 * 64; }
+  size_t subSlotBytes(uint64_t depth) const { return seg_.halfBytes() / (depth / 2); }
   void queuedBroadcast(const Collective& c, uint64_t depth, const OpDeadline& d);
   void singleCopyAllGather(const Collective& c, const OpDeadline& d);
 

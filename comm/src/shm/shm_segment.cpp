@@ -250,6 +250,16 @@ char* ShmSegment::half(int r, uint64_t h) const {
   return base_ + slotsOffset_ + static_cast<size_t>(r) * options_.slotBytes + (h & 1) * halfBytes_;
 }
 
+void ShmSegment::prefault(const char* address) const {
+  static const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const auto at = reinterpret_cast<uintptr_t>(address) / page * page;
+#ifdef MADV_POPULATE_WRITE
+  madvise(reinterpret_cast<void*>(at), page, MADV_POPULATE_WRITE);
+#else
+  (void)at;
+#endif
+}
+
 void ShmSegment::publish(uint64_t value) {
   Header& h = header();
   h.ranks()[rank_].flag.store(value, std::memory_order_release);

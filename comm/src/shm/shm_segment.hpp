@@ -88,6 +88,9 @@ class ShmSegment {
   size_t halfBytes() const { return halfBytes_; }
   // Half h of rank r's collective slot.
   char* half(int r, uint64_t h) const;
+  // Maps the page at `address` (within the segment) for this process now, without changing its
+  // contents (MADV_POPULATE_WRITE; best effort: a kernel without it faults the page on use).
+  void prefault(const char* address) const;
 
   // ---- collectives: one thread ----
   // Sets this rank's flag to `value` (release) and wakes sleepers.
