@@ -45,12 +45,11 @@ inline void cpuRelax() {
 #endif
 }
 
-// Spinning long only pays when every rank has a core; oversubscribed ranks spin briefly. (Asked
+// Spinning only pays when every rank has a core; oversubscribed ranks yield at once. (Asked
 // once: glibc reads /sys for every hardware_concurrency() call.)
 // How long a wait spins before it yields (see waitAll): a few collective steps' worth.
 constexpr std::chrono::microseconds kSpinFirst{50};
 constexpr std::chrono::microseconds kSpinFloor{1};  // what an adaptive budget retries from
-constexpr std::chrono::microseconds kSpinShared{2};  // the most an oversubscribed rank spins
 
 bool oversubscribed(int ranks) {
   static const int cores = static_cast<int>(std::thread::hardware_concurrency());
@@ -299,11 +298,10 @@ void ShmSegment::waitAll(uint64_t value, const OpDeadline& opDeadline, const cha
   // operation up to 32 KiB took a constant ~54 us (the whole spin for a peer that was not
   // running, then the yield that let it run); adaptive: all_gather 0.3 us, broadcast ~5 us.
   // Where the ranks share a core the budget falls to about a microsecond; where each has one
-  // it stays above the typical wait. Oversubscribed ranks spin at most kSpinShared: the awaited
-  // rank often runs on the other core and publishes within a microsecond (a yield at once cost
-  // a queued 8-byte broadcast at world 4 on 2 cores ~1 us against OpenMPI's 0.1-0.3); when it
-  // waits for a core, 2 us is little beside the time slice the yield then hands over.
-  const auto budget = std::min<std::chrono::nanoseconds>(spinBudget_, oversubscribed(size_) ? kSpinShared : kSpinFirst);
+  // it stays above the typical wait. Oversubscribed ranks yield at once: a spin first (adaptive
+  // up to 2 us, or a fixed 0.5, 2 or 20 us) was tried for queued 8-byte broadcasts at world 4 on
+  // 2 cores and was as fast at best, 1.5-5x slower fixed (the awaited rank needed this core).
+  const auto budget = oversubscribed(size_) ? std::chrono::nanoseconds(0) : spinBudget_;
   auto adapt = [&](bool spinEnded) {
     if (spinEnded) spinBudget_ = std::min<std::chrono::nanoseconds>(kSpinFirst, std::max<std::chrono::nanoseconds>(2 * budget, kSpinFloor));
     else spinBudget_ = budget > std::chrono::nanoseconds(0) ? budget / 2 : std::chrono::nanoseconds(kSpinFloor);
