@@ -18,9 +18,10 @@ ShmCollectives::ShmCollectives(ShmSegment& segment) : seg_(segment) {
       for (uint64_t j = 0; j < kMaxQueueDepth / 2; ++j) seg_.prefault(seg_.half(r, h) + j * subSlotBytes(kMaxQueueDepth));
 }
 
-void ShmCollectives::step(const OpDeadline& deadline, const char* what) {
+void ShmCollectives::step(const OpDeadline& deadline, const char* what, size_t wrote) {
   ++seq_;
   readersDone_[seq_ & 1] = seq_ + 1;  // a rank publishes seq_ + 1 only after it read this step
+  stepBytes_[seq_ & 1] = wrote;
   seg_.publish(seq_);
   seg_.waitAll(seq_, deadline, what);
 }
@@ -43,7 +44,7 @@ void ShmCollectives::run(const Collective& c) {
       c.count * dtypeSize(c.dtype) >= kSingleCopyBytes)
     return singleCopyAllGather(c, deadline);
   switch (c.kind) {
-    case OpKind::Barrier: return step(deadline, "barrier");
+    case OpKind::Barrier: return step(deadline, "barrier", 0);
     case OpKind::AllReduce: return reduceAll(c, true, deadline);
     case OpKind::Reduce: return reduceAll(c, false, deadline);
     case OpKind::Broadcast: return broadcast(c, deadline);
@@ -72,18 +73,18 @@ void ShmCollectives::reduceAll(const Collective& c, bool toAll, const OpDeadline
     // nothing to combine; AVG of one rank is the value itself
   } else if (bytes <= kOneShotBytes && bytes <= seg_.halfBytes()) {
     std::memcpy(next(), buf, bytes);
-    step(d, what);
+    step(d, what, bytes);
     if (receives) reduceFrom(buf, 0, c.count);
   } else {
     const size_t chunk = chunkElements(c.count, es, 1, true);
     for (size_t off = 0; off < c.count; off += chunk) {
       const size_t m = std::min(chunk, c.count - off);
       std::memcpy(next(), buf + off * es, m * es);
-      step(d, what);
+      step(d, what, m * es);
       const size_t lo = m * static_cast<size_t>(me) / n, hi = m * static_cast<size_t>(me + 1) / n;
       char* part = next();  // my part of the result, at its place in the chunk
       if (hi > lo) reduceFrom(part + lo * es, lo * es, hi - lo);
-      step(d, what);
+      step(d, what, m * es);
       if (!receives) continue;
       for (int r = 0; r < n; ++r) {
         const size_t rlo = m * static_cast<size_t>(r) / n, rhi = m * static_cast<size_t>(r + 1) / n;
@@ -112,7 +113,8 @@ void ShmCollectives::queuedBroadcast(const Collective& c, uint64_t depth, const 
   const size_t offset = ((k >> 1) % (depth / 2)) * subSlotBytes(depth);
   if (seg_.rank() == c.root) {
     const uint64_t reused = k > depth ? k - depth : 0;
-    const uint64_t free = std::max(reused, readersDone_[k & 1]);
+    // The last step's data in this half (at its start) matters only where this sub-slot overlaps it.
+    const uint64_t free = std::max(reused, offset < stepBytes_[k & 1] ? readersDone_[k & 1] : 0);
     if (free > 0) seg_.waitAll(free, d, "broadcast");
     std::memcpy(seg_.half(c.root, k) + offset, c.recv, bytes);
     seg_.publish(k);
@@ -137,7 +139,7 @@ void ShmCollectives::broadcast(const Collective& c, const OpDeadline& d) {
   for (size_t off = 0; off < c.count; off += chunk) {
     const size_t m = std::min(chunk, c.count - off);
     if (root) std::memcpy(next(), buf + off * es, m * es);
-    step(d, "broadcast");
+    step(d, "broadcast", root ? m * es : 0);
     if (!root) std::memcpy(buf + off * es, last(c.root), m * es);
   }
 }
@@ -163,7 +165,7 @@ void ShmCollectives::blocks(const Collective& c, const OpDeadline& d) {
     } else {
       std::memcpy(next(), send + off * es, mb);
     }
-    step(d, what);
+    step(d, what, nBlocks ? n * mb : mb);
     switch (c.kind) {
       case OpKind::Scatter:
         std::memcpy(recv + off * es, last(c.root) + me * mb, mb);
