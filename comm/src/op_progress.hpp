@@ -20,9 +20,10 @@
 // within about a poll (drun's hang timeouts are seconds). Marking every collective cost two
 // clock reads, two locks and two 64-byte copies: ~40% of an 8-byte broadcast under drun.
 // Without a watchdog (it could not start) every collective is marked.
-// Threading: entered()/left() from the collective's thread (atomic stores, no lock, no clock
-// read, no store call: the watchdog times a collective from the poll that first saw it); describeAbsent() from the failing thread; the watchdog's store calls have the
-// store's own deadlines. Ownership: shares the world's store.
+// Threading: entered()/left() from the collective's thread (atomic stores, no clock read, no
+// store call; a lock only to mark or unmark the channel: the watchdog times a collective from
+// the poll that first saw it); describeAbsent() from the failing thread; the watchdog's store
+// calls have the store's own deadlines. Ownership: shares the world's store.
 #pragma once
 
 #include <atomic>

@@ -15,7 +15,8 @@ namespace drun::comm::detail {
 ShmCollectives::ShmCollectives(ShmSegment& segment) : seg_(segment) {
   for (int r = 0; r < seg_.size(); ++r)
     for (uint64_t h = 0; h < 2; ++h)
-      for (uint64_t j = 0; j < kMaxQueueDepth / 2; ++j) seg_.prefault(seg_.half(r, h) + j * subSlotBytes(kMaxQueueDepth));
+      for (uint64_t j = 0; j < kMaxQueueDepth / 2; ++j)
+        seg_.prefault(seg_.half(r, h) + j * subSlotBytes(kMaxQueueDepth));
 }
 
 void ShmCollectives::step(const OpDeadline& deadline, const char* what, size_t wrote) {
