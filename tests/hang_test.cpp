@@ -334,3 +334,22 @@ TEST_CASE("hang: the rank that never entered a collective is named, not the rank
   CHECK(contains(r.err, "main"));                        // its stack
   checkNothingLeft(marker);
 }
+
+// libdrun_comm marks a collective in the channel about once per watchdog poll (100 ms), not each
+// one: 1.5 s of 1 ms steps, each ending in a small all_reduce, with no heartbeat of the
+// program's own must still beat (the first collective after each poll does; a poll itself rarely
+// finds one in progress), so no rank is called hung at 1 s; and the ranks then stuck in the 6th
+// all_reduce must still be marked its waiters (the watchdog marks a collective it finds in progress).
+TEST_CASE("hang: a loop of fast collectives beats, and the waiters of the stuck one are marked", "[hangs]") {
+  if (!fs::exists(helperPath("hang_comm_worker"))) skipTest("hang_comm_worker is not built (no libdrun_comm)");
+  MarkerScope marker;
+  RunResult r = runDrun(marker, {"--nproc-per-node", "3", "--hang-timeout", "1", helperPath("hang_comm_worker").string(),
+                                 "--loop-seconds", "1.5", "--hang-rank", "2"});
+  INFO(r.describe());
+  REQUIRE(!r.timedOut);
+  CHECK(r.status() == 128 + 9);
+  CHECK(contains(r.out, "rank 2 stops before all_reduce #6"));  // the loop ended: nobody was called hung in it
+  CHECK(std::regex_search(r.err, std::regex(R"(root cause: rank 2 \(local_rank 2\) on \S+ hung: no heartbeat for [0-9.]+s \(hang timeout 1\.0s\)\n)")));
+  CHECK(!contains(r.err, "hung: no heartbeat for 2"));  // no waiter was named
+  checkNothingLeft(marker);
+}

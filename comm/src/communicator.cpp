@@ -1,8 +1,5 @@
 #include <algorithm>
-#include <charconv>
-#include <cstring>
 #include <set>
-#include <string_view>
 
 #include "communicator_impl.hpp"
 #include "op_progress.hpp"
@@ -153,7 +150,7 @@ Communicator::Impl::Impl(Setup setup) : s_(std::move(setup)) {
   if (s_.worldStore && s_.rank >= 0 && s_.size > 1) {
     std::string key = s_.name;  // "group 3" -> "group3"
     std::erase(key, ' ');
-    progress_ = std::make_unique<detail::OpProgress>(s_.worldStore, key, s_.rank, s_.size);
+    progress_ = std::make_unique<detail::OpProgress>(s_.worldStore, key, s_.name, s_.rank, s_.size);
   }
 }
 
@@ -175,6 +172,10 @@ milliseconds Communicator::Impl::resolve(milliseconds timeout) const {
 
 void Communicator::Impl::checkUsable(const char* what) {
   std::lock_guard lock(mutex_);
+  checkUsableLocked(what);
+}
+
+void Communicator::Impl::checkUsableLocked(const char* what) const {
   if (destroyed_)
     throw InvalidArgument(std::string(what) + ": the communicator was destroyed");
   if (s_.rank < 0)
@@ -249,31 +250,22 @@ void Communicator::Impl::compareFingerprints(const Collective& c) {
 
 void Communicator::Impl::execute(const Collective& c) {
   // drun's hang detection (README "Hangs"): a rank silent inside a collective is a waiter.
+  // With a progress watchdog, OpProgress marks a collective in the worker channel about once a
+  // poll (and every one stuck); without one, every collective is marked here.
   const uint64_t n = ++collectives_;
-  // "all_reduce #42 of world" without a heap allocation: small collectives cost ~0.3 us in all.
-  char entered[160];
-  {
-    char* end = entered + sizeof(entered) - 1;
-    char* p = entered;
-    auto put = [&](std::string_view text) {
-      const size_t len = std::min<size_t>(text.size(), static_cast<size_t>(end - p));
-      std::memcpy(p, text.data(), len);
-      p += len;
-    };
-    put(toString(c.kind));
-    put(" #");
-    p = std::to_chars(p, end, n).ptr;
-    put(" of ");
-    put(s_.name);
-    *p = '\0';
+  const char* kind = toString(c.kind);
+  if (progress_) {
+    progress_->entered(n, kind, c.timeout);
+  } else {
+    char entered[160];
+    detail::OpProgress::describe(entered, kind, n, s_.name);
+    drun_worker_collective_begin(entered);
   }
-  drun_worker_collective_begin(entered);
-  if (progress_) progress_->entered(n, c.timeout);
   struct Left {
     detail::OpProgress* progress;
     ~Left() {
       if (progress) progress->left();
-      drun_worker_collective_end();
+      else drun_worker_collective_end();
     }
   } left{progress_.get()};
   try {
@@ -282,7 +274,11 @@ void Communicator::Impl::execute(const Collective& c) {
   } catch (const TimeoutError&) {
     // Who never came: every rank in the op published it within a second of entering.
     std::string absent;
-    if (progress_) absent = progress_->describeAbsent(n, entered);
+    if (progress_) {
+      char entered[160];
+      detail::OpProgress::describe(entered, kind, n, s_.name);
+      absent = progress_->describeAbsent(n, entered);
+    }
     fail(toString(c.kind), std::current_exception(), absent);
   } catch (...) {
     fail(toString(c.kind), std::current_exception());
@@ -291,7 +287,10 @@ void Communicator::Impl::execute(const Collective& c) {
 
 Request Communicator::Impl::collective(Collective c, bool async) {
   const char* what = toString(c.kind);
-  checkUsable(what);
+  // One lock for the checks and the start (small collectives are a few hundred ns: each lock
+  // round trip counts).
+  std::unique_lock lock(mutex_);
+  checkUsableLocked(what);
   c.timeout = resolve(c.timeout);
   if (c.kind != OpKind::Barrier) {
     dtypeSize(c.dtype);  // validates
@@ -311,7 +310,6 @@ Request Communicator::Impl::collective(Collective c, bool async) {
   if (c.kind != OpKind::Barrier && c.count == 0 && !s_.checkCollectives)  // nothing to move
     return Request(std::make_shared<detail::CompletedRequest>());
 
-  std::unique_lock lock(mutex_);
   if (!async && queue_.empty() && !running_) {
     running_ = true;
     lock.unlock();

@@ -61,6 +61,7 @@ class Communicator::Impl : public std::enable_shared_from_this<Communicator::Imp
 
   // Checks that the communicator can run `what` now; throws the reason.
   void checkUsable(const char* what);
+  void checkUsableLocked(const char* what) const;  // with mutex_ held
   milliseconds resolve(milliseconds timeout) const;
   // Turns any failure of `what` into drun's error (naming the lost peer when known), marks the
   // communicator broken for TimeoutError / CommError, and throws it.

@@ -3,6 +3,11 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <charconv>
+#include <cstring>
+#include <string_view>
+
+#include "drun/worker.h"
 
 #include "drun/common/error.hpp"
 
@@ -22,9 +27,27 @@ std::string listRanks(const std::vector<int>& ranks) {
 
 }  // namespace
 
-OpProgress::OpProgress(std::shared_ptr<rdzv::LivenessStore> store, std::string commKey, int rank,
-                       int size, Options options)
-    : store_(std::move(store)), commKey_(std::move(commKey)), rank_(rank), size_(size), options_(options) {}
+OpProgress::OpProgress(std::shared_ptr<rdzv::LivenessStore> store, std::string commKey,
+                       std::string commName, int rank, int size, Options options)
+    : store_(std::move(store)), commKey_(std::move(commKey)), commName_(std::move(commName)), rank_(rank),
+      size_(size), options_(options) {}
+
+// Without a heap allocation: it runs on a collective's path.
+void OpProgress::describe(char (&out)[160], const char* kind, uint64_t n, const std::string& commName) {
+  char* end = out + sizeof(out) - 1;
+  char* p = out;
+  auto put = [&](std::string_view text) {
+    const size_t len = std::min<size_t>(text.size(), static_cast<size_t>(end - p));
+    std::memcpy(p, text.data(), len);
+    p += len;
+  };
+  put(kind);
+  put(" #");
+  p = std::to_chars(p, end, n).ptr;
+  put(" of ");
+  put(commName);
+  *p = '\0';
+}
 
 OpProgress::~OpProgress() {
   {
@@ -43,23 +66,49 @@ std::string OpProgress::countKey(uint64_t n) const {
   return "progress/" + commKey_ + "/in/" + std::to_string(n);
 }
 
-void OpProgress::entered(uint64_t n, milliseconds timeout) {
-  if (!store_ || size_ < 2) return;
+void OpProgress::entered(uint64_t n, const char* kind, milliseconds timeout) {
   const milliseconds after = std::min(options_.publishAfter, timeout / 4);
   publishAfterNs_.store(std::chrono::duration_cast<std::chrono::nanoseconds>(after).count(),
                         std::memory_order_relaxed);
-  enteredAtNs_.store(nowNs(), std::memory_order_relaxed);
-  current_.store(n, std::memory_order_release);
+  kind_.store(kind, std::memory_order_relaxed);
+  current_.store(n, std::memory_order_seq_cst);  // no clock read here: the watchdog times it
   std::call_once(started_, [this] {
     try {
       watchdog_ = std::thread([this] { watch(); });
+      watching_.store(true, std::memory_order_relaxed);
     } catch (const std::system_error& e) {
       spdlog::warn("drun comm: no progress watchdog ({}): a timeout will not name absent ranks", e.what());
     }
   });
+  if (markDue_.load(std::memory_order_relaxed) || !watching_.load(std::memory_order_relaxed)) {
+    markDue_.store(false, std::memory_order_relaxed);
+    mark(n, false);
+  }
 }
 
-void OpProgress::left() { current_.store(0, std::memory_order_release); }
+// current_ and marked_ are stored and loaded seq_cst on both sides: either the watchdog sees
+// that the collective ended and leaves it unmarked, or left() sees the mark and ends it.
+void OpProgress::left() {
+  current_.store(0, std::memory_order_seq_cst);
+  if (marked_.load(std::memory_order_seq_cst) == 0) return;
+  std::lock_guard lock(markMutex_);
+  if (marked_.load(std::memory_order_relaxed) == 0) return;  // the watchdog's mark was withdrawn
+  drun_worker_collective_end();
+  marked_.store(0, std::memory_order_relaxed);
+}
+
+void OpProgress::mark(uint64_t n, bool fromWatchdog) {
+  std::lock_guard lock(markMutex_);
+  if (marked_.load(std::memory_order_relaxed) == n) return;
+  marked_.store(n, std::memory_order_seq_cst);
+  if (fromWatchdog && current_.load(std::memory_order_seq_cst) != n) {  // over (or the next one)
+    marked_.store(0, std::memory_order_relaxed);
+    return;
+  }
+  char what[160];
+  describe(what, kind_.load(std::memory_order_relaxed), n, commName_);
+  drun_worker_collective_begin(what);
+}
 
 void OpProgress::publish(uint64_t n) {
   std::lock_guard lock(publishMutex_);
@@ -71,10 +120,19 @@ void OpProgress::publish(uint64_t n) {
 
 void OpProgress::watch() {
   std::unique_lock lock(stopMutex_);
+  uint64_t seen = 0;      // the collective this watchdog saw in progress last
+  int64_t seenSinceNs = 0;  // when it began, at the earliest: a poll before it was first seen
+  const int64_t pollNs = std::chrono::duration_cast<std::chrono::nanoseconds>(options_.poll).count();
   while (!stopCv_.wait_for(lock, options_.poll, [&] { return stopping_; })) {
-    const uint64_t n = current_.load(std::memory_order_acquire);
+    markDue_.store(true, std::memory_order_relaxed);
+    const uint64_t n = current_.load(std::memory_order_seq_cst);
     if (n == 0) continue;
-    const int64_t ranFor = nowNs() - enteredAtNs_.load(std::memory_order_relaxed);
+    if (marked_.load(std::memory_order_seq_cst) != n) mark(n, true);
+    if (n != seen) {  // entered within the last poll: publish at most a poll early, never late
+      seen = n;
+      seenSinceNs = nowNs() - pollNs;
+    }
+    const int64_t ranFor = nowNs() - seenSinceNs;
     if (ranFor < publishAfterNs_.load(std::memory_order_relaxed)) continue;
     lock.unlock();
     try {

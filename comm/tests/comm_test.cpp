@@ -114,6 +114,19 @@ TEST_CASE("comm: a peer SIGKILLed mid-collective fails every survivor with its n
   CHECK(drunShmEntries() == before);
 }
 
+// Queued broadcasts: the root runs up to 32 small broadcasts ahead of its readers and returns
+// without waiting. A reader killed mid-stream: the root fails when its queue is full (it waits for
+// the dead reader), the other reader when the root aborts; the root killed: the readers wait for it.
+TEST_CASE("comm: a rank SIGKILLed mid-stream of queued broadcasts fails every survivor with its name, in time", "[comm]") {
+  for (int victim : {0, 2}) {
+    DYNAMIC_SECTION("shm world 3 victim " << victim) {
+      MarkerScope marker;
+      auto ranks = startRanks(3, {"bcast_victim", std::to_string(victim)}, marker, "shm");
+      checkVictimJob(ranks, victim, {"NAMED after"});
+    }
+  }
+}
+
 TEST_CASE("comm: a collective's timeout names the rank that never entered it", "[comm]") {
   for (const char* transport : kTransports) {
     DYNAMIC_SECTION(transport) {

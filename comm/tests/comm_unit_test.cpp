@@ -501,14 +501,14 @@ TEST_CASE("comm: shm segment: where every rank may read the others' memory, sing
   }
 }
 
-// Queued broadcasts (the root runs up to ShmCollectives::kQueueDepth ahead of its readers): a
+// Queued broadcasts (the root runs up to ShmCollectives::kMaxQueueDepth ahead of its readers): a
 // loop of broadcasts from changing roots, of sizes on both sides of the queued limit (a 64 KiB
-// slot: 4 KiB sub-slots), mixed with all_reduces, with one reader that often falls behind:
+// slot: 32 KiB halves), mixed with all_reduces, with one reader that often falls behind:
 // every rank gets every value (a root that reused a sub-slot before its readers were done, or a
 // step that wrote over a queued broadcast still being read, would show here as wrong values).
 TEST_CASE("comm: shm: queued broadcasts from changing roots, mixed with other collectives, deliver every value", "[comm]") {
   TransportScope scope("shm");
-  struct SlotScope {  // 64 KiB slots: 4 KiB sub-slots
+  struct SlotScope {  // 64 KiB slots
     SlotScope() { setenv("DRUN_COMM_SHM_BYTES", "65536", 1); }
     ~SlotScope() { unsetenv("DRUN_COMM_SHM_BYTES"); }
   } slots;
@@ -528,6 +528,37 @@ TEST_CASE("comm: shm: queued broadcasts from changing roots, mixed with other co
         int64_t x = r + i;
         world.allReduce(&x, 1, DType::Int64, ReduceOp::Sum);
         wrong += x != 3 * static_cast<int64_t>(i) + 3;
+      }
+    }
+    CHECK(wrong == 0);
+  });
+}
+
+// Small queued broadcasts (8 B to 4 KiB: queues 32 and 16 deep, sub-slots packed in consecutive
+// cache lines) from a different root nearly every time, between all_reduces and all_gathers, at
+// world 4 (more ranks than this machine's cores): every value arrives, in order, everywhere.
+TEST_CASE("comm: shm: small broadcasts from a new root each time, between other collectives, deliver every value", "[comm]") {
+  TransportScope scope("shm");
+  constexpr int kRounds = 3000, kRanks = 4;
+  runRanks(kRanks, [](int r, Communicator& world) {
+    int wrong = 0;
+    for (int i = 0; i < kRounds; ++i) {
+      const int root = (i * 7 + i / 5) % kRanks;
+      const size_t count = i % 97 == 0 ? 512 : 1 + (i * 13) % 16;  // 4 KiB, or 8 to 128 B of int64
+      std::vector<int64_t> v(count, -1);
+      if (r == root)
+        for (size_t j = 0; j < count; ++j) v[j] = static_cast<int64_t>(i) * 1000003 + static_cast<int64_t>(j);
+      world.broadcast(v.data(), count, DType::Int64, root);
+      for (size_t j = 0; j < count; ++j) wrong += v[j] != static_cast<int64_t>(i) * 1000003 + static_cast<int64_t>(j);
+      if (i % 7 == 3) {
+        int64_t x = r + i;
+        world.allReduce(&x, 1, DType::Int64, ReduceOp::Sum);
+        wrong += x != kRanks * static_cast<int64_t>(i) + kRanks * (kRanks - 1) / 2;
+      }
+      if (i % 13 == 5) {
+        int32_t mine = r * 1000 + i, all[kRanks] = {};
+        world.allGather(&mine, all, 1, DType::Int32);
+        for (int k = 0; k < kRanks; ++k) wrong += all[k] != k * 1000 + i;
       }
     }
     CHECK(wrong == 0);

@@ -7,6 +7,9 @@
 //   victim N           all_reduce in a loop; rank N SIGKILLs itself in the 3rd iteration; the
 //                      survivors' all_reduce and their pending receive from rank N must fail
 //                      within the timeout with an error naming rank N
+//   bcast_victim N     8-byte broadcasts from rank 0 in a loop (queued: the root runs ahead of
+//                      its readers); rank N SIGKILLs itself in the 500th; the survivors' next
+//                      broadcasts must fail within the timeout naming rank N
 // Prints "rank R: ok (N checks)" and exits 0, or prints what went wrong and exits 1.
 #include <signal.h>
 #include <unistd.h>
@@ -258,6 +261,15 @@ void runGroups(Communicator& world) {
   }
 }
 
+// Prints "rank R: [what]NAMED after N ms: <error>" (or UNNAMED); true when the error names the
+// victim within the 10 s timeout (plus 3 s of slack) since `start`.
+bool reportVictimError(const char* what, const drun::Error& e, int victim, std::chrono::steady_clock::time_point start) {
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+  const bool named = std::string(e.what()).find("rank " + std::to_string(victim)) != std::string::npos;
+  std::printf("rank %d: %s%s after %lld ms: %s\n", me, what, named ? "NAMED" : "UNNAMED", static_cast<long long>(ms), e.what());
+  return named && ms < 10000 + 3000;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -288,21 +300,35 @@ int main(int argc, char** argv) {
         std::printf("rank %d: FAIL: no error after the victim died\n", me);
         return 1;
       } catch (const drun::Error& e) {
-        auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
-        bool named = std::string(e.what()).find("rank " + std::to_string(victim)) != std::string::npos;
-        std::printf("rank %d: %s after %lld ms: %s\n", me, named ? "NAMED" : "UNNAMED", static_cast<long long>(ms), e.what());
+        bool named = reportVictimError("", e, victim, start);
         try {
           pending.wait();
           std::printf("rank %d: FAIL: the pending receive from the victim completed\n", me);
           return 1;
         } catch (const drun::Error& p) {
-          auto pms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
-          bool pnamed = std::string(p.what()).find("rank " + std::to_string(victim)) != std::string::npos;
-          std::printf("rank %d: pending receive %s after %lld ms: %s\n", me, pnamed ? "NAMED" : "UNNAMED",
-                      static_cast<long long>(pms), p.what());
-          named = named && pnamed && pms < 10000 + 3000;
+          named = reportVictimError("pending receive ", p, victim, start) && named;
         }
-        return named && ms < 10000 + 3000 ? 0 : 1;
+        return named ? 0 : 1;
+      }
+    } else if (mode == "bcast_victim") {
+      const int victim = argc > 2 ? std::atoi(argv[2]) : world->size() - 1;
+      const auto timeout = 10s;
+      auto start = std::chrono::steady_clock::now();
+      try {
+        for (int64_t it = 0; it < 1000000; ++it) {
+          if (it == 500 && me == victim) kill(getpid(), SIGKILL);
+          if (it == 500) start = std::chrono::steady_clock::now();
+          int64_t v = me == 0 ? it : -1;
+          world->broadcast(&v, 1, DType::Int64, 0, timeout);
+          if (v != it) {
+            std::printf("rank %d: FAIL: broadcast %lld delivered %lld\n", me, static_cast<long long>(it), static_cast<long long>(v));
+            return 1;
+          }
+        }
+        std::printf("rank %d: FAIL: no error after the victim died\n", me);
+        return 1;
+      } catch (const drun::Error& e) {
+        return reportVictimError("", e, victim, start) ? 0 : 1;
       }
     } else if (mode == "absent") {  // one rank never enters the 3rd all_reduce: the others name it
       const int absent = argc > 2 ? std::atoi(argv[2]) : world->size() - 1;

@@ -7,9 +7,22 @@
 
 namespace drun::comm::detail {
 
-void ShmCollectives::step(const Deadline& deadline, const char* what) {
+// Every sub-slot a queued broadcast of up to a page starts in, in every rank's halves, is mapped
+// now (the sub-slots of shallower queues are among the deepest one's): a first touch costs
+// ~0.5-1 us (a page fault) in the middle of a loop of small broadcasts (the first 8-byte size
+// of drun-comm-bench measured 0.35 us against 0.11-0.14 with them mapped). Only these pages
+// (32 per rank): mapping whole slots would make every communicator's segment resident.
+ShmCollectives::ShmCollectives(ShmSegment& segment) : seg_(segment) {
+  for (int r = 0; r < seg_.size(); ++r)
+    for (uint64_t h = 0; h < 2; ++h)
+      for (uint64_t j = 0; j < kMaxQueueDepth / 2; ++j)
+        seg_.prefault(seg_.half(r, h) + j * subSlotBytes(kMaxQueueDepth));
+}
+
+void ShmCollectives::step(const OpDeadline& deadline, const char* what, size_t wrote) {
   ++seq_;
   readersDone_[seq_ & 1] = seq_ + 1;  // a rank publishes seq_ + 1 only after it read this step
+  stepBytes_[seq_ & 1] = wrote;
   seg_.publish(seq_);
   seg_.waitAll(seq_, deadline, what);
 }
@@ -21,7 +34,7 @@ size_t ShmCollectives::chunkElements(size_t count, size_t es, size_t blocks, boo
 }
 
 void ShmCollectives::run(const Collective& c) {
-  const Deadline deadline(c.timeout);
+  const OpDeadline deadline(c.timeout);
   const uint64_t depth = c.kind == OpKind::Broadcast ? queueDepth(c.count * dtypeSize(c.dtype)) : 0;
   if (lagging_ && depth == 0) {  // queued broadcasts may still be read: everyone read them now
     seg_.waitAll(seq_, deadline, toString(c.kind));
@@ -32,7 +45,7 @@ void ShmCollectives::run(const Collective& c) {
       c.count * dtypeSize(c.dtype) >= kSingleCopyBytes)
     return singleCopyAllGather(c, deadline);
   switch (c.kind) {
-    case OpKind::Barrier: return step(deadline, "barrier");
+    case OpKind::Barrier: return step(deadline, "barrier", 0);
     case OpKind::AllReduce: return reduceAll(c, true, deadline);
     case OpKind::Reduce: return reduceAll(c, false, deadline);
     case OpKind::Broadcast: return broadcast(c, deadline);
@@ -41,7 +54,7 @@ void ShmCollectives::run(const Collective& c) {
 }
 
 // all_reduce (toAll) and reduce (the root only); in place in c.recv.
-void ShmCollectives::reduceAll(const Collective& c, bool toAll, const Deadline& d) {
+void ShmCollectives::reduceAll(const Collective& c, bool toAll, const OpDeadline& d) {
   const int n = seg_.size(), me = seg_.rank();
   const char* what = toString(c.kind);
   const size_t es = dtypeSize(c.dtype);
@@ -61,18 +74,18 @@ void ShmCollectives::reduceAll(const Collective& c, bool toAll, const Deadline& 
     // nothing to combine; AVG of one rank is the value itself
   } else if (bytes <= kOneShotBytes && bytes <= seg_.halfBytes()) {
     std::memcpy(next(), buf, bytes);
-    step(d, what);
+    step(d, what, bytes);
     if (receives) reduceFrom(buf, 0, c.count);
   } else {
     const size_t chunk = chunkElements(c.count, es, 1, true);
     for (size_t off = 0; off < c.count; off += chunk) {
       const size_t m = std::min(chunk, c.count - off);
       std::memcpy(next(), buf + off * es, m * es);
-      step(d, what);
+      step(d, what, m * es);
       const size_t lo = m * static_cast<size_t>(me) / n, hi = m * static_cast<size_t>(me + 1) / n;
       char* part = next();  // my part of the result, at its place in the chunk
       if (hi > lo) reduceFrom(part + lo * es, lo * es, hi - lo);
-      step(d, what);
+      step(d, what, m * es);
       if (!receives) continue;
       for (int r = 0; r < n; ++r) {
         const size_t rlo = m * static_cast<size_t>(r) / n, rhi = m * static_cast<size_t>(r + 1) / n;
@@ -92,7 +105,7 @@ void ShmCollectives::reduceAll(const Collective& c, bool toAll, const Deadline& 
 // D (queueDepth) keeps the queue's bytes about cache-sized: deep for small messages, 2 for large
 // ones (a 16-deep queue of 256 KiB broadcasts ran 4x slower: every copy missed the cache). A
 // change of D first waits until every queued broadcast is read (the sub-slots move).
-void ShmCollectives::queuedBroadcast(const Collective& c, uint64_t depth, const Deadline& d) {
+void ShmCollectives::queuedBroadcast(const Collective& c, uint64_t depth, const OpDeadline& d) {
   const size_t bytes = c.count * dtypeSize(c.dtype);
   if (lagging_ && depth != queueDepth_) seg_.waitAll(seq_, d, "broadcast");
   queueDepth_ = depth;
@@ -101,7 +114,8 @@ void ShmCollectives::queuedBroadcast(const Collective& c, uint64_t depth, const 
   const size_t offset = ((k >> 1) % (depth / 2)) * subSlotBytes(depth);
   if (seg_.rank() == c.root) {
     const uint64_t reused = k > depth ? k - depth : 0;
-    const uint64_t free = std::max(reused, readersDone_[k & 1]);
+    // The last step's data in this half (at its start) matters only where this sub-slot overlaps it.
+    const uint64_t free = std::max(reused, offset < stepBytes_[k & 1] ? readersDone_[k & 1] : 0);
     if (free > 0) seg_.waitAll(free, d, "broadcast");
     std::memcpy(seg_.half(c.root, k) + offset, c.recv, bytes);
     seg_.publish(k);
@@ -118,7 +132,7 @@ uint64_t ShmCollectives::queueDepth(size_t bytes) const {
   return bytes <= subSlotBytes(depth) ? depth : 0;
 }
 
-void ShmCollectives::broadcast(const Collective& c, const Deadline& d) {
+void ShmCollectives::broadcast(const Collective& c, const OpDeadline& d) {
   const size_t es = dtypeSize(c.dtype);
   char* buf = static_cast<char*>(c.recv);
   const size_t chunk = chunkElements(c.count, es, 1, true);
@@ -126,13 +140,13 @@ void ShmCollectives::broadcast(const Collective& c, const Deadline& d) {
   for (size_t off = 0; off < c.count; off += chunk) {
     const size_t m = std::min(chunk, c.count - off);
     if (root) std::memcpy(next(), buf + off * es, m * es);
-    step(d, "broadcast");
+    step(d, "broadcast", root ? m * es : 0);
     if (!root) std::memcpy(buf + off * es, last(c.root), m * es);
   }
 }
 
 // The block-structured ops: per chunk of m elements of each rank's count, one step.
-void ShmCollectives::blocks(const Collective& c, const Deadline& d) {
+void ShmCollectives::blocks(const Collective& c, const OpDeadline& d) {
   const int n = seg_.size(), me = seg_.rank();
   const size_t es = dtypeSize(c.dtype), count = c.count;
   const char* what = toString(c.kind);
@@ -152,7 +166,7 @@ void ShmCollectives::blocks(const Collective& c, const Deadline& d) {
     } else {
       std::memcpy(next(), send + off * es, mb);
     }
-    step(d, what);
+    step(d, what, nBlocks ? n * mb : mb);
     switch (c.kind) {
       case OpKind::Scatter:
         std::memcpy(recv + off * es, last(c.root) + me * mb, mb);

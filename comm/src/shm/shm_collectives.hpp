@@ -33,7 +33,7 @@ namespace drun::comm::detail {
 
 class ShmCollectives {
  public:
-  explicit ShmCollectives(ShmSegment& segment) : seg_(segment) {}
+  explicit ShmCollectives(ShmSegment& segment);
   void run(const Collective& c);
 
   static constexpr size_t kOneShotBytes = 64u << 10;
@@ -43,22 +43,26 @@ class ShmCollectives {
   static constexpr size_t kQueueBytes = 64u << 10;  // a queue's bytes in flight, about (cache)
 
  private:
-  void step(const Deadline& deadline, const char* what);
+  // `wrote`: the bytes this rank wrote at the start of next() for it (what a queued broadcast
+  // in that half must not overwrite before every rank read it).
+  void step(const OpDeadline& deadline, const char* what, size_t wrote);
   char* next() const { return seg_.half(seg_.rank(), seq_ + 1); }  // to write before step()
   const char* last(int r) const { return seg_.half(r, seq_); }      // to read after step()
   // Elements per chunk when each step moves `blocks` blocks of `es`-byte elements per rank.
   size_t chunkElements(size_t count, size_t es, size_t blocks, bool cache) const;
 
   // Queued broadcasts: how deep a queue of `bytes` broadcasts is (0: too large to queue), and
-  // the sub-slot of a queue of that depth.
+  // the sub-slot of a queue of that depth. (Sub-slots packed into consecutive cache lines were
+  // tried: 0.9-1.0x of these spaced ones once their pages were mapped, and a change of message
+  // size then moves the sub-slots, so it must wait as a change of depth does.)
   uint64_t queueDepth(size_t bytes) const;
   size_t subSlotBytes(uint64_t depth) const { return seg_.halfBytes() / (depth / 2); }
-  void queuedBroadcast(const Collective& c, uint64_t depth, const Deadline& d);
-  void singleCopyAllGather(const Collective& c, const Deadline& d);
+  void queuedBroadcast(const Collective& c, uint64_t depth, const OpDeadline& d);
+  void singleCopyAllGather(const Collective& c, const OpDeadline& d);
 
-  void reduceAll(const Collective& c, bool toAll, const Deadline& d);
-  void broadcast(const Collective& c, const Deadline& d);
-  void blocks(const Collective& c, const Deadline& d);  // scatter, gather, all_gather, all_to_all, reduce_scatter
+  void reduceAll(const Collective& c, bool toAll, const OpDeadline& d);
+  void broadcast(const Collective& c, const OpDeadline& d);
+  void blocks(const Collective& c, const OpDeadline& d);  // scatter, gather, all_gather, all_to_all, reduce_scatter
 
   ShmSegment& seg_;
   uint64_t seq_ = 0;  // this rank's flag: steps done
@@ -67,6 +71,11 @@ class ShmCollectives {
   // Per half: the flag value every rank has published once it read the generic steps' data
   // there (a step's data is read before its reader's next publish).
   uint64_t readersDone_[2] = {0, 0};
+  // Per half: how many bytes that step wrote there (from the half's start). A barrier or a
+  // single-copy step writes none: the queued broadcasts after it need not wait for its readers
+  // (that wait, for readers not running yet, cost a queue of 8-byte broadcasts a context switch
+  // after every barrier at world 4 on 2 cores).
+  size_t stepBytes_[2] = {0, 0};
 };
 
 }  // namespace drun::comm::detail

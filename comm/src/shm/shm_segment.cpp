@@ -87,7 +87,7 @@ struct ShmSegment::Header {
 ShmSegment::ShmSegment(rdzv::Store& store, int rank, int size, const ShmOptions& options,
                        milliseconds timeout)
     : rank_(rank), size_(size), options_(options), pidfds_(static_cast<size_t>(size), -1),
-      pids_(static_cast<size_t>(size), 0) {
+      pids_(static_cast<size_t>(size), 0), seenFlags_(static_cast<size_t>(size), 0) {
   int fd = -1;
   std::string problem;
   if (rank == 0) {
@@ -249,6 +249,16 @@ char* ShmSegment::half(int r, uint64_t h) const {
   return base_ + slotsOffset_ + static_cast<size_t>(r) * options_.slotBytes + (h & 1) * halfBytes_;
 }
 
+void ShmSegment::prefault(const char* address) const {
+  static const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const auto at = reinterpret_cast<uintptr_t>(address) / page * page;
+#ifdef MADV_POPULATE_WRITE
+  madvise(reinterpret_cast<void*>(at), page, MADV_POPULATE_WRITE);
+#else
+  (void)at;
+#endif
+}
+
 void ShmSegment::publish(uint64_t value) {
   Header& h = header();
   h.ranks()[rank_].flag.store(value, std::memory_order_release);
@@ -259,31 +269,38 @@ void ShmSegment::publish(uint64_t value) {
   }
 }
 
-void ShmSegment::waitAll(uint64_t value, const Deadline& deadline, const std::string& what, int only) {
+void ShmSegment::waitAll(uint64_t value, const OpDeadline& opDeadline, const char* what, int only) {
   Header& h = header();
   RankLine* ranks = h.ranks();
+  uint64_t* seen = seenFlags_.data();
   const int end = only < 0 ? size_ : only + 1;
   int behind = only < 0 ? 0 : only;  // the first rank not there yet: where the scan resumes
   auto ready = [&] {
-    for (; behind < end; ++behind)
-      if (ranks[behind].flag.load(std::memory_order_acquire) < value) return false;
+    for (; behind < end; ++behind) {
+      if (seen[behind] >= value) continue;  // acquired when it was seen: its data is visible
+      seen[behind] = ranks[behind].flag.load(std::memory_order_acquire);
+      if (seen[behind] < value) return false;
+    }
     return true;
   };
   if (ready()) return;
+  const Deadline& deadline = opDeadline.get();
   const auto start = Clock::now();
   // Adaptive: a rank with a core of its own spins first (a sleep hands the core away for a time
   // slice, milliseconds: OpenMPI spins for the same reason), but only for kSpinFirst: on a loaded
   // machine (other jobs, other helpers) the awaited rank may need this very core, so the wait
   // then yields (free when nothing else is runnable, a hand-over when something is), and sleeps
   // on the futex after options_.busyWait, so that a long wait costs no CPU (the hierarchical
-  // backend's hosts wait for TCP: a short budget). Oversubscribed ranks yield at once.
+  // backend's hosts wait for TCP: a short budget).
   // The spin budget adapts (spinBudget_): it halves after a wait that its spin did not end and
   // doubles, up to kSpinFirst, after one that it did. Measured (drun-comm-bench, world 2 under
   // build/bin/drun, quiet 2-core VM, best of 3, A/B in one run): with a fixed 50 us spin every
   // operation up to 32 KiB took a constant ~54 us (the whole spin for a peer that was not
   // running, then the yield that let it run); adaptive: all_gather 0.3 us, broadcast ~5 us.
   // Where the ranks share a core the budget falls to about a microsecond; where each has one
-  // it stays above the typical wait.
+  // it stays above the typical wait. Oversubscribed ranks yield at once: a spin first (adaptive
+  // up to 2 us, or a fixed 0.5, 2 or 20 us) was tried for queued 8-byte broadcasts at world 4 on
+  // 2 cores and was as fast at best, 1.5-5x slower fixed (the awaited rank needed this core).
   const auto budget = oversubscribed(size_) ? std::chrono::nanoseconds(0) : spinBudget_;
   auto adapt = [&](bool spinEnded) {
     if (spinEnded) spinBudget_ = std::min<std::chrono::nanoseconds>(kSpinFirst, std::max<std::chrono::nanoseconds>(2 * budget, kSpinFloor));
@@ -291,7 +308,7 @@ void ShmSegment::waitAll(uint64_t value, const Deadline& deadline, const std::st
   };
   while (Clock::now() - start < options_.busyWait) {
     if (Clock::now() - start < budget) {
-      for (int k = 0; k < 256; ++k, cpuRelax())
+      for (int k = 0; k < 64; ++k, cpuRelax())  // ~1 us of pauses per clock read (Zen: ~60 cycles each)
         if (ready()) return adapt(true);
     } else {
       if (ready()) return adapt(false);
@@ -310,12 +327,12 @@ void ShmSegment::waitAll(uint64_t value, const Deadline& deadline, const std::st
     for (int r = behind; r < end; ++r) {
       if (ranks[r].flag.load(std::memory_order_acquire) >= value) continue;
       std::string failure = peerFailure(r);
-      if (!failure.empty()) throw CommError("shm " + what + ": " + failure);
+      if (!failure.empty()) throw CommError(std::string("shm ") + what + ": " + failure);
     }
     if (int by = h.abortedBy.load(std::memory_order_acquire); by > 0 && by != rank_ + 1)
-      throw CommError("shm " + what + ": " + peerFailure(by - 1));
+      throw CommError(std::string("shm ") + what + ": " + peerFailure(by - 1));
     if (deadline.expired())
-      throw TimeoutError("shm " + what + " timed out waiting for rank " + std::to_string(nameOf(behind)));
+      throw TimeoutError(std::string("shm ") + what + " timed out waiting for rank " + std::to_string(nameOf(behind)));
   }
 }
 

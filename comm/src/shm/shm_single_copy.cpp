@@ -7,17 +7,17 @@
 
 namespace drun::comm::detail {
 
-void ShmCollectives::singleCopyAllGather(const Collective& c, const Deadline& d) {
+void ShmCollectives::singleCopyAllGather(const Collective& c, const OpDeadline& d) {
   const int n = seg_.size(), me = seg_.rank();
   const size_t block = c.count * dtypeSize(c.dtype);
   char* recv = static_cast<char*>(c.recv);
   seg_.publishBuffer(c.send);
   if (c.send != recv + me * block)  // before the step: while the peers arrive
     std::memcpy(recv + me * block, c.send, block);
-  step(d, "all_gather");
+  step(d, "all_gather", 0);
   for (int r = 0; r < n; ++r)
     if (r != me) seg_.readPeer(r, seg_.sendAddr(r), recv + r * block, block);
-  step(d, "all_gather");
+  step(d, "all_gather", 0);
 }
 
 }  // namespace drun::comm::detail
