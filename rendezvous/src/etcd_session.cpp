@@ -213,7 +213,7 @@ void EtcdSession::runOwnWill(EtcdClient& client) {
 
 void EtcdSession::endLost(milliseconds timeout) {
   // The session's own clients were interrupted when it was lost: a client of this call's own.
-  EtcdClientOptions bounded = options_.client;
+  EtcdClientOptions bounded = clientOptions();
   bounded.callTimeout = std::min(bounded.callTimeout, timeout);
   EtcdClient client(bounded);
   client.leaseRevoke(lease_, Deadline(bounded.callTimeout));
