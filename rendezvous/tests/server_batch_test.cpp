@@ -45,13 +45,17 @@ std::string batchOf(const std::vector<wire::Request>& parts, uint64_t id = 9) {
   return batch;
 }
 
+void handshake(RawClient& raw) {
+  raw.hello();
+  REQUIRE(raw.helloReply().status == wire::HelloStatus::Ok);
+}
+
 // Sends `bytes` after the handshake on a connection of its own, closes it, and returns once the
 // server has closed its side too (its will, if any, has run). `open` connections stay open.
 void sendAndClose(StoreServer& server, const std::string& bytes, uint64_t open) {
   {
     RawClient raw(server.port());
-    raw.hello();
-    REQUIRE(raw.helloReply().status == wire::HelloStatus::Ok);
+    handshake(raw);
     raw.send(bytes);
   }
   REQUIRE(eventually([&] { return server.stats().connectionsOpen == open; }));
@@ -75,8 +79,7 @@ TEST_CASE("server: a batch frame cut off at any byte applies none of its parts; 
   CHECK(server.stats().willsRun == 0);
   {
     RawClient raw(server.port());
-    raw.hello();
-    REQUIRE(raw.helloReply().status == wire::HelloStatus::Ok);
+    handshake(raw);
     raw.send(batch);
     for (uint64_t id : {1, 2, 3}) {  // the parts' answers, in order; none for the batch itself
       auto answer = raw.response();
@@ -125,8 +128,7 @@ TEST_CASE("server: a batch carrying a call that waits, a heartbeat or a batch, o
     std::string batch;
     wire::encodeBatch(setFrame + second, 3, batch);
     RawClient raw(server.port());
-    raw.hello();
-    REQUIRE(raw.helloReply().status == wire::HelloStatus::Ok);
+    handshake(raw);
     raw.send(batch);
     auto answer = raw.response();
     REQUIRE(answer);
