@@ -307,6 +307,7 @@ std::string_view toString(Op op) {
     case Op::Heartbeat: return "heartbeat";
     case Op::DeletePrefix: return "deletePrefix";
     case Op::ListJobs: return "listJobs";
+    case Op::Batch: return "batch";
   }
   return "unknown";
 }
@@ -323,10 +324,11 @@ std::string_view toString(Status status) {
 }
 
 bool isValidOp(uint8_t op) { return op >= 1 && op <= kMaxOp; }
-bool expectsResponse(Op op) { return op != Op::Heartbeat; }
+bool expectsResponse(Op op) { return op != Op::Heartbeat && op != Op::Batch; }
 bool isBlocking(Op op) {
   return op == Op::Get || op == Op::Wait || op == Op::MultiGet || op == Op::Watch;
 }
+bool mayBeBatched(Op op) { return isValidOp(static_cast<uint8_t>(op)) && expectsResponse(op) && !isBlocking(op); }
 
 // --- hello
 
@@ -599,6 +601,8 @@ void encodeRequest(const Request& q, std::string& out, const Limits& l) {
         w.strings(will.deletes);
         break;
       }
+      case Op::Batch:
+        throw InvalidArgument("a batch is encoded with encodeBatch, around its parts' frames");
       default:
         throw InvalidArgument("cannot encode unknown op " +
                               std::to_string(static_cast<int>(q.op)));
@@ -609,6 +613,35 @@ void encodeRequest(const Request& q, std::string& out, const Limits& l) {
   }
   endFrame(w, out, at, l);
 }
+
+void encodeBatch(std::string_view frames, uint64_t id, std::string& out, const Limits& l) {
+  Writer w(out);
+  size_t at = beginFrame(w, Op::Batch, Status::Ok, id);
+  out.append(frames);
+  endFrame(w, out, at, l);
+}
+
+namespace {
+
+// A Batch's body: whole request frames of ops that may be batched, nothing else. "" or why not.
+std::string decodeParts(std::string_view body, std::vector<Request>& parts, const Limits& l) {
+  while (!body.empty()) {
+    if (parts.size() >= l.store.maxKeysPerRequest)
+      return "batch of more than " + std::to_string(l.store.maxKeysPerRequest) + " requests";
+    Request part;
+    const DecodeResult r = decodeRequest(body, part, l);
+    if (r.status == DecodeStatus::NeedMore) return "batch ends inside a request frame";
+    if (r.status == DecodeStatus::Bad) return "batch part " + std::to_string(parts.size()) + ": " + r.error;
+    if (!mayBeBatched(part.op))
+      return "batch part " + std::to_string(parts.size()) + " is a " + std::string(toString(part.op)) +
+             " (only calls answered at once may be batched)";
+    parts.push_back(std::move(part));
+    body.remove_prefix(r.consumed);
+  }
+  return "";
+}
+
+}  // namespace
 
 DecodeResult decodeRequest(std::string_view in, Request& q, const Limits& l) {
   Header h;
@@ -624,6 +657,14 @@ DecodeResult decodeRequest(std::string_view in, Request& q, const Limits& l) {
   q = Request{};
   q.op = static_cast<Op>(h.op);
   q.id = h.id;
+  if (q.op == Op::Batch) {
+    if (std::string why = decodeParts(body, q.parts, l); !why.empty()) {
+      r.status = DecodeStatus::Bad;
+      r.error = std::move(why);
+      r.consumed = 0;
+    }
+    return r;
+  }
   const size_t maxKey = l.store.maxKeyBytes;
   const size_t maxValue = l.store.maxValueBytes;
   const size_t maxKeys = l.store.maxKeysPerRequest;
@@ -706,7 +747,7 @@ DecodeResult decodeRequest(std::string_view in, Request& q, const Limits& l) {
 
 void encodeResponse(const Response& p, std::string& out, const Limits& l) {
   Writer w(out);
-  if (p.op == Op::Heartbeat) throw InvalidArgument("heartbeats are never answered");
+  if (!expectsResponse(p.op)) throw InvalidArgument(std::string(toString(p.op)) + " requests are never answered");
   size_t at = beginFrame(w, p.op, p.status, p.id);
   try {
     if (p.status != Status::Ok) {
@@ -758,8 +799,8 @@ DecodeResult decodeResponse(std::string_view in, Response& p, const Limits& l) {
   p.status = static_cast<Status>(h.status);
   const size_t maxValue = l.store.maxValueBytes;
   Reader rd(body);
-  if (p.op == Op::Heartbeat) {
-    rd.fail("a heartbeat is never answered");
+  if (!expectsResponse(p.op)) {
+    rd.fail("a " + std::string(toString(p.op)) + " is never answered");
   } else if (p.status != Status::Ok) {
     p.message = rd.bytes(l.maxMessageBytes, "error message");
     p.keys = rd.strings(l.store.maxKeysPerRequest, l.store.maxKeyBytes, "key");

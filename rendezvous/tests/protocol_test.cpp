@@ -187,8 +187,9 @@ TEST_CASE("protocol: integers are little-endian on the wire", "[protocol]") {
   CHECK(b.substr(16) == std::string("\x01\x00\x00\x00k\x08\x07\x06\x05\x04\x03\x02\x01", 13));
   std::string hello;
   encodeHello(Hello{kVersion, 0x01020304}, hello);
-  // Version 2: the 12 bytes every version shares, a 32-byte nonce, the scope (empty).
-  CHECK(hello == std::string("drun\x02\x00\x00\x00\x04\x03\x02\x01", 12) +
+  // Version 3 (version 2's layout): the 12 bytes every version shares, a 32-byte nonce, the
+  // scope (empty).
+  CHECK(hello == std::string("drun\x03\x00\x00\x00\x04\x03\x02\x01", 12) +
                      std::string(kNonceBytes, '\0') + std::string(4, '\0'));
 }
 
@@ -465,4 +466,55 @@ TEST_CASE("protocol: version 2 hello carries nonces and the scope, and the token
   CHECK(v.status == AuthStatus::Refused);
   verdict[0] = 7;
   CHECK(decodeAuthReply(verdict, v).status == DecodeStatus::Bad);
+}
+
+TEST_CASE("protocol: a batch carries whole request frames, decoded in order; waiting, unanswered "
+          "and truncated parts are Bad", "[protocol]") {
+  std::string frames;
+  std::vector<Request> parts;
+  for (const Request& q : everyRequest())
+    if (mayBeBatched(q.op)) {
+      encodeRequest(q, frames);
+      parts.push_back(q);
+    }
+  REQUIRE(parts.size() >= 8);
+  std::string batch;
+  encodeBatch(frames, 77, batch);
+  Request back;
+  auto r = decodeRequest(batch, back);
+  REQUIRE(r.status == DecodeStatus::Ok);
+  CHECK(r.consumed == batch.size());
+  CHECK(back.op == Op::Batch);
+  CHECK(back.id == 77);
+  REQUIRE(back.parts.size() == parts.size());
+  for (size_t i = 0; i < parts.size(); ++i) requireSame(parts[i], back.parts[i]);
+  // A batch cut at any byte needs more, like any frame.
+  for (size_t cut = 0; cut < batch.size(); ++cut)
+    REQUIRE(decodeRequest(std::string_view(batch).substr(0, cut), back).status == DecodeStatus::NeedMore);
+  for (Op op : {Op::Get, Op::Wait, Op::MultiGet, Op::Watch, Op::Heartbeat}) {
+    INFO(toString(op));
+    Request q;
+    q.op = op;
+    q.keys = {"k"};
+    std::string one, wrapped;
+    encodeRequest(q, one);
+    encodeBatch(one, 1, wrapped);
+    auto bad = decodeRequest(wrapped, back);
+    CHECK(bad.status == DecodeStatus::Bad);
+    CHECK_THAT(bad.error, Catch::Contains("batch part 0"));
+  }
+  std::string nested;
+  encodeBatch(batch, 78, nested);
+  CHECK(decodeRequest(nested, back).status == DecodeStatus::Bad);
+  std::string truncated;
+  encodeBatch(std::string_view(frames).substr(0, frames.size() - 1), 79, truncated);
+  CHECK_THAT(decodeRequest(truncated, back).error, Catch::Contains("ends inside"));
+  Request batchRequest;
+  batchRequest.op = Op::Batch;
+  std::string refused;
+  CHECK_THROWS_AS(encodeRequest(batchRequest, refused), drun::InvalidArgument);
+  Response none;
+  none.op = Op::Batch;
+  CHECK_THROWS_AS(encodeResponse(none, refused), drun::InvalidArgument);
+  CHECK(decodeResponse(frame(0, static_cast<uint8_t>(Op::Batch), 0, ""), none).status == DecodeStatus::Bad);
 }

@@ -97,7 +97,10 @@ class FakeServer {
       auto r = wire::decodeRequest(in.data(), q);
       if (r.status == wire::DecodeStatus::Ok) {
         in.consume(r.consumed);
-        if (q.op != wire::Op::Heartbeat) out.push_back(std::move(q));
+        if (q.op == wire::Op::Batch)  // its parts, as a server takes it apart
+          for (wire::Request& part : q.parts) out.push_back(std::move(part));
+        else if (q.op != wire::Op::Heartbeat)
+          out.push_back(std::move(q));
         continue;
       }
       if (r.status == wire::DecodeStatus::Bad || !receive(fd, in)) break;

@@ -12,6 +12,10 @@
 //   version tells a client of another which version it speaks (VersionMismatch).
 //   then frames both ways:  header (16 bytes) + body
 //             u32 body length, u8 op, u8 status (0 in requests), u16 reserved (0), u64 request id
+//   A Batch request's body is whole request frames, one after the other: the server applies
+//   them in one step once the whole frame is in, each answered by its own response frame (the
+//   Batch itself is not answered). A batch cut off in the middle applies none of its parts, where
+//   separate frames cut between two applied the first: a join's will without the count after it.
 //
 // Integers are little-endian, written byte by byte (never a memcpy of a struct); strings and
 // byte values are u32 length + bytes; lists are u32 count + items; enums have explicit values.
@@ -39,7 +43,7 @@
 namespace drun::rdzv::wire {
 
 inline constexpr uint32_t kMagic = 0x6E757264;  // bytes 'd' 'r' 'u' 'n' on the wire
-inline constexpr uint16_t kVersion = 2;  // 2: nonces, scope and the token challenge
+inline constexpr uint16_t kVersion = 3;  // 2: nonces, scope and the token challenge; 3: Batch
 inline constexpr size_t kHelloBytes = 12;  // the part of Hello and HelloReply every version shares
 inline constexpr size_t kNonceBytes = 32;
 inline constexpr size_t kMacBytes = 32;
@@ -74,8 +78,9 @@ enum class Op : uint8_t {
   Heartbeat = 15,    // one-way: never answered
   DeletePrefix = 16,
   ListJobs = 17,     // the run ids with keys under rdzv/ (drun status); not for a job's client
+  Batch = 18,        // whole request frames applied in one step (mayBeBatched ops); not answered
 };
-inline constexpr uint8_t kMaxOp = 17;
+inline constexpr uint8_t kMaxOp = 18;
 
 enum class Status : uint8_t {
   Ok = 0,
@@ -126,6 +131,7 @@ struct Request {
   int64_t delta = 0;               // Add
   std::optional<Bytes> known;      // Watch (nullopt = "absent")
   Store::Will will;                // SetWill
+  std::vector<Request> parts;      // Batch (decoded): its requests, in order
 };
 
 struct Response {
@@ -153,8 +159,9 @@ struct DecodeResult {
 std::string_view toString(Op op);
 std::string_view toString(Status status);
 bool isValidOp(uint8_t op);
-bool expectsResponse(Op op);  // false for Heartbeat
+bool expectsResponse(Op op);  // false for Heartbeat and Batch (its parts are answered)
 bool isBlocking(Op op);       // Get, Wait, MultiGet, Watch: carry a timeout
+bool mayBeBatched(Op op);     // answered at once: not blocking, not Heartbeat, not Batch
 
 // Encoders append one message to `out`. Requests and responses over the limits throw
 // InvalidArgument naming the key or size, so no encoder emits a frame a decoder rejects.
@@ -164,6 +171,9 @@ void encodeAuth(const Mac& mac, std::string& out);
 void encodeAuthReply(const AuthReply& reply, std::string& out);
 void encodeRequest(const Request& request, std::string& out, const Limits& limits = kLimits);
 void encodeResponse(const Response& response, std::string& out, const Limits& limits = kLimits);
+// A Batch frame around `frames` (request frames encodeRequest wrote, of mayBeBatched ops).
+// Throws InvalidArgument when it is over the frame limit (nothing appended).
+void encodeBatch(std::string_view frames, uint64_t id, std::string& out, const Limits& limits = kLimits);
 
 // A hello of another version decodes Ok after its first kHelloBytes (only `version` is set), so
 // the server can answer VersionMismatch; a reply that is not Ok is those 12 bytes alone.
