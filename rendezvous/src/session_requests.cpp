@@ -25,8 +25,13 @@ void Session::handle(wire::Request q) {
   if (q.op == wire::Op::Heartbeat) return;  // reading it renewed the lease
   if (q.op == wire::Op::Batch) {
     // Its parts, in one step on this thread: none waits (the codec admits none that does), so
-    // nothing of another connection, its close and its will included, runs between them.
-    for (wire::Request& part : q.parts) handle(std::move(part));
+    // nothing of another connection, its close and its will included, runs between them. Only
+    // this session dropped for output over its budget (a client that does not read its answers)
+    // ends a batch part way, as it ends a stream of frames: its will ran, the rest is not applied.
+    for (wire::Request& part : q.parts) {
+      handle(std::move(part));
+      if (phase_ != SessionPhase::Serving) return;
+    }
     return;
   }
   wire::Response p = answer(q.op, q.id, wire::Status::Ok);
