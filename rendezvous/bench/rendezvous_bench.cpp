@@ -8,7 +8,7 @@
 //   coroutine speaking the wire protocol (protocol.hpp) and issuing exactly the store calls of
 //   C10dRendezvous::next() for a fresh job (ExitBarrier::enter, checkJobConfig, startRound,
 //   RoundJoin, RoundCloser::tryClose for the last arrival), in the same order and the same
-//   batches (StoreBatch: pipelined, as TcpStore::runBatch sends them)
+//   batches (StoreBatch: one Batch frame, as TcpStore::runBatch sends them)
 //   (keys, values, will and the closer's decision come from keys.hpp / decideRound, shared with
 //   the rendezvous). Thousands of agents cost no threads.
 // --mode real: N threads, each a real C10dRendezvous over its own TcpStore (cross-check of the
@@ -162,8 +162,8 @@ asio::awaitable<wire::Response> call(Agent& a, wire::Request q) {
   }
 }
 
-// Several independent calls pipelined, as TcpStore::runBatch sends a StoreBatch: every frame in
-// one write, then the answers in order. With --sequential 1, one call after another (next()
+// Several independent calls, as TcpStore::runBatch sends a StoreBatch: two or more as one Batch
+// frame (protocol version 3), in one write, then the answers in order. With --sequential 1, one call after another (next()
 // before batches).
 bool gSequential = false;
 
@@ -177,6 +177,11 @@ asio::awaitable<std::vector<wire::Response>> callBatch(Agent& a, std::vector<wir
   for (auto& q : qs) {
     q.id = a.nextRequest++;
     wire::encodeRequest(q, out);
+  }
+  if (qs.size() > 1) {
+    std::string batch;
+    wire::encodeBatch(out, a.nextRequest++, batch);
+    out = std::move(batch);
   }
   co_await asio::async_write(a.socket, asio::buffer(out), asio::use_awaitable);
   a.calls += qs.size();
