@@ -601,8 +601,14 @@ void encodeRequest(const Request& q, std::string& out, const Limits& l) {
         w.strings(will.deletes);
         break;
       }
-      case Op::Batch:
-        throw InvalidArgument("a batch is encoded with encodeBatch, around its parts' frames");
+      case Op::Batch:  // its parts' frames, as encodeBatch wraps frames already encoded
+        checkCount(q.parts.size(), l);
+        for (const Request& part : q.parts) {
+          if (!mayBeBatched(part.op))
+            throw InvalidArgument("a batch cannot carry a " + std::string(toString(part.op)));
+          encodeRequest(part, out, l);
+        }
+        break;
       default:
         throw InvalidArgument("cannot encode unknown op " +
                               std::to_string(static_cast<int>(q.op)));
@@ -704,6 +710,7 @@ DecodeResult decodeRequest(std::string_view in, Request& q, const Limits& l) {
     case Op::NumKeys:
     case Op::ListJobs:
     case Op::Heartbeat:
+    case Op::Batch:  // decoded above, part by part
       break;
     case Op::MultiSet: {
       uint32_t n = rd.count(maxKeys, 8, "key count");

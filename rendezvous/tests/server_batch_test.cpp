@@ -63,8 +63,8 @@ void sendAndClose(StoreServer& server, const std::string& bytes, uint64_t open) 
 
 }  // namespace
 
-TEST_CASE("server: a batch frame cut off at any byte applies none of its parts; whole, all, each "
-          "answered", "[server][batch]") {
+TEST_CASE("server: a batch frame cut off at any byte applies none of its parts, and whole, all, "
+          "each answered", "[server][batch]") {
   StoreServer server(localOptions());
   server.start();
   TcpStore observer(clientOptions(server.port()));
