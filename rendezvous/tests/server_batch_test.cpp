@@ -45,6 +45,16 @@ std::string batchOf(const std::vector<wire::Request>& parts, uint64_t id = 9) {
   return batch;
 }
 
+// A started server and a client that reads what the tests' raw connections left.
+struct ObservedServer {
+  static StoreServer& started(StoreServer& s) {
+    s.start();
+    return s;
+  }
+  StoreServer server{localOptions()};
+  TcpStore observer{clientOptions(started(server).port())};
+};
+
 void handshake(RawClient& raw) {
   raw.hello();
   REQUIRE(raw.helloReply().status == wire::HelloStatus::Ok);
@@ -65,9 +75,9 @@ void sendAndClose(StoreServer& server, const std::string& bytes, uint64_t open) 
 
 TEST_CASE("server: a batch frame cut off at any byte applies none of its parts, and whole, all, "
           "each answered", "[server][batch]") {
-  StoreServer server(localOptions());
-  server.start();
-  TcpStore observer(clientOptions(server.port()));
+  ObservedServer served;
+  StoreServer& server = served.server;
+  TcpStore& observer = served.observer;
   const std::string batch = batchOf(joinParts());
   for (size_t cut = 1; cut < batch.size(); ++cut) {
     sendAndClose(server, batch.substr(0, cut), 1);
@@ -98,9 +108,9 @@ TEST_CASE("server: a batch frame cut off at any byte applies none of its parts, 
 
 TEST_CASE("server: the same parts as separate frames, cut between them, run the will without the "
           "count (why a batch is one frame)", "[server][batch]") {
-  StoreServer server(localOptions());
-  server.start();
-  TcpStore observer(clientOptions(server.port()));
+  ObservedServer served;
+  StoreServer& server = served.server;
+  TcpStore& observer = served.observer;
   const std::vector<wire::Request> parts = joinParts();
   sendAndClose(server, framesOf({parts[0]}) + framesOf({parts[1]}).substr(0, 5), 1);
   REQUIRE(eventually([&] { return server.stats().willsRun == 1; }));
@@ -109,9 +119,9 @@ TEST_CASE("server: the same parts as separate frames, cut between them, run the 
 
 TEST_CASE("server: a batch carrying a call that waits, a heartbeat or a batch, or ending inside a "
           "frame, is a protocol error and applies nothing", "[server][batch]") {
-  StoreServer server(localOptions());
-  server.start();
-  TcpStore observer(clientOptions(server.port()));
+  ObservedServer served;
+  StoreServer& server = served.server;
+  TcpStore& observer = served.observer;
   wire::Request set = request(wire::Op::Set, {"k"}, 1);
   set.values = {"v"};
   const std::string setFrame = framesOf({set});
