@@ -193,6 +193,13 @@ TEST_CASE("comm: two hosts: hierarchical collectives and mixed groups match the 
                      std::to_string(last) + "} transport shm") != std::string::npos);
       CHECK(out.find("rank 0: group {0,1,") != std::string::npos);
       CHECK(out.find("} transport hierarchical") != std::string::npos);
+      // Rank 0, the second host's ranks, the rest of the first: each host's ranks are not
+      // consecutive in the group.
+      std::string mixed = "0";
+      for (int r = perHost; r < 2 * perHost; ++r) mixed += "," + std::to_string(r);
+      for (int r = 1; r < perHost; ++r) mixed += "," + std::to_string(r);
+      for (int k : {0, last})
+        CHECK(out.find("rank " + std::to_string(k) + ": group {" + mixed + "} transport hierarchical") != std::string::npos);
     }
   }
 }

@@ -226,7 +226,8 @@ void runMatrix(Communicator& c, bool quick) {
 }
 
 // Groups that mix ranks of one host and of several (on 2 hosts x 2: {0,1,2} is hierarchical,
-// {0,3} TCP, {2,3} shared memory): each runs the hierarchical ops and one that is not, checked.
+// {0,3} TCP, {2,3} shared memory, {0,2,3,1} hierarchical with each host's ranks not consecutive
+// in the group): each runs the hierarchical ops and one that is not, checked.
 void runGroups(Communicator& world) {
   const int n = world.size();
   std::vector<std::vector<int>> lists = {{0, n - 1}};
@@ -234,6 +235,9 @@ void runGroups(Communicator& world) {
     lists.push_back({});
     for (int r = 0; r + 1 < n; ++r) lists.back().push_back(r);
     lists.push_back({n - 2, n - 1});
+    lists.push_back({0});  // rank 0, the second half, the rest of the first
+    for (int r = n / 2; r < n; ++r) lists.back().push_back(r);
+    for (int r = 1; r < n / 2; ++r) lists.back().push_back(r);
   }
   for (const auto& ranks : lists) {
     auto g = world.newGroup(ranks);
@@ -254,10 +258,13 @@ void runGroups(Communicator& world) {
     expect("group all_gather {" + name + "}", all.data(), all.size(), DType::Int64,
            [&](size_t i) { return double(ranks[i]); });
     g->barrier();
-    std::vector<int64_t> blocks(static_cast<size_t>(gn) * 3, me), out(3);
-    g->reduceScatter(blocks.data(), out.data(), 3, DType::Int64, ReduceOp::Max);
+    // Block j's element k: 1000 * the world rank + 10 * j + k, so that a block from the wrong
+    // place or rank shows.
+    std::vector<int64_t> blocks(static_cast<size_t>(gn) * 3), out(3);
+    for (size_t i = 0; i < blocks.size(); ++i) blocks[i] = 1000 * me + 10 * static_cast<int64_t>(i / 3) + static_cast<int64_t>(i % 3);
+    g->reduceScatter(blocks.data(), out.data(), 3, DType::Int64, ReduceOp::Sum);
     expect("group reduce_scatter {" + name + "}", out.data(), 3, DType::Int64,
-           [&](size_t) { return double(ranks.back()); });
+           [&](size_t k) { return double(1000 * sum + gn * (10 * gr + static_cast<int64_t>(k))); });
   }
 }
 
