@@ -1,7 +1,10 @@
 // comm_gpu_check: the NCCL backend's run-time checks, world size 1 (one GPU cannot host two NCCL
 // ranks). A CTest test labelled gpu: exits 77 (CTest's SKIP_RETURN_CODE) with a reason when
 // NCCL is not built in or no CUDA device is present, never a silent pass.
+#include <atomic>
+#include <chrono>
 #include <cstdio>
+#include <thread>
 #include <vector>
 
 #include "drun/comm/communicator.hpp"
@@ -70,9 +73,50 @@ int main() {
       refused = true;
     }
     check(refused, "bitwise ops are refused by the nccl backend with InvalidArgument");
-    world->destroy();
+
+    // Requests polled from two threads while the main thread enqueues more and then destroys the
+    // communicator (the handle is used under one lock; the review's use-after-free was an abort
+    // freeing it under pollers): every request ends done or with drun's error, nothing crashes.
+    {
+      std::vector<Request> requests;
+      for (int i = 0; i < 64; ++i) requests.push_back(world->allReduceAsync(dev, n, DType::Float32, ReduceOp::Sum));
+      std::atomic<int> done{0}, failed{0};
+      auto poller = [&] {
+        for (auto& r : requests) {
+          const auto until = std::chrono::steady_clock::now() + 20s;
+          try {
+            while (!r.test() && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+            ++done;
+          } catch (const drun::Error&) {
+            ++failed;
+          }
+        }
+      };
+      std::thread a(poller), b(poller);
+      for (int i = 0; i < 64; ++i) world->allReduceAsync(out, n, DType::Float32, ReduceOp::Max);
+      world->destroy();  // while the pollers poll
+      a.join();
+      b.join();
+      check(done + failed == 128, "requests polled from two threads across destroy all end (done or drun's error)");
+    }
     cudaFree(dev);
     cudaFree(out);
+
+    // A world of 2 whose rank 1 never comes: init fails within its timeout, naming the timeout,
+    // instead of waiting in NCCL for ever.
+    InitOptions lonely = o;
+    lonely.worldSize = 2;
+    lonely.timeout = 3s;
+    const auto start = std::chrono::steady_clock::now();
+    bool timedOut = false;
+    try {
+      init(std::make_shared<drun::rdzv::MemoryStore>(), lonely);
+    } catch (const drun::Error& e) {
+      std::printf("init without rank 1: %s\n", e.what());
+      timedOut = true;
+    }
+    const auto took = std::chrono::steady_clock::now() - start;
+    check(timedOut && took < 15s, "init of a world of 2 without rank 1 fails within its timeout");
   } catch (const std::exception& e) {
     std::printf("FAIL: %s\n", e.what());
     return 1;
