@@ -565,6 +565,78 @@ TEST_CASE("comm: shm: small broadcasts from a new root each time, between other 
   });
 }
 
+// Data in stamped lines (at most 56 bytes a rank writes in a step) beside data in the halves
+// (sizes on both sides of 56 bytes), every op, queued broadcasts from changing roots between
+// them, and a rank that falls behind now and then (its readers and writers must not overrun its
+// lines): every value arrives everywhere.
+TEST_CASE("comm: shm: ops on both sides of the stamped lines' 56 bytes, mixed, with a lagging rank, deliver every value", "[comm]") {
+  TransportScope scope("shm");
+  constexpr int kRounds = 1500, kRanks = 3;
+  runRanks(kRanks, [](int r, Communicator& world) {
+    int wrong = 0;
+    auto value = [](int i, int rank, size_t j) { return static_cast<int64_t>(i) * 1000003 + rank * 1009 + static_cast<int64_t>(j); };
+    for (int i = 0; i < kRounds; ++i) {
+      const size_t count = 1 + static_cast<size_t>(i * 5) % 9;  // 8 to 72 bytes of int64
+      if (r == 1 && i % 50 < 5) std::this_thread::sleep_for(std::chrono::microseconds(200));  // falls behind
+      const int root = (i / 3) % kRanks;
+      std::vector<int64_t> v(count, -1);
+      if (r == root)
+        for (size_t j = 0; j < count; ++j) v[j] = value(i, root, j);
+      world.broadcast(v.data(), count, DType::Int64, root);
+      for (size_t j = 0; j < count; ++j) wrong += v[j] != value(i, root, j);
+      switch (i % 6) {
+        case 0: {
+          std::vector<int64_t> x(count);
+          for (size_t j = 0; j < count; ++j) x[j] = value(i, r, j);
+          world.allReduce(x.data(), count, DType::Int64, ReduceOp::Sum);
+          for (size_t j = 0; j < count; ++j) wrong += x[j] != value(i, 0, j) + value(i, 1, j) + value(i, 2, j);
+          break;
+        }
+        case 1: {
+          std::vector<int64_t> mine(count), all(count * kRanks);
+          for (size_t j = 0; j < count; ++j) mine[j] = value(i, r, j);
+          world.allGather(mine.data(), all.data(), count, DType::Int64);
+          for (int k = 0; k < kRanks; ++k)
+            for (size_t j = 0; j < count; ++j) wrong += all[k * count + j] != value(i, k, j);
+          break;
+        }
+        case 2: {  // block k of rank q: value(i, q, k * count + j)
+          std::vector<int64_t> blocks(count * kRanks), out(count);
+          for (size_t j = 0; j < blocks.size(); ++j) blocks[j] = value(i, r, j);
+          world.reduceScatter(blocks.data(), out.data(), count, DType::Int64, ReduceOp::Sum);
+          for (size_t j = 0; j < count; ++j) {
+            const size_t at = static_cast<size_t>(r) * count + j;
+            wrong += out[j] != value(i, 0, at) + value(i, 1, at) + value(i, 2, at);
+          }
+          break;
+        }
+        case 3: {
+          std::vector<int64_t> send(count * kRanks), recv(count * kRanks);
+          for (size_t j = 0; j < send.size(); ++j) send[j] = value(i, r, j);
+          world.allToAll(send.data(), recv.data(), count, DType::Int64);
+          for (int k = 0; k < kRanks; ++k)
+            for (size_t j = 0; j < count; ++j) wrong += recv[k * count + j] != value(i, k, static_cast<size_t>(r) * count + j);
+          break;
+        }
+        case 4: {
+          std::vector<int64_t> mine(count), all(count * kRanks, -1), part(count, -1);
+          for (size_t j = 0; j < count; ++j) mine[j] = value(i, r, j);
+          world.gather(mine.data(), all.data(), count, DType::Int64, root);
+          if (r == root)
+            for (int k = 0; k < kRanks; ++k)
+              for (size_t j = 0; j < count; ++j) wrong += all[k * count + j] != value(i, k, j);
+          world.scatter(all.data(), part.data(), count, DType::Int64, root);  // the gathered blocks back
+          for (size_t j = 0; j < count; ++j) wrong += part[j] != value(i, r, j);
+          break;
+        }
+        default:
+          world.barrier();
+      }
+    }
+    CHECK(wrong == 0);
+  });
+}
+
 // The hierarchical all_gather's large path with hosts whose ranks are not consecutive (ranks
 // 0 and 2 on host A, 1 and 3 on host B: drun never numbers them so, a hand-made world may): the
 // blocks go through a copy into their places. In-process ranks with made-up host identities.

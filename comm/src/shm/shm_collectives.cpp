@@ -14,17 +14,20 @@ namespace drun::comm::detail {
 // (32 per rank): mapping whole slots would make every communicator's segment resident.
 ShmCollectives::ShmCollectives(ShmSegment& segment) : seg_(segment) {
   for (int r = 0; r < seg_.size(); ++r)
-    for (uint64_t h = 0; h < 2; ++h)
+    for (uint64_t h = 0; h < 2; ++h) {
       for (uint64_t j = 0; j < kMaxQueueDepth / 2; ++j)
         seg_.prefault(seg_.half(r, h) + j * subSlotBytes(kMaxQueueDepth));
+      seg_.prefault(seg_.stampedLine(r, h));
+    }
 }
 
-void ShmCollectives::step(const OpDeadline& deadline, const char* what, size_t wrote) {
+void ShmCollectives::step(const OpDeadline& deadline, const char* what, size_t wrote, bool stamped) {
   ++seq_;
   readersDone_[seq_ & 1] = seq_ + 1;  // a rank publishes seq_ + 1 only after it read this step
   stepBytes_[seq_ & 1] = wrote;
+  if (stamped) ShmSegment::stamp(seg_.stampedLine(seg_.rank(), seq_), seq_);
   seg_.publish(seq_);
-  seg_.waitAll(seq_, deadline, what);
+  seg_.waitAll(seq_, deadline, what, -1, stamped ? 0 : ShmSegment::kNoStamp);
 }
 
 size_t ShmCollectives::chunkElements(size_t count, size_t es, size_t blocks, bool cache) const {
@@ -61,21 +64,25 @@ void ShmCollectives::reduceAll(const Collective& c, bool toAll, const OpDeadline
   char* buf = static_cast<char*>(c.recv);
   const bool receives = toAll || me == c.root;
   const ReduceFn fn = reduceFunction(c.dtype, c.op);
+  bool tiny = false;  // the data in the stamped lines
+  auto from = [&](int r) { return tiny ? lastLine(r) : last(r); };
   auto reduceFrom = [&](char* out, size_t offset, size_t elems) {  // out = op over every rank's last half
     if (n == 1) {
-      if (out != last(0) + offset) std::memcpy(out, last(0) + offset, elems * es);
+      if (out != from(0) + offset) std::memcpy(out, from(0) + offset, elems * es);
       return;
     }
-    fn(out, last(0) + offset, last(1) + offset, elems);
-    for (int r = 2; r < n; ++r) fn(out, out, last(r) + offset, elems);
+    fn(out, from(0) + offset, from(1) + offset, elems);
+    for (int r = 2; r < n; ++r) fn(out, out, from(r) + offset, elems);
   };
   const size_t bytes = c.count * es;
   if (n == 1) {
     // nothing to combine; AVG of one rank is the value itself
   } else if (bytes <= kOneShotBytes && bytes <= seg_.halfBytes()) {
-    std::memcpy(next(), buf, bytes);
-    step(d, what, bytes);
+    tiny = bytes <= ShmSegment::kStampedPayload;
+    std::memcpy(tiny ? nextLine() : next(), buf, bytes);
+    step(d, what, bytes, tiny);
     if (receives) reduceFrom(buf, 0, c.count);
+    tiny = false;
   } else {
     const size_t chunk = chunkElements(c.count, es, 1, true);
     for (size_t off = 0; off < c.count; off += chunk) {
@@ -111,18 +118,23 @@ void ShmCollectives::queuedBroadcast(const Collective& c, uint64_t depth, const 
   queueDepth_ = depth;
   lagging_ = true;
   const uint64_t k = ++seq_;
-  const size_t offset = ((k >> 1) % (depth / 2)) * subSlotBytes(depth);
+  const size_t sub = (k >> 1) % (depth / 2), offset = sub * subSlotBytes(depth);
+  // A broadcast that fits goes in the sub-slot's stamped line (the generic steps' stamped data
+  // is in sub-slot 0's, as theirs is at offset 0 of the half: the same overlap as below).
+  const bool tiny = bytes <= ShmSegment::kStampedPayload;
+  char* data = tiny ? seg_.stampedLine(c.root, k, sub) : seg_.half(c.root, k) + offset;
   if (seg_.rank() == c.root) {
     const uint64_t reused = k > depth ? k - depth : 0;
     // The last step's data in this half (at its start) matters only where this sub-slot overlaps it.
     const uint64_t free = std::max(reused, offset < stepBytes_[k & 1] ? readersDone_[k & 1] : 0);
     if (free > 0) seg_.waitAll(free, d, "broadcast");
-    std::memcpy(seg_.half(c.root, k) + offset, c.recv, bytes);
+    std::memcpy(data, c.recv, bytes);
+    if (tiny) ShmSegment::stamp(data, k);
     seg_.publish(k);
     return;
   }
-  seg_.waitAll(k, d, "broadcast", c.root);
-  std::memcpy(c.recv, seg_.half(c.root, k) + offset, bytes);
+  seg_.waitAll(k, d, "broadcast", c.root, tiny ? sub : ShmSegment::kNoStamp);
+  std::memcpy(c.recv, data, bytes);
   seg_.publish(k);
 }
 
@@ -157,6 +169,10 @@ void ShmCollectives::blocks(const Collective& c, const OpDeadline& d) {
   const bool nBlocks = c.kind == OpKind::Scatter || c.kind == OpKind::AllToAll || c.kind == OpKind::ReduceScatter;
   const size_t chunk = chunkElements(count, es, nBlocks ? static_cast<size_t>(n) : 1, false);
   const ReduceFn fn = c.kind == OpKind::ReduceScatter ? reduceFunction(c.dtype, c.op) : nullptr;
+  // One step whose data fits a stamped line: there (next()/last() below are those lines).
+  const bool tiny = count * es * (nBlocks ? static_cast<size_t>(n) : 1) <= ShmSegment::kStampedPayload;
+  auto next = [&] { return tiny ? nextLine() : this->next(); };
+  auto last = [&](int r) { return tiny ? lastLine(r) : this->last(r); };
   for (size_t off = 0; off < count; off += chunk) {
     const size_t m = std::min(chunk, count - off), mb = m * es;
     // Write: block j's chunk at j*mb (n blocks), or this rank's chunk at 0.
@@ -166,7 +182,7 @@ void ShmCollectives::blocks(const Collective& c, const OpDeadline& d) {
     } else {
       std::memcpy(next(), send + off * es, mb);
     }
-    step(d, what, nBlocks ? n * mb : mb);
+    step(d, what, nBlocks ? n * mb : mb, tiny);
     switch (c.kind) {
       case OpKind::Scatter:
         std::memcpy(recv + off * es, last(c.root) + me * mb, mb);

@@ -40,14 +40,19 @@ class ShmCollectives {
   static constexpr size_t kChunkBytes = 512u << 10;
   static constexpr size_t kSingleCopyBytes = 64u << 10;  // all_gather, per rank
   static constexpr uint64_t kMaxQueueDepth = 32;  // queued broadcasts in flight, at most (a power of 2)
+  static_assert(kMaxQueueDepth / 2 <= ShmSegment::kStampedSubSlots, "a stamped line per sub-slot");
   static constexpr size_t kQueueBytes = 64u << 10;  // a queue's bytes in flight, about (cache)
 
  private:
   // `wrote`: the bytes this rank wrote at the start of next() for it (what a queued broadcast
   // in that half must not overwrite before every rank read it).
-  void step(const OpDeadline& deadline, const char* what, size_t wrote);
+  // `stamped`: the data is in this rank's stamped line (nextLine()), and the wait reads the
+  // peers' stamps first (ShmSegment::stampedLine).
+  void step(const OpDeadline& deadline, const char* what, size_t wrote, bool stamped = false);
   char* next() const { return seg_.half(seg_.rank(), seq_ + 1); }  // to write before step()
   const char* last(int r) const { return seg_.half(r, seq_); }      // to read after step()
+  char* nextLine() const { return seg_.stampedLine(seg_.rank(), seq_ + 1); }  // next(), stamped
+  const char* lastLine(int r) const { return seg_.stampedLine(r, seq_); }     // last(r), stamped
   // Elements per chunk when each step moves `blocks` blocks of `es`-byte elements per rank.
   size_t chunkElements(size_t count, size_t es, size_t blocks, bool cache) const;
 

@@ -224,7 +224,8 @@ void ShmSegment::layout() {
   options_.slotBytes = alignUp(std::max<size_t>(options_.slotBytes, 8192), 8192);
   halfBytes_ = options_.slotBytes / 2;
   const size_t controls = kFixedHeader + (2 * static_cast<size_t>(size_) + 2 * static_cast<size_t>(size_) * size_) * kLine;
-  slotsOffset_ = alignUp(controls, 4096);
+  linesOffset_ = alignUp(controls, kLine);
+  slotsOffset_ = alignUp(linesOffset_ + static_cast<size_t>(size_) * 2 * kStampedSubSlots * kLine, 4096);
   ringsOffset_ = slotsOffset_ + options_.slotBytes * static_cast<size_t>(size_);
   ringBytes_ = options_.cellBytes * options_.cells;
   totalBytes_ = ringsOffset_ + ringBytes_ * static_cast<size_t>(size_) * static_cast<size_t>(size_);
@@ -249,6 +250,14 @@ char* ShmSegment::half(int r, uint64_t h) const {
   return base_ + slotsOffset_ + static_cast<size_t>(r) * options_.slotBytes + (h & 1) * halfBytes_;
 }
 
+char* ShmSegment::stampedLine(int r, uint64_t k, size_t sub) const {
+  return base_ + linesOffset_ + ((static_cast<size_t>(r) * 2 + (k & 1)) * kStampedSubSlots + sub) * kLine;
+}
+
+void ShmSegment::stamp(char* line, uint64_t k) {
+  std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(line + kStampedPayload)).store(k, std::memory_order_release);
+}
+
 void ShmSegment::prefault(const char* address) const {
   static const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   const auto at = reinterpret_cast<uintptr_t>(address) / page * page;
@@ -269,15 +278,23 @@ void ShmSegment::publish(uint64_t value) {
   }
 }
 
-void ShmSegment::waitAll(uint64_t value, const OpDeadline& opDeadline, const char* what, int only) {
+void ShmSegment::waitAll(uint64_t value, const OpDeadline& opDeadline, const char* what, int only, size_t stampedSub) {
   Header& h = header();
   RankLine* ranks = h.ranks();
   uint64_t* seen = seenFlags_.data();
   const int end = only < 0 ? size_ : only + 1;
   int behind = only < 0 ? 0 : only;  // the first rank not there yet: where the scan resumes
+  auto stamped = [&](int r) {
+    char* line = stampedLine(r, value, stampedSub);
+    return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(line + kStampedPayload)).load(std::memory_order_acquire) >= value;
+  };
   auto ready = [&] {
     for (; behind < end; ++behind) {
       if (seen[behind] >= value) continue;  // acquired when it was seen: its data is visible
+      if (stampedSub != kNoStamp && stamped(behind)) {  // it reached `value` (its flag follows)
+        seen[behind] = value;
+        continue;
+      }
       seen[behind] = ranks[behind].flag.load(std::memory_order_acquire);
       if (seen[behind] < value) return false;
     }

@@ -88,6 +88,18 @@ class ShmSegment {
   size_t halfBytes() const { return halfBytes_; }
   // Half h of rank r's collective slot.
   char* half(int r, uint64_t h) const;
+  // Stamped lines: per rank and half parity, kStampedSubSlots cache lines of kStampedPayload
+  // bytes of data and a stamp (the step that wrote it), in an area of their own. A step whose
+  // data fits writes it there and stamps it before it publishes its flag, so that a reader's
+  // wait and its read of the data are one cache miss, not two (flag line, then data line: 0.5 us
+  // against OpenMPI's 0.1-0.2 for an 8-byte all_gather at world 2 on a 2-core EPYC VM).
+  static constexpr size_t kStampedPayload = 56;
+  static constexpr uint64_t kStampedSubSlots = 16;
+  static constexpr size_t kNoStamp = ~size_t{0};
+  // Sub-slot `sub` of step k's line of rank r (parity k % 2).
+  char* stampedLine(int r, uint64_t k, size_t sub = 0) const;
+  // Marks a stamped line as written by step k (release: its data first).
+  static void stamp(char* line, uint64_t k);
   // Maps the page at `address` (within the segment) for this process now, without changing its
   // contents (MADV_POPULATE_WRITE; best effort: a kernel without it faults the page on use).
   void prefault(const char* address) const;
@@ -101,7 +113,10 @@ class ShmSegment {
   // Flags only grow: a flag seen at or above `value` once is not loaded again (the root of
   // queued broadcasts and their readers mostly wait for values they already saw, and every load
   // of a flag a peer just wrote is a cache miss).
-  void waitAll(uint64_t value, const OpDeadline& deadline, const char* what, int only = -1);
+  // stampedSub != kNoStamp: a rank whose stamped line (value, stampedSub) carries value counts as
+  // there (it stamps before it publishes), with no load of its flag.
+  void waitAll(uint64_t value, const OpDeadline& deadline, const char* what, int only = -1,
+               size_t stampedSub = kNoStamp);
 
   // ---- point to point ----
   // Cell i of the ring src -> dst, and the ring's counters (producer: tail, consumer: head).
@@ -147,7 +162,7 @@ class ShmSegment {
 
   int rank_, size_;
   ShmOptions options_;
-  size_t totalBytes_ = 0, halfBytes_ = 0, slotsOffset_ = 0, ringsOffset_ = 0, ringBytes_ = 0;
+  size_t totalBytes_ = 0, halfBytes_ = 0, linesOffset_ = 0, slotsOffset_ = 0, ringsOffset_ = 0, ringBytes_ = 0;
   char* base_ = nullptr;
   bool singleCopy_ = false;
   uint64_t probeWord_ = 0;  // read by the peers' probe
