@@ -1,7 +1,7 @@
 // The nccl-tests-style command line and table shared by drun-comm-bench and its raw-Gloo
 // reference (so scripts/bench/comm.sh compares like with like). Header-only; single-threaded.
 //
-//   --op all_reduce --min-bytes 8 --max-bytes 64M --factor 2 --iters 20 --warmup 5 [--check]
+//   --op all_reduce --min-bytes 8 --max-bytes 64M --factor 2 --iters 20 --warmup 5 [--min-time-ms T] [--check]
 //   size(B) count type redop root time(us) algbw(GB/s) busbw(GB/s) #wrong
 // size is the whole buffer (all_gather: the received n*count, reduce_scatter and all_to_all:
 // the sent n*count); algbw = size / time (GB = 1e9 bytes); busbw = algbw * nccl-tests' factor.
@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <cmath>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -24,8 +25,12 @@ struct Args {
   size_t minBytes = 8, maxBytes = 64 << 20;
   double factor = 2;
   int iters = 20, warmup = 5;
+  double minTimeMs = 0;  // a loop shorter than this runs again, longer (0: --iters only)
   bool check = false;
 };
+
+// The most iterations a loop lengthened to --min-time-ms runs.
+inline constexpr long kMaxIters = 100000;
 
 // "8", "64K", "64M", "1G" (powers of 1024, as nccl-tests).
 inline size_t parseBytes(const std::string& text) {
@@ -53,6 +58,7 @@ inline Args parseArgs(int argc, char** argv) {
     else if (k == "--factor") a.factor = std::stod(next());
     else if (k == "--iters") a.iters = std::stoi(next());
     else if (k == "--warmup") a.warmup = std::stoi(next());
+    else if (k == "--min-time-ms") a.minTimeMs = std::stod(next());
     else if (k == "--check") a.check = true;
     else throw std::invalid_argument("unknown option " + k);
   }
@@ -60,8 +66,8 @@ inline Args parseArgs(int argc, char** argv) {
       a.op != "broadcast")
     throw std::invalid_argument("--op must be all_reduce, reduce, all_gather, reduce_scatter, all_to_all or broadcast");
   if (a.factor <= 1 || a.iters < 1 || a.warmup < 0 || a.minBytes < 1 || a.maxBytes < a.minBytes ||
-      a.maxBytes > (size_t{1} << 32))
-    throw std::invalid_argument("need --factor > 1, --iters >= 1, --warmup >= 0, 1 <= min <= max <= 4G");
+      a.maxBytes > (size_t{1} << 32) || !(a.minTimeMs >= 0 && a.minTimeMs <= 60000))
+    throw std::invalid_argument("need --factor > 1, --iters >= 1, --warmup >= 0, 1 <= min <= max <= 4G, 0 <= --min-time-ms <= 60000");
   return a;
 }
 
@@ -118,14 +124,29 @@ void sweep(const Args& a, int n, bool print, Measure measure) {
   if (print) std::printf("# Avg bus bandwidth : %.3f\n", rows ? busbwSum / rows : 0.0);
 }
 
-// --warmup runs, sync(), then the average time in us of --iters runs.
-template <class Op, class Sync>
-double timeIt(const Args& a, Op op, Sync sync) {
+// --warmup runs, sync(), then the slowest rank's average time in us (maxOf: the maximum over the
+// ranks) of --iters runs. Where that loop took less than --min-time-ms, it runs again (after
+// sync()) with as many iterations as fill that time, at most kMaxIters, every rank taking the
+// count from the slowest rank's time: 20 runs of a 0.2 us operation last 4 us, about one context
+// switch or one rank leaving the barrier late, which then decides the row (OSU's benchmarks
+// run small messages 10,000 times for the same reason).
+template <class Op, class Sync, class Max>
+double timeIt(const Args& a, Op op, Sync sync, Max maxOf) {
   for (int i = 0; i < a.warmup; ++i) op();
-  sync();
-  auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < a.iters; ++i) op();
-  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / a.iters;
+  auto loop = [&](long n) {
+    sync();
+    auto t0 = std::chrono::steady_clock::now();
+    for (long i = 0; i < n; ++i) op();
+    return maxOf(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+  };
+  long n = a.iters;
+  double total = loop(n);
+  const double wanted = a.minTimeMs * 1e3;
+  if (total < wanted) {
+    n = std::min(kMaxIters, std::max(n, static_cast<long>(std::ceil(n * wanted / std::max(total, 1e-3)))));
+    total = loop(n);
+  }
+  return total / static_cast<double>(n);
 }
 
 }  // namespace drun::bench

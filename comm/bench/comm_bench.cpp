@@ -86,8 +86,10 @@ int main(int argc, char** argv) {
         else if (a.op == "reduce_scatter") world->reduceScatter(buf.send(), buf.recv(), count, DType::Float32, ReduceOp::Sum);
         else world->allToAll(buf.send(), buf.recv(), count, DType::Float32);
       };
-      double us = drun::bench::timeIt(a, runOnce, [&] { world->barrier(); });
-      world->allReduce(&us, 1, DType::Float64, ReduceOp::Max);
+      double us = drun::bench::timeIt(a, runOnce, [&] { world->barrier(); }, [&](double v) {
+        world->allReduce(&v, 1, DType::Float64, ReduceOp::Max);
+        return v;
+      });
 
       long wrong = 0;
       if (a.check) {  // rank k sends k+1 (all_to_all: 1000k + destination block index)

@@ -124,7 +124,7 @@ int main(int argc, char** argv) {
           }
         }
       };
-      return std::pair{maxOf(drun::bench::timeIt(a, runOnce, barrier)), 0L};
+      return std::pair{drun::bench::timeIt(a, runOnce, barrier, maxOf), 0L};
     });
     barrier();
     if (r == 0) std::filesystem::remove_all(dir);

@@ -29,8 +29,10 @@ int main(int argc, char** argv) {
         else if (a.op == "reduce_scatter") MPI_Reduce_scatter_block(send.data(), recv.data(), c, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
         else MPI_Alltoall(send.data(), c, MPI_FLOAT, recv.data(), c, MPI_FLOAT, MPI_COMM_WORLD);
       };
-      double us = drun::bench::timeIt(a, runOnce, [] { MPI_Barrier(MPI_COMM_WORLD); });
-      MPI_Allreduce(MPI_IN_PLACE, &us, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+      double us = drun::bench::timeIt(a, runOnce, [] { MPI_Barrier(MPI_COMM_WORLD); }, [](double v) {
+        MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        return v;
+      });
       return std::pair{us, 0L};
     });
   } catch (const std::exception& e) {

@@ -12,7 +12,9 @@
 #   two hosts: hierarchical busbw >= 1.5x raw Gloo from 64 KiB
 #
 #   scripts/bench/comm.sh | tee comm/bench/results.txt
-#   WORLDS="2 4" OPS="all_reduce all_gather" MIN_BYTES=8 MAX_BYTES=64M ITERS=20 WARMUP=5 REPEAT=3 HOSTS=1 scripts/bench/comm.sh
+#   WORLDS="2 4" OPS="all_reduce all_gather" MIN_BYTES=8 MAX_BYTES=64M ITERS=20 WARMUP=5 MIN_TIME_MS=10 REPEAT=3 HOSTS=1 scripts/bench/comm.sh
+# ITERS iterations per size at least, and as many more as last MIN_TIME_MS (the slowest rank's
+# loop; at most 100,000): 20 runs of a 0.2 us operation last 4 us, one context switch's worth.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD_DIR=${BUILD_DIR:-build}
@@ -22,6 +24,7 @@ MIN_BYTES=${MIN_BYTES:-8}
 MAX_BYTES=${MAX_BYTES:-64M}
 ITERS=${ITERS:-20}
 WARMUP=${WARMUP:-5}
+MIN_TIME_MS=${MIN_TIME_MS:-10}
 REPEAT=${REPEAT:-3}
 HOSTS=${HOSTS:-1}  # 0: skip the two-host part
 PYTHON=${PYTHON:-/usr/bin/python3}
@@ -52,7 +55,7 @@ drun_launch() {  # drun_launch TRANSPORT N program args...
 }
 
 for op in $OPS; do
-  args=(--op "$op" --min-bytes "$MIN_BYTES" --max-bytes "$MAX_BYTES" --factor 2 --iters "$ITERS" --warmup "$WARMUP")
+  args=(--op "$op" --min-bytes "$MIN_BYTES" --max-bytes "$MAX_BYTES" --factor 2 --iters "$ITERS" --warmup "$WARMUP" --min-time-ms "$MIN_TIME_MS")
   for n in $WORLDS; do
     for ((rep = 0; rep < REPEAT; rep++)); do
       drun_launch shm "$n" "$BUILD_DIR/bin/drun-comm-bench" "${args[@]}" >>"$tmp/shm.$op.$n" || true
@@ -85,7 +88,7 @@ if ((HOSTS)) && scripts/netns.sh -p "$netns_prefix" up 2 >/dev/null 2>&1; then
     cat "$tmp/host0.out" "$tmp/host1.out" >>"$out"
   }
   for op in $OPS; do
-    args=(--op "$op" --min-bytes "$MIN_BYTES" --max-bytes "$MAX_BYTES" --factor 2 --iters "$ITERS" --warmup "$WARMUP")
+    args=(--op "$op" --min-bytes "$MIN_BYTES" --max-bytes "$MAX_BYTES" --factor 2 --iters "$ITERS" --warmup "$WARMUP" --min-time-ms "$MIN_TIME_MS")
     for ((rep = 0; rep < REPEAT; rep++)); do
       DRUN_COMM_TRANSPORT=auto two_hosts "$tmp/hier.$op.2x2" "$abs_build/bin/drun-comm-bench" "${args[@]}"
       two_hosts "$tmp/gloo.$op.2x2" "$abs_build/bin/drun-comm-bench-gloo" "${args[@]}"

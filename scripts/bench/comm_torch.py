@@ -2,6 +2,7 @@
 """torch.distributed (gloo) in drun-comm-bench's table, for scripts/bench/comm.sh. Run under drun:
    drun --standalone --nproc-per-node 2 /usr/bin/python3 scripts/bench/comm_torch.py --op all_reduce ..."""
 import argparse
+import math
 import datetime
 import time
 
@@ -22,6 +23,7 @@ def main():
     p.add_argument("--factor", type=float, default=2)
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--min-time-ms", type=float, default=0)  # as bench_table.hpp's timeIt
     a = p.parse_args()
     dist.init_process_group("gloo", init_method="env://", timeout=datetime.timedelta(seconds=300))
     r, n = dist.get_rank(), dist.get_world_size()
@@ -60,13 +62,22 @@ def main():
 
         for _ in range(a.warmup):
             once()
-        dist.barrier()
-        t0 = time.perf_counter()
-        for _ in range(a.iters):
-            once()
-        us = torch.tensor([(time.perf_counter() - t0) * 1e6 / a.iters], dtype=torch.float64)
-        dist.all_reduce(us, op=dist.ReduceOp.MAX)
-        us = us.item()
+
+        def loop(iters):  # the slowest rank's time of `iters` runs, in us
+            dist.barrier()
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                once()
+            t = torch.tensor([(time.perf_counter() - t0) * 1e6], dtype=torch.float64)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            return t.item()
+
+        iters = a.iters
+        took = loop(iters)
+        if took < a.min_time_ms * 1e3:  # too short to time: again, as long as --min-time-ms (timeIt)
+            iters = min(100000, max(iters, math.ceil(iters * a.min_time_ms * 1e3 / max(took, 1e-3))))
+            took = loop(iters)
+        us = took / iters
         reported = total * 4
         algbw = reported / (us * 1e3)
         if r == 0:
