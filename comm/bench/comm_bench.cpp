@@ -63,6 +63,28 @@ class Buffers {
   void* recv_ = nullptr;
 };
 
+// A host value reduced over the ranks. NCCL reduces device memory only: through a device copy
+// there (a host pointer faults in NCCL's kernel at world 2 and more; world 1's in-place
+// all_reduce touches nothing, which hid it).
+template <class T>
+T reduceValue(Communicator& world, bool device, T v, DType dtype, ReduceOp op) {
+#ifdef DRUN_HAVE_NCCL
+  if (device) {
+    void* d = nullptr;
+    cudaMalloc(&d, sizeof(T));
+    cudaMemcpy(d, &v, sizeof(T), cudaMemcpyHostToDevice);
+    world.allReduce(d, 1, dtype, op);
+    cudaMemcpy(&v, d, sizeof(T), cudaMemcpyDeviceToHost);
+    cudaFree(d);
+    return v;
+  }
+#else
+  (void)device;
+#endif
+  world.allReduce(&v, 1, dtype, op);
+  return v;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -86,12 +108,12 @@ int main(int argc, char** argv) {
         else if (a.op == "reduce_scatter") world->reduceScatter(buf.send(), buf.recv(), count, DType::Float32, ReduceOp::Sum);
         else world->allToAll(buf.send(), buf.recv(), count, DType::Float32);
       };
+      const bool device = o.backend == Backend::Nccl;
       double us = drun::bench::timeIt(a, runOnce, [&] { world->barrier(); }, [&](double v) {
-        world->allReduce(&v, 1, DType::Float64, ReduceOp::Max);
-        return v;
+        return reduceValue(*world, device, v, DType::Float64, ReduceOp::Max);
       });
 
-      long wrong = 0;
+      int64_t wrong = 0;
       if (a.check) {  // rank k sends k+1 (all_to_all: 1000k + destination block index)
         auto& in = buf.sendHost();
         for (size_t i = 0; i < in.size(); ++i) in[i] = a.op == "all_to_all" ? 1000.0f * r + i / count : r + 1.0f;
@@ -106,9 +128,9 @@ int main(int argc, char** argv) {
                                             : n * (n + 1) / 2.0f;
           wrong += out[i] != want;
         }
-        world->allReduce(&wrong, 1, DType::Int64, ReduceOp::Sum);
+        wrong = reduceValue<int64_t>(*world, device, wrong, DType::Int64, ReduceOp::Sum);
       }
-      return std::pair{us, wrong};
+      return std::pair{us, static_cast<long>(wrong)};
     });
     world->destroy();
   } catch (const std::exception& e) {
