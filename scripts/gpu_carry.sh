@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # gpu_carry.sh [DIR]: puts the NCCL checks built here (comm_gpu_check, drun, drun-comm-bench) and
-# the Debian libraries they link into DIR (default .devcarry, which .git/info/exclude should
-# ignore), stripped of debug info, for a machine with a GPU but without this project's
-# dependencies (the device tool's machines). libnccl and the C library come from that machine.
+# the Debian libraries they link into DIR (default .devcarry, ignored by git: the device tool
+# takes it when a run names it in `carry`), stripped of debug info, for a machine with a GPU but
+# without this project's dependencies. libnccl and the C library come from that machine.
 # There, from DIR:
 #   export LD_LIBRARY_PATH=$PWD/lib:$(dirname "$(find / -name libnccl.so.2 -not -path '/proc/*' 2>/dev/null | head -1)")
 #   ./comm_gpu_check            # exit 0: passed, 77: no device or no NCCL built in
