@@ -62,13 +62,15 @@ void TcpStore::Connection::callPipelined(std::vector<wire::Request>& requests, c
   // Two or more frames go as one Batch frame, which the server applies whole or not at all (a
   // connection cut between two frames applied the first: a join's will without its count).
   // One over the frame limit goes as it is, frame by frame.
-  if (std::count(sent.begin(), sent.end(), true) > 1) try {
+  if (std::count(sent.begin(), sent.end(), true) > 1) {
+    try {
       std::string batch;
       wire::encodeBatch(frames, lastId_ + 1, batch);
       ++lastId_;
       frames = std::move(batch);
-    } catch (const InvalidArgument&) {
+    } catch (const InvalidArgument&) {  // over the frame limit: the frames as they are
     }
+  }
   const milliseconds budget = clampTimeout(options_.timeout);
   Deadline deadline(budget);
   const auto started = Clock::now();

@@ -73,11 +73,8 @@ void sendAndClose(StoreServer& server, const std::string& bytes, uint64_t open) 
 
 }  // namespace
 
-TEST_CASE("server: a batch frame cut off at any byte applies none of its parts, and whole, all, "
+TEST_CASE_METHOD(ObservedServer, "server: a batch frame cut off at any byte applies none of its parts, and whole, all, "
           "each answered", "[server][batch]") {
-  ObservedServer served;
-  StoreServer& server = served.server;
-  TcpStore& observer = served.observer;
   const std::string batch = batchOf(joinParts());
   for (size_t cut = 1; cut < batch.size(); ++cut) {
     sendAndClose(server, batch.substr(0, cut), 1);
@@ -106,22 +103,16 @@ TEST_CASE("server: a batch frame cut off at any byte applies none of its parts, 
   CHECK(observer.tryGet("dead/n0") == std::optional<Bytes>("1"));
 }
 
-TEST_CASE("server: the same parts as separate frames, cut between them, run the will without the "
+TEST_CASE_METHOD(ObservedServer, "server: the same parts as separate frames, cut between them, run the will without the "
           "count (why a batch is one frame)", "[server][batch]") {
-  ObservedServer served;
-  StoreServer& server = served.server;
-  TcpStore& observer = served.observer;
   const std::vector<wire::Request> parts = joinParts();
   sendAndClose(server, framesOf({parts[0]}) + framesOf({parts[1]}).substr(0, 5), 1);
   REQUIRE(eventually([&] { return server.stats().willsRun == 1; }));
   CHECK(observer.tryGet("present") == std::optional<Bytes>("-1"));
 }
 
-TEST_CASE("server: a batch carrying a call that waits, a heartbeat or a batch, or ending inside a "
+TEST_CASE_METHOD(ObservedServer, "server: a batch carrying a call that waits, a heartbeat or a batch, or ending inside a "
           "frame, is a protocol error and applies nothing", "[server][batch]") {
-  ObservedServer served;
-  StoreServer& server = served.server;
-  TcpStore& observer = served.observer;
   wire::Request set = request(wire::Op::Set, {"k"}, 1);
   set.values = {"v"};
   const std::string setFrame = framesOf({set});

@@ -64,7 +64,9 @@ void ShmCollectives::reduceAll(const Collective& c, bool toAll, const OpDeadline
   char* buf = static_cast<char*>(c.recv);
   const bool receives = toAll || me == c.root;
   const ReduceFn fn = reduceFunction(c.dtype, c.op);
-  bool tiny = false;  // the data in the stamped lines
+  const size_t bytes = c.count * es;
+  // The data in the stamped lines: only ever one step (the one-shot path below).
+  const bool tiny = bytes <= ShmSegment::kStampedPayload;
   auto from = [&](int r) { return tiny ? lastLine(r) : last(r); };
   auto reduceFrom = [&](char* out, size_t offset, size_t elems) {  // out = op over every rank's last half
     if (n == 1) {
@@ -74,15 +76,12 @@ void ShmCollectives::reduceAll(const Collective& c, bool toAll, const OpDeadline
     fn(out, from(0) + offset, from(1) + offset, elems);
     for (int r = 2; r < n; ++r) fn(out, out, from(r) + offset, elems);
   };
-  const size_t bytes = c.count * es;
   if (n == 1) {
     // nothing to combine; AVG of one rank is the value itself
   } else if (bytes <= kOneShotBytes && bytes <= seg_.halfBytes()) {
-    tiny = bytes <= ShmSegment::kStampedPayload;
     std::memcpy(tiny ? nextLine() : next(), buf, bytes);
     step(d, what, bytes, tiny);
     if (receives) reduceFrom(buf, 0, c.count);
-    tiny = false;
   } else {
     const size_t chunk = chunkElements(c.count, es, 1, true);
     for (size_t off = 0; off < c.count; off += chunk) {
