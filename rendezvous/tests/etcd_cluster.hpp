@@ -66,14 +66,13 @@ class EtcdCluster {
   // SIGKILLs member i (0..2) by the PID up.sh recorded, and returns once it has exited (its
   // listening socket closed): a test that calls right after a kill must meet a dead member, not
   // one the kernel has not finished tearing down (CI's TSan pass: a put "timed out" instead of
-  // being refused). Bounded: 30 s (5 s was once not enough in CI, early in the suite beside the
-  // sanitizer builds: the member still held its sockets and the put after killAll() timed out).
+  // being refused). Bounded: 5 s.
   void kill(int member) {
     std::ifstream in(dir_ + "/m" + std::to_string(member) + ".pid");
     pid_t pid = 0;
     if (!(in >> pid) || pid <= 0) return;
     ::kill(pid, SIGKILL);
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
     while (alive(pid) && std::chrono::steady_clock::now() < until)
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
