@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "drun/rendezvous/prefix_store.hpp"
 #include "hier/hier_p2p.hpp"
@@ -216,73 +217,131 @@ class HierBackend final : public Backend {
     }
   }
 
-  // Large, hosts of equal size L: every rank exchanges its block with the ranks of its local
-  // index on the other hosts (L Gloo all_gathers side by side: every rank's TCP share, as the
-  // split all_reduce), then each host's ranks all_gather those over shm, one host's blocks at a
-  // time, straight into place where a host's ranks are consecutive (drun's layout), else through
-  // a copy. The leaders' path sent everything through one connection per host and broadcast the
-  // whole result on each host (0.36-0.9x raw Gloo from 8 MiB on 2 hosts x 2).
+  // Large, hosts of equal size L: every rank sends its block straight from its input to the
+  // ranks of its local index on the other hosts and receives theirs straight into place (Gloo
+  // point to point on peers_); meanwhile its host's ranks all_gather their own blocks over shm;
+  // then each other host's blocks, received, go round the host the same way. Where a host's ranks
+  // are consecutive (drun's layout) every shm step is in place; else through a copy. Per rank
+  // (2 x 2, 64 MiB): 16 MiB each way over TCP and 48 MiB of shm reads, where Gloo's all_gather
+  // among the peers then shm all_gathers from its output copied the own block twice more (1.14-1.2x
+  // raw Gloo from 8 MiB). The leaders' path sent everything through one connection per host and
+  // broadcast the whole result on each host (0.36-0.9x raw Gloo from 8 MiB).
   template <class Sub>
   void splitAllGather(const Collective& c, Sub&& sub) {
     const size_t block = c.count * dtypeSize(c.dtype), hosts = members_.size();
     char* recv = static_cast<char*>(c.recv);
-    char* fromPeers = scratch(0, hosts * block);  // [host]: the block of its rank of my local index
+    const auto me = static_cast<size_t>(localRank_);
     Collective s = c;
-    s.recv = fromPeers;
-    peers_->run(sub(s));
-    if (consecutiveHosts_) {
-      for (size_t h = 0; h < hosts; ++h) {
-        s.send = fromPeers + h * block;
-        s.recv = recv + static_cast<size_t>(members_[h][0]) * block;
-        local_->run(sub(s));
-      }
+    if (!consecutiveHosts_) {
+      char* fromPeers = scratch(0, hosts * block);  // [host]: the block of its rank of my local index
+      auto exchange = exchangeWithPeers(
+          block, [&](size_t h) { return fromPeers + h * block; }, [&](size_t) { return static_cast<const char*>(c.send); },
+          sub(s).timeout);
+      std::memcpy(fromPeers + static_cast<size_t>(myHost_) * block, c.send, block);
+      exchange.wait(sub(s).timeout);
+      char* gathered = scratch(1, static_cast<size_t>(size_) * block);  // [local index][host]
+      s.send = fromPeers;
+      s.recv = gathered;
+      s.count = c.count * hosts;
+      local_->run(sub(s));
+      for (size_t i = 0; i < static_cast<size_t>(localPeers_); ++i)
+        for (size_t h = 0; h < hosts; ++h)
+          std::memcpy(recv + static_cast<size_t>(members_[h][i]) * block, gathered + (i * hosts + h) * block, block);
       return;
     }
-    char* gathered = scratch(1, static_cast<size_t>(size_) * block);  // [local index][host]
-    s.send = fromPeers;
-    s.recv = gathered;
-    s.count = c.count * hosts;
+    auto slot = [&](size_t h, size_t i) { return recv + static_cast<size_t>(members_[h][i]) * block; };
+    auto exchange = exchangeWithPeers(
+        block, [&](size_t h) { return slot(h, me); }, [&](size_t) { return static_cast<const char*>(c.send); },
+        sub(s).timeout);
+    s.recv = slot(static_cast<size_t>(myHost_), 0);
     local_->run(sub(s));
-    for (size_t i = 0; i < static_cast<size_t>(localPeers_); ++i)
-      for (size_t h = 0; h < hosts; ++h)
-        std::memcpy(recv + static_cast<size_t>(members_[h][i]) * block, gathered + (i * hosts + h) * block, block);
+    exchange.wait(sub(s).timeout);
+    for (size_t h = 0; h < hosts; ++h) {
+      if (h == static_cast<size_t>(myHost_)) continue;
+      s.send = slot(h, me);
+      s.recv = slot(h, 0);
+      local_->run(sub(s));
+    }
   }
 
   // Hosts of equal size L: each host's ranks sum the whole input over shm, local rank i keeping
   // the host's sum of the blocks of every host's rank i (one reduce_scatter per host's blocks,
   // straight from the input where a host's ranks are consecutive, else from a copy in that
-  // order); then the ranks of local index i reduce_scatter those sums among the hosts (Gloo).
-  // Each rank sends (hosts-1) blocks across hosts and none through TCP within one, where the
-  // flat Gloo reduce_scatter sends (size-1). (Through the leaders, the hosts' whole sums reduced
-  // to them first, measured 0.2-0.7x raw Gloo on 2 hosts x 2: one rank per host did all the TCP.)
+  // order); each rank sends the other hosts' sums to their ranks of its local index (Gloo point to
+  // point on peers_), sums its own host's meanwhile, and adds what it receives. Each rank sends
+  // (hosts-1) blocks across hosts and none through TCP within one, where the flat Gloo
+  // reduce_scatter sends (size-1). (Through the leaders, the hosts' whole sums reduced to them
+  // first, measured 0.2-0.7x raw Gloo on 2 hosts x 2: one rank per host did all the TCP.)
   template <class Sub>
   void reduceScatter(const Collective& c, Sub&& sub) {
     const size_t block = c.count * dtypeSize(c.dtype), hosts = members_.size(), L = static_cast<size_t>(localPeers_);
+    const auto mine = static_cast<size_t>(myHost_);
     const char* send = static_cast<const char*>(c.send);
+    char* recv = static_cast<char*>(c.recv);
     char* hostSums = scratch(0, hosts * block);  // [host]: this host's sum of that host's block of my local index
+    char* received = scratch(1, hosts * block);  // [host]: that host's sum of my block
     Collective s = c;
     if (s.op == ReduceOp::Avg) s.op = ReduceOp::Sum;  // divided once, by the whole size, at the end
+    auto post = [&] {
+      return exchangeWithPeers(
+          block, [&](size_t h) { return received + h * block; }, [&](size_t h) { return static_cast<const char*>(hostSums + h * block); },
+          sub(s).timeout);
+    };
+    std::optional<PeerExchange> exchange;
+    const char* own = recv;  // this host's sum of my block
     if (consecutiveHosts_) {
-      for (size_t h = 0; h < hosts; ++h) {
+      auto sumHost = [&](size_t h, char* into) {
         s.send = send + static_cast<size_t>(members_[h][0]) * block;
-        s.recv = hostSums + h * block;
+        s.recv = into;
         local_->run(sub(s));
-      }
+      };
+      for (size_t h = 0; h < hosts; ++h)
+        if (h != mine) sumHost(h, hostSums + h * block);
+      exchange = post();
+      sumHost(mine, recv);  // while the sums travel
     } else {
-      char* ordered = scratch(1, static_cast<size_t>(size_) * block);  // [local index][host]
+      std::vector<char>& ordered = orderedInput_;  // [local index][host]
+      if (ordered.size() < static_cast<size_t>(size_) * block) ordered = std::vector<char>(static_cast<size_t>(size_) * block);
       for (size_t i = 0; i < L; ++i)
         for (size_t h = 0; h < hosts; ++h)
-          std::memcpy(ordered + (i * hosts + h) * block, send + static_cast<size_t>(members_[h][i]) * block, block);
-      s.send = ordered;
+          std::memcpy(ordered.data() + (i * hosts + h) * block, send + static_cast<size_t>(members_[h][i]) * block, block);
+      s.send = ordered.data();
       s.recv = hostSums;
       s.count = c.count * hosts;
       local_->run(sub(s));
-      s.count = c.count;
+      own = hostSums + mine * block;
+      exchange = post();
     }
-    s.send = hostSums;
-    s.recv = c.recv;
-    peers_->run(sub(s));
+    exchange->wait(sub(s).timeout);
+    const ReduceFn fn = reduceFunction(c.dtype, s.op);
+    for (size_t h = 0; h < hosts; ++h) {
+      if (h == mine) continue;
+      fn(recv, own, received + h * block, c.count);
+      own = recv;
+    }
     if (c.op == ReduceOp::Avg) divideInPlace(c.recv, c.count, c.dtype, size_);
+  }
+
+  // The point-to-point requests of one exchange among peers_ (one rank per host, my local index):
+  // a receive from and a send to every other host.
+  struct PeerExchange {
+    std::vector<std::shared_ptr<Request::State>> requests;
+    void wait(milliseconds timeout) {
+      const Deadline deadline(timeout);
+      for (auto& r : requests) r->wait(std::max(deadline.remaining(), milliseconds(1)));
+    }
+  };
+
+  // Posts every receive before any send: recvAt(h) and sendAt(h) are the `bytes` from and to host h.
+  template <class RecvAt, class SendAt>
+  PeerExchange exchangeWithPeers(size_t bytes, RecvAt recvAt, SendAt sendAt, milliseconds timeout) {
+    PeerExchange exchange;
+    const auto hosts = static_cast<int>(members_.size());
+    for (int h = 0; h < hosts; ++h)
+      if (h != myHost_) exchange.requests.push_back(peers_->irecv(recvAt(static_cast<size_t>(h)), bytes, h, kPeerTag, timeout));
+    for (int h = 0; h < hosts; ++h)
+      if (h != myHost_) exchange.requests.push_back(peers_->isend(sendAt(static_cast<size_t>(h)), bytes, h, kPeerTag, timeout));
+    return exchange;
   }
 
   // Scratch buffer `which` (0 or 1) of at least `bytes`, kept between operations: a fresh
@@ -332,6 +391,8 @@ class HierBackend final : public Backend {
   // Point-to-point tag of reduce's hand-off on the host's segment, which users' messages share:
   // negative, a tag no user can give.
   static constexpr int kHandOffTag = -2;
+  // peers_ carries no user messages: its exchanges' one tag; messages of a pair match in order.
+  static constexpr int kPeerTag = 0;
 
   int size_;
   std::vector<int> hostOf_;                // per rank: its host's index
@@ -343,6 +404,7 @@ class HierBackend final : public Backend {
   int localPeers_ = 0;          // ranks per host when all hosts have as many, else 0
   bool consecutiveHosts_ = false;  // each host's ranks are consecutive numbers
   std::vector<char> scratch_[2];
+  std::vector<char> orderedInput_;  // reduce_scatter's input in [local index][host] order
 };
 
 }  // namespace

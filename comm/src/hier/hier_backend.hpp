@@ -8,7 +8,13 @@
 //               leaders, shm broadcast on the other hosts
 //   all_gather  shm gather to the leader, Gloo all_gather among leaders (blocks padded to the
 //               largest host), shm broadcast of the result; from 4 MiB in all on hosts of
-//               equal size: Gloo all_gather among the ranks of each local index, shm all_gather
+//               equal size: each rank sends its block to and receives the blocks of the ranks
+//               of its local index on the other hosts (Gloo point to point, straight into
+//               place) while its host all_gathers its own blocks over shm, then shm all_gathers
+//               of the other hosts' blocks
+//   reduce_scatter  on hosts of equal size: shm reduce_scatters of each host's blocks, the
+//               other hosts' sums sent to their ranks of my local index (Gloo point to point)
+//               while my host's is summed, and what arrives added; else the full Gloo mesh
 //   barrier     shm barrier, Gloo barrier among leaders, shm barrier
 //   the rest: the full Gloo mesh
 //   send/recv   a peer on this host over the segment, one elsewhere over the full mesh (HierP2P)
