@@ -125,7 +125,8 @@ class HierBackend final : public Backend {
     Collective s = c;
     if (s.op == ReduceOp::Avg) s.op = ReduceOp::Sum;  // divided once, by the whole size, at the end
     if (part > 0) {
-      char* mine = scratch(0, part * es);
+      // in place: my part of the buffer holds the host's sum, then everyone's, then all parts
+      char* mine = static_cast<char*>(c.recv) + static_cast<size_t>(localRank_) * part * es;
       s.kind = OpKind::ReduceScatter;
       s.send = c.recv;
       s.recv = mine;

@@ -176,8 +176,10 @@ void ShmCollectives::blocks(const Collective& c, const OpDeadline& d) {
     const size_t m = std::min(chunk, count - off), mb = m * es;
     // Write: block j's chunk at j*mb (n blocks), or this rank's chunk at 0.
     if (nBlocks) {
+      // reduce_scatter: my own block is read from my input below; only the peers' go through
       if (c.kind != OpKind::Scatter || root)
-        for (int j = 0; j < n; ++j) std::memcpy(next() + j * mb, send + (j * count + off) * es, mb);
+        for (int j = 0; j < n; ++j)
+          if (c.kind != OpKind::ReduceScatter || j != me) std::memcpy(next() + j * mb, send + (j * count + off) * es, mb);
     } else {
       std::memcpy(next(), send + off * es, mb);
     }
@@ -195,14 +197,18 @@ void ShmCollectives::blocks(const Collective& c, const OpDeadline& d) {
       case OpKind::AllToAll:
         for (int r = 0; r < n; ++r) std::memcpy(recv + (r * count + off) * es, last(r) + me * mb, mb);
         break;
-      case OpKind::ReduceScatter:
+      case OpKind::ReduceScatter: {
+        // every rank's chunk of my block, in rank order (the same bits wherever it is read from)
+        auto from = [&](int r) { return r == me ? send + (me * count + off) * es : last(r) + me * mb; };
+        char* out = recv + off * es;
         if (n == 1) {
-          std::memcpy(recv + off * es, last(0), mb);
+          if (out != from(0)) std::memmove(out, from(0), mb);
           break;
         }
-        fn(recv + off * es, last(0) + me * mb, last(1) + me * mb, m);
-        for (int r = 2; r < n; ++r) fn(recv + off * es, recv + off * es, last(r) + me * mb, m);
+        fn(out, from(0), from(1), m);
+        for (int r = 2; r < n; ++r) fn(out, out, from(r), m);
         break;
+      }
       default:
         break;
     }
