@@ -133,6 +133,8 @@ bool fits(ReduceOp op, DType d) {
   }
 }
 
+void runLarge(Communicator& c);
+
 void runMatrix(Communicator& c, bool quick) {
   const int n = c.size(), r = c.rank();
   const DType dtypes[] = {DType::Int8, DType::UInt8, DType::Int32, DType::Int64,
@@ -222,7 +224,45 @@ void runMatrix(Communicator& c, bool quick) {
       }
     }
   }
+  if (!quick) runLarge(c);
   c.barrier();
+}
+
+// Sizes whose hierarchical paths cut the data into pieces (broadcast: several Gloo messages, the
+// last one shorter) or split it among the local ranks with a remainder: float32, sum, values
+// that tell ranks and positions apart.
+void runLarge(Communicator& c) {
+  const int n = c.size(), r = c.rank();
+  const size_t count = (9u << 20) / sizeof(float) + 3;
+  auto val = [](int src, size_t i) { return static_cast<float>((static_cast<size_t>(src) * 7 + i) % 13); };
+  std::vector<float> buf(count);
+  for (int from = 0; from < n; ++from) {
+    for (size_t i = 0; i < count; ++i) buf[i] = r == from ? val(from, i) : -1.0f;
+    c.broadcast(buf.data(), count, DType::Float32, from);
+    expect(label("large broadcast from " + std::to_string(from), DType::Float32, ReduceOp::Sum, count), buf.data(), count,
+           DType::Float32, [&](size_t i) { return val(from, i); });
+  }
+  for (size_t i = 0; i < count; ++i) buf[i] = val(r, i);
+  c.allReduce(buf.data(), count, DType::Float32, ReduceOp::Sum);
+  expect(label("large all_reduce", DType::Float32, ReduceOp::Sum, count), buf.data(), count, DType::Float32, [&](size_t i) {
+    double sum = 0;
+    for (int k = 0; k < n; ++k) sum += val(k, i);
+    return sum;
+  });
+  const size_t block = count / static_cast<size_t>(n);
+  std::vector<float> all(block * static_cast<size_t>(n)), mine(block);
+  for (size_t i = 0; i < block; ++i) mine[i] = val(r, i);
+  c.allGather(mine.data(), all.data(), block, DType::Float32);
+  expect(label("large all_gather", DType::Float32, ReduceOp::Sum, block), all.data(), all.size(), DType::Float32,
+         [&](size_t i) { return val(static_cast<int>(i / block), i % block); });
+  for (size_t i = 0; i < all.size(); ++i) all[i] = val(r, i);
+  c.reduceScatter(all.data(), mine.data(), block, DType::Float32, ReduceOp::Sum);
+  expect(label("large reduce_scatter", DType::Float32, ReduceOp::Sum, block), mine.data(), block, DType::Float32,
+         [&](size_t i) {
+           double sum = 0;
+           for (int k = 0; k < n; ++k) sum += val(k, static_cast<size_t>(r) * block + i);
+           return sum;
+         });
 }
 
 // Groups that mix ranks of one host and of several (on 2 hosts x 2: {0,1,2} is hierarchical,
