@@ -8,6 +8,7 @@
 #include "hier/hier_p2p.hpp"
 #include "reduce.hpp"
 #include "shm/shm_backend.hpp"
+#include "shm/shm_copy.hpp"
 
 namespace drun::comm::detail {
 namespace {
@@ -60,6 +61,7 @@ class HierBackend final : public Backend {
       peers_ = makeGlooBackend(device, std::make_shared<rdzv::PrefixStore>("peers" + std::to_string(localRank_) + "/", store),
                                myHost_, static_cast<int>(members_.size()), timeout);
     if (localRank_ == 0) leaders_ = peers_.get();
+    // The back lane: messages to lower hosts (lane(), README "Lanes").
     if (peers_)
       peersBack_ = makeGlooBackend(device, std::make_shared<rdzv::PrefixStore>("peersback" + std::to_string(localRank_) + "/", store),
                                    myHost_, static_cast<int>(members_.size()), timeout);
@@ -124,7 +126,7 @@ class HierBackend final : public Backend {
 
  private:
   // Large, hosts of equal size L: shm reduce_scatter (each local rank holds 1/L of the host's
-  // sum), Gloo all_reduce of that part among the ranks of the same local index, shm all_gather;
+  // sum), an all_reduce of that part among the ranks of the same local index (PeerAllReduce), shm all_gather;
   // what does not divide by L takes the leaders' path.
   template <class Sub>
   void allReduce(const Collective& c, Sub&& sub) {
@@ -240,7 +242,7 @@ class HierBackend final : public Backend {
       s.recv = host;
       local_->run(sub(s));
     } else {
-      std::memcpy(host, c.send, block);
+      copyBytes(host, c.send, block);
     }
     if (leaders_) {
       char* all = scratch(1, members_.size() * widest * block);
@@ -251,7 +253,7 @@ class HierBackend final : public Backend {
       leaders_->run(sub(s));
       for (size_t h = 0; h < members_.size(); ++h)
         for (size_t i = 0; i < members_[h].size(); ++i)
-          std::memcpy(static_cast<char*>(c.recv) + static_cast<size_t>(members_[h][i]) * block,
+          copyBytes(static_cast<char*>(c.recv) + static_cast<size_t>(members_[h][i]) * block,
                       all + (h * widest + i) * block, block);
     }
     if (local_) {
@@ -283,7 +285,7 @@ class HierBackend final : public Backend {
       auto exchange = exchangeWithPeers(
           block, [&](size_t h) { return fromPeers + h * block; }, [&](size_t) { return static_cast<const char*>(c.send); },
           sub(s).timeout);
-      std::memcpy(fromPeers + static_cast<size_t>(myHost_) * block, c.send, block);
+      copyBytes(fromPeers + static_cast<size_t>(myHost_) * block, c.send, block);
       exchange.wait(sub(s).timeout);
       char* gathered = scratch(1, static_cast<size_t>(size_) * block);  // [local index][host]
       s.send = fromPeers;
@@ -292,7 +294,7 @@ class HierBackend final : public Backend {
       local_->run(sub(s));
       for (size_t i = 0; i < static_cast<size_t>(localPeers_); ++i)
         for (size_t h = 0; h < hosts; ++h)
-          std::memcpy(recv + static_cast<size_t>(members_[h][i]) * block, gathered + (i * hosts + h) * block, block);
+          copyBytes(recv + static_cast<size_t>(members_[h][i]) * block, gathered + (i * hosts + h) * block, block);
       return;
     }
     auto slot = [&](size_t h, size_t i) { return recv + static_cast<size_t>(members_[h][i]) * block; };
@@ -328,7 +330,7 @@ class HierBackend final : public Backend {
     char* received = scratch(1, hosts * block);  // [host]: that host's sum of my block
     Collective s = c;
     if (s.op == ReduceOp::Avg) s.op = ReduceOp::Sum;  // divided once, by the whole size, at the end
-    // The receives go out first, before the shm work: ...
+    // The receives go out first, before the shm work (README "Lanes").
     PeerExchange exchange = receiveFromPeers(block, [&](size_t h) { return received + h * block; }, sub(s).timeout);
     auto post = [&] {
       sendToPeers(exchange, block, [&](size_t h) { return static_cast<const char*>(hostSums + h * block); }, sub(s).timeout);
@@ -349,7 +351,7 @@ class HierBackend final : public Backend {
       if (ordered.size() < static_cast<size_t>(size_) * block) ordered = std::vector<char>(static_cast<size_t>(size_) * block);
       for (size_t i = 0; i < L; ++i)
         for (size_t h = 0; h < hosts; ++h)
-          std::memcpy(ordered.data() + (i * hosts + h) * block, send + static_cast<size_t>(members_[h][i]) * block, block);
+          copyBytes(ordered.data() + (i * hosts + h) * block, send + static_cast<size_t>(members_[h][i]) * block, block);
       s.send = ordered.data();
       s.recv = hostSums;
       s.count = c.count * hosts;
@@ -460,7 +462,7 @@ class HierBackend final : public Backend {
       const size_t bytes = myChunk * r.es;
       char* mine = r.buf + myBegin * r.es;
       auto slot = [&](size_t h) -> const char* { return h == 0 && me == 0 ? mine : r.incoming + h * bytes; };
-      if (me != 0) std::memcpy(r.incoming + me * bytes, mine, bytes);
+      if (me != 0) copyBytes(r.incoming + me * bytes, mine, bytes);
       fn(mine, slot(0), slot(1), myChunk);
       for (size_t h = 2; h < hosts; ++h) fn(mine, mine, slot(h), myChunk);
     }
@@ -527,6 +529,8 @@ class HierBackend final : public Backend {
   std::vector<std::vector<int>> members_;  // per host: its ranks, ascending
   int myHost_ = 0, localRank_ = 0;
   std::unique_ptr<Backend> full_, local_, peers_, peersBack_;
+  // The mesh a message from host `from` to host `to` travels on among the peers: each pair then
+  // carries data one way only (README "Lanes").
   Backend& lane(int from, int to) { return from < to ? *peers_ : *peersBack_; }
   Backend* leaders_ = nullptr;  // peers_ of local rank 0
   std::shared_ptr<HierP2P> p2p_;

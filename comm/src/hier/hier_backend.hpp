@@ -1,11 +1,17 @@
 // The hierarchical backend: ranks on several hosts. Within a host the ranks share memory (a shm
 // backend per host); among hosts, one leader per host (its lowest rank) talks over Gloo; every
 // rank is also in a full Gloo mesh for what is not hierarchical.
-//   all_reduce  shm reduce to the leader, Gloo all_reduce among leaders, shm broadcast; from
-//               1 MiB on hosts of equal size L: shm reduce_scatter, L Gloo all_reduces of 1/L
-//               each (ranks of the same local index across hosts), shm all_gather
+//   all_reduce  shm reduce to the leader, all_reduce among leaders, shm broadcast; from 1 MiB
+//               on hosts of equal size L: shm reduce_scatter, L all_reduces of 1/L each (ranks
+//               of the same local index across hosts), shm all_gather. The all_reduce among
+//               hosts is two exchanges of Gloo point to point (each host sums its chunk, then
+//               sends it to all), every receive posted before the shm step
 //   broadcast   shm broadcast on the root's host (root -> its leader), Gloo broadcast among
-//               leaders, shm broadcast on the other hosts
+//               leaders, shm broadcast on the other hosts; from 1 MiB on two hosts of equal
+//               size: the root sends pieces to its peer on the other host, which passes each
+//               round its host over shm while the next is on the wire
+//   (point to point among hosts travels on two meshes, one a direction: see "lanes" in the
+//   README)
 //   all_gather  shm gather to the leader, Gloo all_gather among leaders (blocks padded to the
 //               largest host), shm broadcast of the result; from 4 MiB in all on hosts of
 //               equal size: each rank sends its block to and receives the blocks of the ranks

@@ -1,4 +1,5 @@
 #include "shm/shm_collectives.hpp"
+#include "shm/shm_copy.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -70,7 +71,7 @@ void ShmCollectives::reduceAll(const Collective& c, bool toAll, const OpDeadline
   auto from = [&](int r) { return tiny ? lastLine(r) : last(r); };
   auto reduceFrom = [&](char* out, size_t offset, size_t elems) {  // out = op over every rank's last half
     if (n == 1) {
-      if (out != from(0) + offset) std::memcpy(out, from(0) + offset, elems * es);
+      if (out != from(0) + offset) copyBytes(out, from(0) + offset, elems * es);
       return;
     }
     fn(out, from(0) + offset, from(1) + offset, elems);
@@ -79,14 +80,14 @@ void ShmCollectives::reduceAll(const Collective& c, bool toAll, const OpDeadline
   if (n == 1) {
     // nothing to combine; AVG of one rank is the value itself
   } else if (bytes <= kOneShotBytes && bytes <= seg_.halfBytes()) {
-    std::memcpy(tiny ? nextLine() : next(), buf, bytes);
+    copyBytes(tiny ? nextLine() : next(), buf, bytes);
     step(d, what, bytes, tiny);
     if (receives) reduceFrom(buf, 0, c.count);
   } else {
     const size_t chunk = chunkElements(c.count, es, 1, true);
     for (size_t off = 0; off < c.count; off += chunk) {
       const size_t m = std::min(chunk, c.count - off);
-      std::memcpy(next(), buf + off * es, m * es);
+      copyBytes(next(), buf + off * es, m * es);
       step(d, what, m * es);
       const size_t lo = m * static_cast<size_t>(me) / n, hi = m * static_cast<size_t>(me + 1) / n;
       char* part = next();  // my part of the result, at its place in the chunk
@@ -95,7 +96,7 @@ void ShmCollectives::reduceAll(const Collective& c, bool toAll, const OpDeadline
       if (!receives) continue;
       for (int r = 0; r < n; ++r) {
         const size_t rlo = m * static_cast<size_t>(r) / n, rhi = m * static_cast<size_t>(r + 1) / n;
-        std::memcpy(buf + (off + rlo) * es, last(r) + rlo * es, (rhi - rlo) * es);
+        copyBytes(buf + (off + rlo) * es, last(r) + rlo * es, (rhi - rlo) * es);
       }
     }
   }
@@ -127,13 +128,13 @@ void ShmCollectives::queuedBroadcast(const Collective& c, uint64_t depth, const 
     // The last step's data in this half (at its start) matters only where this sub-slot overlaps it.
     const uint64_t free = std::max(reused, offset < stepBytes_[k & 1] ? readersDone_[k & 1] : 0);
     if (free > 0) seg_.waitAll(free, d, "broadcast");
-    std::memcpy(data, c.recv, bytes);
+    copyBytes(data, c.recv, bytes);
     if (tiny) ShmSegment::stamp(data, k);
     seg_.publish(k);
     return;
   }
   seg_.waitAll(k, d, "broadcast", c.root, tiny ? sub : ShmSegment::kNoStamp);
-  std::memcpy(c.recv, data, bytes);
+  copyBytes(c.recv, data, bytes);
   seg_.publish(k);
 }
 
@@ -150,9 +151,9 @@ void ShmCollectives::broadcast(const Collective& c, const OpDeadline& d) {
   const bool root = seg_.rank() == c.root;
   for (size_t off = 0; off < c.count; off += chunk) {
     const size_t m = std::min(chunk, c.count - off);
-    if (root) std::memcpy(next(), buf + off * es, m * es);
+    if (root) copyBytes(next(), buf + off * es, m * es);
     step(d, "broadcast", root ? m * es : 0);
-    if (!root) std::memcpy(buf + off * es, last(c.root), m * es);
+    if (!root) copyBytes(buf + off * es, last(c.root), m * es);
   }
 }
 
@@ -179,23 +180,23 @@ void ShmCollectives::blocks(const Collective& c, const OpDeadline& d) {
       // reduce_scatter: my own block is read from my input below; only the peers' go through
       if (c.kind != OpKind::Scatter || root)
         for (int j = 0; j < n; ++j)
-          if (c.kind != OpKind::ReduceScatter || j != me) std::memcpy(next() + j * mb, send + (j * count + off) * es, mb);
+          if (c.kind != OpKind::ReduceScatter || j != me) copyBytes(next() + j * mb, send + (j * count + off) * es, mb);
     } else {
-      std::memcpy(next(), send + off * es, mb);
+      copyBytes(next(), send + off * es, mb);
     }
     step(d, what, nBlocks ? n * mb : mb, tiny);
     switch (c.kind) {
       case OpKind::Scatter:
-        std::memcpy(recv + off * es, last(c.root) + me * mb, mb);
+        copyBytes(recv + off * es, last(c.root) + me * mb, mb);
         break;
       case OpKind::Gather:
         if (!root) break;
         [[fallthrough]];
       case OpKind::AllGather:
-        for (int r = 0; r < n; ++r) std::memcpy(recv + (r * count + off) * es, last(r), mb);
+        for (int r = 0; r < n; ++r) copyBytes(recv + (r * count + off) * es, last(r), mb);
         break;
       case OpKind::AllToAll:
-        for (int r = 0; r < n; ++r) std::memcpy(recv + (r * count + off) * es, last(r) + me * mb, mb);
+        for (int r = 0; r < n; ++r) copyBytes(recv + (r * count + off) * es, last(r) + me * mb, mb);
         break;
       case OpKind::ReduceScatter: {
         // every rank's chunk of my block, in rank order (the same bits wherever it is read from)

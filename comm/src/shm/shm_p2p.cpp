@@ -1,4 +1,5 @@
 #include "shm/shm_p2p.hpp"
+#include "shm/shm_copy.hpp"
 
 #include <sched.h>
 
@@ -180,7 +181,7 @@ std::shared_ptr<Request::State> ShmP2P::irecv(void* buf, size_t bytes, int src, 
       return op;
     }
     if (u.received == u.data.size()) {
-      if (!u.data.empty()) std::memcpy(buf, u.data.data(), u.data.size());
+      if (!u.data.empty()) copyBytes(buf, u.data.data(), u.data.size());
       op->moved = u.data.size();
       auto kept = *it;  // (forget() erases what `it` points at)
       forget(kept);
@@ -213,7 +214,7 @@ bool ShmP2P::pushSends(int dst) {
     cell->length = static_cast<uint32_t>(len);
     cell->total = op->bytes;
     cell->offset = op->moved;
-    if (len) std::memcpy(reinterpret_cast<char*>(cell) + ShmSegment::kCellHeader, op->buf + op->moved, len);
+    if (len) copyBytes(reinterpret_cast<char*>(cell) + ShmSegment::kCellHeader, op->buf + op->moved, len);
     tail.store(t + 1, std::memory_order_release);
     op->moved += len;
     moved = true;
@@ -268,8 +269,8 @@ bool ShmP2P::drain(int src) {
     const char* payload = reinterpret_cast<const char*>(cell) + ShmSegment::kCellHeader;
     const size_t len = std::min<size_t>(cell->length, in->total - std::min(in->total, cell->offset));
     // (len 0: a zero-length message, whose buffer may be null: memcpy's arguments must not be)
-    if (len > 0 && in->op && !in->discard) std::memcpy(in->op->buf + cell->offset, payload, len);
-    else if (len > 0 && in->kept) std::memcpy(in->kept->data.data() + cell->offset, payload, len);
+    if (len > 0 && in->op && !in->discard) copyBytes(in->op->buf + cell->offset, payload, len);
+    else if (len > 0 && in->kept) copyBytes(in->kept->data.data() + cell->offset, payload, len);
     in->received += len;
     head.store(h + 1, std::memory_order_release);
     moved = true;
@@ -281,7 +282,7 @@ bool ShmP2P::drain(int src) {
         in->kept->received = in->total;
         if (auto claimed = in->kept->claimedBy) {  // posted while it arrived
           if (!claimed->done) {
-            if (!in->kept->data.empty()) std::memcpy(claimed->buf, in->kept->data.data(), in->kept->data.size());
+            if (!in->kept->data.empty()) copyBytes(claimed->buf, in->kept->data.data(), in->kept->data.size());
             claimed->moved = in->total;
             complete(claimed);
           }

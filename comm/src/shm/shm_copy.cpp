@@ -1,0 +1,61 @@
+#include "shm/shm_copy.hpp"
+
+#include <cstring>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace drun::comm::detail {
+namespace {
+
+// Below this glibc copies with vector moves of its own (rep movsb starts at 2112 bytes here).
+constexpr size_t kVectorCopyBytes = 2048;
+
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) void copyAvx2(char* d, const char* s, size_t n) {
+  size_t i = 0;
+  for (; i + 128 <= n; i += 128) {
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i));
+    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 32));
+    const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 64));
+    const __m256i e = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 96));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i), a);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i + 32), b);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i + 64), c);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i + 96), e);
+  }
+  if (i < n) std::memcpy(d + i, s + i, n - i);  // under 128 bytes: no rep movsb
+}
+
+void copySse2(char* d, const char* s, size_t n) {  // x86-64's baseline
+  size_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 16));
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 32));
+    const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 48));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i), a);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i + 16), b);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i + 32), c);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i + 48), e);
+  }
+  if (i < n) std::memcpy(d + i, s + i, n - i);
+}
+#endif
+
+}  // namespace
+
+void copyBytes(void* dst, const void* src, size_t n) {
+#if defined(__x86_64__)
+  if (n >= kVectorCopyBytes) {
+    static const bool avx2 = __builtin_cpu_supports("avx2");
+    if (avx2) copyAvx2(static_cast<char*>(dst), static_cast<const char*>(src), n);
+    else copySse2(static_cast<char*>(dst), static_cast<const char*>(src), n);
+    return;
+  }
+#endif
+  if (n > 0) std::memcpy(dst, src, n);
+}
+
+}  // namespace drun::comm::detail
