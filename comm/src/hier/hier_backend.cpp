@@ -195,7 +195,7 @@ class HierBackend final : public Backend {
   }
 
   // Large, two hosts of equal size: the root sends the data in pieces to the rank of its local
-  // index on the other host (Gloo point to point on its peers_) while its own host's ranks get it
+  // index on the other host (Gloo point to point on the lane) while its own host's ranks get it
   // over shm; on the other host each piece goes round over shm as it arrives, while the next is
   // on the wire. The leaders' path ran the three steps one after another, one core busy in two.
   template <class Sub>
