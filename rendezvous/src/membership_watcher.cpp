@@ -114,7 +114,8 @@ void classify(LivenessStore& store, const WatchedRound& w, Reported& seen, Event
 // never show it. The last node out removes the round's keys (`outcome` stays as the tombstone),
 // and a round can form after the job succeeded (its members re-formed while the last member of
 // the round before finished it) and never finish: a member waiting in its exit barrier would
-// wait for ever. Reported as the ledger reports success: at every look.
+// wait for ever. Reported as the ledger reports success: at every look, and at the end of every
+// quiet watch slice (a round that never changes again).
 void classifyOutcome(LivenessStore& store, const WatchedRound& w, Reported& seen,
                           EventSlot& slot, const std::atomic<bool>& stopped) {
   auto outcome = store.tryGet(keys::outcome(w.runId));
@@ -159,7 +160,11 @@ void run(LivenessStore& store, const WatchedRound& w, EventSlot& slot, std::atom
       try {
         now = store.watch(changesKey, known, w.slice);
       } catch (const TimeoutError&) {
-        continue;  // the server answered at the deadline: the connection is alive
+        // The server answered at the deadline: the connection is alive. The round is quiet, but
+        // the job may have ended in a later one (its members re-formed while this node waited in
+        // the exit barrier): the outcome is looked at every slice, changes or not.
+        classifyOutcome(store, w, seen, slot, stopped);
+        continue;
       }
       if (stopped.load()) return;
       known = now;

@@ -4,7 +4,9 @@
 // for its own calls) and, after every change, reads the round's job state to say what happened:
 // a failure record (Failed), every member finished (Succeeded), a member gone (MemberLost: its
 // will fired or it was preempted), a node waiting to join (NodeWaiting). Each is reported once,
-// except Succeeded: at every look (it is the job's last word; an agent must not miss it).
+// except Succeeded: at every look (it is the job's last word; an agent must not miss it). The
+// job's outcome is also read when a watch slice ends with no change: a round that never changes
+// again (its members re-formed while this node waited in the exit barrier) still ends.
 // A watch is never longer than `slice`: a connection that does not answer within slice plus the
 // client's grace is lost (a cut link, a dead store host), and StoreLost is reported, last.
 //
