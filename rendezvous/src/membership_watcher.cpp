@@ -163,6 +163,7 @@ void run(LivenessStore& store, const WatchedRound& w, EventSlot& slot, std::atom
         // The server answered at the deadline: the connection is alive. The round is quiet, but
         // the job may have ended in a later one (its members re-formed while this node waited in
         // the exit barrier): the outcome is looked at every slice, changes or not.
+        if (stopped.load()) return;
         classifyOutcome(store, w, seen, slot, stopped);
         continue;
       }
