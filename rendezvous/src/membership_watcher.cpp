@@ -156,20 +156,16 @@ void run(LivenessStore& store, const WatchedRound& w, EventSlot& slot, std::atom
   Reported seen;
   try {
     while (!stopped.load()) {
-      std::optional<Bytes> now;
+      bool changed = true;
       try {
-        now = store.watch(changesKey, known, w.slice);
+        known = store.watch(changesKey, known, w.slice);
       } catch (const TimeoutError&) {
-        // The server answered at the deadline: the connection is alive. The round is quiet, but
-        // the job may have ended in a later one (its members re-formed while this node waited in
-        // the exit barrier): the outcome is looked at every slice, changes or not.
-        if (stopped.load()) return;
-        classifyOutcome(store, w, seen, slot, stopped);
-        continue;
+        changed = false;  // the server answered at the deadline: the connection is alive
       }
       if (stopped.load()) return;
-      known = now;
-      classify(store, w, seen, slot, stopped);
+      if (changed) classify(store, w, seen, slot, stopped);
+      // After a quiet slice too: the job may have ended in a later round (its members re-formed
+      // while this node waited in the exit barrier), and this round never changes again.
       classifyOutcome(store, w, seen, slot, stopped);
     }
   } catch (const std::exception& e) {

@@ -1,5 +1,5 @@
-// copyBytes: memcpy for the shared-memory transport's bulk copies, through vector loads and
-// stores instead of glibc's `rep movsb`.
+// copyBytes: memcpy for the shared-memory transport's bulk copies, through AVX2 loads and stores
+// instead of glibc's `rep movsb` (where the CPU has no AVX2: memcpy).
 //
 // Why: glibc's memcpy copies blocks from 2 KiB up to its non-temporal threshold with `rep movsb`,
 // which on the AMD EPYC VMs this project runs on is 4-5x slower for some placements of source and
