@@ -167,8 +167,15 @@ void enumerate(const Scenario& s, Backend backend) {
   std::vector<std::thread> workers;
   for (size_t w = 0; w < std::min(jobs, points.size()); ++w)
     workers.emplace_back([&] {
-      for (size_t k; (k = nextPoint++) < points.size();)
-        if (!only || std::to_string(k) == only) results[k] = runOnce(s, backend, "k" + std::to_string(k), &points[k], nullptr);
+      for (size_t k; (k = nextPoint++) < points.size();) {
+        if (only && std::to_string(k) != only) continue;
+        try {  // no exception may end a thread (std::terminate): a run that threw fails its point
+          results[k] = runOnce(s, backend, "k" + std::to_string(k), &points[k], nullptr);
+        } catch (const std::exception& e) {
+          results[k].fired = true;
+          results[k].violations.push_back(std::string("the run threw: ") + e.what());
+        }
+      }
     });
   for (auto& w : workers) w.join();
   int failing = 0, unreached = 0;
