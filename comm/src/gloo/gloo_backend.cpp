@@ -268,6 +268,12 @@ class GlooBackend final : public Backend {
   }
 
   ~GlooBackend() override { poller_->stop(); }  // before the context its requests use
+  // A failed communicator's receives may have been dropped unfinished (an exchange posts them
+  // first, then another step fails): a message for one stays unread on its level-triggered
+  // socket, and Gloo's device thread, which finds no buffer for it, spins on it. Closing the
+  // connections stops that, and the peers' operations fail at once (a reset) instead of at
+  // their deadlines. Pair::close takes each pair's lock; the device thread only try-locks.
+  void abort() override { context_->closeConnections(); }
   const char* transport() const override { return "tcp"; }
 
  private:
