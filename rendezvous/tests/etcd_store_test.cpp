@@ -3,6 +3,8 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cstdlib>
+#include <unistd.h>
 #include <future>
 #include <thread>
 
@@ -72,6 +74,26 @@ TEST_CASE("etcd client: put, range, txn, deleterange on a real cluster", "[etcd]
   CHECK(t.succeeded);
   CHECK(c.deleteRange("/c/", EtcdClient::prefixEnd("/c/")) == 3);
   CHECK(c.range("/c/k").kvs.empty());
+}
+
+// Two clusters on the same ports (tests run side by side, two checkouts' suites at once): the
+// second's members cannot bind and exit, and the first's answer the second's health checks. up.sh
+// must fail (EtcdCluster then tries other ports), not hand its test the other cluster, whose
+// owner stops it under that test (seen in CI: NetworkError in an interleaving run).
+TEST_CASE("etcd up.sh: a cluster on the ports of a running one fails instead of reporting the other's members", "[etcd]") {
+  ::drun::test::EtcdCluster first;
+  const std::string& endpoint = first.endpoints()[0];
+  const int base = std::stoi(endpoint.substr(endpoint.rfind(':') + 1));
+  const std::string dir = "/tmp/drun-etcd-up-test-" + std::to_string(::getpid());
+  const auto t0 = std::chrono::steady_clock::now();
+  const int status = std::system(("BASE_PORT=" + std::to_string(base) + " " + DRUN_SOURCE_DIR +
+                                  "/scripts/etcd/up.sh " + dir + " >/dev/null 2>&1").c_str());
+  CHECK(status != 0);
+  CHECK(std::chrono::steady_clock::now() - t0 < 15s);  // its members' exit is seen, not waited out
+  (void)std::system((std::string(DRUN_SOURCE_DIR) + "/scripts/etcd/down.sh " + dir + " >/dev/null 2>&1").c_str());
+  EtcdClient c(clientOptions(first.endpoints()));  // the first cluster is untouched
+  CHECK(c.put("/up/k", "v") > 0);
+  CHECK(c.range("/up/k").kvs.size() == 1);
 }
 
 TEST_CASE("etcd client: a lease not kept alive ends and takes its keys", "[etcd]") {

@@ -86,16 +86,38 @@ for i in 0 1 2; do
   echo $! >"$dir/m$i.pid"
 done
 echo "$endpoints" >"$dir/endpoints"
+fail() {  # fail MESSAGE: stop what was started, say why, exit 1 (EtcdCluster tries other ports)
+  echo "$1" >&2
+  "$(dirname "$0")/down.sh" "$dir" >/dev/null 2>&1 || true
+  exit 1
+}
+# Another cluster on these ports (two test suites at once) answers the health checks below while
+# our members, unable to bind, exit: so a member must still run, and own its client port.
+member_exited() {  # member_exited I: its process is gone (or a zombie)
+  local state
+  state=$(awk '{print $3}' "/proc/$(cat "$dir/m$1.pid")/stat" 2>/dev/null || echo gone)
+  [[ "$state" == gone || "$state" == Z ]]
+}
+port_owner() {  # port_owner I: the PID listening on member I's client port on its host ("" unknown)
+  command -v ss >/dev/null || return 0
+  on_host "$1"
+  "${host_prefix[@]}" ss -Hltnp "sport = :$((base + 2 * $1))" 2>/dev/null | grep -o 'pid=[0-9]*' | head -n 1 | cut -d= -f2
+}
 deadline=$((SECONDS + 20))
 for i in 0 1 2; do
   on_host "$i"
   until "${host_prefix[@]}" curl -sf -m 1 "${curl_tls[@]}" "$scheme://127.0.0.1:$((base + 2 * i))/health" 2>/dev/null | grep -q '"health":"true"'; do
-    if ((SECONDS >= deadline)); then
-      echo "etcd member m$i did not come up in 20 s; see $dir/m$i.log" >&2
-      "$(dirname "$0")/down.sh" "$dir" >/dev/null 2>&1 || true
-      exit 1
-    fi
+    member_exited "$i" && fail "etcd member m$i exited: $(tail -n 1 "$dir/m$i.log")"
+    ((SECONDS >= deadline)) && fail "etcd member m$i did not come up in 20 s; see $dir/m$i.log"
     sleep 0.1
+    on_host "$i"
   done
+done
+for i in 0 1 2; do
+  owner=$(port_owner "$i")
+  member_exited "$i" && fail "etcd member m$i exited: $(tail -n 1 "$dir/m$i.log")"
+  if [[ -n "$owner" && "$owner" != "$(cat "$dir/m$i.pid")" ]]; then
+    fail "port $((base + 2 * i)) is held by process $owner, not by etcd member m$i: another cluster or program uses these ports"
+  fi
 done
 echo "$dir $endpoints"
