@@ -101,7 +101,7 @@ member_exited() {  # member_exited I: its process is gone (or a zombie)
 port_owner() {  # port_owner I: the PID listening on member I's client port on its host ("" unknown)
   command -v ss >/dev/null || return 0
   on_host "$1"
-  "${host_prefix[@]}" ss -Hltnp "sport = :$((base + 2 * $1))" 2>/dev/null | grep -o 'pid=[0-9]*' | head -n 1 | cut -d= -f2
+  "${host_prefix[@]}" ss -Hltnp "sport = :$((base + 2 * $1))" 2>/dev/null | grep -o 'pid=[0-9]*' | head -n 1 | cut -d= -f2 || true
 }
 deadline=$((SECONDS + 20))
 for i in 0 1 2; do
@@ -110,7 +110,6 @@ for i in 0 1 2; do
     member_exited "$i" && fail "etcd member m$i exited: $(tail -n 1 "$dir/m$i.log")"
     ((SECONDS >= deadline)) && fail "etcd member m$i did not come up in 20 s; see $dir/m$i.log"
     sleep 0.1
-    on_host "$i"
   done
 done
 for i in 0 1 2; do
