@@ -286,7 +286,12 @@ TEST_CASE("comm: a receive nobody answers times out within its timeout", "[comm]
 TEST_CASE("comm: after abort, a message for a dropped Gloo receive costs no CPU", "[comm]") {
   using namespace drun::comm::detail;
   auto shared = drun::rdzv::MemoryStore::makeShared();
-  std::latch dropped(1), sent(1);
+  // Each rank waits for the other's step with a deadline: a rank that failed first must not hang it.
+  std::promise<void> dropped, sent;
+  std::shared_future<void> droppedDone = dropped.get_future().share(), sentDone = sent.get_future().share();
+  auto await = [](const std::shared_future<void>& step, const char* what) {
+    if (step.wait_for(20s) != std::future_status::ready) throw std::runtime_error(std::string("the other rank never ") + what);
+  };
   auto cpuSeconds = [] {
     rusage u{};
     getrusage(RUSAGE_SELF, &u);
@@ -305,18 +310,18 @@ TEST_CASE("comm: after abort, a message for a dropped Gloo receive costs no CPU"
       auto backend = makeGlooBackend(makeGlooDevice(config), store, r, 2, 10s);
       char byte = 7;
       if (r == 1) {
-        dropped.wait();
+        await(droppedDone, "dropped its receive");
         try {  // into the receive rank 0 dropped; the closed connection may refuse it
           backend->isend(&byte, 1, 0, 0, 1s)->wait(1s);
         } catch (const drun::Error&) {
         }
-        sent.count_down();
+        sent.set_value();
         return 0.0;
       }
       backend->irecv(&byte, 1, 1, 0, 10s).reset();  // posted, then dropped unfinished
       backend->abort();
-      dropped.count_down();
-      sent.wait();
+      dropped.set_value();
+      await(sentDone, "sent");
       std::this_thread::sleep_for(100ms);  // the message arrives
       const double before = cpuSeconds();
       std::this_thread::sleep_for(500ms);

@@ -2,9 +2,10 @@
 // tests skip where etcd is not installed), and the c10d rendezvous on it.
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdlib>
-#include <unistd.h>
 #include <future>
 #include <thread>
 
