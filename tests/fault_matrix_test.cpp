@@ -287,6 +287,28 @@ void scaleUpThenAgentKilled(Backend backend) {
   CHECK(m.nothingLeft());
 }
 
+// Host 0's workers succeed at once (it waits in the exit barrier); host 2 then arrives. Host 1
+// must not stop its workers to take host 2 in: a finished node's round runs to the job's end
+// (before, host 1 re-formed, waited in the next round for host 0 until the join timeout, and
+// host 0 waited in the barrier for host 1).
+void newcomerWhileANodeFinished(Backend backend) {
+  Matrix m(3, "2:3", "0:*:done 1:*:done", {}, backend);
+  Process a(m.on(0)), b(m.on(1));
+  REQUIRE(saysOnStderr(a, "waiting for the other 1 node(s)"));
+  REQUIRE(b.waitForLines("world=4", 2, kSeen));
+  Process c(m.on(2));
+  REQUIRE(saysOnStderr(b, "not taking the waiting node(s) in"));
+  CHECK(countNow(b, "FM host=1") == 2);  // its workers of round 0 still run, not restarted
+  m.release();
+  std::vector<RunResult> runs = {a.wait(), b.wait(), c.wait()};
+  INFO(describe(runs));
+  for (const auto& r : runs) CHECK(r.status() == 0);
+  CHECK_THAT(runs[2].err, Catch::Contains("the job finished (every worker succeeded) while this "
+                                          "node waited to join it"));
+  CHECK(ranksOf({&runs[0].out, &runs[1].out, &runs[2].out}, 6, 0).empty());  // no round of 3
+  CHECK(m.nothingLeft());
+}
+
 void linkCut(Backend backend) {
   Matrix m(3, "2:3", "", {}, backend);
   Process a(m.on(0)), b(m.on(1)), c(m.on(2));
@@ -437,6 +459,9 @@ TEST_CASE("fault matrix: an agent SIGKILLed in a 2:2 job with replace_timeout=0:
   CHECK(r.wall < 30s);
   CHECK(m.nothingLeft());
 }
+
+ON_BOTH_BACKENDS("a node arrives after another's workers succeeded: the job runs to its end "
+                 "without re-forming, the newcomer learns the end", newcomerWhileANodeFinished)
 
 ON_BOTH_BACKENDS("a link cut: the cut node fences its workers and the others re-form and it comes "
                  "back with the link", linkCut)

@@ -75,6 +75,9 @@ enum class Event {
   MemberLost,
   NodeWaiting,
   ScaleUpDue,        // the last call after a node began waiting
+  ScaleUpClaimed,    // this round re-forms to take the waiting nodes in (this node's claim or
+                     // another member's, found by finish())
+  ScaleUpRefused,    // a member finished the round first: the job runs to its end
   StoreLost,
   Signal,
   InternalError,     // an exception escaped an action
@@ -98,6 +101,8 @@ const char* toString(Event e) {
     case Event::MemberLost: return "member lost";
     case Event::NodeWaiting: return "node waiting";
     case Event::ScaleUpDue: return "scale-up due";
+    case Event::ScaleUpClaimed: return "scale-up claimed";
+    case Event::ScaleUpRefused: return "scale-up refused";
     case Event::StoreLost: return "store lost";
     case Event::Signal: return "signal";
     case Event::InternalError: return "internal error";
@@ -553,6 +558,34 @@ struct ElasticAgent::Impl {
     });
   }
 
+  // The last call passed: the round is claimed for the scale-up before the workers stop (a
+  // member that finished first keeps them running: rdzv::Rendezvous::claimScaleUp).
+  void claimScaleUp(const Input& in) {
+    const uint64_t claimedIn = round.round;
+    offLoopCall([this] { return rendezvous->claimScaleUp(); },
+                [this, in, claimedIn](bool claimed) {
+                  if (claimedIn != round.round) return;  // that round ended meanwhile
+                  dispatch(claimed ? Event::ScaleUpClaimed : Event::ScaleUpRefused, in);
+                },
+                [this, claimedIn](std::exception_ptr error) {
+                  if (claimedIn != round.round) return;
+                  Input refused;
+                  try {
+                    std::rethrow_exception(error);
+                  } catch (const std::exception& e) {
+                    refused.reason = std::string("could not claim the round for it: ") + e.what();
+                  }
+                  dispatch(Event::ScaleUpRefused, refused);
+                });
+  }
+
+  // The waiting nodes are not taken in: they learn the job's end (or join a later round, if a
+  // failure or a loss re-forms it).
+  void keepRunning(const Input& in) {
+    say("drun: not taking the waiting node(s) in: %s; the workers go on\n",
+        in.reason.empty() ? "a node of this job already finished" : in.reason.c_str());
+  }
+
   void reportFailure(const Input&) {
     const WorkerExit& cause = *rootCause;
     FailureRecord record = makeFailureRecord(
@@ -630,7 +663,13 @@ struct ElasticAgent::Impl {
     }
     offLoop->post([this] {
       try {
-        rendezvous->finish();  // the Succeeded event follows through the job's events
+        if (rendezvous->finish()) return;  // the Succeeded event follows through the job's events
+        onLoop([this] {
+          Input in;
+          in.reason = "a node of the job took waiting node(s) in before this node's workers "
+                      "succeeded";
+          dispatch(Event::ScaleUpClaimed, in);
+        });
       } catch (const std::exception& e) {
         std::string what = e.what();
         onLoop([this, what] {
@@ -916,7 +955,9 @@ const ElasticAgent::Impl::Rule ElasticAgent::Impl::kRules[] = {
     {Run, Event::MemberLost, SR, &ElasticAgent::Impl::stopToReform},
     {Run, Event::StoreLost, SR, &ElasticAgent::Impl::stopToReform},
     {Run, Event::NodeWaiting, Run, &ElasticAgent::Impl::armScaleUp},
-    {Run, Event::ScaleUpDue, SR, &ElasticAgent::Impl::stopToReform},
+    {Run, Event::ScaleUpDue, Run, &ElasticAgent::Impl::claimScaleUp},
+    {Run, Event::ScaleUpClaimed, SR, &ElasticAgent::Impl::stopToReform},
+    {Run, Event::ScaleUpRefused, Run, &ElasticAgent::Impl::keepRunning},
     {Run, Event::Signal, SX, &ElasticAgent::Impl::stopForSignal},
     {SF, Event::WorkersStopped, Rep, &ElasticAgent::Impl::reportFailure},
     {SF, Event::Signal, SX, &ElasticAgent::Impl::stopForSignal},
@@ -933,6 +974,7 @@ const ElasticAgent::Impl::Rule ElasticAgent::Impl::kRules[] = {
     {Fin, Event::JobFailedFinal, Bad, &ElasticAgent::Impl::exitFailed},
     {Fin, Event::MemberLost, R, &ElasticAgent::Impl::rejoinToReform},
     {Fin, Event::StoreLost, R, &ElasticAgent::Impl::rejoinToReform},
+    {Fin, Event::ScaleUpClaimed, R, &ElasticAgent::Impl::rejoinToReform},
     {Fin, Event::Signal, Bad, &ElasticAgent::Impl::exitSignalled},
 };
 

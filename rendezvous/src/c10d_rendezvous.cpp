@@ -150,9 +150,14 @@ class C10dRendezvous final : public Rendezvous {
     return cause;
   }
 
-  void finish() override {
+  bool finish() override {
     if (!lastRound_) throw InvalidArgument("finish() before a round formed");
-    barrier_.finish(*store_, *lastRound_, lastNodeCount_);
+    return barrier_.finish(*store_, *lastRound_, lastNodeCount_);
+  }
+
+  bool claimScaleUp() override {
+    if (!lastRound_) throw InvalidArgument("claimScaleUp() before a round formed");
+    return barrier_.claimScaleUp(*store_, *lastRound_);
   }
 
   void leave() override {

@@ -70,11 +70,22 @@ std::optional<size_t> ExitBarrier::countIn(StoreBatch& batch) const {
 
 // Each step is one batch (one round trip to a TCP store, one transaction on etcd): the exit of a
 // job is on the critical path of its end (scripts/bench/recovery.sh exit).
-void ExitBarrier::finish(LivenessStore& store, uint64_t round, int64_t nodeCount) {
+// The round's `ending` is claimed in the same batch as the count (no round trip more): a member
+// that took waiting nodes in first (claimScaleUp) makes this node re-form with it. Its count
+// stays, but counts nothing: `finished` is only read in a round whose ending is "finish"
+// (JobLedger::everyMemberFinished, leave()).
+bool ExitBarrier::finish(LivenessStore& store, uint64_t round, int64_t nodeCount) {
   const std::string& id = node_.runId();
   StoreBatch counted;
+  const size_t claim = counted.compareSet(keys::ending(id, round), "",
+                                          keys::encodeEnding(keys::RoundEnding::Finish));
   const size_t done = counted.add(keys::finished(id, round), 1);
   store.runBatch(counted);
+  if (keys::parseEnding(counted.value(claim)) == keys::RoundEnding::ScaleUp) {
+    spdlog::info("rendezvous '{}': a member of round {} took waiting node(s) in before this "
+                 "node's workers succeeded: re-forming with it", id, round);
+    return false;
+  }
   // The last member to finish records the job's success first (a watcher may see the count
   // before: the sooner it is written, the smaller the window in which a node cut off comes back
   // to find no outcome). From here on this node's death is no loss (a will that counted `lost`
@@ -87,6 +98,13 @@ void ExitBarrier::finish(LivenessStore& store, uint64_t round, int64_t nodeCount
   told.setWill(keys::finishedWill(id, round, node_.self.id, node_.self.displayName()));
   told.add(keys::changes(id, round), 1);
   runBumpingStatus(store, told, status);
+  return true;
+}
+
+bool ExitBarrier::claimScaleUp(LivenessStore& store, uint64_t round) {
+  const std::string scaleUp = keys::encodeEnding(keys::RoundEnding::ScaleUp);
+  return keys::parseEnding(store.compareSet(keys::ending(node_.runId(), round), "", scaleUp)) ==
+         keys::RoundEnding::ScaleUp;
 }
 
 void ExitBarrier::publishOutcome(LivenessStore& store, uint64_t round,
@@ -136,15 +154,17 @@ void ExitBarrier::leave(LivenessStore& store, std::optional<uint64_t> lastRound,
   // that reads whether every member finished (one round trip, one etcd transaction).
   StoreBatch look;
   look.setWill(presenceWill());
-  std::optional<size_t> finished, outcome;
+  std::optional<size_t> finished, ending, outcome;
   if (lastRound) {
     finished = look.tryGet(keys::finished(id, *lastRound));
+    ending = look.tryGet(keys::ending(id, *lastRound));
     outcome = look.tryGet(keys::outcome(id));
   }
   store.runBatch(look);
   // Every member finished, and the one that made it so died before recording it: recorded here,
   // so that a node coming back (cut off in the barrier) learns the job succeeded.
-  if (lastRound && keys::parseCounter(look.value(*finished)).value_or(0) >= nodeCount && !look.value(*outcome))
+  if (lastRound && keys::parseEnding(look.value(*ending)) == keys::RoundEnding::Finish &&
+      keys::parseCounter(look.value(*finished)).value_or(0) >= nodeCount && !look.value(*outcome))
     store.compareSet(keys::outcome(id), "", keys::encodeOutcome(std::nullopt));
   // The will cleared first (cut short there, the batch leaves a leak, never a -2), then `left`
   // of the last round counted, the watchers woken (they look again: a job that ended, they end)

@@ -41,8 +41,12 @@ class ExitBarrier {
   }
 
   // This node's workers all succeeded in `round` (of `nodeCount` members): the last member to
-  // finish records the job's success.
-  void finish(LivenessStore& store, uint64_t round, int64_t nodeCount);
+  // finish records the job's success. False (nothing else done): a member claimed the round for
+  // a scale-up first, and this node must re-form with it.
+  bool finish(LivenessStore& store, uint64_t round, int64_t nodeCount);
+  // A member is about to stop its workers to take waiting nodes in: true when the round's
+  // ending is (now) a scale-up, false when a member finished it first (keys::ending).
+  bool claimScaleUp(LivenessStore& store, uint64_t round);
   // The job is over: records how (the first record stays) and wakes the nodes waiting for the
   // next round (spares), who learn it.
   void publishOutcome(LivenessStore& store, uint64_t round, const std::optional<FailureRecord>& failure);

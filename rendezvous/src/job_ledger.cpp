@@ -5,7 +5,7 @@
 
 namespace drun::rdzv {
 
-// One batch: one round trip, and on etcd one transaction (a snapshot of the five).
+// One batch: one round trip, and on etcd one transaction (a snapshot of the six).
 JobLedger readLedger(LivenessStore& store, const RoundBaseline& base) {
   StoreBatch reads;
   const size_t failure = reads.tryGet(keys::failure(base.runId, base.round));
@@ -13,6 +13,7 @@ JobLedger readLedger(LivenessStore& store, const RoundBaseline& base) {
   const size_t lost = reads.tryGet(keys::lost(base.runId, base.round));
   const size_t finished = reads.tryGet(keys::finished(base.runId, base.round));
   const size_t waiting = reads.tryGet(keys::waiting(base.runId, base.round));
+  const size_t ending = reads.tryGet(keys::ending(base.runId, base.round));
   store.runBatch(reads);
   auto counter = [&](size_t op) { return keys::parseCounter(reads.value(op)).value_or(0); };
   JobLedger ledger;
@@ -22,6 +23,7 @@ JobLedger readLedger(LivenessStore& store, const RoundBaseline& base) {
   ledger.lost = counter(lost);
   ledger.finished = counter(finished);
   ledger.waiting = counter(waiting);
+  ledger.ending = keys::parseEnding(reads.value(ending));
   return ledger;
 }
 

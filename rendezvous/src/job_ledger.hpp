@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <string>
 
+#include "drun/rendezvous/keys.hpp"
 #include "drun/rendezvous/store.hpp"
 
 namespace drun::rdzv {
@@ -32,6 +33,7 @@ struct JobLedger {
   int64_t finished = 0;   // members whose workers all succeeded
   int64_t waiting = 0;    // nodes that announced they wait to join the next round
   bool failed = false;    // the round has a failure record
+  keys::RoundEnding ending = keys::RoundEnding::Open;  // finish or scale-up, whichever came first
 
   int64_t membersGone() const { return clampedSince(left); }
   int64_t membersLost() const { return clampedSince(lost); }
@@ -40,7 +42,11 @@ struct JobLedger {
     const int64_t alive = int64_t{base.nodeCount} - membersGone();
     return alive > 0 ? alive : 0;
   }
-  bool everyMemberFinished() const { return finished >= base.nodeCount; }
+  // A round claimed for a scale-up never succeeds: its members re-form, and `finished` counts
+  // the ones that finished after the claim too (ExitBarrier::finish).
+  bool everyMemberFinished() const {
+    return ending == keys::RoundEnding::Finish && finished >= base.nodeCount;
+  }
 
  private:
   int64_t clampedSince(int64_t counter) const {
@@ -48,8 +54,9 @@ struct JobLedger {
   }
 };
 
-// Reads the round's counters (tryGets in one batch: no call blocks). Throws ProtocolError for a counter
-// that is not a number (written by something other than an agent).
+// Reads the round's counters and ending (tryGets in one batch: no call blocks). Throws
+// ProtocolError for a counter that is not a number or an ending that is neither (written by
+// something other than an agent).
 JobLedger readLedger(LivenessStore& store, const RoundBaseline& base);
 
 // The members of `base`'s round that can still come back (one tryGet): what a re-forming join

@@ -149,6 +149,7 @@ std::string waiting(std::string_view runId, uint64_t r) { return cat(round(runId
 std::string finished(std::string_view runId, uint64_t r) {
   return cat(round(runId, r), "finished");
 }
+std::string ending(std::string_view runId, uint64_t r) { return cat(round(runId, r), "ending"); }
 std::string failure(std::string_view runId, uint64_t r) { return cat(round(runId, r), "failure"); }
 std::string outcome(std::string_view runId) { return cat(job(runId), "outcome"); }
 std::string config(std::string_view runId) { return cat(job(runId), "config"); }
@@ -492,6 +493,28 @@ std::vector<std::string> parseHostList(std::string_view value, size_t expected) 
   if (names.size() != expected)
     throw corrupt(std::to_string(names.size()) + " names, expected " + std::to_string(expected));
   return names;
+}
+
+namespace {
+constexpr std::string_view kEndingFinish = "finish", kEndingScaleUp = "scale-up";
+}  // namespace
+
+std::string encodeEnding(RoundEnding ending) {
+  switch (ending) {
+    case RoundEnding::Open: return "";
+    case RoundEnding::Finish: return std::string(kEndingFinish);
+    case RoundEnding::ScaleUp: return std::string(kEndingScaleUp);
+  }
+  return "";
+}
+
+RoundEnding parseEnding(const std::optional<std::string>& value) {
+  if (!value) return RoundEnding::Open;
+  if (*value == kEndingFinish) return RoundEnding::Finish;
+  if (*value == kEndingScaleUp) return RoundEnding::ScaleUp;
+  throw ProtocolError("corrupt round ending '" + text::printable(value->substr(0, 80)) +
+                      "' (expected '" + std::string(kEndingFinish) + "' or '" +
+                      std::string(kEndingScaleUp) + "')");
 }
 
 std::optional<int64_t> parseCounter(const std::optional<std::string>& value) {

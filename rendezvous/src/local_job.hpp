@@ -22,7 +22,10 @@ class LocalJob : public Rendezvous {
     return cause;
   }
 
-  void finish() override {
+  // Nobody waits to join a job without a store: there is no scale-up to race with.
+  bool claimScaleUp() override { return true; }
+
+  bool finish() override {
     JobEvent event;
     event.kind = JobEvent::Kind::Succeeded;
     event.round = lastRound_;
@@ -33,6 +36,7 @@ class LocalJob : public Rendezvous {
       callback = callback_;
     }
     if (callback) callback(event);
+    return true;
   }
 
   void abandon() override { leave(); }

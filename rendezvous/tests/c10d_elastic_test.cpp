@@ -74,7 +74,7 @@ TEST_CASE("elastic: the same --nnodes 1 command started twice with one id: the s
   auto fb = startNext(*b);
   awaitArrivals(cluster.store(), "job", 1, 1);
   stillWaiting(fb, 500ms);  // before the fix: rank 0 of 1 beside hostA after 2 ms
-  a->finish();
+  CHECK(a->finish());
   REQUIRE(fb.wait_for(kHang) == std::future_status::ready);
   try {
     fb.get();
@@ -150,8 +150,8 @@ TEST_CASE("elastic: a job that failed after losing a node leaves nothing its id 
   CHECK(keysBesidesTombstone(cluster.store(), "job") == 0);
   // The same two commands again, at once: a normal first round.
   auto [a, b] = runningPair(cluster);
-  a->finish();
-  b->finish();
+  CHECK(a->finish());
+  CHECK(b->finish());
 }
 
 TEST_CASE("elastic: an ended job whose last node died without leaving is reset by the next start "
@@ -159,8 +159,8 @@ TEST_CASE("elastic: an ended job whose last node died without leaving is reset b
   MemoryCluster cluster;
   {
     auto [a, b] = runningPair(cluster);
-    a->finish();
-    b->finish();  // the outcome is written
+    CHECK(a->finish());
+    CHECK(b->finish());  // the outcome is written
     a->leave();
     b.reset();    // SIGKILLed in the exit barrier: its will runs, nobody removes the keys
   }
@@ -194,8 +194,8 @@ TEST_CASE("elastic: the store's host serves until a spare has left, even a slow 
     awaitArrivals(store, "barrier", 1, 1);
   }
   FirstChange done(*host, "succeeded");
-  member->finish();
-  host->finish();
+  CHECK(member->finish());
+  CHECK(host->finish());
   done.get();
   // The spare learns the job's end; until it has left, the host keeps the store up.
   REQUIRE(fs.wait_for(kHang) == std::future_status::ready);
@@ -205,4 +205,78 @@ TEST_CASE("elastic: the store's host serves until a spare has left, even a slow 
   CHECK(hostLeft.wait_for(500ms) == std::future_status::timeout);  // the slow spare is still here
   spare->leave();
   CHECK(hostLeft.wait_for(kHang) == std::future_status::ready);
+}
+
+// A finished member and a scale-up are the two ends of a round: the first in the store wins
+// (keys::ending). Before, each waited for the other until the join timeout.
+namespace {
+
+// hostA and hostB run a 2:3 job; hostC arrived and waits to join it.
+struct PairAndNewcomer {
+  MemoryCluster cluster;
+  std::vector<std::unique_ptr<Rendezvous>> job;
+  std::unique_ptr<Rendezvous> newcomer;
+  std::future<RoundResult> newcomerJoin;
+
+  PairAndNewcomer() {
+    auto o = options(2, 3);
+    o.lastCallTimeout = 100ms;
+    job = formedJob(cluster, o, {"hostA", "hostB"});
+    newcomer = cluster.agent(withNode(o, "hostC"));
+    newcomerJoin = startNext(*newcomer);
+    awaitArrivals(cluster.store(), "job", 1, 1);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("elastic: a member finished the round: a scale-up is refused, and the newcomer learns "
+          "the job's end", "[rendezvous][scaleup]") {
+  PairAndNewcomer s;
+  auto& a = s.job[0];
+  auto& b = s.job[1];
+  FirstChange succeeded(*b, "succeeded");
+  CHECK(a->finish());
+  CHECK_FALSE(b->claimScaleUp());  // b's workers go on: the job is ending
+  stillWaiting(s.newcomerJoin, 300ms);  // hostC waits: no round forms
+  CHECK(b->finish());
+  succeeded.get();
+  REQUIRE(s.newcomerJoin.wait_for(kHang) == std::future_status::ready);
+  try {
+    s.newcomerJoin.get();
+    FAIL("the newcomer formed a round");
+  } catch (const JobEnded& e) {
+    CHECK(e.exitCode() == 0);
+  }
+  for (auto* r : {a.get(), b.get(), s.newcomer.get()}) r->leave();
+  CHECK(keysBesidesTombstone(s.cluster.store(), "job") == 0);
+}
+
+TEST_CASE("elastic: a member claimed the round for a scale-up: one that finishes after it re-forms "
+          "with the others, and the round never counts as succeeded", "[rendezvous][scaleup]") {
+  PairAndNewcomer s;
+  auto& a = s.job[0];
+  auto& b = s.job[1];
+  CHECK(a->claimScaleUp());
+  CHECK(a->claimScaleUp());  // the claim holds: a member asking again gets the same answer
+  // b's workers succeeded after the claim, and so (while stopping) did a's: both counted in
+  // `finished`, which would read "every member finished" were the claim not read with it.
+  CHECK_FALSE(b->finish());
+  CHECK_FALSE(a->finish());
+  CHECK_FALSE(s.cluster.store().tryGet(keys::outcome("job")));
+  auto fa = startNext(*a);
+  auto fb = startNext(*b);
+  std::vector<RoundResult> second = {getWithin(fa), getWithin(fb), getWithin(s.newcomerJoin)};
+  checkRound(second, {1, 1, 1});
+  CHECK(second[0].round == 1);
+  CHECK(second[0].restartCount == 0);  // a scale-up spends no restart
+}
+
+TEST_CASE("elastic: a round ending that is neither finish nor scale-up is a clear error, not a "
+          "guess", "[rendezvous][scaleup]") {
+  MemoryCluster cluster;
+  auto [a, b] = runningPair(cluster);
+  cluster.store().set(keys::ending("job", 0), "maybe\x01");
+  CHECK_THROWS_WITH(a->claimScaleUp(), Catch::Contains("corrupt round ending 'maybe"));
+  CHECK_THROWS_WITH(b->finish(), Catch::Contains("corrupt round ending 'maybe"));
 }

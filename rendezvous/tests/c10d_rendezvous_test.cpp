@@ -655,9 +655,9 @@ TEST_CASE("c10d: the exit barrier: Succeeded once every member finished", "[rend
   MemoryCluster cluster;
   auto [a, b] = runningPair(cluster);
   FirstChange done(*a, "succeeded");
-  a->finish();
+  CHECK(a->finish());
   CHECK_FALSE(done.reportedWithin(300ms));  // b still runs
-  b->finish();
+  CHECK(b->finish());
   CHECK_THAT(done.get(), Catch::Contains("succeeded"));
   a->leave();
   b->leave();

@@ -183,7 +183,23 @@ inline bool Node::runRound(const RoundResult& r) {
         case JobEvent::Kind::Succeeded: break;  // not before this node finished
       }
     }
-    if (Clock::now() >= scaleUpAt) return true;
+    if (Clock::now() >= scaleUpAt) {
+      // As the agent: the round is claimed before the workers stop; refused (a member finished
+      // first), they go on and the waiting nodes learn the job's end.
+      lock.unlock();
+      bool claimed = false;
+      try {
+        claimed = call("claim", [&] { return rdzv_->claimScaleUp(); });
+      } catch (const std::exception&) {
+        // as the agent: refused; a lost store comes as StoreLost
+      }
+      if (claimed) return true;
+      std::lock_guard relock(cluster_.mutex);
+      cluster_.noteLocked(name_ + " keeps running round " + std::to_string(r.round) +
+                          " (a member finished it)");
+      scaleUpAt = Clock::time_point::max();
+      continue;
+    }
     if (failRequested_) {
       const int maxRestarts = *failRequested_;
       failRequested_.reset();
@@ -215,7 +231,8 @@ inline bool Node::runRound(const RoundResult& r) {
       lock.unlock();
       cluster_.notify();
       try {
-        call("finish", [&] { rdzv_->finish(); });
+        // As the agent: false, a member took waiting nodes in first: re-form with it.
+        if (!call("finish", [&] { return rdzv_->finish(); })) return true;
       } catch (const std::exception&) {
         return true;  // as the agent: the store was lost in the barrier (StoreLost): join again
       }

@@ -19,9 +19,9 @@
 // endpoint resolves to one of this host's addresses, or equals --local-addr), and falls back to
 // being a client when the port is taken (another agent or a drun-rendezvous daemon serves it).
 //
-// Threading: one agent thread calls next()/reportFailure()/finish()/leave()/abandon(); the
-// event callback runs on a rendezvous-owned thread (one per closed round, with its own store
-// connection).
+// Threading: one agent thread calls next()/reportFailure()/finish()/claimScaleUp()/leave()/
+// abandon(); the event callback runs on a rendezvous-owned thread (one per closed round, with its
+// own store connection).
 // Ownership: the rendezvous owns its store connection, the embedded server (if any; kept up in
 // leave() until the other agents left or closeTimeout passed) and the MASTER_PORT reservation.
 #pragma once

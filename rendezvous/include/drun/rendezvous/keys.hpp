@@ -31,6 +31,14 @@
 //   rdzv/<id>/<r>/rejoined           counter: joiners of round r that were members of r-1
 //   rdzv/<id>/<r>/waiting            counter: nodes that announced they wait to join r+1
 //   rdzv/<id>/<r>/finished           counter: members whose workers all succeeded (exit barrier)
+//   rdzv/<id>/<r>/ending             how round r's members leave it, compare_set("" -> it), the
+//                                    first writer wins: "finish" (a member's workers all
+//                                    succeeded: the round runs to the job's end, a waiting node
+//                                    learns the end) or "scale-up" (a member stops its workers
+//                                    to take waiting nodes in: every member re-forms, a member
+//                                    that finishes later too). Without it the two raced: a
+//                                    finished member waited in the barrier for a member that
+//                                    waited in the next round for it
 //   rdzv/<id>/<r>/failure            the round's root cause (FailureRecord), compare_set("" -> it):
 //                                    the first failure reported wins; its `final` says whether the
 //                                    job's restart budget is spent
@@ -100,6 +108,7 @@ std::string lost(std::string_view runId, uint64_t round);
 std::string rejoined(std::string_view runId, uint64_t round);
 std::string waiting(std::string_view runId, uint64_t round);
 std::string finished(std::string_view runId, uint64_t round);
+std::string ending(std::string_view runId, uint64_t round);
 std::string failure(std::string_view runId, uint64_t round);
 std::string outcome(std::string_view runId);
 std::string config(std::string_view runId);
@@ -231,6 +240,12 @@ struct JobConfig {
 };
 std::string encodeJobConfig(const JobConfig& config);
 JobConfig parseJobConfig(std::string_view value);  // throws ProtocolError
+
+// `ending`: how a closed round's members leave it (the key scheme above).
+enum class RoundEnding { Open, Finish, ScaleUp };
+std::string encodeEnding(RoundEnding ending);  // "finish" | "scale-up" (Open: "")
+// Absent: Open. Throws ProtocolError for any other value.
+RoundEnding parseEnding(const std::optional<std::string>& value);
 
 // Decimal int64 of a counter value; nullopt when absent; throws ProtocolError when not a number.
 std::optional<int64_t> parseCounter(const std::optional<std::string>& value);

@@ -128,9 +128,9 @@ class JobEnded : public Error {
   int exitCode_;
 };
 
-// Threading: one agent thread calls next(), reportFailure(), finish(), leave(), abandon() (one
-// at a time; they may block on the network, each call with a deadline); events are delivered
-// through the onJobEvent callback from a rendezvous-owned thread.
+// Threading: one agent thread calls next(), reportFailure(), finish(), claimScaleUp(), leave(),
+// abandon() (one at a time; they may block on the network, each call with a deadline); events
+// are delivered through the onJobEvent callback from a rendezvous-owned thread.
 class Rendezvous {
  public:
   virtual ~Rendezvous() = default;
@@ -142,8 +142,17 @@ class Rendezvous {
   // budget (maxRestarts restarts) is spent. Every node learns it through a Failed event.
   virtual FailureRecord reportFailure(const FailureRecord& failure, int maxRestarts) = 0;
   // This node's workers all succeeded: wait for the others (exit barrier) without closing
-  // anything; a Succeeded event follows once every member's workers did.
-  virtual void finish() = 0;
+  // anything; a Succeeded event follows once every member's workers did. Returns false instead
+  // when a member claimed the round for a scale-up first (claimScaleUp): the job re-forms, and
+  // this node joins the next round (next()) as that member does.
+  [[nodiscard]] virtual bool finish() = 0;
+  // Before this node stops its workers to take waiting nodes in (a NodeWaiting event, after the
+  // last call): claims the round's end for the scale-up. False when a member's workers already
+  // succeeded (finish()): the job is ending, the workers go on, and the waiting nodes learn the
+  // job's end. A finished member and a scale-up are the two ends of a round; without the claim
+  // each waited for the other (the finished one in the exit barrier, the other in the next
+  // round). May block on the store (with its deadline); throws on a store error.
+  [[nodiscard]] virtual bool claimScaleUp() = 0;
   // Leaves the job for good (it ended) without closing it for the others.
   virtual void leave() = 0;
   // Leaves as a lost node would (preempted): the others re-form without this node.
