@@ -62,6 +62,7 @@ bool RoundCloser::tryClose(uint64_t round, int needed, const Reform& reform) {
     // Out of looks: a loss in the window is then counted as a member's (a spurious re-form,
     // never a hidden death).
   }
+  aliveJoiners_ = static_cast<int>(nodes.size());
   if (static_cast<int>(nodes.size()) < needed) {
     spdlog::debug("rendezvous '{}': round {}: {} alive joiner(s), need {}: not closing", id, round,
                   nodes.size(), needed);

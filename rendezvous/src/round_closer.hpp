@@ -35,6 +35,9 @@ class RoundCloser {
   // Closes the round when at least `needed` alive nodes joined (and, re-forming, every survivor
   // is back). Returns false when it cannot close yet (nothing written).
   bool tryClose(uint64_t round, int needed, const Reform& reform);
+  // The alive joiners the last tryClose that read them counted (a joiner whose will ran, or that
+  // gave up, is an arrival but no longer one of them).
+  int aliveJoiners() const { return aliveJoiners_; }
   // Decides `round` as failed, so that every node waiting in it gets the same error, and throws
   // it (the decision already there, if another node decided first).
   [[noreturn]] void failRound(uint64_t round, const std::string& message);
@@ -49,6 +52,7 @@ class RoundCloser {
 
   LivenessStore& store_;
   const C10dNode& node_;
+  int aliveJoiners_ = 0;
 };
 
 }  // namespace drun::rdzv

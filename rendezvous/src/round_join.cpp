@@ -250,7 +250,7 @@ bool RoundJoin::closeIfComplete(int64_t arrivals) {
   if (!closer_.everySurvivorBack(round_, reform_)) return false;
   if (closer_.tryClose(round_, o.minNodes, reform_)) return true;
   const std::string shortage = "the job lost " + closer_.lostNodes(reform_) + "; " +
-                               std::to_string(arrivals) +
+                               std::to_string(closer_.aliveJoiners()) +
                                " node(s) remain, fewer than the minimum of " +
                                std::to_string(o.minNodes) + " (--nnodes " +
                                std::to_string(o.minNodes) + ":" + std::to_string(o.maxNodes) + ")";

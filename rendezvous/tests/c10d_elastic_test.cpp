@@ -280,3 +280,28 @@ TEST_CASE("elastic: a round ending that is neither finish nor scale-up is a clea
   CHECK_THROWS_WITH(a->claimScaleUp(), Catch::Contains("corrupt round ending 'maybe"));
   CHECK_THROWS_WITH(b->finish(), Catch::Contains("corrupt round ending 'maybe"));
 }
+
+TEST_CASE("elastic: short of MIN, the survivors' error counts the nodes alive, not every arrival",
+          "[rendezvous]") {
+  // A survivor that re-joined and then gave up is an arrival of the round but no node that
+  // remains: "2 node(s) remain, fewer than the minimum of 2" said the count of arrivals.
+  MemoryCluster cluster;
+  auto o = options(2, 3);
+  o.replaceTimeout = 300ms;
+  auto impatient = o;
+  impatient.joinTimeout = 200ms;
+  auto a = cluster.agent(withNode(o, "hostA"));
+  auto b = cluster.agent(withNode(impatient, "hostB"));
+  auto c = cluster.agent(withNode(o, "hostC"));
+  auto fa = startNext(*a);
+  auto fb = startNext(*b);
+  auto fc = startNext(*c);
+  checkRound({getWithin(fa), getWithin(fb), getWithin(fc)}, {1, 1, 1});
+  loseMember(*a, c);
+  fb = startNext(*b);
+  CHECK_THROWS_AS(getWithin(fb), TimeoutError);  // hostB re-joined round 1 and gave up
+  b.reset();
+  fa = startNext(*a);
+  REQUIRE(fa.wait_for(kHang) == std::future_status::ready);
+  CHECK_THROWS_WITH(fa.get(), Catch::Contains("; 1 node(s) remain, fewer than the minimum of 2"));
+}
