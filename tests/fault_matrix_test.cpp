@@ -128,9 +128,6 @@ bool saysOnStderr(Process& p, const std::string& text, std::chrono::milliseconds
   }, timeout);
 }
 
-void skipWithoutNetns() {
-  if (auto why = NetnsCluster::unavailableReason()) skipTest("fault matrix: " + *why);
-}
 
 // Where the rendezvous lives: c10d's store embedded in host 0's agent, or a 3-member etcd cluster
 // on three more namespace hosts (the issue: "the fault matrix runs on both").
@@ -394,29 +391,29 @@ void replacementStartedLater(Backend backend) {
 // on c10d and "fault matrix over etcd: WHAT".
 #define ON_BOTH_BACKENDS(what, run)                                          \
   TEST_CASE("fault matrix: " what, "[multinode]") {                         \
-    skipWithoutNetns();                                                      \
+    skipWithoutNetns("fault matrix");                                        \
     run(Backend::C10d);                                                      \
   }                                                                          \
   TEST_CASE("fault matrix over etcd: " what, "[multinode][etcd]") {         \
-    skipWithoutNetns();                                                      \
+    skipWithoutNetns("fault matrix");                                        \
     run(Backend::Etcd);                                                      \
   }
 
 TEST_CASE("fault matrix: a worker on the store host's node exits 1 once: every node restarts",
           "[multinode]") {
-  skipWithoutNetns();
+  skipWithoutNetns("fault matrix");
   failOnceAndRestart(0);  // node rank 0 hosts the store (host 0 arrives first, ranks 0-1)
 }
 
 TEST_CASE("fault matrix: a worker on another node exits 1 once: every node restarts",
           "[multinode]") {
-  skipWithoutNetns();
+  skipWithoutNetns("fault matrix");
   failOnceAndRestart(3);
 }
 
 TEST_CASE("fault matrix over etcd: a worker exits 1 once: every node "
           "restarts", "[multinode][etcd]") {
-  skipWithoutNetns();
+  skipWithoutNetns("fault matrix");
   failOnceAndRestart(3, Backend::Etcd);
 }
 
@@ -426,7 +423,7 @@ ON_BOTH_BACKENDS("budget spent: K+1 attempts on every node and one root cause "
                  "everywhere", budgetSpent)
 
 TEST_CASE("fault matrix: a worker ignoring SIGTERM is SIGKILLed after the grace", "[multinode]") {
-  skipWithoutNetns();
+  skipWithoutNetns("fault matrix");
   Matrix m(2, "2", "0:0:exit1 2:0:ignoreterm");
   Process a(m.on(0)), b(m.on(1));
   std::vector<RunResult> runs = {a.wait(), b.wait()};
@@ -444,7 +441,7 @@ ON_BOTH_BACKENDS("scale-up 2 to 3 then an agent SIGKILLed: the others go on with
 
 TEST_CASE("fault matrix: an agent SIGKILLed in a 2:2 job with replace_timeout=0: a clear error "
           "naming it", "[multinode]") {
-  skipWithoutNetns();
+  skipWithoutNetns("fault matrix");
   Matrix m(2, "2", "");
   m.conf("replace_timeout=0");
   Process a(m.on(0)), b(m.on(1));
@@ -471,7 +468,7 @@ ON_BOTH_BACKENDS("a spare beyond MAX causes no restart and replaces a lost "
 
 TEST_CASE("fault matrix: the store host's node finishes first and serves until the job is done",
           "[multinode]") {
-  skipWithoutNetns();
+  skipWithoutNetns("fault matrix");
   Matrix m(2, "2", "0:*:done 1:*:done");  // ranks 0-1 (the store host's node) end at once
   Process a(m.on(0)), b(m.on(1));
   REQUIRE(saysOnStderr(a, "waiting for the other 1 node(s)"));
@@ -486,7 +483,7 @@ TEST_CASE("fault matrix: the store host's node finishes first and serves until t
 
 TEST_CASE("fault matrix: the store host SIGKILLed: the others fence and exit with a clear error",
           "[multinode]") {
-  skipWithoutNetns();
+  skipWithoutNetns("fault matrix");
   Matrix m(2, "2", "");
   m.conf("reconnect_timeout=3");  // nobody restarts the host: the others give up after 3 s
   Process a(m.on(0)), b(m.on(1));
@@ -506,7 +503,7 @@ ON_BOTH_BACKENDS("SIGTERM to one agent: it leaves and the others go on without "
 
 TEST_CASE("fault matrix: SIGTERM to every agent: the job stops with exit 143 and nothing left",
           "[multinode]") {
-  skipWithoutNetns();
+  skipWithoutNetns("fault matrix");
   Matrix m(2, "2", "");
   Process a(m.on(0)), b(m.on(1));
   awaitRound({&a, &b}, 4);
@@ -520,7 +517,7 @@ TEST_CASE("fault matrix: SIGTERM to every agent: the job stops with exit 143 and
 
 TEST_CASE("fault matrix: a malformed error file: a summary on every node and no abort",
           "[multinode]") {
-  skipWithoutNetns();
+  skipWithoutNetns("fault matrix");
   Matrix m(2, "2", "3:0:badfile");
   Process a(m.on(0)), b(m.on(1));
   std::vector<RunResult> runs = {a.wait(), b.wait()};
@@ -537,7 +534,7 @@ ON_BOTH_BACKENDS("an agent SIGKILLed in a 2:2 job: a replacement started later t
 
 TEST_CASE("fault matrix: the same --nnodes 1 command started twice with one id: the second waits "
           "and runs nothing beside the first", "[multinode]") {
-  skipWithoutNetns();
+  skipWithoutNetns("fault matrix");
   Matrix m(1, "1", "");
   Process a(m.on(0));
   awaitRound({&a}, 2);
@@ -555,7 +552,7 @@ TEST_CASE("fault matrix: the same --nnodes 1 command started twice with one id: 
 
 TEST_CASE("fault matrix: the store host finishes last while its peer is paused in the exit "
           "barrier: every node exits 0", "[multinode]") {
-  skipWithoutNetns();
+  skipWithoutNetns("fault matrix");
   Matrix m(2, "2", "2:*:done 3:*:done");  // node 1's ranks end at once, node 0's on release
   Process a(m.on(0)), b(m.on(1));
   REQUIRE(saysOnStderr(b, "waiting for the other 1 node(s)"));
@@ -576,7 +573,7 @@ TEST_CASE("fault matrix: the store host finishes last while its peer is paused i
 
 TEST_CASE("fault matrix: a spare paused around the job's end still ends with the job's code",
           "[multinode]") {
-  skipWithoutNetns();
+  skipWithoutNetns("fault matrix");
   Matrix m(3, "2", "");
   m.conf("heartbeat_timeout=5");  // the pause stays well within the spare's lease
   Process a(m.on(0)), b(m.on(1));

@@ -19,10 +19,6 @@ namespace {
 std::string hangWorker() { return helperPath("hang_worker").string(); }
 fs::path pythonPackage() { return buildDir() / "lib" / "drun" / "python"; }
 
-bool contains(const std::string& text, const std::string& needle) {
-  return text.find(needle) != std::string::npos;
-}
-
 RunResult runDrun(const MarkerScope& marker, std::vector<std::string> args,
                std::vector<std::string> env = {}, std::chrono::milliseconds timeout = 30s) {
   RunOptions o;

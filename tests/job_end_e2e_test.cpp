@@ -21,15 +21,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
 // True when `pid` runs `program` (its cmdline's first word), so the test never signals a reused
 // pid.
 bool runs(pid_t pid, const std::string& program) {

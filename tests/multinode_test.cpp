@@ -24,7 +24,7 @@ namespace {
 
 constexpr auto kJobTimeout = 40s;
 
-const char* kWorker = R"PY(
+const char* kPythonWorker = R"PY(
 import os, socket, sys, time
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
@@ -80,7 +80,7 @@ std::vector<WorkerLine> workerLines(const std::string& out) {
 // host 0, a run id of its own, every process carrying the marker.
 struct Job {
   Job(int hosts, const std::string& nnodes, int perNode, std::vector<std::string> extra = {})
-      : cluster(hosts), worker(dir.write("worker.py", kWorker).string()) {
+      : cluster(hosts), worker(dir.write("worker.py", kPythonWorker).string()) {
     drunArgs = {"--nnodes", nnodes, "--nproc-per-node", std::to_string(perNode),
                 "--rdzv-endpoint", cluster.address(0) + ":29400", "--rdzv-id", "mn-" + randomHex(8)};
     drunArgs.insert(drunArgs.end(), extra.begin(), extra.end());
@@ -144,16 +144,12 @@ void checkJob(const std::vector<RunResult>& runs, int nodes, int perNode) {
   CHECK(heard == expectHeard);  // rank 0 heard every other rank at MASTER_ADDR:MASTER_PORT
 }
 
-// Namespaces cannot be made here (not root, no `ip netns`): CTest reports the test SKIPPED.
-void skipWithoutNetns() {
-  if (auto why = NetnsCluster::unavailableReason()) skipTest("multi-node test: " + *why);
-}
 
 }  // namespace
 
 TEST_CASE("multinode: 2 hosts x 4 workers form one job and MASTER_ADDR is reachable from both",
           "[multinode]") {
-  skipWithoutNetns();
+  skipWithoutNetns("multi-node test");
   Job job(2, "2", 4);
   Process host0(job.on(0));
   Process host1(job.on(1));
@@ -167,7 +163,7 @@ TEST_CASE("multinode: 2 hosts x 4 workers form one job and MASTER_ADDR is reacha
 }
 
 TEST_CASE("multinode: --nnodes 2:3 with two hosts closes after the last call", "[multinode]") {
-  skipWithoutNetns();
+  skipWithoutNetns("multi-node test");
   Job job(2, "2:3", 2, {"--rdzv-conf", "last_call_timeout=1"});
   Process host0(job.on(0));
   Process host1(job.on(1));
@@ -179,7 +175,7 @@ TEST_CASE("multinode: --nnodes 2:3 with two hosts closes after the last call", "
 
 TEST_CASE("multinode: an agent SIGKILLed during the join does not hang the others",
           "[multinode]") {
-  skipWithoutNetns();
+  skipWithoutNetns("multi-node test");
   Job job(3, "2:3", 2, {"--rdzv-conf", "last_call_timeout=1"});
   const std::vector<std::string> debug = {"DRUN_LOG_LEVEL=debug"};
   auto joined = [](const std::string&, const std::string& err) {

@@ -19,10 +19,6 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
-
 size_t countLines(const std::string& text, const std::string& line) {
   auto lines = splitLines(text);
   return static_cast<size_t>(std::count(lines.begin(), lines.end(), line));

@@ -103,13 +103,6 @@ struct Launch {
   fs::path logDir, tmpDir;  // "@/logs", "@/tmp"
 };
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // The COMPAT lines in `text` (torchrun does not prefix, and its workers' lines may meet
 // mid-line: searched, not parsed by line).
 std::set<std::string> compatLines(const std::string& text, const std::string& tag) {

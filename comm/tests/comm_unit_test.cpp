@@ -61,7 +61,7 @@ class TransportScope {
   explicit TransportScope(const char* transport) { setenv("DRUN_COMM_TRANSPORT", transport, 1); }
   ~TransportScope() { unsetenv("DRUN_COMM_TRANSPORT"); }
 };
-const char* const kTransports[] = {"shm", "tcp"};
+const char* const kUnitTransports[] = {"shm", "tcp"};
 
 int threadCount() {
   int n = 0;
@@ -364,7 +364,7 @@ TEST_CASE("comm: requests: async collectives keep call order, test() polls witho
 }
 
 TEST_CASE("comm: with DRUN_COMM_CHECK, mismatched collectives fail on every rank by name", "[comm]") {
-  for (const char* transport : kTransports) {
+  for (const char* transport : kUnitTransports) {
     DYNAMIC_SECTION(transport) {
       TransportScope scope(transport);
       runRanks(2, [&](int r, Communicator& world) {
@@ -385,7 +385,7 @@ TEST_CASE("comm: with DRUN_COMM_CHECK, mismatched collectives fail on every rank
 // Polling must not cost a thread per request (Gloo's waits only block), and a request dropped
 // after one test() must not hold its dropper until the deadline.
 TEST_CASE("comm: polled requests: 1000 tested receives take a bounded number of threads", "[comm]") {
-  for (const char* transport : kTransports) {
+  for (const char* transport : kUnitTransports) {
     DYNAMIC_SECTION(transport) {
       TransportScope scope(transport);
       constexpr int kMessages = 1000;
@@ -416,7 +416,7 @@ TEST_CASE("comm: polled requests: 1000 tested receives take a bounded number of 
 }
 
 TEST_CASE("comm: dropping a once-polled request returns at once", "[comm]") {
-  for (const char* transport : kTransports) {
+  for (const char* transport : kUnitTransports) {
     DYNAMIC_SECTION(transport) {
       TransportScope scope(transport);
       runRanks(2, [&](int r, Communicator& world) {

@@ -55,7 +55,7 @@ struct ScopedVar {
   ~ScopedVar() { ::unsetenv(name.c_str()); }
 };
 
-CliResult parse(std::vector<std::string> args) {
+CliResult parseCli(std::vector<std::string> args) {
   args.insert(args.begin(), "drun");
   return parseCommandLine(args);
 }
@@ -206,7 +206,7 @@ TEST_CASE("slurm: command line beats PET_ beats SLURM and --no-slurm turns it of
   ScopedSlurmEnv slurm(srunTask(1, 2, "node[07-08]"));
   std::string port = std::to_string(slurmRendezvousPort(4242, 3));
 
-  auto all = parse({"--nproc-per-node", "2", "hostname"});
+  auto all = parseCli({"--nproc-per-node", "2", "hostname"});
   const auto& r = all.config.rendezvous;
   CHECK(r.minNodes == 2);
   CHECK(r.maxNodes == 2);
@@ -221,33 +221,33 @@ TEST_CASE("slurm: command line beats PET_ beats SLURM and --no-slurm turns it of
   {
     ScopedVar pet("PET_RDZV_ID", "from-pet");
     ScopedVar petNodes("PET_NNODES", "1:2");
-    auto c = parse({"hostname"}).config.rendezvous;
+    auto c = parseCli({"hostname"}).config.rendezvous;
     CHECK(c.runId == "from-pet");
     CHECK(c.minNodes == 1);
     CHECK(c.maxNodes == 2);
     CHECK(c.endpointHost == "node07");  // still SLURM's
-    auto cli = parse({"--rdzv-id", "from-cli", "--nnodes", "2", "hostname"}).config.rendezvous;
+    auto cli = parseCli({"--rdzv-id", "from-cli", "--nnodes", "2", "hostname"}).config.rendezvous;
     CHECK(cli.runId == "from-cli");
     CHECK(cli.minNodes == 2);
   }
 
-  auto own = parse({"--rdzv-endpoint", "elsewhere:1234", "--node-rank", "0", "hostname"}).config.rendezvous;
+  auto own = parseCli({"--rdzv-endpoint", "elsewhere:1234", "--node-rank", "0", "hostname"}).config.rendezvous;
   CHECK(own.endpointHost == "elsewhere");
   CHECK(own.endpointPort == 1234);
   CHECK(own.nodeRank == 0);
   CHECK_FALSE(own.isHost);  // the user's endpoint: decided by address, not by SLURM
   CHECK(own.runId == "4242.3");
 
-  auto conf = parse({"--rdzv-conf", "is_host=1", "hostname"}).config.rendezvous;
+  auto conf = parseCli({"--rdzv-conf", "is_host=1", "hostname"}).config.rendezvous;
   CHECK(conf.isHost == true);  // the user's is_host wins over SLURM's choice
 
-  auto off = parse({"--no-slurm", "hostname"});
+  auto off = parseCli({"--no-slurm", "hostname"});
   CHECK(off.config.rendezvous.maxNodes == 1);
   CHECK(off.config.rendezvous.endpointHost.empty());
   CHECK(off.config.rendezvous.runId == "none");
   CHECK(off.notes.empty());
 
-  auto standalone = parse({"--standalone", "hostname"});
+  auto standalone = parseCli({"--standalone", "hostname"});
   CHECK(standalone.config.rendezvous.maxNodes == 1);
   CHECK(standalone.notes.empty());
 }
@@ -258,19 +258,19 @@ TEST_CASE("slurm: several tasks per node stops drun before anything starts", "[l
   env["SLURM_STEP_NUM_TASKS"] = "4";
   ScopedSlurmEnv slurm(env);
   try {
-    parse({"--nproc-per-node", "2", "hostname"});
+    parseCli({"--nproc-per-node", "2", "hostname"});
     FAIL("expected a usage error");
   } catch (const UsageError& e) {
     CHECK_THAT(e.what(), Catch::Contains("--ntasks-per-node=1"));
   }
-  CHECK(parse({"--no-slurm", "hostname"}).config.rendezvous.maxNodes == 1);
+  CHECK(parseCli({"--no-slurm", "hostname"}).config.rendezvous.maxNodes == 1);
 }
 
 TEST_CASE("slurm: the batch-script warning reaches the command line's result", "[launcher]") {
   ScopedSlurmEnv slurm({{"SLURM_JOB_ID", "77"}, {"SLURM_JOB_NUM_NODES", "2"}});
-  auto r = parse({"hostname"});
+  auto r = parseCli({"hostname"});
   REQUIRE(r.warnings.size() == 1);
   CHECK_THAT(r.warnings[0], Catch::Contains("this node only"));
   CHECK(r.config.rendezvous.maxNodes == 1);  // nothing taken: there is no step
-  CHECK(parse({"--no-slurm", "hostname"}).warnings.empty());
+  CHECK(parseCli({"--no-slurm", "hostname"}).warnings.empty());
 }

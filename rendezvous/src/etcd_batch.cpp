@@ -22,7 +22,6 @@ namespace {
 using namespace etcd_keys;
 using Kind = StoreBatch::Kind;
 
-constexpr size_t kMaxOpsPerTxn = 128;  // etcd's --max-txn-ops default
 constexpr size_t kTokenOps = 1 + 32;   // the token's put, the stale tokens' erasures
 
 bool hasNul(const std::string& key) { return key.find('\0') != std::string::npos; }
@@ -122,7 +121,7 @@ bool EtcdStore::runBatchAsOneTxn(StoreBatch& batch) {
       case Kind::SetWill: break;
     }
   }
-  if (writes.size() + kTokenOps + 3 > kMaxOpsPerTxn) return false;  // (3: a nested txn's own ops)
+  if (writes.size() + kTokenOps + 3 > kEtcdMaxOpsPerTxn) return false;  // (3: a nested txn's own ops)
 
   const RetryToken token = newToken();
   Guarded done;

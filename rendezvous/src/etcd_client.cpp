@@ -148,13 +148,6 @@ EtcdTxnResult parseTxn(const Json& parsed, const std::vector<EtcdOp>& success, c
   return out;
 }
 
-std::string messageOf(const Json& error) {
-  auto it = error.find("message");
-  if (it != error.end() && it->is_string())
-    return text::printable(it->get<std::string>(), {300});
-  return "no message";
-}
-
 }  // namespace
 
 std::vector<std::string> parseEtcdEndpoints(const std::string& list) {
@@ -217,7 +210,7 @@ void EtcdClient::authenticate(etcd::EtcdConnection& connection, const Deadline& 
   const std::string what = "etcd " + connection.endpoint().name() + ": /v3/auth/authenticate";
   const Json parsed = etcd::parseObject(reply.body, what);
   if (reply.status != 200)
-    throw AuthError(what + ": user '" + options_.user + "' refused: " + messageOf(parsed));
+    throw AuthError(what + ": user '" + options_.user + "' refused: " + etcd::errorMessage(parsed));
   auto it = parsed.find("token");
   if (it == parsed.end() || !it->is_string() || it->get<std::string>().empty() ||
       !isPlainText(it->get<std::string>()))
@@ -263,7 +256,7 @@ std::string EtcdClient::call(const std::string& path, const std::string& body,
         }
         const Json error = etcd::parseObject(reply.body, what + " (HTTP " + std::to_string(reply.status) + ")");
         const int64_t code = etcd::intField(error, "code");
-        const std::string message = messageOf(error);
+        const std::string message = etcd::errorMessage(error);
         if (code == kGrpcUnauthenticated && !options_.user.empty() && !renewedToken) {
           token_.clear();  // expired: once more with a new one
           renewedToken = true;
@@ -370,7 +363,7 @@ int64_t EtcdClient::leaseKeepAlive(int64_t lease, const Deadline& deadline) {
   const std::string firstLine = reply.substr(0, reply.find('\n'));
   const Json parsed = etcd::parseObject(firstLine, "etcd /v3/lease/keepalive");
   if (parsed.contains("error"))
-    throw NetworkError("etcd /v3/lease/keepalive: " + messageOf(etcd::objectField(parsed, "error")));
+    throw NetworkError("etcd /v3/lease/keepalive: " + etcd::errorMessage(etcd::objectField(parsed, "error")));
   return etcd::intField(etcd::objectField(parsed, "result"), "TTL");
 }
 

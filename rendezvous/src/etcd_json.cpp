@@ -155,4 +155,10 @@ EtcdRange parseRange(const Json& reply) {
   return out;
 }
 
+std::string errorMessage(const Json& error) {
+  auto it = error.find("message");
+  if (it != error.end() && it->is_string()) return text::printable(it->get<std::string>(), {300});
+  return "no message";
+}
+
 }  // namespace drun::rdzv::etcd

@@ -32,6 +32,9 @@ std::string bytesField(const Json& object, const char* name);
 const Json& objectField(const Json& object, const char* name);  // absent: an empty object
 const Json& arrayField(const Json& object, const char* name);   // absent: an empty array
 
+// The "message" of an error object etcd sent, printable and cut at 300 bytes ("no message").
+std::string errorMessage(const Json& error);
+
 EtcdKeyValue parseKeyValue(const Json& kv);
 EtcdRange parseRange(const Json& reply);
 int64_t headerRevision(const Json& reply);

@@ -35,15 +35,13 @@ void backOff(int attempt) {
 }
 
 constexpr int kMaxRaces = 4096;
-// etcd refuses a transaction of more operations than its --max-txn-ops (128 by default).
-constexpr size_t kMaxOpsPerTxn = 128;
 
-// Reads the keys' families in transactions of at most kMaxOpsPerTxn ranges; one value per key.
+// Reads the keys' families in transactions of at most kEtcdMaxOpsPerTxn ranges; one value per key.
 std::vector<std::optional<Bytes>> readAll(EtcdClient& client, const std::vector<std::string>& keys) {
   std::vector<std::optional<Bytes>> out;
-  for (size_t at = 0; at < keys.size(); at += kMaxOpsPerTxn) {
+  for (size_t at = 0; at < keys.size(); at += kEtcdMaxOpsPerTxn) {
     std::vector<EtcdOp> reads;
-    for (size_t i = at; i < std::min(keys.size(), at + kMaxOpsPerTxn); ++i)
+    for (size_t i = at; i < std::min(keys.size(), at + kEtcdMaxOpsPerTxn); ++i)
       reads.push_back(EtcdOp::range(keys[i], familyEnd(keys[i])));
     EtcdTxnResult result = client.txn({}, reads, {}, true);
     for (size_t i = 0; i < result.ranges.size(); ++i) out.push_back(foldFamily(keys[at + i], result.ranges[i].kvs));
@@ -213,7 +211,7 @@ void EtcdStore::multiSet(const std::vector<std::string>& keys, const std::vector
   checkLease();
   if (keys.size() != values.size()) throw InvalidArgument("multiSet: keys and values differ in count");
   // etcd refuses a key twice in one transaction: each key once, with its last value, in the
-  // order of its last occurrence. Over kMaxOpsPerTxn ops, several transactions in that order:
+  // order of its last occurrence. Over kEtcdMaxOpsPerTxn ops, several transactions in that order:
   // what a caller writes last (a round's status, after its assignments) is still written last.
   std::map<std::string, size_t> lastAt;
   for (size_t i = 0; i < keys.size(); ++i) lastAt[keys[i]] = i;
@@ -221,8 +219,8 @@ void EtcdStore::multiSet(const std::vector<std::string>& keys, const std::vector
   for (size_t i = 0; i < keys.size(); ++i)
     if (lastAt[keys[i]] == i)
       for (EtcdOp& op : replaceFamily(k(keys[i]), values[i])) writes.push_back(std::move(op));
-  for (size_t at = 0; at < writes.size(); at += kMaxOpsPerTxn) {  // even: a key's two ops together
-    std::vector<EtcdOp> chunk(writes.begin() + at, writes.begin() + std::min(writes.size(), at + kMaxOpsPerTxn));
+  for (size_t at = 0; at < writes.size(); at += kEtcdMaxOpsPerTxn) {  // even: a key's two ops together
+    std::vector<EtcdOp> chunk(writes.begin() + at, writes.begin() + std::min(writes.size(), at + kEtcdMaxOpsPerTxn));
     client_->txn({}, chunk, {}, true);
   }
 }
@@ -374,7 +372,7 @@ Bytes EtcdStore::compareSet(const std::string& key, const Bytes& expected, const
         {full, EtcdCompare::Target::ModRevision, {}, now.revision + 1, familyEnd(full), EtcdCompare::Result::Less}};
     for (const EtcdKeyValue& kv : now.kvs)
       compares.push_back({kv.key, EtcdCompare::Target::ModRevision, {}, kv.modRevision});
-    if (compares.size() >= kMaxOpsPerTxn - 1) compares.resize(1);  // many appends: checked as a whole
+    if (compares.size() >= kEtcdMaxOpsPerTxn - 1) compares.resize(1);  // many appends: checked as a whole
     // Under the token: a retry of an attempt that was applied (its reply lost) is this call's
     // win, whatever another writer stored since (a fresh read would tell a loss).
     const Guarded done = guardedTxn(token, std::move(compares), replaceFamily(full, desired), {});

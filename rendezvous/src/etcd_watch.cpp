@@ -15,11 +15,6 @@ namespace {
 
 using etcd::Json;
 
-std::string messageOf(const Json& error) {
-  auto it = error.find("message");
-  return it != error.end() && it->is_string() ? it->get<std::string>().substr(0, 300) : "no message";
-}
-
 // One line of the stream: {"result":{"header":..,"created":true|"events":[...]}} or
 // {"error":{...}}. Returns the events (empty for the created or a progress message);
 // `createdAt` gets the created message's revision (the store's when the watch was created).
@@ -27,7 +22,7 @@ std::vector<EtcdWatchEvent> parseWatchLine(std::string_view line, const std::str
   const Json message = etcd::parseObject(line, what);
   try {
     if (message.contains("error"))
-      throw NetworkError(what + ": the stream failed: " + messageOf(etcd::objectField(message, "error")));
+      throw NetworkError(what + ": the stream failed: " + etcd::errorMessage(etcd::objectField(message, "error")));
     const Json& result = etcd::objectField(message, "result");
     if (etcd::boolField(result, "created") && result.contains("header")) *createdAt = etcd::headerRevision(result);
     if (etcd::boolField(result, "canceled"))
@@ -94,7 +89,7 @@ bool EtcdClient::watchStream(const std::string& key, const std::string& rangeEnd
                           if (status != 200) {
                             const Json error = etcd::parseObject(line, what);
                             throw Error(what + " refused (HTTP " + std::to_string(status) + "): " +
-                                        messageOf(error));
+                                        etcd::errorMessage(error));
                           }
                           int64_t createdAt = -1;
                           std::vector<EtcdWatchEvent> events = parseWatchLine(line, what, &createdAt);

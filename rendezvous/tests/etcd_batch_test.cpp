@@ -18,8 +18,8 @@ using drun::test::etcdStoreOptions;
 namespace {
 
 struct RelayedStores {
-  test::EtcdCluster cluster;
-  test::ReplyDropper relay{cluster.endpoints()[0]};
+  drun::test::EtcdCluster cluster;
+  drun::test::ReplyDropper relay{cluster.endpoints()[0]};
   EtcdStore other{openEtcdSession(etcdStoreOptions(cluster))};
   EtcdStore agent{openEtcdSession([&] {
     EtcdStoreOptions o = etcdStoreOptions(cluster);

@@ -26,7 +26,7 @@ constexpr int kClients = 12;
 // Runs body(client index, its own store) on kClients threads at once (one session each, as
 // separate agents) and returns what each returned.
 template <class Body>
-auto onClients(const test::EtcdCluster& cluster, Body body) {
+auto onClients(const drun::test::EtcdCluster& cluster, Body body) {
   std::vector<std::future<decltype(body(0, std::declval<EtcdStore&>()))>> futures;
   for (int c = 0; c < kClients; ++c)
     futures.push_back(std::async(std::launch::async, [&cluster, body, c] {
@@ -41,7 +41,7 @@ auto onClients(const test::EtcdCluster& cluster, Body body) {
 }  // namespace
 
 TEST_CASE("etcd store: concurrent adds give each caller its own total and lose none", "[etcd]") {
-  test::EtcdCluster cluster;
+  drun::test::EtcdCluster cluster;
   EtcdStore s(openEtcdSession(etcdStoreOptions(cluster)));
   constexpr int kAdds = 20;
   const auto totals = onClients(cluster, [](int, EtcdStore& mine) {
@@ -75,7 +75,7 @@ TEST_CASE("etcd store: concurrent adds give each caller its own total and lose n
 }
 
 TEST_CASE("etcd store: concurrent appends each appear once, in each writer's order", "[etcd]") {
-  test::EtcdCluster cluster;
+  drun::test::EtcdCluster cluster;
   EtcdStore s(openEtcdSession(etcdStoreOptions(cluster)));
   s.set("joined", "head\n");
   constexpr int kAppends = 15;
@@ -118,7 +118,7 @@ TEST_CASE("etcd store: concurrent appends each appear once, in each writer's ord
 }
 
 TEST_CASE("etcd store: watch and get follow a counter and an appended key", "[etcd]") {
-  test::EtcdCluster cluster;
+  drun::test::EtcdCluster cluster;
   auto session = openEtcdSession(etcdStoreOptions(cluster));
   EtcdStore s(session);
   EtcdStore other(session);
@@ -135,7 +135,7 @@ TEST_CASE("etcd store: watch and get follow a counter and an appended key", "[et
 }
 
 TEST_CASE("etcd store: wills add to counters that other agents add to at the same time", "[etcd]") {
-  test::EtcdCluster cluster;
+  drun::test::EtcdCluster cluster;
   EtcdStore observer(openEtcdSession(etcdStoreOptions(cluster)));
   observer.set("status", "0");
   constexpr int kAdds = 10;
@@ -166,7 +166,7 @@ TEST_CASE("etcd store: a batch's will and the +-1 add right after it count a nod
   // RoundJoin's batch: setWill(..., present -1), add(present, 1). EtcdStore::runBatch makes the
   // two one transaction, so a lease that ends between them cannot leave the +1 without the will
   // that takes it back (issue 21's leak), nor the will without the +1.
-  test::EtcdCluster cluster;
+  drun::test::EtcdCluster cluster;
   auto observerSession = openEtcdSession(etcdStoreOptions(cluster));
   EtcdStore observer(observerSession);
   observer.setWill({{}, {{"observer.alive", 1}}, {}});  // it runs the will executor too

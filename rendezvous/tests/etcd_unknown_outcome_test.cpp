@@ -19,8 +19,8 @@ using drun::test::etcdStoreOptions;
 namespace {
 
 // The retry tokens the stores of the cluster hold now (etcd_session.hpp: nextAppliedKey).
-int64_t tokensHeld(const test::EtcdCluster& cluster) {
-  EtcdClient client(test::etcdClientOptions(cluster.endpoints()));
+int64_t tokensHeld(const drun::test::EtcdCluster& cluster) {
+  EtcdClient client(drun::test::etcdClientOptions(cluster.endpoints()));
   const std::string dir = etcdStoreOptions(cluster).prefix + "applied/";
   return client.range(dir, EtcdClient::prefixEnd(dir), true).count;
 }
@@ -29,8 +29,8 @@ int64_t tokensHeld(const test::EtcdCluster& cluster) {
 
 TEST_CASE("etcd store: an add whose reply is lost after etcd applied it counts once, with its own total",
           "[etcd]") {
-  test::EtcdCluster cluster;
-  test::ReplyDropper relay(cluster.endpoints()[0]);
+  drun::test::EtcdCluster cluster;
+  drun::test::ReplyDropper relay(cluster.endpoints()[0]);
   EtcdStoreOptions viaRelay = etcdStoreOptions(cluster);
   viaRelay.client.endpoints = {relay.endpoint()};
   EtcdStore other(openEtcdSession(etcdStoreOptions(cluster)));
@@ -77,8 +77,8 @@ TEST_CASE("etcd store: an add whose reply is lost after etcd applied it counts o
 
 TEST_CASE("etcd store: a compareSet whose reply is lost after etcd applied it answers its own win",
           "[etcd]") {
-  test::EtcdCluster cluster;
-  test::ReplyDropper relay(cluster.endpoints()[0]);
+  drun::test::EtcdCluster cluster;
+  drun::test::ReplyDropper relay(cluster.endpoints()[0]);
   EtcdStoreOptions viaRelay = etcdStoreOptions(cluster);
   viaRelay.client.endpoints = {relay.endpoint()};
   EtcdStore other(openEtcdSession(etcdStoreOptions(cluster)));
@@ -106,8 +106,8 @@ TEST_CASE("etcd store: a compareSet whose reply is lost after etcd applied it an
 TEST_CASE("etcd store: a deleteKey whose reply is lost after etcd applied it says the key existed, "
           "and removes nothing written since",
           "[etcd]") {
-  test::EtcdCluster cluster;
-  test::ReplyDropper relay(cluster.endpoints()[0]);
+  drun::test::EtcdCluster cluster;
+  drun::test::ReplyDropper relay(cluster.endpoints()[0]);
   EtcdStoreOptions viaRelay = etcdStoreOptions(cluster);
   viaRelay.client.endpoints = {relay.endpoint()};
   EtcdStore other(openEtcdSession(etcdStoreOptions(cluster)));

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include "drun/common/test_skip.hpp"
 #include "process.hpp"
 
 namespace drun::test {
@@ -62,6 +63,10 @@ std::vector<std::string> NetnsCluster::exec(int host, const std::vector<std::str
                                   std::to_string(host)};
   out.insert(out.end(), argv.begin(), argv.end());
   return out;
+}
+
+void skipWithoutNetns(const std::string& what) {
+  if (auto why = NetnsCluster::unavailableReason()) skipTest(what + ": " + *why);
 }
 
 }  // namespace drun::test

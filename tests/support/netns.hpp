@@ -34,4 +34,8 @@ class NetnsCluster {
   int hosts_ = 0;
 };
 
+// Namespaces cannot be made here (not root, no `ip netns`): CTest reports the test SKIPPED,
+// saying which (`what`) and why.
+void skipWithoutNetns(const std::string& what);
+
 }  // namespace drun::test

@@ -22,6 +22,8 @@
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <functional>
 #include <map>
 #include <memory>
@@ -32,6 +34,16 @@
 #include <vector>
 
 namespace drun::test {
+
+inline bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+// A file's bytes ("" when it cannot be read).
+inline std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
 
 // True in a build with a sanitizer (scripts/sanitize.sh): ASan keeps freed memory in quarantine
 // and both shadow every allocation, so a process's RSS says nothing about growth there (LeakSanitizer

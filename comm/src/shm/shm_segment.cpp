@@ -22,7 +22,7 @@
 namespace drun::comm::detail {
 namespace {
 
-constexpr uint64_t kMagic = 0x6472756e73686d31ull;  // "drunshm1"
+constexpr uint64_t kSegmentMagic = 0x6472756e73686d31ull;  // "drunshm1"
 constexpr size_t kLine = 64;
 constexpr size_t kFixedHeader = 256;
 const std::string kSegmentKey = "shm/segment";
@@ -139,7 +139,7 @@ ShmSegment::ShmSegment(rdzv::Store& store, int rank, int size, const ShmOptions&
     Header& h = header();
     if (rank == 0) {
       h.size = static_cast<uint32_t>(size);
-      h.magic = kMagic;
+      h.magic = kSegmentMagic;
     }
     // The word is written before its address is published: a peer may probe it as soon as the
     // attach barrier below lets it (a word written only when this rank probed read 0 for the
@@ -170,7 +170,7 @@ ShmSegment::ShmSegment(rdzv::Store& store, int rank, int size, const ShmOptions&
     base_ = nullptr;
     throw CommError("shared memory segment unusable" + failed);
   }
-  if (header().magic != kMagic || header().size != static_cast<uint32_t>(size))
+  if (header().magic != kSegmentMagic || header().size != static_cast<uint32_t>(size))
     throw CommError("shared memory segment: bad header");
   attachPeers();
   probeSingleCopy(store, timeout);

@@ -115,6 +115,9 @@ struct EtcdOp {
   }
 };
 
+// etcd refuses a transaction of more operations than its --max-txn-ops (128 by default).
+inline constexpr size_t kEtcdMaxOpsPerTxn = 128;
+
 struct EtcdTxnResult {
   bool succeeded = false;
   int64_t revision = 0;
