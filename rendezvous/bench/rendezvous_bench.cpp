@@ -238,12 +238,6 @@ asio::awaitable<std::optional<Bytes>> tryGet(Agent& a, const std::string& key) {
   co_return r.values.empty() ? std::nullopt : std::optional<Bytes>(r.values[0]);
 }
 
-asio::awaitable<int64_t> add(Agent& a, const std::string& key, int64_t delta) {
-  auto q = request(wire::Op::Add, key);
-  q.delta = delta;
-  co_return (co_await call(a, std::move(q))).number;
-}
-
 // The closer's part of C10dRendezvous::tryClose for MIN=MAX=n.
 asio::awaitable<void> close(Agent& a, const std::string& runId, int n) {
   const int64_t left = keys::parseCounter(co_await tryGet(a, keys::left(runId, 0))).value_or(0);
