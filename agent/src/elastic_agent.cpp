@@ -369,6 +369,8 @@ struct ElasticAgent::Impl {
         f();
       } catch (const std::exception& e) {
         internalError(e.what());
+      } catch (...) {  // no exception may leave an Asio handler, a non-std one neither
+        internalError("an unknown exception");
       }
     });
   }
