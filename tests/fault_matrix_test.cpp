@@ -290,11 +290,16 @@ void scaleUpThenAgentKilled(Backend backend) {
 // host 0 waited in the barrier for host 1).
 void newcomerWhileANodeFinished(Backend backend) {
   Matrix m(3, "2:3", "0:*:done 1:*:done", {}, backend);
-  Process a(m.on(0)), b(m.on(1));
+  const std::filesystem::path eventsOfB = m.dir.path() / "events1";
+  RunOptions onB = m.on(1);
+  onB.argv.insert(std::find(onB.argv.begin(), onB.argv.end(), drunPath().string()) + 1,
+                  {"--events", eventsOfB.string()});
+  Process a(m.on(0)), b(onB);
   REQUIRE(saysOnStderr(a, "waiting for the other 1 node(s)"));
   REQUIRE(b.waitForLines("world=4", 2, kSeen));
   Process c(m.on(2));
-  REQUIRE(saysOnStderr(b, "not taking the waiting node(s) in"));
+  REQUIRE(saysOnStderr(b, "not taking the waiting node(s) in: a node of this job already "
+                          "finished; the workers go on"));
   CHECK(countNow(b, "FM host=1") == 2);  // its workers of round 0 still run, not restarted
   m.release();
   std::vector<RunResult> runs = {a.wait(), b.wait(), c.wait()};
@@ -303,6 +308,11 @@ void newcomerWhileANodeFinished(Backend backend) {
   CHECK_THAT(runs[2].err, Catch::Contains("the job finished (every worker succeeded) while this "
                                           "node waited to join it"));
   CHECK(ranksOf({&runs[0].out, &runs[1].out, &runs[2].out}, 6, 0).empty());  // no round of 3
+  // The job's events say it too, not only the console.
+  const std::string events = slurp(eventsOfB);
+  INFO(events);
+  CHECK(contains(events, R"("event":"scale_up_refused")"));
+  CHECK(contains(events, R"("reason":"a node of this job already finished")"));
   CHECK(m.nothingLeft());
 }
 

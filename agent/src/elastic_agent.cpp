@@ -567,7 +567,9 @@ struct ElasticAgent::Impl {
     offLoopCall([this] { return rendezvous->claimScaleUp(); },
                 [this, in, claimedIn](bool claimed) {
                   if (claimedIn != round.round) return;  // that round ended meanwhile
-                  dispatch(claimed ? Event::ScaleUpClaimed : Event::ScaleUpRefused, in);
+                  // Refused: the reason is the finished member, not the last call's passing.
+                  if (claimed) dispatch(Event::ScaleUpClaimed, in);
+                  else dispatch(Event::ScaleUpRefused, Input{});
                 },
                 [this, claimedIn](std::exception_ptr error) {
                   if (claimedIn != round.round) return;
@@ -584,8 +586,9 @@ struct ElasticAgent::Impl {
   // The waiting nodes are not taken in: they learn the job's end (or join a later round, if a
   // failure or a loss re-forms it).
   void keepRunning(const Input& in) {
-    say("drun: not taking the waiting node(s) in: %s; the workers go on\n",
-        in.reason.empty() ? "a node of this job already finished" : in.reason.c_str());
+    const std::string reason = in.reason.empty() ? "a node of this job already finished" : in.reason;
+    say("drun: not taking the waiting node(s) in: %s; the workers go on\n", reason.c_str());
+    note("scale_up_refused", {{"round", round.round}, {"reason", reason}});
   }
 
   void reportFailure(const Input&) {
