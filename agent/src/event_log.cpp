@@ -17,7 +17,7 @@ std::string isoTime(Clock::time_point when) {
   const std::time_t seconds = static_cast<std::time_t>(ms / 1000);
   std::tm utc{};
   ::gmtime_r(&seconds, &utc);
-  char text[80];  // room for any int in each field: the compiler checks it
+  char text[80];  // room for any int in every field (-Wformat-truncation checks the bound)
   std::snprintf(text, sizeof text, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", utc.tm_year + 1900,
                 utc.tm_mon + 1, utc.tm_mday, utc.tm_hour, utc.tm_min, utc.tm_sec,
                 static_cast<int>(ms % 1000));

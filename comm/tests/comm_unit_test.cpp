@@ -279,6 +279,20 @@ TEST_CASE("comm: a receive nobody answers times out within its timeout", "[comm]
   });
 }
 
+// Rank r of a Gloo backend of 2 ranks on loopback, meeting in `shared` (10 s deadlines).
+std::unique_ptr<drun::comm::detail::Backend> loopbackGlooBackend(
+    const std::shared_ptr<drun::rdzv::MemoryStore::Shared>& shared, int r) {
+  using namespace drun::comm::detail;
+  auto store = std::make_shared<drun::rdzv::MemoryStore>(shared);
+  BackendConfig config;
+  config.store = store;
+  config.rank = r;
+  config.size = 2;
+  config.timeout = 10s;
+  config.socketIfname = "lo";
+  return makeGlooBackend(makeGlooDevice(config), store, r, 2, 10s);
+}
+
 // Gloo's device thread reads a message into the receive posted for it. A receive dropped
 // unfinished (a hierarchical exchange posts its receives first, then a step of shm fails) leaves
 // the message unread on a level-triggered socket, and the thread spins on it, a core, for as
@@ -300,14 +314,7 @@ TEST_CASE("comm: after abort, a message for a dropped Gloo receive costs no CPU"
   std::vector<std::future<double>> ranks;
   for (int r = 0; r < 2; ++r)
     ranks.push_back(std::async(std::launch::async, [&, r] {
-      auto store = std::make_shared<drun::rdzv::MemoryStore>(shared);
-      BackendConfig config;
-      config.store = store;
-      config.rank = r;
-      config.size = 2;
-      config.timeout = 10s;
-      config.socketIfname = "lo";
-      auto backend = makeGlooBackend(makeGlooDevice(config), store, r, 2, 10s);
+      auto backend = loopbackGlooBackend(shared, r);
       char byte = 7;
       if (r == 1) {
         await(droppedDone, "dropped its receive");
@@ -329,6 +336,45 @@ TEST_CASE("comm: after abort, a message for a dropped Gloo receive costs no CPU"
     }));
   ranks[1].get();
   CHECK(ranks[0].get() < 0.2);  // a spinning device thread would use all 0.5 s
+}
+
+// A failed communicator (abort()) fails its own pending point-to-point requests at once: one a
+// thread blocks on, one polled with test(), one never touched, and one posted afterwards. Before,
+// each waited for its deadline (10 s here) although nothing could complete it any more.
+TEST_CASE("comm: after abort, a rank's own pending Gloo requests fail at once, not at their deadlines", "[comm]") {
+  using namespace drun::comm::detail;
+  auto shared = drun::rdzv::MemoryStore::makeShared();
+  std::promise<void> done;
+  std::shared_future<void> rank0Done = done.get_future().share();
+  std::vector<std::future<void>> ranks;
+  for (int r = 0; r < 2; ++r)
+    ranks.push_back(std::async(std::launch::async, [&, r] {
+      auto backend = loopbackGlooBackend(shared, r);
+      if (r == 1) {  // sends nothing; stays until rank 0 is done, at most 20 s
+        (void)rank0Done.wait_for(20s);
+        return;
+      }
+      char bytes[4] = {};
+      auto blocked = backend->irecv(&bytes[0], 1, 1, 0, 10s);
+      auto polled = backend->irecv(&bytes[1], 1, 1, 1, 10s);
+      auto untouched = backend->irecv(&bytes[2], 1, 1, 2, 10s);
+      CHECK_FALSE(polled->test());
+      auto blockedWait = std::async(std::launch::async, [&] { blocked->wait(kDefaultTimeout); });
+      std::this_thread::sleep_for(200ms);  // the waiter blocks in Gloo
+      const auto t0 = std::chrono::steady_clock::now();
+      backend->abort();
+      auto failsFast = [&](const char* what, auto&& waitFor) {
+        INFO(what);
+        CHECK_THROWS_WITH(waitFor(), Catch::Contains("aborted"));
+        CHECK(std::chrono::steady_clock::now() - t0 < 3s);
+      };
+      failsFast("blocked in Gloo", [&] { blockedWait.get(); });
+      failsFast("polled", [&] { polled->wait(kDefaultTimeout); });
+      failsFast("never touched", [&] { untouched->wait(kDefaultTimeout); });
+      failsFast("posted after the abort", [&] { backend->irecv(&bytes[3], 1, 1, 3, 10s)->wait(kDefaultTimeout); });
+      done.set_value();
+    }));
+  for (auto& f : ranks) f.get();
 }
 
 TEST_CASE("comm: requests: async collectives keep call order, test() polls without blocking", "[comm]") {

@@ -221,45 +221,29 @@ class GlooBackend final : public Backend {
 
   std::shared_ptr<Request::State> isend(const void* buf, size_t bytes, int dst, int tag,
                                         milliseconds timeout) override {
-    try {
-      auto request = std::make_shared<GlooP2P>(*context_, const_cast<void*>(buf), bytes, true, timeout, poller_,
-                                               "send to rank " + std::to_string(dst) + " (tag " + std::to_string(tag) + ")");
-      request->buffer().send(dst, p2pSlot(tag));
-      return request;
-    } catch (...) {
-      rethrowGlooAsDrun();
-    }
+    return post(std::make_shared<GlooP2P>(*context_, const_cast<void*>(buf), bytes, true, timeout, poller_,
+                                          "send to rank " + std::to_string(dst) + " (tag " + std::to_string(tag) + ")"),
+                [&](gloo::transport::UnboundBuffer& b) { b.send(dst, p2pSlot(tag)); });
   }
 
   std::shared_ptr<Request::State> irecv(void* buf, size_t bytes, int src, int tag,
                                         milliseconds timeout) override {
-    try {
-      auto request = std::make_shared<GlooP2P>(*context_, buf, bytes, false, timeout, poller_,
-                                               "recv from " + (src == kAnySource ? std::string("any rank") : "rank " + std::to_string(src)) +
-                                                   " (tag " + std::to_string(tag) + ")");
-      if (src == kAnySource) {
-        std::vector<int> others;
-        for (int r = 0; r < context_->size; ++r)
-          if (r != context_->rank) others.push_back(r);
-        request->buffer().recv(others, p2pSlot(tag));
-      } else {
-        request->buffer().recv(src, p2pSlot(tag));
-      }
-      return request;
-    } catch (...) {
-      rethrowGlooAsDrun();
-    }
+    return post(std::make_shared<GlooP2P>(*context_, buf, bytes, false, timeout, poller_,
+                                          "recv from " + (src == kAnySource ? std::string("any rank") : "rank " + std::to_string(src)) +
+                                              " (tag " + std::to_string(tag) + ")"),
+                [&](gloo::transport::UnboundBuffer& b) {
+                  if (src != kAnySource) return b.recv(src, p2pSlot(tag));
+                  std::vector<int> others;
+                  for (int r = 0; r < context_->size; ++r)
+                    if (r != context_->rank) others.push_back(r);
+                  b.recv(others, p2pSlot(tag));
+                });
   }
 
   std::shared_ptr<Request::State> irecvFromAnyOf(void* buf, size_t bytes, const std::vector<int>& sources, int tag,
                                                  milliseconds timeout) override {
-    try {
-      auto request = std::make_shared<GlooP2P>(*context_, buf, bytes, false, timeout, poller_);
-      request->buffer().recv(sources, p2pSlot(tag));
-      return request;
-    } catch (...) {
-      rethrowGlooAsDrun();
-    }
+    return post(std::make_shared<GlooP2P>(*context_, buf, bytes, false, timeout, poller_),
+                [&](gloo::transport::UnboundBuffer& b) { b.recv(sources, p2pSlot(tag)); });
   }
 
   std::unique_ptr<Backend> makeGroup(std::shared_ptr<rdzv::Store> store, int rank, int size,
@@ -272,11 +256,29 @@ class GlooBackend final : public Backend {
   // first, then another step fails): a message for one stays unread on its level-triggered
   // socket, and Gloo's device thread, which finds no buffer for it, spins on it. Closing the
   // connections stops that, and the peers' operations fail at once (a reset) instead of at
-  // their deadlines. Pair::close takes each pair's lock; the device thread only try-locks.
-  void abort() override { context_->closeConnections(); }
+  // their deadlines. Pair::close takes each pair's lock; the device thread only try-locks. This
+  // rank's own requests fail at once too (GlooPoller::abort).
+  void abort() override {
+    poller_->abort();
+    context_->closeConnections();
+  }
   const char* transport() const override { return "tcp"; }
 
  private:
+  // Posts a point-to-point request. After abort() the pairs are closed and Gloo refuses a post in
+  // its own words (an epoll_ctl failure): the request's error says what happened instead.
+  template <class Post>
+  std::shared_ptr<Request::State> post(std::shared_ptr<GlooP2P> request, Post&& postOn) {
+    if (poller_->aborted()) std::rethrow_exception(request->abortedError());
+    try {
+      postOn(request->buffer());
+      return request;
+    } catch (...) {
+      if (poller_->aborted()) std::rethrow_exception(request->abortedError());
+      rethrowGlooAsDrun();
+    }
+  }
+
   // Every functional op: its tag (distinct per call) and its deadline.
   template <class Options>
   static void limit(Options& opts, uint32_t tag, milliseconds timeout) {

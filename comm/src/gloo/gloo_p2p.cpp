@@ -31,6 +31,11 @@ bool GlooP2P::waitOnce(milliseconds limit) {
   return completed;
 }
 
+std::exception_ptr GlooP2P::abortedError() const {
+  return std::make_exception_ptr(CommError("gloo " + (what_.empty() ? std::string("request") : what_) +
+                                           ": the communicator was aborted after a failure"));
+}
+
 void GlooP2P::interrupt() {
   if (isSend_) buf_->abortWaitSend();
   else buf_->abortWaitRecv();
@@ -61,10 +66,15 @@ void GlooP2P::wait(milliseconds timeout) {
     milliseconds left = deadline_.remaining();
     if (timeout != kDefaultTimeout) left = std::min(left, timeout);
     std::exception_ptr error;
-    try {
-      waitOnce(left);
-    } catch (...) {
-      error = std::current_exception();
+    if (!poller_->enterDirect(this)) {
+      error = abortedError();
+    } else {
+      try {
+        if (!waitOnce(left)) error = abortedError();  // only abort() interrupts a direct wait
+      } catch (...) {
+        error = std::current_exception();
+      }
+      poller_->leaveDirect(this);
     }
     finish(error);
     if (error) std::rethrow_exception(error);
@@ -107,8 +117,9 @@ bool GlooP2P::test() {
 
 void GlooPoller::add(std::shared_ptr<GlooP2P> request) {
   std::lock_guard lock(mutex_);
-  if (stopping_) {
-    request->finish(std::make_exception_ptr(CommError("gloo: the communicator was destroyed")));
+  if (stopping_ || aborted_) {
+    request->finish(aborted_ ? request->abortedError()
+                             : std::make_exception_ptr(CommError("gloo: the communicator was destroyed")));
     return;
   }
   pending_.push_front(std::move(request));  // the caller polls it now: serve it first
@@ -143,6 +154,33 @@ void GlooPoller::stop() {
   pending_.clear();
 }
 
+void GlooPoller::abort() {
+  std::lock_guard lock(mutex_);
+  if (aborted_) return;
+  aborted_ = true;
+  if (current_) current_->interrupt();  // the loop fails it when its wait returns
+  for (GlooP2P* request : direct_) request->interrupt();
+  for (auto& p : pending_) p->finish(p->abortedError());
+  pending_.clear();
+}
+
+bool GlooPoller::enterDirect(GlooP2P* request) {
+  std::lock_guard lock(mutex_);
+  if (aborted_) return false;
+  direct_.push_back(request);
+  return true;
+}
+
+void GlooPoller::leaveDirect(GlooP2P* request) {
+  std::lock_guard lock(mutex_);
+  direct_.erase(std::remove(direct_.begin(), direct_.end(), request), direct_.end());
+}
+
+bool GlooPoller::aborted() {
+  std::lock_guard lock(mutex_);
+  return aborted_;
+}
+
 void GlooPoller::loop() {
   std::unique_lock lock(mutex_);
   for (;;) {
@@ -163,7 +201,9 @@ void GlooPoller::loop() {
     if (finished) request->finish(error);
     lock.lock();
     current_ = nullptr;
-    if (!finished) pending_.push_back(std::move(request));  // interrupted: its turn comes again
+    if (finished) continue;
+    if (aborted_) request->finish(request->abortedError());
+    else pending_.push_back(std::move(request));  // interrupted: its turn comes again
   }
 }
 

@@ -21,6 +21,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "backend.hpp"
 #include "drun/common/deadline.hpp"
@@ -44,6 +45,9 @@ class GlooP2P final : public Request::State, public std::enable_shared_from_this
   // may take only a leaf lock); what it captures lives as long as this request (a buffer Gloo
   // writes into, for one).
   void onFinish(std::function<void()> callback);
+
+  // This request's error once its communicator was aborted (GlooPoller::abort).
+  std::exception_ptr abortedError() const;
 
   void wait(milliseconds timeout) override;
   bool test() override;
@@ -79,6 +83,15 @@ class GlooPoller {
   void want(GlooP2P* request);  // serve it next
   // Fails every pending request and joins the thread.
   void stop();
+  // The communicator failed (Backend::abort): every request fails at once, whether polled,
+  // blocked in Gloo on a caller's thread, never waited for, or posted later. Nothing could
+  // complete them any more, and each would otherwise wait for its deadline.
+  void abort();
+  // A caller's thread blocking in Gloo on `request` (a request never polled) registers for the
+  // time it blocks, so that abort() can interrupt it; false once aborted (then it must not block).
+  bool enterDirect(GlooP2P* request);
+  void leaveDirect(GlooP2P* request);
+  bool aborted();
 
  private:
   void loop();
@@ -86,8 +99,10 @@ class GlooPoller {
   std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<GlooP2P>> pending_;
+  std::vector<GlooP2P*> direct_;  // blocked in Gloo on callers' threads
   GlooP2P* current_ = nullptr;
   bool stopping_ = false;
+  bool aborted_ = false;
   std::thread thread_;
 };
 
