@@ -55,6 +55,9 @@ struct Collective {
   milliseconds timeout{0};
 };
 
+// What a request of an aborted backend fails with (after the operation's own words).
+inline constexpr const char* kAbortedAfterFailure = "the communicator was aborted after a failure";
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -83,6 +86,7 @@ class Backend {
   virtual std::unique_ptr<Backend> makeGroup(std::shared_ptr<rdzv::Store> store, int rank,
                                              int size, milliseconds timeout) = 0;
   // After a failure: release what a pending operation might hold, without waiting for peers.
+  // The point-to-point requests it fails say kAbortedAfterFailure.
   virtual void abort() {}
   // "tcp" (Gloo), "shm", "hierarchical", "nccl".
   virtual const char* transport() const = 0;

@@ -32,8 +32,8 @@ bool GlooP2P::waitOnce(milliseconds limit) {
 }
 
 std::exception_ptr GlooP2P::abortedError() const {
-  return std::make_exception_ptr(CommError("gloo " + (what_.empty() ? std::string("request") : what_) +
-                                           ": the communicator was aborted after a failure"));
+  return std::make_exception_ptr(CommError("gloo " + (what_.empty() ? std::string("request") : what_) + ": " +
+                                           kAbortedAfterFailure));
 }
 
 void GlooP2P::interrupt() {
@@ -117,9 +117,12 @@ bool GlooP2P::test() {
 
 void GlooPoller::add(std::shared_ptr<GlooP2P> request) {
   std::lock_guard lock(mutex_);
-  if (stopping_ || aborted_) {
-    request->finish(aborted_ ? request->abortedError()
-                             : std::make_exception_ptr(CommError("gloo: the communicator was destroyed")));
+  if (aborted_) {
+    request->finish(request->abortedError());
+    return;
+  }
+  if (stopping_) {
+    request->finish(std::make_exception_ptr(CommError("gloo: the communicator was destroyed")));
     return;
   }
   pending_.push_front(std::move(request));  // the caller polls it now: serve it first

@@ -116,7 +116,7 @@ class HierBackend final : public Backend {
     return full_->makeGroup(std::move(store), rank, size, timeout);
   }
   void abort() override {
-    p2p_->stop("the communicator was aborted after a failure");
+    p2p_->stop(kAbortedAfterFailure);
     if (local_) local_->abort();
     if (peers_) peers_->abort();
     if (peersBack_) peersBack_->abort();

@@ -38,7 +38,7 @@ class ShmBackend final : public Backend {
 
   void abort() override {
     segment_->abort();
-    p2p_->stop("the communicator was aborted after a failure");
+    p2p_->stop(kAbortedAfterFailure);
   }
 
   const char* transport() const override { return "shm"; }
