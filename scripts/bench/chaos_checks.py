@@ -88,7 +88,7 @@ class Summary:
     excused_overlap_s: float = 0.0   # the longest straggler overlap excused by a fault
     min_gap_s: float = None          # the closest a round started after an older one's last line
     succeeded: bool = False          # the last round ended on every rank
-    members_exited_0: bool = False   # ... and every agent that ran it exited 0
+    members_exited_0: bool = False   # ... and every judged agent that ran it exited 0
     rounds: int = 0
 
 
@@ -245,8 +245,6 @@ def check_exits(agents, workers, rounds, faults, hb_timeout, summary):
     summary.succeeded = bool(rounds) and rounds[-1][0] in complete
     job_end = max((w.last for w in rounds[-1][1]), default=0.0) if rounds else 0.0
     members = {w.agent_pid for w in rounds[-1][1]} if rounds else set()
-    summary.members_exited_0 = summary.succeeded and all(
-        a.code == 0 for a in agents if a.pid in members)
     # A node frozen or cut off for heartbeat_timeout is lost by definition; so is the whole job
     # when that node is the store's (the README: the store's host is the job's single point of
     # failure). Their exits are not judged. The lease counts from the node's last frame, which
@@ -279,6 +277,11 @@ def check_exits(agents, workers, rounds, faults, hb_timeout, summary):
                 "succeeded job, agent failed", f"{a.name} (pid {a.pid}, {a.role}) exited "
                 f"{a.code} after every rank of the last round succeeded; its last lines:\n"
                 + tail(a.output, 6)))
+    # Only judged exits count: a member killed after its workers ended (seed 3825369) exits -9
+    # and says nothing of the job. With none judged (the store's host lost) nothing says it.
+    judged_members = [a for a in judged if a.pid in members]
+    summary.members_exited_0 = (summary.succeeded and bool(judged_members)
+                                and all(a.code == 0 for a in judged_members))
     return judged
 
 

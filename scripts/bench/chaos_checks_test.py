@@ -96,6 +96,19 @@ class ExitsTest(unittest.TestCase):
         agents = [agent("h0", 0, 1, 1), agent("h1", 1, 2, 1), agent("h2", 2, 3, 1)]
         self.assertEqual(kinds(check_iteration(agents, self.ROUND, [cut], HB, 3)), [])
 
+    def test_a_member_killed_after_its_workers_ended_leaves_the_job_succeeded(self):
+        # Seed 3825369: h1's agent was SIGKILLed after its worker's "end"; h0 exited 0. The
+        # killed agent's -9 says nothing about the job, so the run counts as succeeded.
+        kill = Fault("agent_kill", T0 + 2.5, T0 + 2.5, (2,))
+        agents = [agent("h0", 0, 1, 0), agent("h1", 1, 2, -9)]
+        s = check_iteration(agents, self.ROUND, [kill], HB, 3)
+        self.assertEqual(kinds(s), [])
+        self.assertTrue(s.members_exited_0)
+        # Unharmed, the same -9 is a member that failed a succeeded job.
+        s = check_iteration(agents, self.ROUND, [], HB, 3)
+        self.assertEqual(kinds(s), ["succeeded job, agent failed"])
+        self.assertFalse(s.members_exited_0)
+
     def test_exit_0_without_a_completed_round(self):
         text = worker(0, 10, 1, 0, 0, 2, "a:1", 0.0, 1.0, "term") + worker(
             1, 11, 2, 0, 1, 2, "a:1", 0.0, 1.0, "term")
