@@ -76,22 +76,26 @@ std::string tempPath(const char* name) {
 
 }  // namespace
 
-TEST_CASE("comm: shm copyBytes copies exactly the bytes memcpy would, at every length and alignment", "[comm]") {
+TEST_CASE("comm: shm copyBytes and copyToResult copy exactly the bytes memcpy would, at every length and alignment", "[comm]") {
   // lengths on both sides of the vector loop's threshold (2048), of its 128- and 64-byte strides,
-  // and large; source and destination at different offsets within a cache line
-  const size_t lengths[] = {0, 1, 63, 64, 65, 127, 128, 129, 2047, 2048, 2049, 4096 + 13, (1u << 20) + 77};
-  std::vector<unsigned char> src((1u << 20) + 256), dst(src.size()), want(src.size());
+  // of copyToResult's streaming threshold (4 MiB, where its head and tail around the 32-byte
+  // aligned body matter), and large; source and destination at different offsets within a line
+  const size_t lengths[] = {0, 1, 63, 64, 65, 127, 128, 129, 2047, 2048, 2049, 4096 + 13, (1u << 20) + 77,
+                            (4u << 20) - 1, 4u << 20, (4u << 20) + 1, (4u << 20) + 127};
+  std::vector<unsigned char> src((4u << 20) + 256), dst(src.size()), want(src.size());
   for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<unsigned char>(i * 131 + 7);
-  for (size_t n : lengths)
-    for (size_t from : {0u, 1u, 17u, 33u})
-      for (size_t to : {0u, 5u, 32u, 63u}) {
-        std::fill(dst.begin(), dst.end(), 0xAB);
-        want = dst;
-        std::memcpy(want.data() + to, src.data() + from, n);
-        detail::copyBytes(dst.data() + to, src.data() + from, n);
-        INFO("length " << n << ", source offset " << from << ", destination offset " << to);
-        REQUIRE(dst == want);  // the bytes around the copy untouched too
-      }
+  for (auto copy : {&detail::copyBytes, &detail::copyToResult})
+    for (size_t n : lengths)
+      for (size_t from : {0u, 1u, 17u, 33u})
+        for (size_t to : {0u, 5u, 32u, 63u}) {
+          std::fill(dst.begin(), dst.end(), 0xAB);
+          want = dst;
+          std::memcpy(want.data() + to, src.data() + from, n);
+          copy(dst.data() + to, src.data() + from, n);
+          INFO((copy == &detail::copyBytes ? "copyBytes" : "copyToResult") << ": length " << n << ", source offset "
+                                                                          << from << ", destination offset " << to);
+          REQUIRE(dst == want);  // the bytes around the copy untouched too
+        }
 }
 
 TEST_CASE("comm: float16 and bfloat16 conversions round to nearest even", "[comm]") {

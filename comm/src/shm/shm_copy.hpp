@@ -13,5 +13,9 @@
 namespace drun::comm::detail {
 
 void copyBytes(void* dst, const void* src, size_t n);
+// copyBytes for a copy into the operation's result that this operation does not read again
+// (the own block of an all_gather): from 4 MiB with non-temporal stores, which skip the cache
+// and the read of each destination line before its write.
+void copyToResult(void* dst, const void* src, size_t n);
 
 }  // namespace drun::comm::detail

@@ -14,7 +14,7 @@ void ShmCollectives::singleCopyAllGather(const Collective& c, const OpDeadline& 
   char* recv = static_cast<char*>(c.recv);
   seg_.publishBuffer(c.send);
   if (c.send != recv + me * block)  // before the step: while the peers arrive
-    copyBytes(recv + me * block, c.send, block);
+    copyToResult(recv + me * block, c.send, block);
   step(d, "all_gather", 0);
   for (int r = 0; r < n; ++r)
     if (r != me) seg_.readPeer(r, seg_.sendAddr(r), recv + r * block, block);
