@@ -20,35 +20,28 @@ constexpr size_t kVectorCopyBytes = 2048;
 constexpr size_t kStreamBytes = 4u << 20;
 
 #if defined(__x86_64__)
-__attribute__((target("avx2"))) void copyAvx2(char* d, const char* s, size_t n) {
+// 128 bytes a step; what is left under that is the caller's. Streamed: non-temporal stores,
+// which bypass the caches (no read of each destination line before its write, no eviction of
+// what the operation reads next) and need a 32-byte aligned destination.
+template <bool Stream>
+__attribute__((target("avx2"))) size_t copyAvx2Lines(char* d, const char* s, size_t n) {
+  auto store = [](char* to, __m256i v) __attribute__((target("avx2"))) {
+    if constexpr (Stream) _mm256_stream_si256(reinterpret_cast<__m256i*>(to), v);
+    else _mm256_storeu_si256(reinterpret_cast<__m256i*>(to), v);
+  };
   size_t i = 0;
-  for (; i + 128 <= n; i += 128) {
+  for (; i + 128 <= n; i += 128) {  // four loads, then four stores: GCC kept a loop over 32 bytes
     const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i));
     const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 32));
     const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 64));
     const __m256i e = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 96));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i), a);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i + 32), b);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i + 64), c);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i + 96), e);
+    store(d + i, a);
+    store(d + i + 32, b);
+    store(d + i + 64, c);
+    store(d + i + 96, e);
   }
-  if (i < n) std::memcpy(d + i, s + i, n - i);  // under 128 bytes: no rep movsb
-}
-
-// Non-temporal stores: the destination bypasses the caches (no read for ownership, no eviction
-// of what the operation reads next). 32-byte aligned destination; the caller copies the rest.
-__attribute__((target("avx2"))) void streamAvx2(char* d, const char* s, size_t n) {
-  for (size_t i = 0; i + 128 <= n; i += 128) {
-    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i));
-    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 32));
-    const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 64));
-    const __m256i e = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 96));
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i), a);
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i + 32), b);
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i + 64), c);
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i + 96), e);
-  }
-  _mm_sfence();
+  if constexpr (Stream) _mm_sfence();
+  return i;
 }
 
 #endif
@@ -62,9 +55,8 @@ void copyToResult(void* dst, const void* src, size_t n) {
     auto* d = static_cast<char*>(dst);
     const auto* s = static_cast<const char*>(src);
     const size_t head = (32 - reinterpret_cast<uintptr_t>(d) % 32) % 32;
-    const size_t body = (n - head) / 128 * 128;
     copyBytes(d, s, head);
-    streamAvx2(d + head, s + head, body);
+    const size_t body = copyAvx2Lines<true>(d + head, s + head, n - head);
     return copyBytes(d + head + body, s + head + body, n - head - body);
   }
 #endif
@@ -76,7 +68,13 @@ void copyBytes(void* dst, const void* src, size_t n) {
   if (n >= kVectorCopyBytes) {
     // Without AVX2 (no machine this was measured on) glibc's choice stands.
     static const bool avx2 = __builtin_cpu_supports("avx2");
-    if (avx2) return copyAvx2(static_cast<char*>(dst), static_cast<const char*>(src), n);
+    if (avx2) {
+      auto* d = static_cast<char*>(dst);
+      const auto* s = static_cast<const char*>(src);
+      const size_t lines = copyAvx2Lines<false>(d, s, n);
+      if (lines < n) std::memcpy(d + lines, s + lines, n - lines);  // under 128 bytes: no rep movsb
+      return;
+    }
   }
 #endif
   if (n > 0) std::memcpy(dst, src, n);
