@@ -16,11 +16,16 @@
 //   all_gather from kSingleCopyBytes per rank, where process_vm_readv is allowed and every rank
 //     has a core: the ranks publish their buffers and read each other's once (one copy instead
 //     of two through the segment), then a step keeps every buffer in place until its readers are
-//     done. Measured (A/B, drun-comm-bench under drun, 2 cores, best of 3): all_gather world 2
-//     1.4-1.8x faster from 64 KiB per rank; the single-copy forms of all_reduce, reduce_scatter
-//     and broadcast were slower than the segment at every size (0.5-1.0x: process_vm_readv copies
-//     at ~12 GB/s here, a memcpy in cache at ~50) and are gone; with more ranks than cores (world
-//     4 here) single copy lost everywhere (0.3-0.9x).
+//     done. Measured (A/B, drun-comm-bench under drun, 2 cores, best of 3): in 2026-11 with
+//     glibc's memcpy for the segment's copies, all_gather world 2 was 1.4-1.8x faster single
+//     copy from 64 KiB per rank; since copyBytes (AVX2) the segment is faster below 2 MiB per
+//     rank (scripts/bench/comm.sh, 4 interleaved runs: 64 KiB 8.5 against 9.8 us, 256 KiB 36-38
+//     against 41, 512 KiB 65-67 against 70-76, 1 MiB 127-137 against 132-142; 128 KiB the
+//     exception, 22 against 20) and single copy from 2 MiB (tied at 2, 4 MiB 540-550 against
+//     626-646 us). The single-copy forms of all_reduce, reduce_scatter and broadcast were slower
+//     than the segment at every size (0.5-1.0x: process_vm_readv copies at ~12 GB/s here, a
+//     memcpy in cache at ~50) and are gone; with more ranks than cores (world 4 here) single copy
+//     lost everywhere (0.3-0.9x).
 // Threading: one thread at a time (the front end runs collectives in order).
 #pragma once
 
@@ -38,7 +43,7 @@ class ShmCollectives {
 
   static constexpr size_t kOneShotBytes = 64u << 10;
   static constexpr size_t kChunkBytes = 512u << 10;
-  static constexpr size_t kSingleCopyBytes = 64u << 10;  // all_gather, per rank
+  static constexpr size_t kSingleCopyBytes = 2u << 20;  // all_gather, per rank (above: why)
   static constexpr uint64_t kMaxQueueDepth = 32;  // queued broadcasts in flight, at most (a power of 2)
   static_assert(kMaxQueueDepth / 2 <= ShmSegment::kStampedSubSlots, "a stamped line per sub-slot");
   static constexpr size_t kQueueBytes = 64u << 10;  // a queue's bytes in flight, about (cache)
