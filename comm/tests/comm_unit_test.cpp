@@ -688,6 +688,39 @@ TEST_CASE("comm: shm: small broadcasts from a new root each time, between other 
   });
 }
 
+// all_gather with each rank's input inside its output (in place: the hierarchical backend's
+// form, and torch's all_gather_into_tensor on a view) and apart, over the segment (under 2 MiB
+// per rank: in chunks of the 64 KiB slot's halves) and single copy (from 2 MiB): every block
+// lands, and a rank's own block is left as it was (the segment skips copying it onto itself).
+TEST_CASE("comm: shm: all_gather in place and apart, through the segment and single copy, delivers every block", "[comm]") {
+  TransportScope scope("shm");
+  struct SlotScope {  // 64 KiB slots: 100 KiB per rank takes several steps
+    SlotScope() { setenv("DRUN_COMM_SHM_BYTES", "65536", 1); }
+    ~SlotScope() { unsetenv("DRUN_COMM_SHM_BYTES"); }
+  } slots;
+  const size_t counts[] = {1, 25601, (size_t{2} << 20) / 4 + 7};  // 4 B, 100 KiB, 2 MiB + 28 B
+  int wrong[2][3][2] = {};  // [rank][count][in place]: Catch's assertions stay on this thread
+  runRanks(2, [&](int r, Communicator& world) {
+    for (size_t c = 0; c < 3; ++c)
+      for (int inPlace : {1, 0}) {
+        const size_t count = counts[c];
+        auto value = [&](int rank, size_t j) { return static_cast<int32_t>(rank * 7919 + static_cast<int64_t>(j) % 104729 + 1); };
+        std::vector<int32_t> all(2 * count, -1), mine(count);
+        for (size_t j = 0; j < count; ++j) (inPlace ? all[static_cast<size_t>(r) * count + j] : mine[j]) = value(r, j);
+        const int32_t* send = inPlace ? all.data() + static_cast<size_t>(r) * count : mine.data();
+        world.allGather(send, all.data(), count, DType::Int32);
+        for (int k = 0; k < 2; ++k)
+          for (size_t j = 0; j < count; ++j) wrong[r][c][inPlace] += all[static_cast<size_t>(k) * count + j] != value(k, j);
+      }
+  });
+  for (int r = 0; r < 2; ++r)
+    for (size_t c = 0; c < 3; ++c)
+      for (int inPlace : {1, 0}) {
+        INFO("rank " << r << ", count " << counts[c] << (inPlace ? ", in place" : ", apart"));
+        CHECK(wrong[r][c][inPlace] == 0);
+      }
+}
+
 // Data in stamped lines (at most 56 bytes a rank writes in a step) beside data in the halves
 // (sizes on both sides of 56 bytes), every op, queued broadcasts from changing roots between
 // them, and a rank that falls behind now and then (its readers and writers must not overrun its

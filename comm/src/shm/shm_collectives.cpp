@@ -165,6 +165,8 @@ void ShmCollectives::blocks(const Collective& c, const OpDeadline& d) {
   const char* send = static_cast<const char*>(c.send);
   char* recv = static_cast<char*>(c.recv);
   const bool root = me == c.root;
+  // all_gather and gather in place (my input is my block of the output): mine stays where it is
+  const bool inPlace = send == recv + static_cast<size_t>(me) * count * es;
   // Per rank and step: n blocks (scatter's root, all_to_all, reduce_scatter) or one.
   const bool nBlocks = c.kind == OpKind::Scatter || c.kind == OpKind::AllToAll || c.kind == OpKind::ReduceScatter;
   const size_t chunk = chunkElements(count, es, nBlocks ? static_cast<size_t>(n) : 1, false);
@@ -193,7 +195,8 @@ void ShmCollectives::blocks(const Collective& c, const OpDeadline& d) {
         if (!root) break;
         [[fallthrough]];
       case OpKind::AllGather:
-        for (int r = 0; r < n; ++r) copyBytes(recv + (r * count + off) * es, last(r), mb);
+        for (int r = 0; r < n; ++r)
+          if (r != me || !inPlace) copyBytes(recv + (r * count + off) * es, last(r), mb);
         break;
       case OpKind::AllToAll:
         for (int r = 0; r < n; ++r) copyBytes(recv + (r * count + off) * es, last(r) + me * mb, mb);
