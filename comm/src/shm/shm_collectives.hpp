@@ -21,7 +21,7 @@
 //     copy from 64 KiB per rank; since copyBytes (AVX2) the segment is faster below 2 MiB per
 //     rank (scripts/bench/comm.sh, 4 interleaved runs: 64 KiB 8.5 against 9.8 us, 256 KiB 36-38
 //     against 41, 512 KiB 65-67 against 70-76, 1 MiB 127-137 against 132-142; 128 KiB the
-//     exception, 22 against 20) and single copy from 2 MiB (tied at 2, 4 MiB 540-550 against
+//     exception, 22 against 20) and single copy from 2 MiB (tied at 2, 4 MiB 541-616 against
 //     626-646 us). The single-copy forms of all_reduce, reduce_scatter and broadcast were slower
 //     than the segment at every size (0.5-1.0x: process_vm_readv copies at ~12 GB/s here, a
 //     memcpy in cache at ~50) and are gone; with more ranks than cores (world 4 here) single copy
