@@ -71,14 +71,16 @@ TEST_CASE("rendezvous: one node's failure ends the job on every node with one ro
           "[e2e][rendezvous]") {
   uint16_t port = freePort();
   std::string id = "split-" + randomHex(6);
-  // Both nodes run the same program: global rank 3 fails with 3 once its node-mate rank 2 has
-  // printed (so the failure cannot stop rank 2 before that); the other ranks run a while (the
-  // other node is then either still running or waiting in the exit barrier: either way it ends).
+  // Both nodes run the same program: global rank 3 fails with 3 once every other rank has
+  // printed (so the failure cannot stop one before that: CI of f4b6b8f lost rank 1's line when
+  // rank 3 waited for its node-mate only); the other ranks run a while (the other node is then
+  // either still running or waiting in the exit barrier: either way it ends).
   TempDir marks;
   std::vector<std::string> program = {
       "sh", "-c",
       "echo RANK=$RANK; touch $MARKS/$RANK; if [ $RANK = 3 ]; then "
-      "for i in $(seq 1000); do [ -e $MARKS/2 ] && break; sleep 0.01; done; exit 3; fi; sleep 0.3"};
+      "for i in $(seq 1000); do [ -e $MARKS/0 ] && [ -e $MARKS/1 ] && [ -e $MARKS/2 ] && break; sleep 0.01; done; "
+      "exit 3; fi; sleep 0.3"};
   TwoAgents job(port, id, program, {"MARKS=" + marks.path().string()});
   INFO(job.describe());
   CHECK(job.ranks() == std::set<int>{0, 1, 2, 3});
