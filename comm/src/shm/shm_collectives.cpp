@@ -165,8 +165,10 @@ void ShmCollectives::blocks(const Collective& c, const OpDeadline& d) {
   const char* send = static_cast<const char*>(c.send);
   char* recv = static_cast<char*>(c.recv);
   const bool root = me == c.root;
-  // all_gather and gather in place (my input is my block of the output): mine stays where it is
-  const bool inPlace = send == recv + static_cast<size_t>(me) * count * es;
+  // all_gather and gather in place (my input is my block of the output): mine stays where it is.
+  // Compared as integers: a gather's non-root may pass no output at all (no pointer arithmetic).
+  const bool inPlace = recv != nullptr && reinterpret_cast<uintptr_t>(send) ==
+                                              reinterpret_cast<uintptr_t>(recv) + static_cast<size_t>(me) * count * es;
   // Per rank and step: n blocks (scatter's root, all_to_all, reduce_scatter) or one.
   const bool nBlocks = c.kind == OpKind::Scatter || c.kind == OpKind::AllToAll || c.kind == OpKind::ReduceScatter;
   const size_t chunk = chunkElements(count, es, nBlocks ? static_cast<size_t>(n) : 1, false);
