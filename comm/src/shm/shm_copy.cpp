@@ -44,14 +44,19 @@ __attribute__((target("avx2"))) size_t copyAvx2Lines(char* d, const char* s, siz
   return i;
 }
 
+// Without AVX2 (no machine this was measured on) glibc's choice stands.
+bool haveAvx2() {
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  return avx2;
+}
+
 #endif
 
 }  // namespace
 
 void copyToResult(void* dst, const void* src, size_t n) {
 #if defined(__x86_64__)
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-  if (n >= kStreamBytes && avx2) {
+  if (n >= kStreamBytes && haveAvx2()) {
     auto* d = static_cast<char*>(dst);
     const auto* s = static_cast<const char*>(src);
     const size_t head = (32 - reinterpret_cast<uintptr_t>(d) % 32) % 32;
@@ -66,9 +71,7 @@ void copyToResult(void* dst, const void* src, size_t n) {
 void copyBytes(void* dst, const void* src, size_t n) {
 #if defined(__x86_64__)
   if (n >= kVectorCopyBytes) {
-    // Without AVX2 (no machine this was measured on) glibc's choice stands.
-    static const bool avx2 = __builtin_cpu_supports("avx2");
-    if (avx2) {
+    if (haveAvx2()) {
       auto* d = static_cast<char*>(dst);
       const auto* s = static_cast<const char*>(src);
       const size_t lines = copyAvx2Lines<false>(d, s, n);
