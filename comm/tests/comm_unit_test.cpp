@@ -28,30 +28,29 @@
 #include "hier/hier_backend.hpp"
 #include "shm/shm_copy.hpp"
 #include "shm/shm_segment.hpp"
+#include "thread_checks.hpp"
 
 using namespace drun::comm;
 using namespace std::chrono_literals;
 
 namespace {
 
-// Runs fn(rank, world) on `n` threads, each rank initialised over one shared MemoryStore.
-// Rethrows the first failure of any rank.
+// Runs fn(rank, world) on `n` threads, each rank initialised over one shared MemoryStore. The
+// ranks assert with the T_ macros (Catch2 is not thread-safe: thread_checks.hpp); their failures
+// are reported here, then the first exception of any rank is rethrown.
 void runRanks(int n, const std::function<void(int, Communicator&)>& fn, milliseconds timeout = 20s,
               bool check = false) {
   auto shared = drun::rdzv::MemoryStore::makeShared();
-  std::vector<std::future<void>> ranks;
-  for (int r = 0; r < n; ++r)
-    ranks.push_back(std::async(std::launch::async, [&, r] {
-      InitOptions o;
-      o.rank = r;
-      o.worldSize = n;
-      o.timeout = timeout;
-      o.socketIfname = "lo";
-      o.checkCollectives = check;
-      auto world = init(std::make_shared<drun::rdzv::MemoryStore>(shared), o);
-      fn(r, *world);
-    }));
-  for (auto& f : ranks) f.get();
+  drun::test::runThreads(n, [&](int r) {
+    InitOptions o;
+    o.rank = r;
+    o.worldSize = n;
+    o.timeout = timeout;
+    o.socketIfname = "lo";
+    o.checkCollectives = check;
+    auto world = init(std::make_shared<drun::rdzv::MemoryStore>(shared), o);
+    fn(r, *world);
+  });
 }
 
 // DRUN_COMM_TRANSPORT for the communicators a test makes (in-process ranks share one host, so
@@ -209,22 +208,22 @@ TEST_CASE("comm: groups: members reduce among themselves, non-members get a clea
     auto evens = world.newGroup({0, 2});
     auto odds = world.newGroup({3, 1});
     if (r % 2 == 0) {
-      REQUIRE(evens->isMember());
-      CHECK(evens->rank() == r / 2);
-      CHECK(evens->size() == 2);
+      T_REQUIRE(evens->isMember());
+      T_CHECK(evens->rank() == r / 2);
+      T_CHECK(evens->size() == 2);
       int64_t v = r + 1;
       evens->allReduce(&v, 1, DType::Int64, ReduceOp::Sum);
-      CHECK(v == 1 + 3);
-      CHECK_FALSE(odds->isMember());
-      CHECK(odds->rank() == -1);
+      T_CHECK(v == 1 + 3);
+      T_CHECK_FALSE(odds->isMember());
+      T_CHECK(odds->rank() == -1);
       int x = 0;
-      CHECK_THROWS_WITH(odds->allReduce(&x, 1, DType::Int32, ReduceOp::Sum),
+      T_CHECK_THROWS_WITH(odds->allReduce(&x, 1, DType::Int32, ReduceOp::Sum),
                         Catch::Contains("not a member of group 2"));
     } else {
-      CHECK(odds->rank() == (r == 3 ? 0 : 1));  // group ranks follow the list's order
+      T_CHECK(odds->rank() == (r == 3 ? 0 : 1));  // group ranks follow the list's order
       int v = r;
       odds->broadcast(&v, 1, DType::Int32, 0);
-      CHECK(v == 3);
+      T_CHECK(v == 3);
     }
     world.barrier();
   });
@@ -233,18 +232,18 @@ TEST_CASE("comm: groups: members reduce among themselves, non-members get a clea
 TEST_CASE("comm: misuse fails with InvalidArgument and leaves the communicator usable", "[comm]") {
   runRanks(2, [](int r, Communicator& world) {
     float v = 1;
-    CHECK_THROWS_WITH(world.send(&v, 1, DType::Float32, 5), Catch::Contains("rank 5"));
-    CHECK_THROWS_WITH(world.send(&v, 1, DType::Float32, r), Catch::Contains("itself"));
-    CHECK_THROWS_WITH(world.broadcast(&v, 1, DType::Float32, -1), Catch::Contains("root -1"));
-    CHECK_THROWS_WITH(world.allReduce(&v, 1, DType::Float32, ReduceOp::BAnd), Catch::Contains("band"));
-    CHECK_THROWS_WITH(world.allReduce(nullptr, 4, DType::Float32, ReduceOp::Sum), Catch::Contains("null"));
-    CHECK_THROWS_WITH(world.send(&v, 1, DType::Float32, 1 - r, -2), Catch::Contains("tag"));
-    CHECK_THROWS_AS(world.newGroup({0, 0}), drun::InvalidArgument);
-    CHECK_THROWS_AS(world.barrier(-5ms), drun::InvalidArgument);
+    T_CHECK_THROWS_WITH(world.send(&v, 1, DType::Float32, 5), Catch::Contains("rank 5"));
+    T_CHECK_THROWS_WITH(world.send(&v, 1, DType::Float32, r), Catch::Contains("itself"));
+    T_CHECK_THROWS_WITH(world.broadcast(&v, 1, DType::Float32, -1), Catch::Contains("root -1"));
+    T_CHECK_THROWS_WITH(world.allReduce(&v, 1, DType::Float32, ReduceOp::BAnd), Catch::Contains("band"));
+    T_CHECK_THROWS_WITH(world.allReduce(nullptr, 4, DType::Float32, ReduceOp::Sum), Catch::Contains("null"));
+    T_CHECK_THROWS_WITH(world.send(&v, 1, DType::Float32, 1 - r, -2), Catch::Contains("tag"));
+    T_CHECK_THROWS_AS(world.newGroup({0, 0}), drun::InvalidArgument);
+    T_CHECK_THROWS_AS(world.barrier(-5ms), drun::InvalidArgument);
     world.allReduce(&v, 1, DType::Float32, ReduceOp::Sum);  // still usable
-    CHECK(v == 2);
+    T_CHECK(v == 2);
     world.destroy();
-    CHECK_THROWS_WITH(world.barrier(), Catch::Contains("destroyed"));
+    T_CHECK_THROWS_WITH(world.barrier(), Catch::Contains("destroyed"));
   });
 }
 
@@ -257,13 +256,13 @@ TEST_CASE("comm: a rank that does not come fails the others within the timeout, 
     }
     int v = 1;
     auto t0 = std::chrono::steady_clock::now();
-    CHECK_THROWS_AS(world.allReduce(&v, 1, DType::Int32, ReduceOp::Sum, 300ms), drun::TimeoutError);
+    T_CHECK_THROWS_AS(world.allReduce(&v, 1, DType::Int32, ReduceOp::Sum, 300ms), drun::TimeoutError);
     auto waited = std::chrono::steady_clock::now() - t0;
-    CHECK(waited >= 250ms);
-    CHECK(waited < 5s);
+    T_CHECK(waited >= 250ms);
+    T_CHECK(waited < 5s);
     t0 = std::chrono::steady_clock::now();
-    CHECK_THROWS_WITH(world.barrier(), Catch::Contains("unusable since"));
-    CHECK(std::chrono::steady_clock::now() - t0 < 1s);
+    T_CHECK_THROWS_WITH(world.barrier(), Catch::Contains("unusable since"));
+    T_CHECK(std::chrono::steady_clock::now() - t0 < 1s);
     released.count_down();
   });
 }
@@ -277,8 +276,8 @@ TEST_CASE("comm: a receive nobody answers times out within its timeout", "[comm]
     }
     char byte = 0;
     auto t0 = std::chrono::steady_clock::now();
-    CHECK_THROWS_AS(world.recv(&byte, 1, DType::Int8, 1, 0, 200ms), drun::TimeoutError);
-    CHECK(std::chrono::steady_clock::now() - t0 < 3s);
+    T_CHECK_THROWS_AS(world.recv(&byte, 1, DType::Int8, 1, 0, 200ms), drun::TimeoutError);
+    T_CHECK(std::chrono::steady_clock::now() - t0 < 3s);
     released.count_down();
   });
 }
@@ -350,35 +349,32 @@ TEST_CASE("comm: after abort, a rank's own pending Gloo requests fail at once, n
   auto shared = drun::rdzv::MemoryStore::makeShared();
   std::promise<void> done;
   std::shared_future<void> rank0Done = done.get_future().share();
-  std::vector<std::future<void>> ranks;
-  for (int r = 0; r < 2; ++r)
-    ranks.push_back(std::async(std::launch::async, [&, r] {
-      auto backend = loopbackGlooBackend(shared, r);
-      if (r == 1) {  // sends nothing; stays until rank 0 is done, at most 20 s
-        (void)rank0Done.wait_for(20s);
-        return;
-      }
-      char bytes[4] = {};
-      auto blocked = backend->irecv(&bytes[0], 1, 1, 0, 10s);
-      auto polled = backend->irecv(&bytes[1], 1, 1, 1, 10s);
-      auto untouched = backend->irecv(&bytes[2], 1, 1, 2, 10s);
-      CHECK_FALSE(polled->test());
-      auto blockedWait = std::async(std::launch::async, [&] { blocked->wait(kDefaultTimeout); });
-      std::this_thread::sleep_for(200ms);  // the waiter blocks in Gloo
-      const auto t0 = std::chrono::steady_clock::now();
-      backend->abort();
-      auto failsFast = [&](const char* what, auto&& waitFor) {
-        INFO(what);
-        CHECK_THROWS_WITH(waitFor(), Catch::Contains("aborted"));
-        CHECK(std::chrono::steady_clock::now() - t0 < 3s);
-      };
-      failsFast("blocked in Gloo", [&] { blockedWait.get(); });
-      failsFast("polled", [&] { polled->wait(kDefaultTimeout); });
-      failsFast("never touched", [&] { untouched->wait(kDefaultTimeout); });
-      failsFast("posted after the abort", [&] { backend->irecv(&bytes[3], 1, 1, 3, 10s)->wait(kDefaultTimeout); });
-      done.set_value();
-    }));
-  for (auto& f : ranks) f.get();
+  drun::test::runThreads(2, [&](int r) {
+    auto backend = loopbackGlooBackend(shared, r);
+    if (r == 1) {  // sends nothing; stays until rank 0 is done, at most 20 s
+      (void)rank0Done.wait_for(20s);
+      return;
+    }
+    char bytes[4] = {};
+    auto blocked = backend->irecv(&bytes[0], 1, 1, 0, 10s);
+    auto polled = backend->irecv(&bytes[1], 1, 1, 1, 10s);
+    auto untouched = backend->irecv(&bytes[2], 1, 1, 2, 10s);
+    T_CHECK_FALSE(polled->test());
+    auto blockedWait = std::async(std::launch::async, [&] { blocked->wait(kDefaultTimeout); });
+    std::this_thread::sleep_for(200ms);  // the waiter blocks in Gloo
+    const auto t0 = std::chrono::steady_clock::now();
+    backend->abort();
+    auto failsFast = [&](const char* what, auto&& waitFor) {
+      drun::test::ThreadChecks::Note note(what);
+      T_CHECK_THROWS_WITH(waitFor(), Catch::Contains("aborted"));
+      T_CHECK(std::chrono::steady_clock::now() - t0 < 3s);
+    };
+    failsFast("blocked in Gloo", [&] { blockedWait.get(); });
+    failsFast("polled", [&] { polled->wait(kDefaultTimeout); });
+    failsFast("never touched", [&] { untouched->wait(kDefaultTimeout); });
+    failsFast("posted after the abort", [&] { backend->irecv(&bytes[3], 1, 1, 3, 10s)->wait(kDefaultTimeout); });
+    done.set_value();
+  });
 }
 
 TEST_CASE("comm: requests: async collectives keep call order, test() polls without blocking", "[comm]") {
@@ -390,19 +386,19 @@ TEST_CASE("comm: requests: async collectives keep call order, test() polls witho
     world.allReduce(&c, 1, DType::Int32, ReduceOp::Sum);  // queued behind the two
     rb.wait();
     ra.wait();
-    CHECK(a[999] == 0 + 1 + 2);
-    CHECK(b[0] == 4);
-    CHECK(c == 3);
+    T_CHECK(a[999] == 0 + 1 + 2);
+    T_CHECK(b[0] == 4);
+    T_CHECK(c == 3);
 
     if (r == 0) {
       double got = 0;
       Request rq = world.irecv(&got, 1, DType::Float64, kAnySource, 5);
-      CHECK_FALSE(rq.test());
+      T_CHECK_FALSE(rq.test());
       world.barrier();  // rank 2 sends only after this
       for (int i = 0; i < 2000 && !rq.test(); ++i) std::this_thread::sleep_for(1ms);
-      CHECK(rq.test());
-      CHECK(rq.source() == 2);
-      CHECK(got == 2.5);
+      T_CHECK(rq.test());
+      T_CHECK(rq.source() == 2);
+      T_CHECK(got == 2.5);
     } else {
       world.barrier();
       if (r == 2) {
@@ -418,15 +414,15 @@ TEST_CASE("comm: with DRUN_COMM_CHECK, mismatched collectives fail on every rank
     DYNAMIC_SECTION(transport) {
       TransportScope scope(transport);
       runRanks(2, [&](int r, Communicator& world) {
-        CHECK(world.transport() == transport);
+        T_CHECK(world.transport() == transport);
         std::vector<float> v(r == 0 ? 10 : 20, 1.0f);
-        CHECK_THROWS_WITH(world.allReduce(v.data(), v.size(), DType::Float32, ReduceOp::Sum),
+        T_CHECK_THROWS_WITH(world.allReduce(v.data(), v.size(), DType::Float32, ReduceOp::Sum),
                           Catch::Contains("rank 0 called all_reduce of 10 float32") &&
                               Catch::Contains("rank 1 called all_reduce of 20 float32"));
         int root = r;  // disagreeing roots
-        CHECK_THROWS_WITH(world.broadcast(v.data(), 1, DType::Float32, root), Catch::Contains("root 1"));
+        T_CHECK_THROWS_WITH(world.broadcast(v.data(), 1, DType::Float32, root), Catch::Contains("root 1"));
         world.allReduce(v.data(), 10, DType::Float32, ReduceOp::Sum);  // still usable
-        CHECK(v[0] == 2.0f);
+        T_CHECK(v[0] == 2.0f);
       }, 20s, /*check=*/true);
     }
   }
@@ -446,12 +442,12 @@ TEST_CASE("comm: polled requests: 1000 tested receives take a bounded number of 
           const int before = threadCount();
           for (int i = 0; i < kMessages; ++i) {
             pending.push_back(world.irecv(&in[static_cast<size_t>(i)], 1, DType::Int32, 1, i));
-            CHECK_FALSE(pending.back().test());
+            T_CHECK_FALSE(pending.back().test());
           }
-          CHECK(threadCount() - before <= 2);  // one progress thread at most (plus slack)
+          T_CHECK(threadCount() - before <= 2);  // one progress thread at most (plus slack)
           world.barrier();                      // rank 1 sends only now
           for (int i = kMessages - 1; i >= 0; --i) pending[static_cast<size_t>(i)].wait();
-          for (int i = 0; i < kMessages; ++i) CHECK(in[static_cast<size_t>(i)] == 3 * i);
+          for (int i = 0; i < kMessages; ++i) T_CHECK(in[static_cast<size_t>(i)] == 3 * i);
         } else {
           world.barrier();
           for (int i = kMessages - 1; i >= 0; --i) {  // in the reverse order of the receives
@@ -475,19 +471,19 @@ TEST_CASE("comm: dropping a once-polled request returns at once", "[comm]") {
           auto t0 = std::chrono::steady_clock::now();
           {
             Request never = world.irecv(&byte, 1, DType::Int8, 1, 42, 10s);  // nobody sends it
-            CHECK_FALSE(never.test());
+            T_CHECK_FALSE(never.test());
           }
-          CHECK(std::chrono::steady_clock::now() - t0 < 1s);
+          T_CHECK(std::chrono::steady_clock::now() - t0 < 1s);
           int v = 1;
           world.allReduce(&v, 1, DType::Int32, ReduceOp::Sum);  // the communicator goes on
-          CHECK(v == 2);
+          T_CHECK(v == 2);
         } else {
           int v = 1;
           world.allReduce(&v, 1, DType::Int32, ReduceOp::Sum);
         }
         auto t0 = std::chrono::steady_clock::now();
         world.destroy();  // the dropped receive is failed, not waited for
-        CHECK(std::chrono::steady_clock::now() - t0 < 5s);
+        T_CHECK(std::chrono::steady_clock::now() - t0 < 5s);
       });
     }
   }
@@ -497,42 +493,39 @@ TEST_CASE("comm: the C API over tcp:// init: statuses, requests, groups, per-thr
   auto port = drun::rdzv::PortReservation::reserve("127.0.0.1");
   const std::string method = "tcp://127.0.0.1:" + std::to_string(port.port());
   port.release();  // rank 0's store binds it, as a worker's server binds MASTER_PORT
-  std::vector<std::future<void>> ranks;
-  for (int r = 0; r < 2; ++r)
-    ranks.push_back(std::async(std::launch::async, [&, r] {
-      drun_comm_t* comm = nullptr;
-      REQUIRE(drun_comm_init("gloo", method.c_str(), r, 2, 20000, &comm) == DRUN_OK);
-      CHECK(drun_comm_rank(comm) == r);
-      CHECK(drun_comm_size(comm) == 2);
-      int32_t v = 5 * (r + 1), got = 0;
-      drun_request_t* req = nullptr;
-      if (r == 0) {
-        REQUIRE(drun_isend(comm, &v, 1, DRUN_INT32, 1, 3, 0, &req) == DRUN_OK);
-      } else {
-        REQUIRE(drun_irecv(comm, &got, 1, DRUN_INT32, DRUN_ANY_SOURCE, 3, 0, &req) == DRUN_OK);
-      }
-      CHECK(drun_wait(req, 0) == DRUN_OK);
-      int done = 0;
-      CHECK(drun_test(req, &done) == DRUN_OK);
-      CHECK(done == 1);
-      if (r == 1) CHECK(got == 5);
-      if (r == 1) CHECK(drun_request_source(req) == 0);
-      drun_request_free(req);
-      CHECK(drun_all_reduce(comm, &v, 1, DRUN_INT32, DRUN_MAX, 0) == DRUN_OK);
-      CHECK(v == 10);
-      CHECK(drun_all_reduce(comm, &v, 1, DRUN_FLOAT32, DRUN_BXOR, 0) == DRUN_EINVAL);
-      CHECK(std::string(drun_last_error()).find("bxor") != std::string::npos);
-      CHECK(drun_all_reduce(comm, &v, 1, static_cast<drun_dtype_t>(99), DRUN_SUM, 0) == DRUN_EINVAL);
-      CHECK(drun_barrier(nullptr, 0) == DRUN_EINVAL);
-      int only[] = {1};
-      drun_comm_t* group = nullptr;
-      REQUIRE(drun_comm_new_group(comm, only, 1, &group) == DRUN_OK);
-      CHECK(drun_comm_rank(group) == (r == 1 ? 0 : -1));
-      CHECK(drun_barrier(group, 0) == (r == 1 ? DRUN_OK : DRUN_EINVAL));
-      drun_comm_destroy(group);
-      drun_comm_destroy(comm);
-    }));
-  for (auto& f : ranks) f.get();
+  drun::test::runThreads(2, [&](int r) {
+    drun_comm_t* comm = nullptr;
+    T_REQUIRE(drun_comm_init("gloo", method.c_str(), r, 2, 20000, &comm) == DRUN_OK);
+    T_CHECK(drun_comm_rank(comm) == r);
+    T_CHECK(drun_comm_size(comm) == 2);
+    int32_t v = 5 * (r + 1), got = 0;
+    drun_request_t* req = nullptr;
+    if (r == 0) {
+      T_REQUIRE(drun_isend(comm, &v, 1, DRUN_INT32, 1, 3, 0, &req) == DRUN_OK);
+    } else {
+      T_REQUIRE(drun_irecv(comm, &got, 1, DRUN_INT32, DRUN_ANY_SOURCE, 3, 0, &req) == DRUN_OK);
+    }
+    T_CHECK(drun_wait(req, 0) == DRUN_OK);
+    int done = 0;
+    T_CHECK(drun_test(req, &done) == DRUN_OK);
+    T_CHECK(done == 1);
+    if (r == 1) T_CHECK(got == 5);
+    if (r == 1) T_CHECK(drun_request_source(req) == 0);
+    drun_request_free(req);
+    T_CHECK(drun_all_reduce(comm, &v, 1, DRUN_INT32, DRUN_MAX, 0) == DRUN_OK);
+    T_CHECK(v == 10);
+    T_CHECK(drun_all_reduce(comm, &v, 1, DRUN_FLOAT32, DRUN_BXOR, 0) == DRUN_EINVAL);
+    T_CHECK(std::string(drun_last_error()).find("bxor") != std::string::npos);
+    T_CHECK(drun_all_reduce(comm, &v, 1, static_cast<drun_dtype_t>(99), DRUN_SUM, 0) == DRUN_EINVAL);
+    T_CHECK(drun_barrier(nullptr, 0) == DRUN_EINVAL);
+    int only[] = {1};
+    drun_comm_t* group = nullptr;
+    T_REQUIRE(drun_comm_new_group(comm, only, 1, &group) == DRUN_OK);
+    T_CHECK(drun_comm_rank(group) == (r == 1 ? 0 : -1));
+    T_CHECK(drun_barrier(group, 0) == (r == 1 ? DRUN_OK : DRUN_EINVAL));
+    drun_comm_destroy(group);
+    drun_comm_destroy(comm);
+  });
 }
 
 TEST_CASE("comm: init fails within its timeout when a rank never comes", "[comm]") {
@@ -569,11 +562,11 @@ TEST_CASE("comm: shm keeps at most DRUN_COMM_SHM_UNEXPECTED_BYTES of messages no
       std::vector<int32_t> in(kInts);
       for (int m = 0; m < kMessages; ++m) {
         world.recv(in.data(), in.size(), DType::Int32, 0, m, 10s);
-        CHECK(in.front() == m);
-        CHECK(in.back() == m);
+        T_CHECK(in.front() == m);
+        T_CHECK(in.back() == m);
       }
       last.wait(10s);
-      CHECK(done == 7);
+      T_CHECK(done == 7);
       return;
     }
     std::vector<std::vector<int32_t>> out;
@@ -589,7 +582,7 @@ TEST_CASE("comm: shm keeps at most DRUN_COMM_SHM_UNEXPECTED_BYTES of messages no
       lastDone = sends.back().test();
       std::this_thread::sleep_for(10ms);
     }
-    CHECK_FALSE(lastDone);
+    T_CHECK_FALSE(lastDone);
     checked.count_down();
     for (auto& s : sends) s.wait(10s);
     int64_t seven = 7;
@@ -653,7 +646,7 @@ TEST_CASE("comm: shm: queued broadcasts from changing roots, mixed with other co
         wrong += x != 3 * static_cast<int64_t>(i) + 3;
       }
     }
-    CHECK(wrong == 0);
+    T_CHECK(wrong == 0);
   });
 }
 
@@ -684,7 +677,7 @@ TEST_CASE("comm: shm: small broadcasts from a new root each time, between other 
         for (int k = 0; k < kRanks; ++k) wrong += all[k] != k * 1000 + i;
       }
     }
-    CHECK(wrong == 0);
+    T_CHECK(wrong == 0);
   });
 }
 
@@ -789,7 +782,7 @@ TEST_CASE("comm: shm: ops on both sides of the stamped lines' 56 bytes, mixed, w
           world.barrier();
       }
     }
-    CHECK(wrong == 0);
+    T_CHECK(wrong == 0);
   });
 }
 
@@ -827,4 +820,52 @@ TEST_CASE("comm: hierarchical all_gather: hosts of interleaved ranks, small and 
       return wrong;
     }));
   for (auto& f : ranks) CHECK(f.get() == 0);
+}
+
+// The T_ assertions (tests/support/thread_checks.hpp) that rank threads use in place of Catch's:
+// what fails is recorded with the thread's name, the expression and its values, and only there.
+TEST_CASE("test support: assertions on rank threads record their failures for the test's thread", "[comm]") {
+  using drun::test::ThreadChecks;
+  ThreadChecks checks;
+  std::vector<std::string> threw(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      ThreadChecks::Scope scope(checks, "rank " + std::to_string(r));
+      try {
+        const int two = 2;
+        T_CHECK(two == 2);  // holds: nothing recorded
+        T_CHECK_THROWS_AS(throw drun::TimeoutError("late"), drun::Error);
+        T_CHECK_THROWS_WITH(throw std::runtime_error("rank 3 died"), Catch::Contains("rank 3") && Catch::Contains("died"));
+        T_CHECK_NOTHROW(static_cast<void>(two));
+        if (r == 0) return;
+        T_CHECK(two == 3);
+        {
+          ThreadChecks::Note note("step 7");
+          T_CHECK_FALSE(two == 2);
+        }
+        T_CHECK_THROWS_WITH(throw std::runtime_error("all well"), Catch::Contains("died"));
+        T_CHECK_THROWS_AS(static_cast<void>(two), std::exception);
+        auto boom = []() -> int { throw std::runtime_error("boom"); };
+        T_CHECK(boom() == 1);  // an exception inside the expression
+        T_REQUIRE(two > 5);
+        T_CHECK(two == 4);  // not reached
+      } catch (const ThreadChecks::Abort& e) {
+        threw[static_cast<size_t>(r)] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  const auto failures = checks.take();
+  CHECK(threw[0].empty());
+  CHECK(threw[1] == "T_REQUIRE failed");
+  REQUIRE(failures.size() == 6);
+  auto starts = [](const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; };
+  for (const auto& f : failures) CHECK(starts(f, "rank 1"));
+  CHECK_THAT(failures[0], Catch::Contains("comm_unit_test.cpp:") && Catch::Contains("CHECK(two == 3) with expansion 2 == 3"));
+  CHECK(starts(failures[1], "rank 1, step 7: "));
+  CHECK_THAT(failures[2], Catch::Contains("\"all well\"") && Catch::Contains("contains: \"died\""));
+  CHECK_THAT(failures[3], Catch::Contains("nothing was thrown"));
+  CHECK_THAT(failures[4], Catch::Contains("CHECK(boom() == 1) with expansion threw: boom"));
+  CHECK_THAT(failures[5], Catch::Contains("REQUIRE(two > 5) with expansion 2 > 5"));
+  CHECK(checks.take().empty());
 }

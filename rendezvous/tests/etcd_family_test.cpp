@@ -13,6 +13,7 @@
 #include "drun/rendezvous/etcd_store.hpp"
 #include "drun/rendezvous/store_batch.hpp"
 #include "etcd_test_options.hpp"
+#include "thread_checks.hpp"
 
 using namespace drun;
 using namespace drun::rdzv;
@@ -24,15 +25,20 @@ namespace {
 constexpr int kClients = 12;
 
 // Runs body(client index, its own store) on kClients threads at once (one session each, as
-// separate agents) and returns what each returned.
+// separate agents) and returns what each returned. The bodies assert with the T_ macros
+// (thread_checks.hpp: Catch2 is not thread-safe); their failures are reported here.
 template <class Body>
 auto onClients(const drun::test::EtcdCluster& cluster, Body body) {
+  drun::test::ThreadChecks checks;
   std::vector<std::future<decltype(body(0, std::declval<EtcdStore&>()))>> futures;
   for (int c = 0; c < kClients; ++c)
-    futures.push_back(std::async(std::launch::async, [&cluster, body, c] {
+    futures.push_back(std::async(std::launch::async, [&cluster, &checks, body, c] {
+      drun::test::ThreadChecks::Scope scope(checks, "client " + std::to_string(c));
       EtcdStore store(openEtcdSession(etcdStoreOptions(cluster)));
       return body(c, store);
     }));
+  for (auto& f : futures) f.wait();
+  checks.report();
   std::vector<decltype(body(0, std::declval<EtcdStore&>()))> results;
   for (auto& f : futures) results.push_back(f.get());
   return results;
@@ -176,8 +182,8 @@ TEST_CASE("etcd store: a batch's will and the +-1 add right after it count a nod
     const size_t in = batch.add("present", 1);
     const size_t joined = batch.append("joined", std::to_string(c) + "\n");
     mine.runBatch(batch);
-    CHECK(batch.ok(will));
-    CHECK(batch.ok(joined));
+    T_CHECK(batch.ok(will));
+    T_CHECK(batch.ok(joined));
     const int64_t total = batch.number(in);
     if (c % 2) endLeaseForTest(mine.session());  // dies: the others apply its will
     return total;                                 // (the others close cleanly: their own)
