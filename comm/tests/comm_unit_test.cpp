@@ -617,6 +617,42 @@ TEST_CASE("comm: shm segment: where every rank may read the others' memory, sing
   }
 }
 
+// readPeer (single copy's process_vm_readv), for lengths on both sides of 32 bytes and of a page,
+// and source and destination at the same and at different offsets within a line: exactly the
+// bytes asked for are copied, and nothing around them.
+TEST_CASE("comm: shm segment: readPeer copies exactly the bytes asked for, wherever they lie", "[comm]") {
+  using drun::comm::detail::ShmOptions;
+  using drun::comm::detail::ShmSegment;
+  uint64_t word = 42, got = 0;
+  iovec local{&got, sizeof(got)}, remote{&word, sizeof(word)};
+  REQUIRE(process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == sizeof(got));  // the kernel allows it here
+  auto shared = drun::rdzv::MemoryStore::makeShared();
+  std::vector<std::future<std::unique_ptr<ShmSegment>>> ranks;
+  for (int r = 0; r < 2; ++r)
+    ranks.push_back(std::async(std::launch::async, [&, r] {
+      drun::rdzv::MemoryStore store(shared);
+      ShmOptions options;
+      options.slotBytes = 64u << 10;
+      return std::make_unique<ShmSegment>(store, r, 2, options, 10s);
+    }));
+  auto rank0 = ranks[0].get();
+  auto rank1 = ranks[1].get();  // rank 1's pid is this process's: rank 0 reads this memory
+  constexpr size_t kPiece = 256u << 10;
+  const size_t lengths[] = {0, 1, 31, 32, 33, 4095, 4096 + 5, kPiece + 1, 3 * kPiece + 77};
+  std::vector<unsigned char> src(3 * kPiece + 256), dst(src.size()), want(src.size());
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<unsigned char>(i * 131 + 7);
+  for (size_t n : lengths)
+    for (size_t from : {0u, 16u})
+      for (size_t to : {0u, 1u, 16u, 44u, 48u}) {
+        std::fill(dst.begin(), dst.end(), 0xAB);
+        want = dst;
+        std::memcpy(want.data() + to, src.data() + from, n);
+        rank0->readPeer(1, reinterpret_cast<uint64_t>(src.data() + from), dst.data() + to, n);
+        INFO("length " << n << ", source offset " << from << ", destination offset " << to);
+        REQUIRE(dst == want);
+      }
+}
+
 // Queued broadcasts (the root runs up to ShmCollectives::kMaxQueueDepth ahead of its readers): a
 // loop of broadcasts from changing roots, of sizes on both sides of the queued limit (a 64 KiB
 // slot: 32 KiB halves), mixed with all_reduces, with one reader that often falls behind:
