@@ -27,4 +27,12 @@ for pid in "${pids[@]}"; do
   done
   kill -KILL "$pid" 2>/dev/null || true
 done
+# up.sh's watcher of the cluster's owner (OWNER_PID), unless this is that watcher stopping it.
+if [[ -f "$dir/watcher.pid" && -z "${DRUN_ETCD_WATCHER:-}" ]]; then
+  watcher=$(cat "$dir/watcher.pid")
+  if [[ -r /proc/$watcher/cmdline ]] && tr '\0' ' ' <"/proc/$watcher/cmdline" | grep -q "up.sh"; then
+    kill "$watcher" 2>/dev/null || true
+  fi
+  rm -f "$dir/watcher.pid"
+fi
 [[ "${2:-}" == "--keep" ]] || rm -rf "$dir"

@@ -8,6 +8,9 @@
 # installed, 1 when the cluster does not come up within 20 s (its logs are in DIR/m<i>.log).
 # TLS=1: clients talk https, with a throw-away CA (DIR/tls/ca.pem, for --rdzv-conf etcd_cacert)
 # and a member certificate for 127.0.0.1 made with openssl.
+# OWNER_PID=P: the cluster belongs to process P (a test): a watcher runs down.sh once P is gone,
+# so a test that crashes, aborts on a sanitizer report or is killed at its timeout leaves no
+# members running (its destructor would have run down.sh). down.sh DIR stops the watcher too.
 # On namespace hosts (scripts/netns.sh): MEMBER_NETNS="ns0 ns1 ns2" runs member i inside network
 # namespace ns_i and MEMBER_ADDRS="a0 a1 a2" gives its address there; it serves peers on a_i and
 # clients on a_i and on that host's 127.0.0.1 (a node on the same host still reaches it when the
@@ -119,4 +122,13 @@ for i in 0 1 2; do
     fail "port $((base + 2 * i)) is held by process $owner, not by etcd member m$i: another cluster or program uses these ports"
   fi
 done
+if [[ -n "${OWNER_PID:-}" ]]; then
+  # Checks once a second for as long as the owner lives (a test: ctest's timeout bounds it);
+  # detached from the caller's output, which the caller reads to its end.
+  (
+    while kill -0 "$OWNER_PID" 2>/dev/null; do sleep 1; done
+    DRUN_ETCD_WATCHER=1 "$(dirname "$0")/down.sh" "$dir"
+  ) </dev/null >/dev/null 2>&1 &
+  echo $! >"$dir/watcher.pid"
+fi
 echo "$dir $endpoints"
