@@ -6,9 +6,7 @@
 #   scripts/sanitize.sh thread  [build dir [phase]]   ThreadSanitizer: the store, agent and
 #                                                     in-process comm tests
 # phase: build (configure and build only), test (run the tests of a tree already built) or all
-# (the default). The suite builds both trees in one entry beside its other tests, at nice 19 so
-# that they take only the CPU those tests leave idle, and runs each pass alone afterwards
-# (tests/CMakeLists.txt).
+# (the default; what the suite's two entries run, each alone: tests/CMakeLists.txt).
 # Any report fails the test that caused it: -fno-sanitize-recover=all aborts on the first one,
 # and the runtime options below make the sanitizers exit non-zero.
 #
@@ -80,9 +78,7 @@ if [[ $phase != test ]]; then
   rm -f "$built_stamp"
   cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=None -DCMAKE_CXX_FLAGS="-O0 -g1 $extra_flags" \
     -DDRUN_SANITIZE="$sanitize" >/dev/null
-  # nice 19: beside the suite's other tests this build gets the CPU they leave idle and little
-  # more, so their timing bounds see the machine as without it.
-  if ! nice -n 19 cmake --build "$dir" --target "${targets[@]}" --parallel "$(nproc)" >"$build_log" 2>&1; then
+  if ! nice cmake --build "$dir" --target "${targets[@]}" --parallel "$(nproc)" >"$build_log" 2>&1; then
     tail -n 60 "$build_log"
     echo "sanitize.sh: the $kind build failed (whole log: $build_log)" >&2
     exit 1

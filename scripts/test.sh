@@ -6,7 +6,5 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 # Two tests a core: the tests mostly wait (on processes, sockets, timeouts). On 2 cores the suite
 # without its serial entries kept the CPUs 53% busy at -j2 and took 398 s; at -j4, 80% and 243 s.
-# Timing bounds in tests are generous upper bounds for hangs, not measurements. One slot more
-# for the sanitized trees' builds, which run beside the other tests at nice 19 for most of their
-# run (tests/CMakeLists.txt).
-ctest --test-dir build --output-on-failure --timeout 300 -j "$((2 * $(nproc) + 1))" "$@"
+# Timing bounds in tests are generous upper bounds for hangs, not measurements.
+ctest --test-dir build --output-on-failure --timeout 300 -j "$((2 * $(nproc)))" "$@"
