@@ -73,6 +73,31 @@ std::string tempPath(const char* name) {
           (std::string("drun_comm_") + name + "_" + std::to_string(getpid()))).string();
 }
 
+// Whether process_vm_readv may read this process's own memory (Yama or a container may refuse).
+bool processMayReadItself() {
+  uint64_t word = 42, got = 0;
+  iovec local{&got, sizeof(got)}, remote{&word, sizeof(word)};
+  return process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == sizeof(got) && got == word;
+}
+
+// The `size` ranks' segments of one fresh communicator (64 KiB slots), attached side by side on
+// threads of this process (attaching waits for every rank).
+std::vector<std::unique_ptr<drun::comm::detail::ShmSegment>> makeSegments(int size) {
+  using drun::comm::detail::ShmSegment;
+  auto shared = drun::rdzv::MemoryStore::makeShared();
+  std::vector<std::future<std::unique_ptr<ShmSegment>>> ranks;
+  for (int r = 0; r < size; ++r)
+    ranks.push_back(std::async(std::launch::async, [&, r] {
+      drun::rdzv::MemoryStore store(shared);
+      drun::comm::detail::ShmOptions options;
+      options.slotBytes = 64u << 10;
+      return std::make_unique<ShmSegment>(store, r, size, options, 10s);
+    }));
+  std::vector<std::unique_ptr<ShmSegment>> segments;
+  for (auto& r : ranks) segments.push_back(r.get());
+  return segments;
+}
+
 }  // namespace
 
 TEST_CASE("comm: shm copyBytes and copyToResult copy exactly the bytes memcpy would, at every length and alignment", "[comm]") {
@@ -595,25 +620,10 @@ TEST_CASE("comm: shm keeps at most DRUN_COMM_SHM_UNEXPECTED_BYTES of messages no
 // the whole communicator (about every other run: large collectives took two copies). Threads of
 // one process may always read their own process's memory, so here every probe must pass.
 TEST_CASE("comm: shm segment: where every rank may read the others' memory, single copy is on", "[comm]") {
-  using drun::comm::detail::ShmOptions;
-  using drun::comm::detail::ShmSegment;
-  uint64_t word = 42, got = 0;
-  iovec local{&got, sizeof(got)}, remote{&word, sizeof(word)};
-  REQUIRE(process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == sizeof(got));  // the kernel allows it here
+  REQUIRE(processMayReadItself());
   for (int size : {2, 3}) {
-    for (int attempt = 0; attempt < 20; ++attempt) {
-      auto shared = drun::rdzv::MemoryStore::makeShared();
-      std::vector<std::future<bool>> ranks;
-      for (int r = 0; r < size; ++r)
-        ranks.push_back(std::async(std::launch::async, [&, r] {
-          drun::rdzv::MemoryStore store(shared);
-          ShmOptions options;
-          options.slotBytes = 64u << 10;
-          ShmSegment segment(store, r, size, options, 10s);
-          return segment.singleCopy();
-        }));
-      for (int r = 0; r < size; ++r) CHECK(ranks[static_cast<size_t>(r)].get());
-    }
+    for (int attempt = 0; attempt < 20; ++attempt)
+      for (const auto& segment : makeSegments(size)) CHECK(segment->singleCopy());
   }
 }
 
@@ -621,25 +631,11 @@ TEST_CASE("comm: shm segment: where every rank may read the others' memory, sing
 // and source and destination at the same and at different offsets within a line: exactly the
 // bytes asked for are copied, and nothing around them.
 TEST_CASE("comm: shm segment: readPeer copies exactly the bytes asked for, wherever they lie", "[comm]") {
-  using drun::comm::detail::ShmOptions;
-  using drun::comm::detail::ShmSegment;
-  uint64_t word = 42, got = 0;
-  iovec local{&got, sizeof(got)}, remote{&word, sizeof(word)};
-  REQUIRE(process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == sizeof(got));  // the kernel allows it here
-  auto shared = drun::rdzv::MemoryStore::makeShared();
-  std::vector<std::future<std::unique_ptr<ShmSegment>>> ranks;
-  for (int r = 0; r < 2; ++r)
-    ranks.push_back(std::async(std::launch::async, [&, r] {
-      drun::rdzv::MemoryStore store(shared);
-      ShmOptions options;
-      options.slotBytes = 64u << 10;
-      return std::make_unique<ShmSegment>(store, r, 2, options, 10s);
-    }));
-  auto rank0 = ranks[0].get();
-  auto rank1 = ranks[1].get();  // rank 1's pid is this process's: rank 0 reads this memory
-  constexpr size_t kPiece = 256u << 10;
-  const size_t lengths[] = {0, 1, 31, 32, 33, 4095, 4096 + 5, kPiece + 1, 3 * kPiece + 77};
-  std::vector<unsigned char> src(3 * kPiece + 256), dst(src.size()), want(src.size());
+  REQUIRE(processMayReadItself());
+  const auto segments = makeSegments(2);  // rank 1's pid is this process's: rank 0 reads this memory
+  constexpr size_t kLarge = 256u << 10;
+  const size_t lengths[] = {0, 1, 31, 32, 33, 4095, 4096 + 5, kLarge + 1, 3 * kLarge + 77};
+  std::vector<unsigned char> src(3 * kLarge + 256), dst(src.size()), want(src.size());
   for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<unsigned char>(i * 131 + 7);
   for (size_t n : lengths)
     for (size_t from : {0u, 16u})
@@ -647,7 +643,7 @@ TEST_CASE("comm: shm segment: readPeer copies exactly the bytes asked for, where
         std::fill(dst.begin(), dst.end(), 0xAB);
         want = dst;
         std::memcpy(want.data() + to, src.data() + from, n);
-        rank0->readPeer(1, reinterpret_cast<uint64_t>(src.data() + from), dst.data() + to, n);
+        segments[0]->readPeer(1, reinterpret_cast<uint64_t>(src.data() + from), dst.data() + to, n);
         INFO("length " << n << ", source offset " << from << ", destination offset " << to);
         REQUIRE(dst == want);
       }
