@@ -1,12 +1,10 @@
 #!/usr/bin/env bash
 # Builds drun with sanitizers in a build directory of its own and runs tests there (issue 9):
-#   scripts/sanitize.sh address [build dir [phase]]   AddressSanitizer + UndefinedBehaviorSanitizer
-#                                                     (LeakSanitizer included): the suite, less
-#                                                     what needs no second pass (below)
-#   scripts/sanitize.sh thread  [build dir [phase]]   ThreadSanitizer: the store, agent and
-#                                                     in-process comm tests
-# phase: build (configure and build only), test (run the tests of a tree already built) or all
-# (the default; what the suite's two entries run, each alone: tests/CMakeLists.txt).
+#   scripts/sanitize.sh address [build dir]   AddressSanitizer + UndefinedBehaviorSanitizer
+#                                             (LeakSanitizer included): the suite, less what
+#                                             needs no second pass (below)
+#   scripts/sanitize.sh thread  [build dir]   ThreadSanitizer: the store, agent and in-process
+#                                             comm tests
 # Any report fails the test that caused it: -fno-sanitize-recover=all aborts on the first one,
 # and the runtime options below make the sanitizers exit non-zero.
 #
@@ -25,8 +23,7 @@
 # The agent spawns with fork() in these builds (agent/src/process_spawn.cpp says why).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-usage="usage: scripts/sanitize.sh address|thread [build dir [build|test|all]]"
-kind=${1:?$usage}
+kind=${1:?usage: scripts/sanitize.sh address|thread [build dir]}
 case $kind in
   address)
     sanitize=address,undefined
@@ -59,37 +56,20 @@ case $kind in
   *) echo "scripts/sanitize.sh: unknown sanitizer '$kind' (address or thread)" >&2; exit 2 ;;
 esac
 dir=${2:-build-$kind}
-phase=${3:-all}
-case $phase in
-  build | test | all) ;;
-  *) echo "scripts/sanitize.sh: unknown phase '$phase'; $usage" >&2; exit 2 ;;
-esac
-build_log="$dir/sanitize-build.log"
-built_stamp="$dir/sanitize-built"  # written after a whole build: the test phase's precondition
 
 # -O0 and line tables only: a sanitized tree is built once and run once, and its tests wait on
 # processes and sockets far more than they compute, so compile time matters more than speed
 # (-O0 compiles a test file in about half the time of -O1 under ASan, and faster than the main
 # build's -O2 -g).
+cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=None -DCMAKE_CXX_FLAGS="-O0 -g1 $extra_flags" \
+  -DDRUN_SANITIZE="$sanitize" >/dev/null
 # Quiet build and test runs, their logs kept in $dir: what this prints is only the verdict and,
 # on failure, the failing tests' names and their reports first (CI shows the head of a failing
 # test's output; a build log in front hid the report of a failed run).
-if [[ $phase != test ]]; then
-  rm -f "$built_stamp"
-  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=None -DCMAKE_CXX_FLAGS="-O0 -g1 $extra_flags" \
-    -DDRUN_SANITIZE="$sanitize" >/dev/null
-  if ! nice cmake --build "$dir" --target "${targets[@]}" --parallel "$(nproc)" >"$build_log" 2>&1; then
-    tail -n 60 "$build_log"
-    echo "sanitize.sh: the $kind build failed (whole log: $build_log)" >&2
-    exit 1
-  fi
-  touch "$built_stamp"
-  if [[ $phase == build ]]; then
-    echo "sanitize.sh: $kind: built in $dir"
-    exit 0
-  fi
-elif [[ ! -e $built_stamp ]]; then
-  echo "sanitize.sh: $kind: no finished build in $dir (run 'scripts/sanitize.sh $kind $dir build' first)" >&2
+build_log="$dir/sanitize-build.log"
+if ! nice cmake --build "$dir" --target "${targets[@]}" --parallel "$(nproc)" >"$build_log" 2>&1; then
+  tail -n 60 "$build_log"
+  echo "sanitize.sh: the $kind build failed (whole log: $build_log)" >&2
   exit 1
 fi
 

@@ -146,6 +146,14 @@ inline std::string thrownMessage() {
 
 }  // namespace drun::test
 
+// Outside a ThreadChecks::Scope: Catch's own assertion, and the T_ macro ends (inside its
+// do/while).
+#define DRUN_T_CATCH_OUTSIDE_SCOPE_(catchAssertion)   \
+  if (!::drun::test::ThreadChecks::inScope()) {       \
+    catchAssertion;                                   \
+    break;                                            \
+  }
+
 #define DRUN_T_FAIL_(what, thenAbort)                                        \
   do {                                                                       \
     ::drun::test::ThreadChecks::fail(__FILE__, __LINE__, what);              \
@@ -154,10 +162,7 @@ inline std::string thrownMessage() {
 
 #define DRUN_T_TEST_(macro, thenAbort, ...)                                                     \
   do {                                                                                          \
-    if (!::drun::test::ThreadChecks::inScope()) {                                               \
-      macro(__VA_ARGS__);                                                                       \
-      break;                                                                                    \
-    }                                                                                           \
+    DRUN_T_CATCH_OUTSIDE_SCOPE_(macro(__VA_ARGS__)) \
     std::string shown_;                                                                         \
     bool held_ = false;                                                                         \
     try {                                                                                       \
@@ -178,10 +183,7 @@ inline std::string thrownMessage() {
 // expr throws an exception of type `type` (or derived).
 #define T_CHECK_THROWS_AS(expr, type)                                                          \
   do {                                                                                         \
-    if (!::drun::test::ThreadChecks::inScope()) {                                              \
-      CHECK_THROWS_AS(expr, type);                                                             \
-      break;                                                                                   \
-    }                                                                                          \
+    DRUN_T_CATCH_OUTSIDE_SCOPE_(CHECK_THROWS_AS(expr, type)) \
     try {                                                                                      \
       static_cast<void>(expr);                                                                 \
       DRUN_T_FAIL_("CHECK_THROWS_AS(" #expr ", " #type "): nothing was thrown", false);      \
@@ -196,10 +198,7 @@ inline std::string thrownMessage() {
 // expr throws, and the exception's message satisfies the string matcher (Catch::Contains...).
 #define T_CHECK_THROWS_WITH(expr, matcher)                                                     \
   do {                                                                                         \
-    if (!::drun::test::ThreadChecks::inScope()) {                                              \
-      CHECK_THROWS_WITH(expr, matcher);                                                        \
-      break;                                                                                   \
-    }                                                                                          \
+    DRUN_T_CATCH_OUTSIDE_SCOPE_(CHECK_THROWS_WITH(expr, matcher)) \
     try {                                                                                      \
       static_cast<void>(expr);                                                                 \
       DRUN_T_FAIL_("CHECK_THROWS_WITH(" #expr ", " #matcher "): nothing was thrown", false); \
@@ -214,10 +213,7 @@ inline std::string thrownMessage() {
 
 #define T_CHECK_NOTHROW(...)                                                                   \
   do {                                                                                         \
-    if (!::drun::test::ThreadChecks::inScope()) {                                              \
-      CHECK_NOTHROW(__VA_ARGS__);                                                              \
-      break;                                                                                   \
-    }                                                                                          \
+    DRUN_T_CATCH_OUTSIDE_SCOPE_(CHECK_NOTHROW(__VA_ARGS__)) \
     try {                                                                                      \
       static_cast<void>(__VA_ARGS__);                                                          \
     } catch (...) {                                                                            \
