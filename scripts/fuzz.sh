@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets (rendezvous/fuzz, launcher/fuzz) with clang++ in a build directory
+# Builds the libFuzzer targets (rendezvous/fuzz, rendezvous/store/fuzz, launcher/fuzz) with clang++ in a build directory
 # of their own, building nothing else, then runs each for DRUN_FUZZ_SECONDS (default 15) over a
 # scratch copy of its corpus; fails when a target finds a crash (its input is in the target's
 # scratch directory: add it to the corpus, fix, and the corpus replay test keeps it fixed).

@@ -27,8 +27,8 @@ kind=${1:?usage: scripts/sanitize.sh address|thread [build dir]}
 case $kind in
   address)
     sanitize=address,undefined
-    targets=(common_tests rendezvous_tests agent_tests launcher_tests comm_tests e2e_tests hang_tests
-             observe_tests)  # not slurm_tests, not etcd_e2e_tests
+    targets=(common_tests store_tests etcd_tests rendezvous_tests agent_tests launcher_tests comm_tests
+             e2e_tests hang_tests observe_tests)  # not slurm_tests, not etcd_e2e_tests
     # A binary not built here leaves a failing "<name>_NOT_BUILT" entry (Catch's discovery):
     # every binary is either in targets or excluded by name below.
     select=(-LE 'fuzz|gpu' -E '^(torch|torchrun compat|soak|interleavings over etcd|install): |^comm: every op|^slurm_|^etcd_e2e_tests')
@@ -45,12 +45,12 @@ case $kind in
     # of 2026-11-28 each had a timing bound missed (an etcd keepalive answer, a 200 ms tick), which
     # the rerun below then passed.
     jobs=$(nproc)
-    targets=(rendezvous_tests agent_tests comm_tests)
+    targets=(store_tests etcd_tests rendezvous_tests agent_tests comm_tests)
     # comm: the in-process tests (ranks as threads: every op, requests, groups, timeouts) and the
     # absent-rank timeout; not the multi-process matrices, kills and examples (processes of
     # their own, minutes of unoptimised reductions), nor the copy helpers' byte-by-byte check
     # (one thread: nothing for TSan to see, and 41 s of instrumented loads, the pass's last test).
-    select=(-L '^(rendezvous_tests|agent_tests|comm_tests)$'
+    select=(-L '^(store_tests|etcd_tests|rendezvous_tests|agent_tests|comm_tests)$'
             -E '^comm: (every op|a peer SIGKILLed|every rank SIGKILLed|two hosts|example|an installed|shm copyBytes)|^interleavings over etcd: ')
     ;;
   *) echo "scripts/sanitize.sh: unknown sanitizer '$kind' (address or thread)" >&2; exit 2 ;;

@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "../rendezvous/tests/etcd_cluster.hpp"
+#include "../rendezvous/etcd/tests/etcd_cluster.hpp"
 #include "netns.hpp"
 #include "process.hpp"
 

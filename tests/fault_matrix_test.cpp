@@ -21,7 +21,7 @@
 #include <set>
 #include <thread>
 
-#include "../rendezvous/tests/etcd_cluster.hpp"
+#include "../rendezvous/etcd/tests/etcd_cluster.hpp"
 #include "drun/common/test_skip.hpp"
 #include "netns.hpp"
 #include "process.hpp"

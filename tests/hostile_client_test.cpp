@@ -35,8 +35,8 @@
 #include "drun/common/error.hpp"
 #include "drun/common/test_skip.hpp"
 #include "drun/rendezvous/keys.hpp"
-#include "drun/rendezvous/protocol.hpp"
-#include "drun/rendezvous/tcp_store.hpp"
+#include "drun/store/protocol.hpp"
+#include "drun/store/tcp_store.hpp"
 #include "process.hpp"
 
 using namespace drun::test;

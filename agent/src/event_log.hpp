@@ -19,7 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "drun/agent/console_writer.hpp"
-#include "drun/rendezvous/store.hpp"
+#include "drun/store/store.hpp"
 
 namespace drun::agent::detail {
 

@@ -4,7 +4,7 @@
 #include "communicator_impl.hpp"
 #include "op_progress.hpp"
 #include "drun/worker.h"
-#include "drun/rendezvous/prefix_store.hpp"
+#include "drun/store/prefix_store.hpp"
 #include "store_host.hpp"
 
 namespace drun::comm {

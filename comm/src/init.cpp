@@ -5,10 +5,10 @@
 #include "communicator_impl.hpp"
 #include "drun/common/env.hpp"
 #include "drun/common/log.hpp"
-#include "drun/rendezvous/prefix_store.hpp"
-#include "drun/rendezvous/tcp_store.hpp"
-#include "drun/rendezvous/token_file.hpp"
-#include "file_store.hpp"
+#include "drun/store/prefix_store.hpp"
+#include "drun/store/tcp_store.hpp"
+#include "drun/store/token_file.hpp"
+#include "drun/store/file_store.hpp"
 #include "store_host.hpp"
 #include "transport.hpp"
 
@@ -133,7 +133,7 @@ std::shared_ptr<Communicator> init(const InitOptions& options) {
     std::string path = m.substr(7);
     if (path.empty() || path.front() != '/')
       throw InvalidArgument("init: '" + m + "' is not file:///absolute/path");
-    return makeWorld(std::make_shared<FileStore>(path), nullptr, options, r, "");
+    return makeWorld(std::make_shared<rdzv::FileStore>(path), nullptr, options, r, "");
   }
   Endpoint master;
   if (m == "env://" || m.empty()) {

@@ -13,7 +13,7 @@
 #include <string>
 
 #include "drun/common/deadline.hpp"
-#include "drun/rendezvous/store.hpp"
+#include "drun/store/store.hpp"
 
 namespace drun::comm::detail {
 

@@ -35,7 +35,7 @@
 #include <thread>
 
 #include "drun/common/deadline.hpp"
-#include "drun/rendezvous/store.hpp"
+#include "drun/store/store.hpp"
 
 namespace drun::comm::detail {
 

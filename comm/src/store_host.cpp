@@ -3,7 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include "drun/common/error.hpp"
-#include "drun/rendezvous/store_server.hpp"
+#include "drun/store/store_server.hpp"
 
 namespace drun::comm {
 

@@ -9,7 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include "drun/common/env.hpp"
-#include "drun/rendezvous/prefix_store.hpp"
+#include "drun/store/prefix_store.hpp"
 #include "hier/hier_backend.hpp"
 #include "shm/shm_backend.hpp"
 

@@ -3,7 +3,7 @@
 #include <catch2/catch.hpp>
 #include <type_traits>
 
-#include "drun/rendezvous/prefix_store.hpp"
+#include "drun/store/prefix_store.hpp"
 
 #include <sys/resource.h>
 #include <sys/uio.h>
@@ -22,8 +22,7 @@
 #include "drun/comm.h"
 #include "drun/comm/communicator.hpp"
 #include "drun/rendezvous/port_reservation.hpp"
-#include "drun/rendezvous/memory_store.hpp"
-#include "file_store.hpp"
+#include "drun/store/memory_store.hpp"
 #include "reduce.hpp"
 #include "hier/hier_backend.hpp"
 #include "shm/shm_copy.hpp"
@@ -163,30 +162,6 @@ TEST_CASE("comm: local reductions compute in the element type", "[comm]") {
   double d[] = {3.0, 9.0};
   detail::divideInPlace(d, 2, DType::Float64, 3);
   CHECK(d[1] == 3.0);
-}
-
-TEST_CASE("comm: the file store keeps the store contract across handles", "[comm]") {
-  std::string path = tempPath("filestore");
-  std::filesystem::remove(path);
-  FileStore a(path), b(path);
-  a.set("k", "v");
-  CHECK(b.get("k", 1s) == "v");
-  CHECK(b.add("n", 2) == 2);
-  CHECK(a.add("n", 3) == 5);
-  CHECK(a.compareSet("k", "v", "w") == "w");
-  CHECK_FALSE(b.tryGet("missing"));
-  auto t0 = std::chrono::steady_clock::now();
-  CHECK_THROWS_AS(b.wait({"never"}, 50ms), drun::TimeoutError);
-  CHECK(std::chrono::steady_clock::now() - t0 >= 50ms);
-  CHECK(a.deleteKey("n"));
-  CHECK(b.numKeys() == 1);
-  // A file cannot act for a process that died: a Store, not a LivenessStore, and a prefix view
-  // of it says so when asked for a will.
-  STATIC_REQUIRE_FALSE(std::is_base_of_v<drun::rdzv::LivenessStore, FileStore>);
-  drun::rdzv::PrefixStore view("p/", std::make_shared<FileStore>(path));
-  CHECK_FALSE(view.hasLiveness());
-  CHECK_THROWS_WITH(view.setWill({}), Catch::Contains("no liveness"));
-  std::filesystem::remove(path);
 }
 
 TEST_CASE("comm: file:// init connects ranks through a shared file", "[comm]") {

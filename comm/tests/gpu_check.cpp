@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "drun/comm/communicator.hpp"
-#include "drun/rendezvous/memory_store.hpp"
+#include "drun/store/memory_store.hpp"
 
 #ifdef DRUN_HAVE_NCCL
 #include <cuda_runtime.h>

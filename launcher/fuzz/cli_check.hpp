@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "../../rendezvous/fuzz/fuzz_support.hpp"
+#include "../../tests/support/fuzz_support.hpp"
 #include "drun/launcher/cli.hpp"
 
 namespace drun::launch::fuzz {

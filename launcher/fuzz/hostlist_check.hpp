@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "../../rendezvous/fuzz/fuzz_support.hpp"
+#include "../../tests/support/fuzz_support.hpp"
 #include "drun/common/error.hpp"
 #include "drun/launcher/hostlist.hpp"
 

@@ -9,8 +9,8 @@
 #include "drun/rendezvous/c10d_rendezvous.hpp"
 #include "drun/rendezvous/job_history.hpp"
 #include "drun/rendezvous/keys.hpp"
-#include "drun/rendezvous/tcp_store.hpp"
-#include "drun/rendezvous/token_file.hpp"
+#include "drun/store/tcp_store.hpp"
+#include "drun/store/token_file.hpp"
 
 namespace drun::launch {
 namespace {

@@ -14,7 +14,7 @@
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
-#include "drun/rendezvous/store.hpp"
+#include "drun/store/store.hpp"
 
 namespace drun::torch_backend {
 

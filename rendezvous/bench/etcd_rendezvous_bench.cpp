@@ -34,8 +34,8 @@
 #include "drun/common/deadline.hpp"
 #include "drun/common/error.hpp"
 #include "drun/rendezvous/c10d_rendezvous.hpp"
-#include "drun/rendezvous/etcd_store.hpp"
-#include "drun/rendezvous/store_server.hpp"  // C10dStoreAccess holds one
+#include "drun/etcd/etcd_store.hpp"
+#include "drun/store/store_server.hpp"  // C10dStoreAccess holds one
 
 using namespace drun;
 using namespace drun::rdzv;

@@ -51,9 +51,9 @@
 #include "drun/common/error.hpp"
 #include "drun/rendezvous/c10d_rendezvous.hpp"
 #include "drun/rendezvous/keys.hpp"
-#include "drun/rendezvous/protocol.hpp"
-#include "drun/rendezvous/store_server.hpp"
-#include "drun/rendezvous/tcp_store.hpp"
+#include "drun/store/protocol.hpp"
+#include "drun/store/store_server.hpp"
+#include "drun/store/tcp_store.hpp"
 
 namespace asio = boost::asio;
 using asio::ip::tcp;

@@ -28,10 +28,10 @@
 
 #include "drun/common/error.hpp"
 #include "drun/rendezvous/keys.hpp"
-#include "drun/rendezvous/protocol.hpp"
+#include "drun/store/protocol.hpp"
 #include "drun/rendezvous/rendezvous.hpp"
 #include "drun/rendezvous/round_planner.hpp"
-#include "drun/rendezvous/store_core.hpp"
+#include "drun/store/store_core.hpp"
 
 using namespace drun;
 using namespace drun::rdzv;

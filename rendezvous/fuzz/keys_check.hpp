@@ -13,7 +13,7 @@
 
 #include "drun/common/error.hpp"
 #include "drun/rendezvous/keys.hpp"
-#include "fuzz_support.hpp"
+#include "../../tests/support/fuzz_support.hpp"
 
 namespace drun::rdzv::fuzz {
 

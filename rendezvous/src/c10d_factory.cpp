@@ -9,9 +9,9 @@
 #include "drun/common/error.hpp"
 #include "drun/rendezvous/c10d_rendezvous.hpp"
 #include "drun/rendezvous/network.hpp"
-#include "drun/rendezvous/store_server.hpp"
-#include "drun/rendezvous/tcp_store.hpp"
-#include "drun/rendezvous/token_file.hpp"
+#include "drun/store/store_server.hpp"
+#include "drun/store/tcp_store.hpp"
+#include "drun/store/token_file.hpp"
 
 #include <arpa/inet.h>
 

@@ -4,7 +4,7 @@
 
 #include "drun/common/error.hpp"
 #include "drun/rendezvous/c10d_rendezvous.hpp"
-#include "drun/rendezvous/store_batch.hpp"
+#include "drun/store/store_batch.hpp"
 
 namespace drun::rdzv {
 

@@ -11,7 +11,7 @@
 #include "drun/common/deadline.hpp"
 #include "drun/rendezvous/keys.hpp"
 #include "drun/rendezvous/rendezvous.hpp"
-#include "drun/rendezvous/store.hpp"
+#include "drun/store/store.hpp"
 #include "job_ledger.hpp"
 
 namespace drun::rdzv {

@@ -10,10 +10,10 @@
 
 #include "drun/common/error.hpp"
 #include "drun/rendezvous/c10d_rendezvous.hpp"
-#include "drun/rendezvous/etcd_store.hpp"
+#include "drun/etcd/etcd_store.hpp"
 #include "drun/rendezvous/keys.hpp"
 #include "drun/rendezvous/network.hpp"
-#include "drun/rendezvous/store_server.hpp"
+#include "drun/store/store_server.hpp"
 
 namespace drun::rdzv {
 namespace {

@@ -15,7 +15,7 @@
 #include <optional>
 
 #include "c10d_node.hpp"
-#include "drun/rendezvous/store_batch.hpp"
+#include "drun/store/store_batch.hpp"
 
 namespace drun::rdzv {
 

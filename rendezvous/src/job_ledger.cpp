@@ -1,7 +1,7 @@
 #include "job_ledger.hpp"
 
 #include "drun/rendezvous/keys.hpp"
-#include "drun/rendezvous/store_batch.hpp"
+#include "drun/store/store_batch.hpp"
 
 namespace drun::rdzv {
 

@@ -14,7 +14,7 @@
 #include <string>
 
 #include "drun/rendezvous/keys.hpp"
-#include "drun/rendezvous/store.hpp"
+#include "drun/store/store.hpp"
 
 namespace drun::rdzv {
 

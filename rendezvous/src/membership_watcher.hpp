@@ -24,7 +24,7 @@
 #include <string>
 
 #include "drun/rendezvous/rendezvous.hpp"
-#include "drun/rendezvous/store.hpp"
+#include "drun/store/store.hpp"
 
 namespace drun::rdzv {
 

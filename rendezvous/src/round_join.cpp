@@ -6,7 +6,7 @@
 
 #include "drun/common/error.hpp"
 #include "drun/common/progress.hpp"
-#include "drun/rendezvous/store_batch.hpp"
+#include "drun/store/store_batch.hpp"
 #include "store_refill.hpp"
 
 namespace drun::rdzv {

@@ -21,7 +21,7 @@
 #include <optional>
 #include <string>
 
-#include "drun/rendezvous/store.hpp"
+#include "drun/store/store.hpp"
 
 namespace drun::rdzv {
 

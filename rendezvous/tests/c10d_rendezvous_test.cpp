@@ -20,10 +20,10 @@
 #include "drun/common/error.hpp"
 #include "drun/rendezvous/c10d_rendezvous.hpp"
 #include "drun/rendezvous/keys.hpp"
-#include "drun/rendezvous/memory_store.hpp"
+#include "drun/store/memory_store.hpp"
 #include "drun/rendezvous/port_reservation.hpp"
-#include "drun/rendezvous/store_server.hpp"
-#include "drun/rendezvous/tcp_store.hpp"
+#include "drun/store/store_server.hpp"
+#include "drun/store/tcp_store.hpp"
 #include "c10d_test_support.hpp"
 
 extern char** environ;

@@ -14,9 +14,9 @@
 #include "drun/common/error.hpp"
 #include "drun/rendezvous/c10d_rendezvous.hpp"
 #include "drun/rendezvous/keys.hpp"
-#include "drun/rendezvous/memory_store.hpp"
-#include "drun/rendezvous/store_server.hpp"
-#include "drun/rendezvous/tcp_store.hpp"
+#include "drun/store/memory_store.hpp"
+#include "drun/store/store_server.hpp"
+#include "drun/store/tcp_store.hpp"
 
 namespace drun::rdzv::test {
 

@@ -44,8 +44,8 @@
 
 #include "drun/common/deadline.hpp"
 #include "drun/common/error.hpp"
-#include "drun/rendezvous/store.hpp"
-#include "drun/rendezvous/store_batch.hpp"
+#include "drun/store/store.hpp"
+#include "drun/store/store_batch.hpp"
 
 namespace drun::rdzv::test {
 

@@ -23,8 +23,8 @@
 
 #include <spdlog/spdlog.h>
 
-#include "drun/rendezvous/etcd_store.hpp"
-#include "drun/rendezvous/memory_store.hpp"
+#include "drun/etcd/etcd_store.hpp"
+#include "drun/store/memory_store.hpp"
 #include "drun/rendezvous/rendezvous.hpp"
 #include "etcd_cluster.hpp"
 #include "hook_store.hpp"

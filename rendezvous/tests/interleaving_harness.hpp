@@ -25,7 +25,7 @@
 #include "drun/common/deadline.hpp"
 #include "drun/rendezvous/c10d_rendezvous.hpp"
 #include "drun/rendezvous/keys.hpp"
-#include "drun/rendezvous/store_server.hpp"
+#include "drun/store/store_server.hpp"
 #include "hook_store.hpp"
 #include "interleaving_backend.hpp"
 

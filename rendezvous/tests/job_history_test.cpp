@@ -4,9 +4,9 @@
 #include "drun/common/error.hpp"
 #include "drun/rendezvous/job_history.hpp"
 #include "drun/rendezvous/keys.hpp"
-#include "drun/rendezvous/memory_store.hpp"
-#include "drun/rendezvous/store_server.hpp"
-#include "drun/rendezvous/tcp_store.hpp"
+#include "drun/store/memory_store.hpp"
+#include "drun/store/store_server.hpp"
+#include "drun/store/tcp_store.hpp"
 #include "server_test_support.hpp"
 
 using namespace drun::rdzv;

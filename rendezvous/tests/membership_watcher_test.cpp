@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "drun/rendezvous/keys.hpp"
-#include "drun/rendezvous/memory_store.hpp"
+#include "drun/store/memory_store.hpp"
 #include "membership_watcher.hpp"
 
 using namespace drun::rdzv;

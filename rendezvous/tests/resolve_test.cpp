@@ -22,7 +22,7 @@
 #include "drun/common/resolve.hpp"
 #include "drun/common/test_skip.hpp"
 #include "drun/rendezvous/network.hpp"
-#include "drun/rendezvous/tcp_store.hpp"
+#include "drun/store/tcp_store.hpp"
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;

@@ -10,10 +10,10 @@
 #include <thread>
 
 #include "drun/common/error.hpp"
-#include "drun/rendezvous/memory_store.hpp"
-#include "drun/rendezvous/store_core.hpp"
-#include "drun/rendezvous/store_server.hpp"
-#include "drun/rendezvous/tcp_store.hpp"
+#include "drun/store/memory_store.hpp"
+#include "drun/store/store_core.hpp"
+#include "drun/store/store_server.hpp"
+#include "drun/store/tcp_store.hpp"
 #include "etcd_test_options.hpp"
 
 using namespace drun::rdzv;

@@ -6,7 +6,7 @@
 #include "../src/store_refill.hpp"
 #include "drun/common/error.hpp"
 #include "drun/rendezvous/keys.hpp"
-#include "drun/rendezvous/memory_store.hpp"
+#include "drun/store/memory_store.hpp"
 
 using namespace drun;
 using namespace drun::rdzv;

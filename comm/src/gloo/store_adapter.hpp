@@ -8,7 +8,7 @@
 #include <chrono>
 #include <memory>
 
-#include "drun/rendezvous/store.hpp"
+#include "drun/store/store.hpp"
 
 namespace drun::comm::detail {
 

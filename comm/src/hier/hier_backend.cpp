@@ -4,7 +4,7 @@
 #include <cstring>
 #include <optional>
 
-#include "drun/rendezvous/prefix_store.hpp"
+#include "drun/store/prefix_store.hpp"
 #include "hier/hier_p2p.hpp"
 #include "reduce.hpp"
 #include "shm/shm_backend.hpp"

@@ -12,7 +12,7 @@
 
 #include "../backend.hpp"
 #include "drun/common/deadline.hpp"
-#include "drun/rendezvous/store.hpp"
+#include "drun/store/store.hpp"
 
 namespace drun::comm::detail {
 namespace {

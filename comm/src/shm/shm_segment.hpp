@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "drun/common/deadline.hpp"
-#include "drun/rendezvous/store.hpp"
+#include "drun/store/store.hpp"
 
 namespace drun::comm::detail {
 

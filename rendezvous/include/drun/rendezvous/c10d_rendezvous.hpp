@@ -35,7 +35,7 @@
 #include "drun/rendezvous/network.hpp"
 #include "drun/rendezvous/round_planner.hpp"
 #include "drun/rendezvous/rendezvous.hpp"
-#include "drun/rendezvous/store.hpp"
+#include "drun/store/store.hpp"
 
 namespace drun::rdzv {
 

@@ -16,7 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "drun/rendezvous/store.hpp"
+#include "drun/store/store.hpp"
 
 namespace drun::rdzv {
 

@@ -76,7 +76,7 @@
 #include <vector>
 
 #include "drun/rendezvous/rendezvous.hpp"
-#include "drun/rendezvous/store.hpp"
+#include "drun/store/store.hpp"
 
 namespace drun::rdzv::keys {
 

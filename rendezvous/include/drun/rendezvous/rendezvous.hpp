@@ -18,7 +18,7 @@
 
 #include "drun/common/error.hpp"
 #include "drun/common/progress.hpp"
-#include "drun/rendezvous/store.hpp"
+#include "drun/store/store.hpp"
 
 namespace drun::rdzv {
 

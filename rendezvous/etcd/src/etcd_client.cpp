@@ -1,0 +1,385 @@
+// EtcdClient: the gateway's JSON calls, failover between members and auth (etcd_client.hpp).
+#include "drun/etcd/etcd_client.hpp"
+
+#include <algorithm>
+#include <random>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+
+#include "drun/common/error.hpp"
+#include "drun/common/safe_text.hpp"
+#include "etcd_http.hpp"
+#include "etcd_json.hpp"
+
+namespace drun::rdzv {
+namespace {
+
+using etcd::Json;
+
+constexpr int64_t kGrpcInvalidArgument = 3;
+constexpr int64_t kGrpcPermissionDenied = 7;
+constexpr int64_t kGrpcUnavailable = 14;
+constexpr int64_t kGrpcUnauthenticated = 16;
+
+// Printable ASCII without spaces: what a host name or a token may hold.
+bool isPlainText(const std::string& text) {
+  return std::all_of(text.begin(), text.end(), [](char c) { return c > 0x20 && c < 0x7f; });
+}
+
+uint16_t parsePort(const std::string& text, const std::string& item) {
+  if (text.empty() || text.size() > 5 || text.find_first_not_of("0123456789") != std::string::npos)
+    throw InvalidArgument("etcd endpoint '" + item + "': bad port '" + text + "'");
+  const int port = std::stoi(text);
+  if (port < 1 || port > 65535) throw InvalidArgument("etcd endpoint '" + item + "': bad port");
+  return static_cast<uint16_t>(port);
+}
+
+etcd::Endpoint splitEndpoint(const std::string& item) {
+  std::string text = item;
+  for (const char* scheme : {"http://", "https://"})
+    if (text.rfind(scheme, 0) == 0) text = text.substr(std::string(scheme).size());
+  etcd::Endpoint endpoint;
+  if (!text.empty() && text.front() == '[') {
+    const size_t close = text.find(']');
+    if (close == std::string::npos) throw InvalidArgument("etcd endpoint '" + item + "': unbalanced '['");
+    endpoint.host = text.substr(1, close - 1);
+    if (close + 1 < text.size()) {
+      if (text[close + 1] != ':') throw InvalidArgument("etcd endpoint '" + item + "': ':' expected after ']'");
+      endpoint.port = parsePort(text.substr(close + 2), item);
+    }
+  } else if (const size_t colon = text.rfind(':'); colon != std::string::npos) {
+    if (text.find(':') != colon) throw InvalidArgument("etcd endpoint '" + item + "': write IPv6 as [addr]:port");
+    endpoint.host = text.substr(0, colon);
+    endpoint.port = parsePort(text.substr(colon + 1), item);
+  } else {
+    endpoint.host = text;
+  }
+  if (endpoint.host.empty() || !isPlainText(endpoint.host))
+    throw InvalidArgument("etcd endpoint '" + text::printable(item, {80}) + "': no host");
+  return endpoint;
+}
+
+std::string compareTarget(EtcdCompare::Target target) {
+  switch (target) {
+    case EtcdCompare::Target::Value: return "VALUE";
+    case EtcdCompare::Target::CreateRevision: return "CREATE";
+    case EtcdCompare::Target::ModRevision: return "MOD";
+    case EtcdCompare::Target::Version: return "VERSION";
+  }
+  return "VALUE";
+}
+
+Json encodeTxn(const std::vector<EtcdCompare>& compares, const std::vector<EtcdOp>& success,
+               const std::vector<EtcdOp>& failure);
+
+Json encodeOp(const EtcdOp& op) {
+  if (op.kind == EtcdOp::Kind::Txn) return {{"request_txn", encodeTxn(op.nested->compares, op.nested->success, op.nested->failure)}};
+  Json request;
+  request["key"] = etcd::base64Encode(op.key);
+  if (op.kind == EtcdOp::Kind::Put) {
+    request["value"] = etcd::base64Encode(op.value);
+    if (op.lease) request["lease"] = std::to_string(op.lease);
+    return {{"request_put", request}};
+  }
+  if (!op.rangeEnd.empty()) request["range_end"] = etcd::base64Encode(op.rangeEnd);
+  return {{op.kind == EtcdOp::Kind::Range ? "request_range" : "request_delete_range", request}};
+}
+
+Json encodeCompare(const EtcdCompare& c) {
+  Json out{{"key", etcd::base64Encode(c.key)},
+           {"result", c.result == EtcdCompare::Result::Less ? "LESS" : "EQUAL"},
+           {"target", compareTarget(c.target)}};
+  if (!c.rangeEnd.empty()) out["range_end"] = etcd::base64Encode(c.rangeEnd);
+  switch (c.target) {
+    case EtcdCompare::Target::Value: out["value"] = etcd::base64Encode(c.value); break;
+    case EtcdCompare::Target::CreateRevision: out["create_revision"] = std::to_string(c.number); break;
+    case EtcdCompare::Target::ModRevision: out["mod_revision"] = std::to_string(c.number); break;
+    case EtcdCompare::Target::Version: out["version"] = std::to_string(c.number); break;
+  }
+  return out;
+}
+
+Json encodeTxn(const std::vector<EtcdCompare>& compares, const std::vector<EtcdOp>& success,
+               const std::vector<EtcdOp>& failure) {
+  Json body = Json::object();
+  body["compare"] = Json::array();
+  body["success"] = Json::array();
+  body["failure"] = Json::array();
+  for (const EtcdCompare& c : compares) body["compare"].push_back(encodeCompare(c));
+  for (const EtcdOp& op : success) body["success"].push_back(encodeOp(op));
+  for (const EtcdOp& op : failure) body["failure"].push_back(encodeOp(op));
+  return body;
+}
+
+// A txn reply (`nested`: one inside another's, without a header of its own), checked against
+// the branch it names: as many range, delete and txn responses as the branch has such ops.
+EtcdTxnResult parseTxn(const Json& parsed, const std::vector<EtcdOp>& success, const std::vector<EtcdOp>& failure,
+                       bool nested) {
+  EtcdTxnResult out;
+  out.succeeded = etcd::boolField(parsed, "succeeded");
+  if (!nested) out.revision = etcd::headerRevision(parsed);
+  const std::vector<EtcdOp>& branch = out.succeeded ? success : failure;
+  std::vector<const EtcdOp*> txns;
+  for (const EtcdOp& op : branch)
+    if (op.kind == EtcdOp::Kind::Txn) txns.push_back(&op);
+  for (const Json& response : etcd::arrayField(parsed, "responses")) {
+    if (!response.is_object()) throw ProtocolError("a txn response is not an object");
+    if (response.contains("response_range")) {
+      out.ranges.push_back(etcd::parseRange(etcd::objectField(response, "response_range")));
+    } else if (response.contains("response_delete_range")) {
+      out.deletedBy.push_back(etcd::intField(etcd::objectField(response, "response_delete_range"), "deleted"));
+    } else if (response.contains("response_txn")) {
+      if (out.nested.size() >= txns.size()) throw ProtocolError("more txn responses than txn ops");
+      const EtcdNestedTxn& inner = *txns[out.nested.size()]->nested;
+      out.nested.push_back(parseTxn(etcd::objectField(response, "response_txn"), inner.success, inner.failure, true));
+    }
+  }
+  auto count = [&](EtcdOp::Kind kind) {
+    return static_cast<size_t>(std::count_if(branch.begin(), branch.end(), [&](const EtcdOp& op) { return op.kind == kind; }));
+  };
+  if (out.ranges.size() != count(EtcdOp::Kind::Range) || out.deletedBy.size() != count(EtcdOp::Kind::DeleteRange) ||
+      out.nested.size() != txns.size())
+    throw ProtocolError("expected " + std::to_string(count(EtcdOp::Kind::Range)) + " range, " +
+                        std::to_string(count(EtcdOp::Kind::DeleteRange)) + " delete and " +
+                        std::to_string(txns.size()) + " txn responses, got " + std::to_string(out.ranges.size()) +
+                        ", " + std::to_string(out.deletedBy.size()) + " and " + std::to_string(out.nested.size()));
+  for (int64_t n : out.deletedBy) out.deleted += n;
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> parseEtcdEndpoints(const std::string& list) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= list.size()) {
+    const size_t comma = std::min(list.find(',', start), list.size());
+    std::string item = list.substr(start, comma - start);
+    item.erase(0, item.find_first_not_of(" \t"));
+    item.erase(item.find_last_not_of(" \t") + 1);
+    if (!item.empty()) {
+      const etcd::Endpoint endpoint = splitEndpoint(item);
+      out.push_back(endpoint.host.find(':') != std::string::npos
+                        ? "[" + endpoint.host + "]:" + std::to_string(endpoint.port)
+                        : endpoint.name());
+    }
+    start = comma + 1;
+  }
+  if (out.empty()) throw InvalidArgument("no etcd endpoint in '" + list + "' (want host:port[,host:port...])");
+  return out;
+}
+
+EtcdClient::EtcdClient(EtcdClientOptions options) : options_(std::move(options)) {
+  if (options_.endpoints.empty()) throw InvalidArgument("etcd client: no endpoint");
+  for (const std::string& item : options_.endpoints)
+    connections_.push_back(std::make_unique<etcd::EtcdConnection>(
+        splitEndpoint(item), options_.caFile, etcd::keepAliveProbesFor(options_.silentPeerTimeout)));
+  // Clients start on a random member: N agents spread their load over the cluster (each member
+  // serves its clients' JSON gateway; raft proposals go to the leader either way).
+  current_ = std::random_device{}() % connections_.size();
+}
+
+EtcdClient::~EtcdClient() = default;
+
+void EtcdClient::interrupt() {
+  interrupted_ = true;
+  for (auto& connection : connections_) connection->interrupt();
+}
+
+std::string EtcdClient::endpointName() const {
+  std::lock_guard lock(mutex_);
+  return connections_[current_]->endpoint().name();
+}
+
+std::string EtcdClient::prefixEnd(const std::string& prefix) {
+  std::string end = prefix;
+  while (!end.empty()) {
+    if (static_cast<unsigned char>(end.back()) < 0xff) {
+      end.back() = static_cast<char>(static_cast<unsigned char>(end.back()) + 1);
+      return end;
+    }
+    end.pop_back();
+  }
+  return std::string(1, '\0');  // every key
+}
+
+void EtcdClient::authenticate(etcd::EtcdConnection& connection, const Deadline& deadline) {
+  const Json body{{"name", options_.user}, {"password", options_.password}};
+  const etcd::HttpReply reply = connection.post("/v3/auth/authenticate", body.dump(), "", deadline);
+  const std::string what = "etcd " + connection.endpoint().name() + ": /v3/auth/authenticate";
+  const Json parsed = etcd::parseObject(reply.body, what);
+  if (reply.status != 200)
+    throw AuthError(what + ": user '" + options_.user + "' refused: " + etcd::errorMessage(parsed));
+  auto it = parsed.find("token");
+  if (it == parsed.end() || !it->is_string() || it->get<std::string>().empty() ||
+      !isPlainText(it->get<std::string>()))
+    throw ProtocolError(what + ": malformed reply (no token)");
+  token_ = it->get<std::string>();
+}
+
+std::string EtcdClient::call(const std::string& path, const std::string& body,
+                             const Deadline& deadline, bool idempotent) {
+  std::lock_guard lock(mutex_);
+  std::string lastError = "no attempt";
+  bool lastWasTimeout = false;
+  bool renewedToken = false;
+  const auto started = Clock::now();
+  // The call's end: the last member's failure decides the kind (a member silent for its whole
+  // attempt: TimeoutError; every member refusing or failing: NetworkError).
+  auto giveUp = [&] {
+    const std::string text = "etcd " + path + " got no answer within " +
+                             std::to_string(std::chrono::duration_cast<milliseconds>(Clock::now() - started).count()) +
+                             "ms from any member; last: " + lastError;
+    if (lastWasTimeout) throw TimeoutError(text);
+    throw NetworkError(text);
+  };
+  for (int pass = 0;; ++pass) {
+    const size_t first = current_;
+    for (size_t k = 0; k < connections_.size(); ++k) {
+      const size_t i = (first + k) % connections_.size();
+      etcd::EtcdConnection& connection = *connections_[i];
+      const std::string what = "etcd " + connection.endpoint().name() + ": " + path;
+      if (interrupted_) throw NetworkError(what + ": interrupted");
+      if (deadline.expired()) giveUp();
+      const Deadline attempt = Deadline::at(std::min(deadline.when(), Clock::now() + options_.attemptTimeout));
+      bool sent = false;
+      try {
+        if (!options_.user.empty() && token_.empty()) authenticate(connection, attempt);
+        const etcd::HttpReply reply = connection.post(path, body, token_, attempt, &sent);
+        // Each call and its time (DRUN_LOG_LEVEL=trace): what the rendezvous costs on etcd.
+        spdlog::trace("etcd {} {}: HTTP {} in {} us", connection.endpoint().name(), path, reply.status,
+                      std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started).count());
+        if (reply.status == 200) {
+          current_ = i;
+          return reply.body;
+        }
+        const Json error = etcd::parseObject(reply.body, what + " (HTTP " + std::to_string(reply.status) + ")");
+        const int64_t code = etcd::intField(error, "code");
+        const std::string message = etcd::errorMessage(error);
+        if (code == kGrpcUnauthenticated && !options_.user.empty() && !renewedToken) {
+          token_.clear();  // expired: once more with a new one
+          renewedToken = true;
+          --k;
+          continue;
+        }
+        if (code == kGrpcUnavailable) {
+          // "no leader" is refused before the call reaches raft (the require-leader check):
+          // nothing was applied, so even a write may go to another member.
+          const bool refusedUnapplied = message.find("no leader") != std::string::npos;
+          if (!idempotent && !refusedUnapplied)
+            throw NetworkError(what + ": unavailable, outcome unknown: " + message);
+          lastError = what + ": " + message;
+          lastWasTimeout = false;
+          continue;
+        }
+        if (code == kGrpcInvalidArgument) throw InvalidArgument(what + ": " + message);
+        if (code == kGrpcUnauthenticated || code == kGrpcPermissionDenied)
+          throw AuthError(what + ": " + message);
+        throw Error(what + " refused (code " + std::to_string(code) + "): " + message);
+      } catch (const TimeoutError& e) {
+        current_ = (i + 1) % connections_.size();  // the next call starts on another member
+        // A write sent to a member that then went silent (killed, cut off) has an unknown
+        // outcome: the connection's failure, not a wait that ran out, so NetworkError, which the
+        // rendezvous answers by joining afresh on a new session (CI: the etcd leader killed
+        // while a join's txn was in flight ended the agent with "txn timed out").
+        if (sent && !idempotent) throw NetworkError(std::string(e.what()) + " (outcome unknown)");
+        lastError = e.what();
+        lastWasTimeout = true;
+      } catch (const NetworkError& e) {
+        current_ = (i + 1) % connections_.size();
+        if (interrupted_ || (sent && !idempotent)) throw;
+        lastError = e.what();
+        lastWasTimeout = false;
+      }
+    }
+    // Every member failed once: a short pause (a leader election takes about a second). A pause
+    // that would reach the deadline ends the call now: the pass after it would start with no
+    // time, and its attempt's "timed out" would replace the members' real failure (every member
+    // refusing read as TimeoutError, 1 call in ~8 of the etcd failover test once all were killed).
+    const milliseconds pause(50 << std::min(pass, 3));
+    if (deadline.remaining() <= pause) giveUp();
+    std::this_thread::sleep_for(pause);
+  }
+}
+
+int64_t EtcdClient::put(const std::string& key, const std::string& value, int64_t lease) {
+  Json body{{"key", etcd::base64Encode(key)}, {"value", etcd::base64Encode(value)}};
+  if (lease) body["lease"] = std::to_string(lease);
+  const std::string reply = call("/v3/kv/put", body.dump(), Deadline(options_.callTimeout), true);
+  return etcd::headerRevision(etcd::parseObject(reply, "etcd /v3/kv/put"));
+}
+
+EtcdRange EtcdClient::range(const std::string& key, const std::string& rangeEnd, bool countOnly,
+                            bool keysOnly, int64_t revision) {
+  Json body{{"key", etcd::base64Encode(key)}};
+  if (revision > 0) body["revision"] = std::to_string(revision);
+  if (!rangeEnd.empty()) body["range_end"] = etcd::base64Encode(rangeEnd);
+  if (countOnly) body["count_only"] = true;
+  if (keysOnly) body["keys_only"] = true;
+  const std::string reply = call("/v3/kv/range", body.dump(), Deadline(options_.callTimeout), true);
+  try {
+    return etcd::parseRange(etcd::parseObject(reply, "etcd /v3/kv/range"));
+  } catch (const ProtocolError& e) {
+    throw ProtocolError(std::string("etcd /v3/kv/range: malformed reply: ") + e.what());
+  }
+}
+
+int64_t EtcdClient::deleteRange(const std::string& key, const std::string& rangeEnd) {
+  Json body{{"key", etcd::base64Encode(key)}};
+  if (!rangeEnd.empty()) body["range_end"] = etcd::base64Encode(rangeEnd);
+  const std::string reply = call("/v3/kv/deleterange", body.dump(), Deadline(options_.callTimeout), true);
+  return etcd::intField(etcd::parseObject(reply, "etcd /v3/kv/deleterange"), "deleted");
+}
+
+EtcdTxnResult EtcdClient::txn(const std::vector<EtcdCompare>& compares,
+                              const std::vector<EtcdOp>& success,
+                              const std::vector<EtcdOp>& failure, bool idempotent) {
+  const Json body = encodeTxn(compares, success, failure);
+  const std::string reply = call("/v3/kv/txn", body.dump(), Deadline(options_.callTimeout), idempotent);
+  try {
+    return parseTxn(etcd::parseObject(reply, "etcd /v3/kv/txn"), success, failure, false);
+  } catch (const ProtocolError& e) {
+    throw ProtocolError(std::string("etcd /v3/kv/txn: malformed reply: ") + e.what());
+  }
+}
+
+int64_t EtcdClient::leaseGrant(std::chrono::seconds ttl, std::chrono::seconds* grantedTtl) {
+  const Json body{{"TTL", std::to_string(ttl.count())}};
+  const std::string reply = call("/v3/lease/grant", body.dump(), Deadline(options_.callTimeout), true);
+  const Json parsed = etcd::parseObject(reply, "etcd /v3/lease/grant");
+  const int64_t id = etcd::intField(parsed, "ID");
+  const int64_t granted = etcd::intField(parsed, "TTL");
+  if (id == 0 || granted <= 0)
+    throw ProtocolError("etcd /v3/lease/grant: malformed reply (no lease id or TTL)");
+  if (grantedTtl) *grantedTtl = std::chrono::seconds(granted);
+  return id;
+}
+
+int64_t EtcdClient::leaseKeepAlive(int64_t lease, const Deadline& deadline) {
+  const Json body{{"ID", std::to_string(lease)}};
+  const std::string reply = call("/v3/lease/keepalive", body.dump(), deadline, true);
+  // One streamed message: {"result":{...,"TTL":"N"}} (no TTL: the lease is gone).
+  const std::string firstLine = reply.substr(0, reply.find('\n'));
+  const Json parsed = etcd::parseObject(firstLine, "etcd /v3/lease/keepalive");
+  if (parsed.contains("error"))
+    throw NetworkError("etcd /v3/lease/keepalive: " + etcd::errorMessage(etcd::objectField(parsed, "error")));
+  return etcd::intField(etcd::objectField(parsed, "result"), "TTL");
+}
+
+void EtcdClient::leaseRevoke(int64_t lease, const Deadline& deadline) {
+  const Json body{{"ID", std::to_string(lease)}};
+  try {
+    call("/v3/lease/revoke", body.dump(), deadline, true);
+  } catch (const Error& e) {
+    if (std::string_view(e.what()).find("lease not found") == std::string_view::npos) throw;
+  }
+}
+
+int64_t EtcdClient::leaseTimeToLive(int64_t lease) {
+  const Json body{{"ID", std::to_string(lease)}};
+  const std::string reply = call("/v3/lease/timetolive", body.dump(), Deadline(options_.callTimeout), true);
+  return etcd::intField(etcd::parseObject(reply, "etcd /v3/lease/timetolive"), "TTL");
+}
+
+}  // namespace drun::rdzv
