@@ -10,11 +10,6 @@
 namespace drun::rdzv {
 namespace {
 
-std::string shown(const std::string& key) {
-  constexpr size_t kShown = 64;
-  return key.size() <= kShown ? key : key.substr(0, kShown) + "...";
-}
-
 int64_t parseStoredInt(const std::string& key, const Bytes& value) {
   int64_t parsed = 0;
   const char* first = value.data();
@@ -22,7 +17,7 @@ int64_t parseStoredInt(const std::string& key, const Bytes& value) {
   if (first != last && *first == '+') ++first;
   auto [ptr, ec] = std::from_chars(first, last, parsed);
   if (first == last || ec != std::errc() || ptr != last)
-    throw InvalidArgument("add on key '" + shown(key) + "': stored value '" + shown(value) +
+    throw InvalidArgument("add on key '" + shownKey(key) + "': stored value '" + shownKey(value) +
                           "' is not a decimal integer");
   return parsed;
 }
@@ -70,14 +65,14 @@ void StoreCore::checkGrowth(const std::string& key, size_t growth) const {
   if (growth == 0) return;
   if (storedBytes_ + growth > budget_.maxStoredBytes)
     throw InvalidArgument("the store holds " + std::to_string(storedBytes_) + " bytes; writing key '" +
-                          shown(key) + "' would pass its limit maxStoredBytes of " +
+                          shownKey(key) + "' would pass its limit maxStoredBytes of " +
                           mib(budget_.maxStoredBytes) + " (drun-rendezvous --max-stored-bytes)");
   std::string_view scope = scopeOf(key);
   size_t inScope = storedBytesOfScope(key);
   if (inScope + growth > budget_.maxStoredBytesPerJob)
     throw InvalidArgument(
         (scope.empty() ? std::string("the keys outside any job") : "job scope " + std::string(scope)) +
-        " holds " + std::to_string(inScope) + " bytes; writing key '" + shown(key) +
+        " holds " + std::to_string(inScope) + " bytes; writing key '" + shownKey(key) +
         "' would pass the limit maxStoredBytesPerJob of " + mib(budget_.maxStoredBytesPerJob) +
         " (drun-rendezvous --max-stored-bytes-per-job)");
 }
@@ -148,7 +143,7 @@ int64_t StoreCore::addLocked(const std::string& key, int64_t delta, Wakeups& wak
   int64_t value = current ? parseStoredInt(key, *current) : 0;
   int64_t sum = 0;
   if (__builtin_add_overflow(value, delta, &sum))
-    throw InvalidArgument("add on key '" + shown(key) + "': " + std::to_string(value) + " + " +
+    throw InvalidArgument("add on key '" + shownKey(key) + "': " + std::to_string(value) + " + " +
                           std::to_string(delta) + " overflows int64");
   std::string text = std::to_string(sum);
   checkGrowth(key, growthOf(key, text.size()));
@@ -217,7 +212,7 @@ void StoreCore::append(const std::string& key, const Bytes& value) {
   const Bytes* current = find(key);
   size_t size = (current ? current->size() : 0) + value.size();
   if (size > limits_.maxValueBytes)
-    throw InvalidArgument("append to key '" + shown(key) + "' would make it " +
+    throw InvalidArgument("append to key '" + shownKey(key) + "' would make it " +
                           std::to_string(size) + " bytes, over the limit of " +
                           std::to_string(limits_.maxValueBytes));
   checkGrowth(key, current ? value.size() : entryCost(key, value.size()));

@@ -1,27 +1,22 @@
-// The store's size checks, shared by the wire encoder (drun_store, the client side) and the store
-// core (drun_store_server): in the client library so that a client alone links.
+// The store's size checks, shared by the wire encoder and the store core.
 #include "drun/common/error.hpp"
 #include "drun/store/store_core.hpp"
 
 namespace drun::rdzv {
-namespace {
-
-std::string shown(const std::string& key) {
+std::string shownKey(const std::string& key) {
   constexpr size_t kShown = 64;
   return key.size() <= kShown ? key : key.substr(0, kShown) + "...";
 }
 
-}  // namespace
-
 void checkKeyLimit(const std::string& key, const StoreLimits& limits) {
   if (key.size() > limits.maxKeyBytes)
-    throw InvalidArgument("key '" + shown(key) + "' is " + std::to_string(key.size()) +
+    throw InvalidArgument("key '" + shownKey(key) + "' is " + std::to_string(key.size()) +
                           " bytes, over the limit of " + std::to_string(limits.maxKeyBytes));
 }
 
 void checkValueLimit(const std::string& key, const Bytes& value, const StoreLimits& limits) {
   if (value.size() > limits.maxValueBytes)
-    throw InvalidArgument("value of key '" + shown(key) + "' is " + std::to_string(value.size()) +
+    throw InvalidArgument("value of key '" + shownKey(key) + "' is " + std::to_string(value.size()) +
                           " bytes, over the limit of " + std::to_string(limits.maxValueBytes));
 }
 

@@ -45,6 +45,8 @@ inline constexpr StoreLimits kStoreLimits{};
 void checkKeyLimit(const std::string& key, const StoreLimits& limits);
 void checkValueLimit(const std::string& key, const Bytes& value, const StoreLimits& limits);
 void checkKeyCountLimit(size_t count, const StoreLimits& limits);
+// A key (or value) as the store's error messages show it: its first 64 bytes, then "...".
+std::string shownKey(const std::string& key);
 
 // How many bytes the store may hold (keys + values + kStoredEntryOverhead per key). A key
 // "<jobRoot><id>/..." belongs to the job scope "<jobRoot><id>/"; every other key to the scope "".
