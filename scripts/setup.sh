@@ -11,7 +11,7 @@ packages=(
   libboost-dev libcli11-dev libspdlog-dev nlohmann-json3-dev libgloo-dev catch2
   libssl-dev                            # libcrypto: the store's HMAC-SHA256, nonces (common/crypto)
   iproute2 procps util-linux
-  elfutils gdb                          # eu-stack / gdb: a hung native worker's stack (README "Hangs")
+  elfutils gdb                          # eu-stack / gdb: a hung native worker's stack (docs/hangs.md)
   openmpi-bin libopenmpi-dev python3 python3-torch
   libtorch-dev pybind11-dev python3-numpy python3-dev  # drun.torch (the "drun" backend, python/drun/torch)
   slurmctld slurmd slurm-client munge   # the [slurm] tests' cluster (scripts/slurm/up.sh)

@@ -1,4 +1,4 @@
-// End-to-end tests of hang detection (README "Hangs"): drun run as a user runs it, with a rank
+// End-to-end tests of hang detection (docs/hangs.md): drun run as a user runs it, with a rank
 // that hangs in one way or another; each asserts that the summary names the hung rank, says
 // "hung" and shows a stack excerpt, on every node. Small hang timeouts (1 s) keep them fast;
 // the deadlines are generous upper bounds, never synchronisation.

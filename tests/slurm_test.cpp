@@ -149,7 +149,7 @@ TEST_CASE("slurm: an sbatch job running drun under srun forms one job of 4 worke
   MarkerScope marker;
   TempDir tmp;
   RunOptions o;
-  // The example batch script the README shows, as a user submits it (sbatch --wait: exits with
+  // The example batch script docs/slurm.md shows, as a user submits it (sbatch --wait: exits with
   // the job's exit code once it is over).
   o.argv = {slurmTool("sbatch"), "--wait", "--output=" + (tmp / "job.out").string(),
             std::string(DRUN_SOURCE_DIR) + "/scripts/slurm/drun.sbatch", helperPath("env_dump").string()};

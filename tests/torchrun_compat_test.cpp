@@ -79,11 +79,11 @@ std::string launcherName(Launcher l) {
   return "?";
 }
 
-// Variables drun sets that torchrun 1.13 does not (README, "What each worker gets"):
+// Variables drun sets that torchrun 1.13 does not (docs/options.md, "What each worker gets"):
 // DRUN_JOB_TOKEN marks the job's processes; PYTHONUNBUFFERED does for Python programs what
 // torchrun's `python -u` does (and reaches the program's own Python children too);
 // OMP_NUM_THREADS is set for one worker too (cores / workers), where torchrun leaves it unset.
-// Hangs (README "Hangs"): DRUN_WORKER_CHANNEL (the rank's heartbeat page), PYTHONFAULTHANDLER
+// Hangs (docs/hangs.md): DRUN_WORKER_CHANNEL (the rank's heartbeat page), PYTHONFAULTHANDLER
 // (a hung Python worker's stack), PYTHONPATH (drun's Python package first), and
 // TORCHELASTIC_TIMER_FILE (drun serves torch's FileTimer in every job; torchrun only with
 // TORCHELASTIC_ENABLE_FILE_TIMER=1).
@@ -192,7 +192,7 @@ std::string valueMismatch(const CompatCase& c, const std::string& key, const std
   }
   if (key == "OMP_NUM_THREADS") {
     // Only when the user left it unset: torchrun 1.13 sets 1 with several workers, drun
-    // cores / workers (at least 1; README): a deliberate difference.
+    // cores / workers (at least 1; docs/options.md): a deliberate difference.
     return isPositiveInt(d) ? "" : differ();
   }
   if (key == "TORCHELASTIC_USE_AGENT_STORE" && t == "True" && d == "False") {
@@ -344,7 +344,7 @@ Launch launch(const Host& host, const CompatCase& c, std::optional<Launcher> whi
       if (!entry.is_regular_file()) continue;
       // Compared from attempt_<n>/ down. Above it each launcher names the run's directory its
       // own way: torchrun <run id>_<random>/ (one per agent), drun <run id>/node<group rank>/
-      // (nodes sharing a file system kept apart; README, "Files").
+      // (nodes sharing a file system kept apart; docs/options.md, "Files").
       fs::path rel = fs::relative(entry.path(), l.logDir);
       fs::path below;
       bool seen = false;
@@ -445,7 +445,7 @@ void checkCase(const Host& host, const CompatCase& c) {
     }
     CHECK(drun.console == expectConsole);
     // Every file torchrun wrote holds the same lines with drun (drun may write more: with
-    // --log-dir it keeps every stream of every rank, README).
+    // --log-dir it keeps every stream of every rank, docs/options.md).
     for (const auto& f : torch.files) {
       INFO("torchrun's log file line " << f);
       CHECK(drun.files.count(f) == 1);

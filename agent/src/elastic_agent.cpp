@@ -139,7 +139,7 @@ bool routesToFiles(const OutputOptions& output) {
   return false;
 }
 
-// Where this run's files go (README, "Files"). Each attempt writes
+// Where this run's files go (docs/options.md, "Files"). Each attempt writes
 // <job dir>/node<group rank>/attempt_<n>/<local rank>/{stdout,stderr}.log and error.json:
 //   --log-dir DIR          DIR/<run id>, or DIR/none_<random> without --rdzv-id (torchrun's
 //                          mkdtemp does the same): one run never reads or overwrites another's
@@ -208,7 +208,7 @@ struct ElasticAgent::Impl {
   // Hangs: the learned timeouts outlive the rounds (a restart does not forget them).
   detail::LearnedTimeouts learnedTimeouts;
   std::optional<detail::HangMonitor> hangMonitor;
-  // The job's events (README "Watching a job"): --events and the store's history.
+  // The job's events (docs/observe.md): --events and the store's history.
   std::optional<detail::EventLog> events;
   std::vector<std::string> previousHosts;  // of the last round this node ran
   bool memberLostSinceRound = false;       // a member was lost since this node's last round
@@ -237,7 +237,7 @@ struct ElasticAgent::Impl {
     return console->broken(ConsoleStream::Out) || console->broken(ConsoleStream::Err);
   }
 
-  // ---- events (README "Watching a job"; fields: event_fields.hpp) --------------------------
+  // ---- events (docs/observe.md; fields: event_fields.hpp) --------------------------
   static constexpr std::chrono::milliseconds kEventFlushDeadline{2000};
 
   void note(std::string_view kind, nlohmann::json fields = nlohmann::json::object()) {

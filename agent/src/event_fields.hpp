@@ -1,4 +1,4 @@
-// The fields of the agent's events (README "Watching a job", one table per event): pure
+// The fields of the agent's events (docs/observe.md, one table per event): pure
 // functions from what the agent knows to JSON, so that the agent's state machine only says
 // when an event happens.
 // Threading: pure functions.

@@ -1,4 +1,4 @@
-// EventLog: the agent's structured events (agent/README "Watching a job"): each thing that
+// EventLog: the agent's structured events (docs/observe.md): each thing that
 // happened to the job (a round formed, a worker started or exited, a failure, a restart, a lost
 // or waiting node, a hang, the job's end) as one JSON object of schema v1 with its time, the run
 // id and this node, handed to every sink: --events' file (or stderr) and the job's history in

@@ -249,7 +249,7 @@ void Communicator::Impl::compareFingerprints(const Collective& c) {
 }
 
 void Communicator::Impl::execute(const Collective& c) {
-  // drun's hang detection (README "Hangs"): a rank silent inside a collective is a waiter.
+  // drun's hang detection (docs/hangs.md): a rank silent inside a collective is a waiter.
   // With a progress watchdog, OpProgress marks a collective in the worker channel about once a
   // poll (and every one stuck); without one, every collective is marked here.
   const uint64_t n = ++collectives_;

@@ -33,7 +33,7 @@ constexpr VarDoc kDrunEnvVars[] = {
      "hierarchical across hosts)"},
     {"DRUN_EVENTS", VarType::String, "",
      "drun: where the job's events go, one JSON object per line (as --events: a file, or - for "
-     "stderr; README \"Watching a job\")"},
+     "stderr; docs/observe.md)"},
     {"DRUN_JOB_HISTORY", VarType::Bool, "true",
      "drun: append the job's events to the rendezvous store (rdzv/<id>/events/, the last 256): "
      "what drun status and drun-rendezvous --http show; 0 turns it off"},
@@ -48,7 +48,7 @@ constexpr VarDoc kDrunEnvVars[] = {
      "libdrun_comm (gloo): network interface for worker traffic (GLOO_SOCKET_IFNAME is honoured too)"},
     {"DRUN_WORKER_CHANNEL", VarType::String, "",
      "set by drun in each worker: its channel page for heartbeats and sections (drun.worker, "
-     "drun/worker.h; README \"Hangs\"); unset, the worker API is a no-op"},
+     "drun/worker.h; docs/hangs.md); unset, the worker API is a no-op"},
     {"DRUN_TORCH_HEARTBEAT_MS", VarType::Int, "1000",
      "drun.torch: each rank's heartbeat period in the process group's store, milliseconds (0: off)"},
     {"DRUN_TORCH_HEARTBEAT_STALE_MS", VarType::Int, "4000",

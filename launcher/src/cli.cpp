@@ -406,8 +406,8 @@ CliResult parseCommandLine(const std::vector<std::string>& args) {
   flag("-v,--verbose", "", verbose, "debug logging (same as DRUN_LOG_LEVEL=debug)");
   app.add_option(spellings("log-level"), logLevel, "drun's own log level (default warn; DRUN_LOG_LEVEL)")
       ->type_name("trace|debug|info|warn|error|off");
-  // The user's terminal (agent/README.md "The terminal"): ptys for the workers, stdin to a rank.
-  // Hangs (README "Hangs"): off unless given.
+  // The user's terminal (docs/output.md "The terminal"): ptys for the workers, stdin to a rank.
+  // Hangs (docs/hangs.md): off unless given.
   std::string hangTimeout, hangIdle;
   opt("hang-timeout", hangTimeout, "SECONDS|NAME=SECONDS,...|auto",
       "a rank silent that long (drun.worker heartbeats), or in a section past its timeout, is hung: "
@@ -418,7 +418,7 @@ CliResult parseCommandLine(const std::vector<std::string>& args) {
   std::string eventsPath = env::getString("DRUN_EVENTS");
   app.add_option("--events", eventsPath,
                  "the job's events, one JSON object per line, appended to PATH; - = stderr "
-                 "(README \"Watching a job\"; default DRUN_EVENTS)")
+                 "(docs/observe.md; default DRUN_EVENTS)")
       ->type_name("PATH|-");
   std::string tty = "auto", stdinRank = "0";
   std::string signalsToHandle = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";

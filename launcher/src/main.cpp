@@ -17,7 +17,7 @@ int main(int argc, char** argv) {
   // A closed console must not kill drun while workers still run (workers get SIGPIPE's default
   // back: the process layer resets dispositions before exec).
   ::signal(SIGPIPE, SIG_IGN);
-  // `drun status ...` reports on a rendezvous' jobs (README "Watching a job"); it runs nothing.
+  // `drun status ...` reports on a rendezvous' jobs (docs/observe.md); it runs nothing.
   if (argc > 1 && std::string(argv[1]) == "status") {
     drun::log::init("drun", "");
     const int code = drun::launch::runStatus(std::vector<std::string>(argv + 2, argv + argc));

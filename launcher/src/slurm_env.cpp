@@ -1,5 +1,5 @@
 // SLURM step detection and the values drun takes from it (see slurm_env.hpp for the mapping and
-// launcher/README.md for the design: port, several tasks per node, the store's host).
+// docs/slurm.md for the design: port, several tasks per node, the store's host).
 #include "drun/launcher/slurm_env.hpp"
 
 #include <sstream>

@@ -229,10 +229,10 @@ TEST_CASE("help shows value names, defaults, the rdzv-conf keys and the environm
   CHECK_THAT(help, !Catch::Contains(" TEXT"));
 }
 
-// The README's option and environment tables stay true to --help: every long option and every
-// DRUN_ variable --help lists is documented there.
-TEST_CASE("the README documents every option and variable of --help", "[launcher]") {
-  std::ifstream in(std::string(DRUN_SOURCE_DIR) + "/README.md");
+// The option reference's tables (docs/options.md) stay true to --help: every long option and
+// every DRUN_ variable --help lists is documented there.
+TEST_CASE("docs/options.md documents every option and variable of --help", "[launcher]") {
+  std::ifstream in(std::string(DRUN_SOURCE_DIR) + "/docs/options.md");
   REQUIRE(in);
   const std::string readme((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const std::string help = *parseCommandLine({"drun", "--help"}).printAndExit;

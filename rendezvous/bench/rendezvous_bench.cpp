@@ -18,9 +18,10 @@
 // apart. rank_ms: every agent has its node rank, rank offset and master; next_ms: every agent
 // also has the hosts list (= next() would return).
 // --hosts-always 1: every agent also reads the hosts list whatever N (what next() did before
-//   kMaxHostsInResult: the "before" rows of SCALE.md).
+//   kMaxHostsInResult: the "before" rows of docs/benchmarks/rendezvous.md).
 // --sequential 1: every call waits for the answer to the one before (next() before StoreBatch:
-//   9 round trips per agent instead of 5; the "before" rows of SCALE.md's batch table).
+//   9 round trips per agent instead of 5; the "before" rows of the batch table in
+//   docs/benchmarks/rendezvous.md).
 // --server-pid P: also report the daemon's CPU time for the round (from /proc; the wall time
 //   depends on what else the machine runs, the CPU time much less).
 // Output: one "RESULT drun <mode> <N> <connect_ms> <rank_ms> <next_ms> <calls> <bytes> <server_cpu_ms>

@@ -1,5 +1,5 @@
-// rendezvous_model: checks the cost model of rendezvous/SCALE.md at 10,000 to 100,000 emulated
-// agents, where sockets cannot go on one machine (file descriptors, ephemeral ports).
+// rendezvous_model: checks the cost model of docs/benchmarks/rendezvous.md at 10,000 to 100,000
+// emulated agents, where sockets cannot go on one machine (file descriptors, ephemeral ports).
 //
 //   rendezvous_model [--sizes 10000,20000,50000,100000] [--groups 32]
 //
@@ -16,8 +16,9 @@
 //   bytes  <= N (kAgentBytes + kCloserBytesPerNode)        (linear: no O(N) value per agent;
 //             + N^2 kHostListBytesPerNode up to kMaxHostsInResult nodes: the hosts list)
 //   frame  <= kFrameBytesPerNode N + 64 KiB                 (the closer's reads and its decision)
-// Then the two-level plan (SCALE.md, "tree"): G group stores of N/G agents and one root store of
-// G group leaders, composed from measured flat rounds (the tree itself is a plan, not code).
+// Then the two-level plan (docs/benchmarks/rendezvous.md, "tree"): G group stores of N/G agents
+// and one root store of G group leaders, composed from measured flat rounds (the tree itself is a
+// plan, not code).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -38,8 +39,9 @@ using namespace drun::rdzv;
 
 namespace {
 
-// Model constants (SCALE.md): what one agent's calls cost on the wire, and per node of the round
-// what the closer reads and writes (its descriptor in `joined`, its assignment, its roster line).
+// Model constants (docs/benchmarks/rendezvous.md): what one agent's calls cost on the wire, and
+// per node of the round what the closer reads and writes (its descriptor in `joined`, its
+// assignment, its roster line).
 constexpr uint64_t kAgentBytes = 2048;
 constexpr uint64_t kCloserBytesPerNode = 512;
 constexpr uint64_t kFrameBytesPerNode = 160;

@@ -1,6 +1,6 @@
 // One regression test per defect of issue 14 ("Elastic core v2") that is expressible over
 // MemoryStore, most on the agent model of interleaving_harness.hpp. Tagged [v2]: they failed on
-// the rendezvous of 8601258 (rendezvous/README.md lists which and why).
+// the rendezvous of 8601258 (docs/interleavings.md lists which and why).
 // Not expressible here (no node hosts a store server over MemoryStore, and no agent runs): the
 // store host's exit barrier and leave() being skipped by the agent; the MASTER_PORT draw.
 #include <atomic>

@@ -10,7 +10,7 @@
 // ("interleavings over etcd: ...", interleaving_backend.hpp): issue 21's "the interleaving tests
 // run on both" backends.
 //
-// Tagged [v2] where points failed on 8601258 (see rendezvous/README.md).
+// Tagged [v2] where points failed on 8601258 (see docs/interleavings.md).
 #include <atomic>
 #include <cstdlib>
 #include <cstring>

@@ -246,10 +246,10 @@ def check_exits(agents, workers, rounds, faults, hb_timeout, summary):
     job_end = max((w.last for w in rounds[-1][1]), default=0.0) if rounds else 0.0
     members = {w.agent_pid for w in rounds[-1][1]} if rounds else set()
     # A node frozen or cut off for heartbeat_timeout is lost by definition; so is the whole job
-    # when that node is the store's (the README: the store's host is the job's single point of
-    # failure). Their exits are not judged. The lease counts from the node's last frame, which
-    # can precede the fault by a heartbeat interval: a fault that long short of the timeout can
-    # already expire it (seed 20003: a spare cut off 1.85 s of a 2 s lease was declared lost).
+    # when that node is the store's (docs/multinode.md: the store's host is the job's single
+    # point of failure). Their exits are not judged. The lease counts from the node's last frame,
+    # which can precede the fault by a heartbeat interval: a fault that long short of the timeout
+    # can already expire it (seed 20003: a spare cut off 1.85 s of a 2 s lease was declared lost).
     at_risk = hb_timeout - HEARTBEAT_INTERVAL_S
     lost = {pid for f in faults if f.kind == "agent_kill" or
             (f.kind in ("agent_stop", "link_cut", "store_slow") and f.end - f.start >= at_risk)

@@ -11,7 +11,7 @@
 #   one host:  shm busbw >= 1.0x OpenMPI from 64 KiB to 64 MiB; 8-byte time <= 2x OpenMPI
 #   two hosts: hierarchical busbw >= 1.5x raw Gloo from 64 KiB
 #
-#   scripts/bench/comm.sh | tee comm/bench/results.txt
+#   scripts/bench/comm.sh | tee docs/benchmarks/results/comm.txt
 #   WORLDS="2 4" OPS="all_reduce all_gather" MIN_BYTES=8 MAX_BYTES=64M ITERS=20 WARMUP=5 MIN_TIME_MS=10 REPEAT=3 HOSTS=1 scripts/bench/comm.sh
 # ITERS iterations per size at least, and as many more as last MIN_TIME_MS (the slowest rank's
 # loop; at most 100,000): 20 runs of a 0.2 us operation last 4 us, one context switch's worth.

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """MASTER_PORT: holding the reserved port while workers run, versus releasing it at spawn.
 
-    python3 scripts/bench/master_port.py [TRIALS] [NEIGHBOUR_PORTS]   (results: results/master-port.txt)
+    python3 scripts/bench/master_port.py [TRIALS] [NEIGHBOUR_PORTS]   (results: docs/benchmarks/results/master-port.txt)
 
 drun reserves MASTER_PORT with a socket that is bound (no SO_REUSEADDR) and never listens. Held while the workers
 run, a program that binds the port without SO_REUSEADDR gets EADDRINUSE; released at spawn (like

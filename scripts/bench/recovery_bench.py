@@ -30,7 +30,8 @@ POLL_S = 0.005        # log polling while waiting (the workers' timestamps are w
 STOP_GRACE_S = 3.0    # SIGTERM -> SIGKILL for agents at the end of a trial
 JITTER_S = 1.0       # random pause before the fault: no fixed phase of any periodic timer
 REPLACE_AFTER_S = 2.0  # replace: from the kill to the replacement's start (torchrun's keep-alive
-                       # notices a dead node within its 5 s heartbeat timeout... see the README)
+                       # notices a dead node within its 5 s heartbeat timeout;
+                       # docs/multinode.md)
 FORM_CAP_S = 60.0     # the first round must form within this (torchrun: python start, 1 s polls)
 ETCD_TTL_S = 2        # drun etcd: heartbeat_timeout (the lease TTL) where a scenario sets none
 ETCD_HOSTS = 3        # drun etcd: the members run on 3 more namespace hosts

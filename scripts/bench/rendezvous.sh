@@ -9,7 +9,7 @@
 # (scripts/etcd/up.sh, data on tmpfs; skipped without etcd). Same run, same machine; one table.
 #
 # The 10000-agent row needs 10,000 descriptors in each process (the script raises the soft limit
-# to the hard one). rendezvous_model checks the cost model beyond (SCALE.md).
+# to the hard one). rendezvous_model checks the cost model beyond (docs/benchmarks/rendezvous.md).
 #
 #   scripts/bench/rendezvous.sh
 #   BUILD_DIR=build-rdzv DRUN_SIZES=8,64,1024 REAL_SIZES=8,64 TORCH_SIZES=8,64 TORCH_CAP=60 \

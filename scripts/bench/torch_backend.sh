@@ -7,7 +7,7 @@
 # prints markdown tables. Targets (issue 18): all_reduce busbw >= 3x gloo's from 64 KiB on one
 # node; small-message latency <= 1/10 of gloo's.
 #
-#   scripts/bench/torch_backend.sh | tee comm/bench/torch_results.md
+#   scripts/bench/torch_backend.sh | tee -a docs/benchmarks/torch_backend.md
 #   WORLDS="2 4" HOSTS=1 SIZES="8 64K 1M" OPS="all_reduce" scripts/bench/torch_backend.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."

@@ -61,7 +61,7 @@ class HierBackend final : public Backend {
       peers_ = makeGlooBackend(device, std::make_shared<rdzv::PrefixStore>("peers" + std::to_string(localRank_) + "/", store),
                                myHost_, static_cast<int>(members_.size()), timeout);
     if (localRank_ == 0) leaders_ = peers_.get();
-    // The back lane: messages to lower hosts (lane(), README "Lanes").
+    // The back lane: messages to lower hosts (lane(), docs/comm.md "Lanes").
     if (peers_)
       peersBack_ = makeGlooBackend(device, std::make_shared<rdzv::PrefixStore>("peersback" + std::to_string(localRank_) + "/", store),
                                    myHost_, static_cast<int>(members_.size()), timeout);
@@ -330,7 +330,7 @@ class HierBackend final : public Backend {
     char* received = scratch(1, hosts * block);  // [host]: that host's sum of my block
     Collective s = c;
     if (s.op == ReduceOp::Avg) s.op = ReduceOp::Sum;  // divided once, by the whole size, at the end
-    // The receives go out first, before the shm work (README "Lanes").
+    // The receives go out first, before the shm work (docs/comm.md "Lanes").
     PeerExchange exchange = receiveFromPeers(block, [&](size_t h) { return received + h * block; }, sub(s).timeout);
     auto post = [&] {
       sendToPeers(exchange, block, [&](size_t h) { return static_cast<const char*>(hostSums + h * block); }, sub(s).timeout);
@@ -530,7 +530,7 @@ class HierBackend final : public Backend {
   int myHost_ = 0, localRank_ = 0;
   std::unique_ptr<Backend> full_, local_, peers_, peersBack_;
   // The mesh a message from host `from` to host `to` travels on among the peers: each pair then
-  // carries data one way only (README "Lanes").
+  // carries data one way only (docs/comm.md "Lanes").
   Backend& lane(int from, int to) { return from < to ? *peers_ : *peersBack_; }
   Backend* leaders_ = nullptr;  // peers_ of local rank 0
   std::shared_ptr<HierP2P> p2p_;

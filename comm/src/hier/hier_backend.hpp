@@ -10,8 +10,8 @@
 //               leaders, shm broadcast on the other hosts; from 1 MiB on two hosts of equal
 //               size: the root sends pieces to its peer on the other host, which passes each
 //               round its host over shm while the next is on the wire
-//   (point to point among hosts travels on two meshes, one a direction: see "lanes" in the
-//   README)
+//   (point to point among hosts travels on two meshes, one a direction: see "Lanes" in
+//   docs/comm.md)
 //   all_gather  shm gather to the leader, Gloo all_gather among leaders (blocks padded to the
 //               largest host), shm broadcast of the result; from 4 MiB in all on hosts of
 //               equal size: each rank sends its block to and receives the blocks of the ranks

@@ -81,7 +81,7 @@ int main(int argc, char** argv) {
   std::string tokenFile;
   std::vector<std::string> jobTokens;
   std::string handshakeTimeout = "3s";
-  // Byte budgets (rendezvous/README.md, "Limits"): flag, option, default text.
+  // Byte budgets (docs/protocol.md, "Limits"): flag, option, default text.
   struct ByteFlag {
     const char* flag;
     size_t* option;

@@ -2,7 +2,7 @@
 // whose `known` is a large value (the server keeps a digest), large sets until the job's share and
 // the total are spent, many blocking calls with long key lists on many connections, a large will.
 // Each over-budget request is refused naming its option; the daemon's resident memory stays
-// under the bound rendezvous/README.md states for those budgets, and a fresh client is served.
+// under the bound docs/protocol.md states for those budgets, and a fresh client is served.
 #include <catch2/catch.hpp>
 
 #include <atomic>
@@ -20,7 +20,7 @@ using namespace drun::rdzv::test;
 namespace {
 
 constexpr size_t kMiB = 1u << 20;
-// The budgets the daemon runs with here, and the bound they give (README, "Limits"):
+// The budgets the daemon runs with here, and the bound they give (docs/protocol.md, "Limits"):
 // base + maxStoredBytes + 2 x maxInputBytes + maxOutputBytes + maxCallBytes + 3 x maxFrameBytes
 // + connections x 16 KiB.
 constexpr size_t kStored = 64 * kMiB, kPerJob = 32 * kMiB, kCalls = 32 * kMiB,

@@ -1,6 +1,6 @@
 /* drun's worker API (C): tell the drun agent that this worker makes progress (heartbeats) and
  * where it is (named sections), so that drun can detect a hung worker, name it, show its stack and
- * restart the job (README "Hangs").
+ * restart the job (docs/hangs.md).
  *
  * Outside drun (DRUN_WORKER_CHANNEL unset or unusable) every call is a no-op costing one load.
  * The first call maps the channel (drun/worker_channel.h); later calls make no system call.

@@ -1,5 +1,5 @@
-// drun's worker API (C++): heartbeats and named sections for drun's hang detection (README
-// "Hangs"); a thin wrapper over drun/worker.h. No-ops outside drun.
+// drun's worker API (C++): heartbeats and named sections for drun's hang detection
+// (docs/hangs.md); a thin wrapper over drun/worker.h. No-ops outside drun.
 //
 //   drun::worker::Section step("step");   // until the end of the scope
 //   drun::worker::heartbeat();

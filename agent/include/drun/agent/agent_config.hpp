@@ -40,9 +40,9 @@ struct AgentConfig {
   // (--signals-to-handle: torchrun's list; drun always catches these four besides). One that was
   // ignored when drun started stays ignored (nohup).
   std::vector<int> signalsToHandle = {SIGTERM, SIGINT, SIGHUP, SIGQUIT};
-  // Hang detection (--hang-timeout, --hang-idle): off unless given; README "Hangs".
+  // Hang detection (--hang-timeout, --hang-idle): off unless given; docs/hangs.md.
   HangOptions hangs;
-  // Events (README "Watching a job"): --events / DRUN_EVENTS ("" = none, "-" = stderr), and the
+  // Events (docs/observe.md): --events / DRUN_EVENTS ("" = none, "-" = stderr), and the
   // job's history in the store (DRUN_JOB_HISTORY; only with a shared store).
   std::string eventsPath;
   bool jobHistory = true;

@@ -54,7 +54,7 @@ rdzv::FailureRecord makeFailureRecord(const WorkerExit& rootCause, const std::st
                                       const std::filesystem::path& errorFile, int otherFailures,
                                       bool showPath = true);
 
-// A hang (README "Hangs"): the record says so in its detailSource, "hang (stack: <how>): <what>"
+// A hang (docs/hangs.md): the record says so in its detailSource, "hang (stack: <how>): <what>"
 // (what: the detector's verdict, e.g. no heartbeat for 5.2s (hang timeout 5s)); `stack` replaces
 // the detail when given (a native worker's eu-stack excerpt), else the detail stays the stderr
 // tail (a Python worker's faulthandler traceback). The summary then reads "hung: <what>".

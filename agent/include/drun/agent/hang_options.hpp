@@ -1,4 +1,4 @@
-// HangOptions: when the agent calls a worker hung (README "Hangs"), from --hang-timeout and
+// HangOptions: when the agent calls a worker hung (docs/hangs.md), from --hang-timeout and
 // --hang-idle. Plain aggregate with defaults; parseHangTimeout/parseHangIdle build it from the
 // command line's text and throw drun::InvalidArgument with what is wrong.
 #pragma once

@@ -18,7 +18,7 @@ struct AttemptContext {
   std::filesystem::path attemptDir;        // .../attempt_<n>: error files live in <local_rank>/
   std::vector<std::string> baseEnvironment;  // drun's environ, "KEY=VALUE"
   int cpuCount = 1;                        // for OMP_NUM_THREADS
-  // Hangs (README "Hangs"): each local rank's channel (DRUN_WORKER_CHANNEL), drun's Python
+  // Hangs (docs/hangs.md): each local rank's channel (DRUN_WORKER_CHANNEL), drun's Python
   // package directory (prepended to PYTHONPATH: `import drun.worker`), torch's FileTimer FIFO
   // (TORCHELASTIC_TIMER_FILE). Empty: not given.
   std::vector<std::filesystem::path> channels;

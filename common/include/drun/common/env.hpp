@@ -22,7 +22,7 @@ struct VarDoc {
   std::string_view doc;
 };
 
-// The registry of DRUN_* variables (the README lists the same table).
+// The registry of DRUN_* variables (docs/options.md lists the same table).
 std::span<const VarDoc> drunVariables();
 
 // Raw value of any variable, nullopt when unset. Works for non-DRUN variables too (PET_*, SLURM_*).

@@ -1,4 +1,4 @@
-// `drun status`: what the jobs on a rendezvous store are doing (README "Watching a job"), read
+// `drun status`: what the jobs on a rendezvous store are doing (docs/observe.md), read
 // from each job's history in the store (rdzv/<id>/events/, job_history.hpp).
 //
 //   drun status --rdzv-endpoint HOST[:PORT] [--rdzv-id ID] [--json] [--token-file PATH] [--timeout 5s]

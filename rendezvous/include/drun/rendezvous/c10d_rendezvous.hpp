@@ -1,5 +1,5 @@
 // The store-based (c10d-style) multi-node rendezvous: MIN:MAX nodes meet in rounds under
-// rdzv/<run_id>/ (key scheme and value formats: keys.hpp; design: rendezvous/README.md).
+// rdzv/<run_id>/ (key scheme and value formats: keys.hpp; design: docs/rendezvous.md).
 //
 // A round collects joiners and closes when MAX alive nodes joined, when (re-forming after a
 // failure or a loss) every surviving member of the previous round is back, or when MIN did and

@@ -117,7 +117,7 @@ std::string refill(std::string_view runId);  // "<round>\t<restarts>": store_ref
 std::string lastDead(std::string_view runId, uint64_t round);
 std::string sharedValue(std::string_view runId, std::string_view name);  // "rdzv/<id>/shared/<hex name>"
 
-// The job's history (agent/README "Watching a job"): `add(eventCount, 1) - 1` is an event's
+// The job's history (docs/observe.md): `add(eventCount, 1) - 1` is an event's
 // sequence number n; it is stored at eventSlot(n). Readers take the slots of the last
 // kEventSlots numbers and keep those whose "seq" matches (a slot may still hold an older event).
 inline constexpr uint64_t kEventSlots = 256;

@@ -4,10 +4,11 @@
 // The socket is bound without SO_REUSEADDR and never listens: a port is taken only when nothing
 // uses it (not even a connection in TIME_WAIT, which would make a later plain bind fail), and
 // while it is held no other socket gets it. Held, it would also refuse the worker's own server, so
-// the rendezvous releases it once the round is formed, just before the workers start (README,
-// "MASTER_PORT"). The port is drawn from outside the kernel's ephemeral range: in the window from
-// the release to the worker's bind, no connect() and no bind to port 0 anywhere on the host can be
-// handed it, only a program that names that very port (scripts/bench/master_port.py measures it).
+// the rendezvous releases it once the round is formed, just before the workers start
+// (docs/multinode.md, "MASTER_PORT: held or released"). The port is drawn from outside the
+// kernel's ephemeral range: in the window from the release to the worker's bind, no connect() and
+// no bind to port 0 anywhere on the host can be handed it, only a program that names that very
+// port (scripts/bench/master_port.py measures it).
 // Move-only.
 #pragma once
 

@@ -19,7 +19,7 @@
 //
 // Integers are little-endian, written byte by byte (never a memcpy of a struct); strings and
 // byte values are u32 length + bytes; lists are u32 count + items; enums have explicit values.
-// The body layouts of each op are in rendezvous/README.md (the wire table) and in protocol.cpp.
+// The body layouts of each op are in rendezvous/README.md (the wire table) and in protocol_requests.cpp.
 //
 // Decoding is incremental and distrustful: decode*() looks at whatever has arrived and answers
 // NeedMore (not a whole message yet), Ok (one message decoded; `consumed` bytes used) or Bad

@@ -13,9 +13,10 @@
 //   - a NetworkError (the connection lost) ends the batch at once: an operation whose answer did
 //     not come may or may not have run, as for a single call whose reply was lost;
 //   - against a lost connection, a batch is whole or nothing on MemoryStore (one step under its
-//     lock) and on the drun store server (one write, served in one pass; README "One round"
-//     says what is left); EtcdStore makes a will and the +-1 add right after it one transaction
-//     (a node counted in `present` with the will that counts it out). Elsewhere it is not.
+//     lock) and on the drun store server (one write, served in one pass; docs/rendezvous.md,
+//     "One round", says what is left); EtcdStore makes a will and the +-1 add right after it one
+//     transaction (a node counted in `present` with the will that counts it out). Elsewhere it is
+//     not.
 // So only operations that do not depend on each other's results belong in one batch.
 //
 // At most kMaxOps operations (InvalidArgument beyond), so that the answers of one batch never

@@ -50,7 +50,7 @@ std::string shownKey(const std::string& key);
 
 // How many bytes the store may hold (keys + values + kStoredEntryOverhead per key). A key
 // "<jobRoot><id>/..." belongs to the job scope "<jobRoot><id>/"; every other key to the scope "".
-// The option names are StoreServerOptions' (rendezvous/README.md, "Limits").
+// The option names are StoreServerOptions' (docs/protocol.md, "Limits").
 struct StoreBudget {
   size_t maxStoredBytes = size_t{1} << 30;         // in all
   size_t maxStoredBytesPerJob = size_t{256} << 20;  // per job scope

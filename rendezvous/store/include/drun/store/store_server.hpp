@@ -10,8 +10,8 @@
 //
 // Memory: every byte held for a client counts against a budget per connection and in all
 // (input, output, blocking calls' keys and wills, stored keys and values in all and per job);
-// over one, the client gets InvalidArgument naming the option, or is dropped (rendezvous/
-// README.md, "Limits", states the resulting bound on the process's memory). Admission: a
+// over one, the client gets InvalidArgument naming the option, or is dropped (docs/protocol.md,
+// "Limits", states the resulting bound on the process's memory). Admission: a
 // connection is pending until its hello (and proof) is complete, within handshakeTimeout; at
 // maxPendingConnections the oldest pending one is dropped for a new one; the connection caps
 // count admitted connections only.
@@ -56,7 +56,7 @@ struct StoreServerOptions {
   milliseconds orphanTtl{0};
   std::string orphanRoot = "rdzv/";
 
-  // Limits against hostile or broken peers (rendezvous/README.md, "Limits"). The server never
+  // Limits against hostile or broken peers (docs/protocol.md, "Limits"). The server never
   // allocates for a length a peer claims: its input buffer grows with the bytes that arrived.
   size_t maxConnections = 32768;          // admitted connections in all; beyond: HelloStatus::Busy
   size_t maxConnectionsPerPeer = 1024;    // admitted connections from one peer address
@@ -74,7 +74,7 @@ struct StoreServerOptions {
   milliseconds stalledFrameTimeout = 30s; // a frame must arrive whole within this of its start
   size_t maxWaitersPerConnection = 256;   // blocking calls pending on one connection
   size_t maxRequestsPerBatch = 64;        // requests served before the io thread serves others
-  // Access (rendezvous/README.md, "Access"). With a token, every connection proves it in the
+  // Access (docs/protocol.md, "Access"). With a token, every connection proves it in the
   // hello (challenge-response; the token never goes on the wire) before any key is touched.
   // jobTokens: a client naming run id R in its hello proves jobTokens[R] instead and may touch
   // only "<orphanRoot>R/..."; when jobTokens is set and `token` is not, a client of any other run
