@@ -15,6 +15,7 @@ quick_binaries=(common_tests store_tests rendezvous_tests agent_tests launcher_t
 quick_left_out=(
   '^etcd '                          # rendezvous_tests' etcd client and store: a 3-member cluster
   '^interleavings over etcd: '      # the same interleavings over a real etcd cluster
+  ' - EtcdFixture$'                 # the Store conformance cases over etcd (the MemoryStore ones stay)
   '^resolve: a resolver that never answers'  # a network namespace with a silent DNS server
   '^comm: (two hosts|every op|a peer SIGKILLed|a rank SIGKILLed|every rank SIGKILLed|example|an installed)'
   '^(multinode|fault matrix|fault matrix over etcd): '  # namespace hosts
