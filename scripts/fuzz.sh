@@ -13,7 +13,7 @@ seconds=${DRUN_FUZZ_SECONDS:-15}
 # clang++-16 first: Debian 12's clang 14 builds fuzz_server only without UBSan's function check.
 cxx=$(command -v clang++-16 || command -v clang++ || command -v clang++-14 || true)
 if [[ -z $cxx ]]; then
-  echo "SKIP: clang++ is not installed (scripts/setup.sh installs clang-16)"
+  echo "SKIP: clang++ is not installed (scripts/setup.sh --tests installs clang-16)"
   exit 77
 fi
 probe=$(mktemp -d)

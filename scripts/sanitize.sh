@@ -76,6 +76,9 @@ fi
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:exitcode=86}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:exitcode=86:second_deadlock_stack=1}
+# The test harness's hang bounds (tests/support/time_scale.hpp) twice as long: these builds run
+# 5-15x slower, and each bound missed there without a sanitizer report costs a rerun (below).
+export DRUN_TEST_TIME_SCALE=${DRUN_TEST_TIME_SCALE:-2}
 # This pass looks for what only a sanitizer sees. Every test here also runs in the main build,
 # where its timing bounds are judged; under a sanitizer (threads 5-15x slower, two tests at once)
 # a bound can be missed without any defect. So a failure with a sanitizer report fails the pass at

@@ -38,7 +38,7 @@ bool hasCommand(const std::string& name) {
 
 TEST_CASE("drun-rendezvous --http: /metrics parses as Prometheus text while a job restarts", "[observe]") {
   if (std::system("/usr/bin/python3 -c 'import prometheus_client' 2>/dev/null") != 0)
-    skipTest("python3-prometheus-client is not installed (scripts/setup.sh installs it)");
+    skipTest("python3-prometheus-client is not installed (scripts/setup.sh --tests installs it)");
   MarkerScope marker;
   TempDir dir;
   Daemon daemon;
@@ -88,7 +88,7 @@ print("metrics ok")
 
 TEST_CASE("drun-rendezvous --http: the page shows the round and the root cause in headless chromium", "[observe]") {
   std::string chromium = hasCommand("chromium") ? "chromium" : hasCommand("chromium-browser") ? "chromium-browser" : "";
-  if (chromium.empty()) skipTest("chromium is not installed (scripts/setup.sh installs it)");
+  if (chromium.empty()) skipTest("chromium is not installed (scripts/setup.sh --tests installs it)");
   MarkerScope marker;
   TempDir dir;
   Daemon daemon;

@@ -41,7 +41,7 @@ have_mpi=0
 if command -v mpicxx >/dev/null && mpicxx -O2 -std=c++20 -o "$tmp/mpi-comm-bench" comm/bench/mpi_bench.cpp 2>"$tmp/mpicxx.err"; then
   have_mpi=1
 else
-  echo "# OpenMPI column skipped: mpicxx failed (install libopenmpi-dev: scripts/setup.sh)" >&2
+  echo "# OpenMPI column skipped: mpicxx failed (install libopenmpi-dev: scripts/setup.sh --tests)" >&2
 fi
 have_torch=0
 "$PYTHON" -c 'import torch.distributed' 2>/dev/null && have_torch=1

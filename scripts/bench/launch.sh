@@ -7,7 +7,7 @@
 #      vs torchrun --max_restarts 1, monitor interval 5 and 0.1), using tests/helpers/failover_probe.
 # Targets: drun launch N=4 <= 20 ms, failover <= 50 ms.
 #
-#   scripts/bench/launch.sh                         # BUILD_DIR=build (scripts/setup.sh if missing)
+#   scripts/bench/launch.sh                         # BUILD_DIR=build (scripts/setup.sh --tests if missing)
 #   BUILD_DIR=build-e2e RUNS=15 TORCH_RUNS=3 FAILOVER_RUNS=7 TORCH_FAILOVER_RUNS=3 scripts/bench/launch.sh
 #
 # torchrun runs under /usr/bin/python3 through scripts/bench/torchrun_compat.py (1.13's CLI crashes
@@ -19,12 +19,12 @@ BUILD_DIR=${BUILD_DIR:-build}
 PYTHON=${PYTHON:-/usr/bin/python3}
 
 if [[ ! -x "$BUILD_DIR/bin/drun" && "$BUILD_DIR" == build ]]; then
-  bash scripts/setup.sh
+  bash scripts/setup.sh --tests
 fi
 cmake --build "$BUILD_DIR" --target drun failover_probe -j2 >/dev/null
 
 for tool in mpirun "$PYTHON"; do
-  command -v "$tool" >/dev/null || { echo "launch.sh: $tool not found (run scripts/setup.sh)" >&2; exit 1; }
+  command -v "$tool" >/dev/null || { echo "launch.sh: $tool not found (run scripts/setup.sh --tests)" >&2; exit 1; }
 done
 
 exec "$PYTHON" scripts/bench/launch_bench.py \

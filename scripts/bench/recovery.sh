@@ -87,7 +87,7 @@ die() { echo "recovery.sh: $*" >&2; exit 1; }
 [[ -x "$PYTHON" ]] || die "no $PYTHON"
 ETCD=${ETCD:-1}
 if [[ "$ETCD" != 0 ]] && ! command -v etcd >/dev/null && [[ ! -x /usr/bin/etcd ]]; then
-  echo "recovery.sh: etcd is not installed (scripts/setup.sh): no drun etcd column" >&2
+  echo "recovery.sh: etcd is not installed (scripts/setup.sh --tests): no drun etcd column" >&2
   ETCD=0
 fi
 if [[ "${TORCH:-1}" != 0 ]]; then

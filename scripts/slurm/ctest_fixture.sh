@@ -13,7 +13,7 @@ unavailable() {
   if [ "$(id -u)" -ne 0 ]; then why="needs root (network namespaces, slurmd)"
   else
     for b in slurmctld slurmd srun sbatch munged ip nsenter unshare; do
-      command -v "$b" >/dev/null 2>&1 || { why="'$b' is not installed (scripts/setup.sh installs slurmctld slurmd slurm-client munge)"; break; }
+      command -v "$b" >/dev/null 2>&1 || { why="'$b' is not installed (scripts/setup.sh --tests installs slurmctld slurmd slurm-client munge)"; break; }
     done
   fi
   if [ -z "$why" ]; then

@@ -74,7 +74,7 @@ wait_for() {
 PKGS=(slurmctld slurmd slurm-client munge)
 need_pkgs() { for b in slurmctld slurmd srun sbatch scontrol sinfo squeue scancel munged munge unmunge; do command -v "$b" >/dev/null 2>&1 || return 0; done; return 1; }
 if need_pkgs; then
-  [ "$APT" = 1 ] || die "SLURM binaries missing: install ${PKGS[*]} (scripts/setup.sh does) or set DRUN_SLURM_APT=1"
+  [ "$APT" = 1 ] || die "SLURM binaries missing: install ${PKGS[*]} (scripts/setup.sh --tests does) or set DRUN_SLURM_APT=1"
   say "installing ${PKGS[*]} (apt-get, no recommends)"
   mkdir -p "$DIR"
   export DEBIAN_FRONTEND=noninteractive

@@ -284,7 +284,7 @@ void Process::signal(int sig) const {
 bool Process::waitForOutput(
     const std::function<bool(const std::string&, const std::string&)>& pred,
     std::chrono::milliseconds timeout) {
-  auto deadline = Clock::now() + timeout;
+  auto deadline = Clock::now() + scaled(timeout);
   std::unique_lock lock(mutex_);
   while (true) {
     if (pred(out_, err_)) return true;
@@ -308,7 +308,8 @@ bool Process::waitForLines(const std::string& needle, size_t count,
 
 RunResult Process::wait(std::optional<std::chrono::milliseconds> timeout) {
   if (result_) return *result_;
-  auto deadline = timeout ? Clock::now() + *timeout : started_ + options_.timeout;
+  auto deadline =
+      timeout ? Clock::now() + scaled(*timeout) : started_ + scaled(options_.timeout);
   RunResult result;
   while (true) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
@@ -422,7 +423,7 @@ std::vector<pid_t> processesWithEnv(const std::string& needle) {
 
 std::vector<pid_t> waitNoProcessesWithEnv(const std::string& needle,
                                           std::chrono::milliseconds timeout) {
-  auto deadline = Clock::now() + timeout;
+  auto deadline = Clock::now() + scaled(timeout);
   while (true) {
     auto pids = processesWithEnv(needle);
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());

@@ -33,6 +33,8 @@
 #include <thread>
 #include <vector>
 
+#include "time_scale.hpp"
+
 namespace drun::test {
 
 inline bool contains(const std::string& haystack, const std::string& needle) {

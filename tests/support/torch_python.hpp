@@ -38,7 +38,8 @@ inline std::string drunPythonPath() {
 inline void skipWithoutPythonModule(const std::string& test, const std::string& module,
                                     const std::string& package) {
   if (::access(kTorchPython, X_OK) != 0)
-    skipTest(test + ": " + kTorchPython + " is missing (scripts/setup.sh installs " + package + ")");
+    skipTest(test + ": " + kTorchPython + " is missing (scripts/setup.sh --tests installs " +
+             package + ")");
   RunOptions o;
   o.argv = {kTorchPython, "-c",
             "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('" + module +
