@@ -126,7 +126,7 @@ TEST_CASE("a worker ignoring SIGTERM is SIGKILLed after --shutdown-timeout", "[e
 }
 
 // ============================================================================================
-// A console nobody reads; malformed error files
+// A console nobody reads
 // ============================================================================================
 
 namespace {

@@ -29,12 +29,12 @@ class HierBackend final : public Backend {
   static constexpr size_t kBroadcastPieceBytes = 4u << 20;
   static constexpr size_t kMaxBroadcastPieces = 8;
 
-
   HierBackend(std::shared_ptr<rdzv::Store> store, int rank, const std::vector<std::string>& hostOfRank,
               milliseconds timeout, const ShmOptions& shm, std::shared_ptr<GlooDevice> device);
   ~HierBackend() override;
 
   void run(const Collective& c) override;
+
   // A peer on this host over the segment, one on another host over the full mesh.
   std::shared_ptr<Request::State> isend(const void* buf, size_t bytes, int dst, int tag, milliseconds timeout) override {
     return p2p_->isend(buf, bytes, dst, tag, timeout);
