@@ -10,6 +10,7 @@
 #include <regex>
 #include <thread>
 
+#include "launcher_e2e.hpp"  // behave(), concat()
 #include "process.hpp"
 
 namespace fs = std::filesystem;
@@ -17,8 +18,6 @@ using namespace drun::test;
 using namespace std::chrono_literals;
 
 namespace {
-
-std::string behave() { return helperPath("behave").string(); }
 
 size_t count(const std::string& haystack, const std::string& needle) {
   size_t n = 0;
@@ -33,11 +32,6 @@ std::vector<std::string> trappingWorker(const std::string& signal, int cleanupMs
   return {"/bin/sh", "-c",
           "trap 'sleep " + seconds + "; echo cleaned $RANK; exit 0' " + signal +
               "; echo READY $RANK; while :; do sleep 0.05; done"};
-}
-
-std::vector<std::string> concat(std::vector<std::string> a, const std::vector<std::string>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
 }
 
 // The state letter of /proc/<pid>/stat ('T' stopped, 'S' sleeping, ...); '?' when gone.

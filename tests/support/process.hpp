@@ -177,6 +177,9 @@ class TempDir {
 // PIDs of live (non-zombie) processes whose environment contains `needle` (e.g. "E2E_MARKER=x").
 std::vector<pid_t> processesWithEnv(const std::string& needle);
 
+// A pidfd of `pid` (pidfd_open(2)), or -1 with errno set.
+int pidfdOpen(pid_t pid);
+
 // Waits until no live process carries `needle`; returns the ones still there at the deadline.
 std::vector<pid_t> waitNoProcessesWithEnv(const std::string& needle,
                                           std::chrono::milliseconds timeout);
