@@ -1,4 +1,4 @@
-// The elastic core's defects, one test each (issue 14): a job re-forms as ONE job whatever
+// The elastic core's defects, one test each: a job re-forms as ONE job whatever
 // arrives while it runs, a known node is never left without the store, a job that ended leaves
 // nothing behind its id, and lost nodes can be replaced. Agents are threads over one MemoryStore
 // (or loopback TcpStores when a test needs the embedded server); sequenced through the store and
