@@ -1,7 +1,8 @@
 // The Gloo backend: Gloo's TCP transport, one full-mesh context per communicator, connected
 // through drun's store (GlooStoreAdapter). Only Gloo's functional API (gloo::allreduce(opts) ...)
 // and unbound buffers are used on a context: mixing in the classic algorithm classes shrinks the
-// pairs' socket buffers and slowed a context 60x (docs in shared/reference).
+// pairs' socket buffers and slows a context by more than an order of magnitude (docs in
+// shared/reference).
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <sys/socket.h>
@@ -362,8 +363,8 @@ class GlooBackend final : public Backend {
 
   // Every rank sends block i to rank i (all_to_all), then reduces the blocks it received: the
   // same (n-1)/n of the data on the wire as a ring reduce-scatter, with one API family. The blocks
-  // land in a buffer kept between operations: a fresh zero-filled one per call page-faulted it
-  // whole every time (0.45x raw Gloo's busbw from 32 MiB, which reuses its output).
+  // land in a buffer kept between operations: a fresh zero-filled one per call would page-fault
+  // it whole every time (raw Gloo reuses its output; figures: docs/benchmarks/comm.md).
   template <class T>
   void reduceScatter(const Collective& c, uint32_t tag) {
     const size_t n = static_cast<size_t>(context_->size);
