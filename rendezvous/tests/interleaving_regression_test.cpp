@@ -166,8 +166,8 @@ TEST_CASE("v2 exit barrier: a slow spare ends with the job's code 0 and leaves n
 TEST_CASE("v2 exit barrier: a member that dies after its workers succeeded fails nobody",
           "[rendezvous][v2]") {
   // n2 and n0 finished (they wait in the barrier); n2 dies; n1 finishes: every node's workers
-  // succeeded. n0 must end succeeded without running its workers again (on 8601258 it re-forms
-  // on the MemberLost: it re-runs them with n1, or ends "job ended while waiting").
+  // succeeded. n0 must end succeeded without running its workers again (not re-form on the
+  // MemberLost, re-running them with n1, nor end "job ended while waiting").
   Cluster c("donedead");
   for (int i = 0; i < 3; ++i) c.add("n" + std::to_string(i), shortOptions(2, 3, "donedead"));
   for (int i = 0; i < 3; ++i) c.arrive("n" + std::to_string(i));

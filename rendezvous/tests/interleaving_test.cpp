@@ -158,7 +158,7 @@ void enumerate(const Scenario& s, Backend backend) {
   // The points run a few at a time (each on its own store and run id): most of a run is waiting.
   std::vector<RunResult> results(points.size());
   // Over etcd 2: every point is rounds of real etcd requests (three members, fsyncs), and four
-  // at a time under CI's load starved the rendezvous' own deadlines.
+  // at a time on a loaded 2-core machine starve the rendezvous' own deadlines.
   const size_t jobs = std::getenv("DRUN_INTERLEAVING_JOBS")
                           ? std::max(1, std::atoi(std::getenv("DRUN_INTERLEAVING_JOBS")))
                           : (backend == Backend::Memory ? 4 : 2);

@@ -179,7 +179,7 @@ class GlooBackend final : public Backend {
       // connectFullMesh returns on a rank once its own side of each pair is up: a rank whose
       // peers all connected quickly could finish, destroy its pairs and exit while a slower rank
       // still completes a handshake with it, and that rank's init then fails with "Connection
-      // closed by peer" (seen in CI with `hello`). No rank leaves init before every mesh is up.
+      // closed by peer". No rank leaves init before every mesh is up.
       gloo::BarrierOptions opts(context);
       limit(opts, nextTag_++, timeout);
       gloo::barrier(opts);
