@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# install_check.sh BUILD_DIR: what `cmake --install` and `cpack -G DEB` give a user (issue 19).
+# install_check.sh BUILD_DIR: what `cmake --install` and `cpack -G DEB` give a user.
 #  1. cmake --install BUILD --prefix P: P/bin/drun and P/bin/drun-rendezvous exist and run a job,
 #     the Python modules drun ships are under P/lib/drun/python.
 #  2. cpack -G DEB: the .deb names its library dependencies; `dpkg --root` installs it into a fresh

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds drun with sanitizers in a build directory of its own and runs tests there (issue 9):
+# Builds drun with sanitizers in a build directory of its own and runs tests there:
 #   scripts/sanitize.sh address [build dir]   AddressSanitizer + UndefinedBehaviorSanitizer
 #                                             (LeakSanitizer included): the suite, less what
 #                                             needs no second pass (below)
@@ -18,8 +18,8 @@
 # installs run the e2e tests' paths). Tests that bound memory skip those bounds here
 # (tests/support/process.hpp, kSanitizedBuild).
 # Left out of both passes: the interleavings over etcd (the same round logic as the interleavings
-# over MemoryStore, which do run, each point a real 3-member cluster's round trips: about 80 s
-# plain, several minutes sanitised; the etcd store and client tests run).
+# over MemoryStore, which do run, each point a real 3-member cluster's round trips: minutes
+# sanitised, docs/benchmarks/build.md; the etcd store and client tests run).
 # The agent spawns with fork() in these builds (agent/src/process_spawn.cpp says why).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,24 +32,23 @@ case $kind in
     # A binary not built here leaves a failing "<name>_NOT_BUILT" entry (Catch's discovery):
     # every binary is either in targets or excluded by name below.
     select=(-LE 'fuzz|gpu' -E '^(torch|torchrun compat|soak|interleavings over etcd|install): |^comm: every op|^slurm_|^etcd_e2e_tests')
-    # UBSan's vptr check (a member call or downcast on an object of the wrong dynamic type) made
-    # the address build a quarter slower (drun_rendezvous's first batch: 77 s with it, 57 s
-    # without); such a call on a freed object is ASan's use-after-free, which stays.
+    # UBSan's vptr check (a member call or downcast on an object of the wrong dynamic type) costs
+    # the address build much of its compile time (docs/benchmarks/build.md); such a call on a
+    # freed object is ASan's use-after-free, which stays.
     extra_flags=-fno-sanitize=vptr
     jobs=$((2 * $(nproc)))  # two tests a core, as scripts/test.sh runs the suite (it says why)
     ;;
   thread)
     sanitize=thread
     extra_flags=
-    # One test a core: ThreadSanitizer makes threads 5-15x slower, and at two a core the two CI runs
-    # of 2026-11-28 each had a timing bound missed (an etcd keepalive answer, a 200 ms tick), which
-    # the rerun below then passed.
+    # One test a core: ThreadSanitizer makes threads 5-15x slower, and at two a core timing bounds
+    # (an etcd keepalive answer, a 200 ms tick) get missed without any defect.
     jobs=$(nproc)
     targets=(store_tests etcd_tests rendezvous_tests agent_tests comm_tests)
     # comm: the in-process tests (ranks as threads: every op, requests, groups, timeouts) and the
     # absent-rank timeout; not the multi-process matrices, kills and examples (processes of
     # their own, minutes of unoptimised reductions), nor the copy helpers' byte-by-byte check
-    # (one thread: nothing for TSan to see, and 41 s of instrumented loads, the pass's last test).
+    # (one thread: nothing for TSan to see, and long under TSan's instrumented loads).
     select=(-L '^(store_tests|etcd_tests|rendezvous_tests|agent_tests|comm_tests)$'
             -E '^comm: (every op|a peer SIGKILLed|every rank SIGKILLed|two hosts|example|an installed|shm copyBytes)|^interleavings over etcd: ')
     ;;
@@ -59,13 +58,13 @@ dir=${2:-build-$kind}
 
 # -O0 and line tables only: a sanitized tree is built once and run once, and its tests wait on
 # processes and sockets far more than they compute, so compile time matters more than speed
-# (-O0 compiles a test file in about half the time of -O1 under ASan, and faster than the main
-# build's -O2 -g).
+# (-O0 compiles a test file faster than -O1 under ASan and than the main build's -O2 -g:
+# docs/benchmarks/build.md).
 cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=None -DCMAKE_CXX_FLAGS="-O0 -g1 $extra_flags" \
   -DDRUN_SANITIZE="$sanitize" >/dev/null
 # Quiet build and test runs, their logs kept in $dir: what this prints is only the verdict and,
 # on failure, the failing tests' names and their reports first (CI shows the head of a failing
-# test's output; a build log in front hid the report of a failed run).
+# test's output; a build log in front would hide the report).
 build_log="$dir/sanitize-build.log"
 if ! nice cmake --build "$dir" --target "${targets[@]}" --parallel "$(nproc)" >"$build_log" 2>&1; then
   tail -n 60 "$build_log"

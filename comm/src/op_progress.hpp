@@ -17,8 +17,9 @@
 // ("all_reduce #42 of world", a heartbeat at its start and end) when it is the first one after a
 // poll, or by the watchdog when it finds one in progress that is not marked; so a rank in a loop
 // of collectives beats at least once a poll, and a rank stuck in one is marked as its waiter
-// within about a poll (drun's hang timeouts are seconds). Marking every collective cost two
-// clock reads, two locks and two 64-byte copies: ~40% of an 8-byte broadcast under drun.
+// within about a poll (drun's hang timeouts are seconds). Marking every collective would cost
+// two clock reads, two locks and two 64-byte copies each, a large part of an 8-byte broadcast
+// (docs/benchmarks/comm.md).
 // Without a watchdog (it could not start) every collective is marked.
 // Threading: entered()/left() from the collective's thread (atomic stores, no clock read, no
 // store call; a lock only to mark or unmark the channel: the watchdog times a collective from

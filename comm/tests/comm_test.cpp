@@ -19,7 +19,7 @@
 
 using namespace drun::test;
 
-// Sanitized builds (-O0 + ASan) run the two-host matrix about 10x slower: its quick form there.
+// Sanitized builds (-O0 + ASan) run the two-host matrix many times slower: its quick form there.
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 constexpr bool kSanitized = true;
 #else

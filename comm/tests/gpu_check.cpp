@@ -75,8 +75,8 @@ int main() {
     check(refused, "bitwise ops are refused by the nccl backend with InvalidArgument");
 
     // Requests polled from two threads while the main thread enqueues more and then destroys the
-    // communicator (the handle is used under one lock; the review's use-after-free was an abort
-    // freeing it under pollers): every request ends done or with drun's error, nothing crashes.
+    // communicator (the handle is used under one lock, so destroying it cannot free it under the
+    // pollers): every request ends done or with drun's error, nothing crashes.
     {
       std::vector<Request> requests;
       for (int i = 0; i < 64; ++i) requests.push_back(world->allReduceAsync(dev, n, DType::Float32, ReduceOp::Sum));

@@ -376,8 +376,8 @@ class C10dRendezvous final : public Rendezvous {
     }
     lastRound_.reset();  // the old round counted this node gone: it comes back as a newcomer
     // A newcomer under a new id: the old connection's will marked the old id dead in the round
-    // it was joining, and a closer strikes every registration of a dead id (joining that round
-    // again under it, a node was struck too: a MIN=MAX round could not form until the join
+    // it was joining, and a closer strikes every registration of a dead id (a node joining that
+    // round again under it would be struck too: a MIN=MAX round could not form until the join
     // timeout). A will that runs late (a connection gone silent, a lease the other etcd sessions
     // see end later) then ends the old registration only, never the node that came back.
     node_.self.id = newNodeId();

@@ -28,9 +28,10 @@ class ExitBarrier {
   void enter(LivenessStore& store, const Deadline& deadline);
   // The count itself, +1 in `present`, goes into the batch that sets this node's will (RoundJoin),
   // right after the will, whose -1 balances it: a batch reaches the store whole or not at all, so
-  // a node is never counted in without a will to count it out (a cut between the two, when they
-  // were two round trips, counted it in twice: issue 21). entered() takes the count's outcome
-  // once the batch ran. Returns the count's index; nullopt (nothing added) when already counted.
+  // a node is never counted in without a will to count it out (as two round trips, a cut between
+  // them would leave it counted in with no will, and it would count itself in again on return).
+  // entered() takes the count's outcome once the batch ran. Returns the count's index; nullopt
+  // (nothing added) when already counted.
   std::optional<size_t> countIn(StoreBatch& batch) const;
   void entered(const StoreBatch& batch, size_t countOp) { present_ = present_ || batch.ok(countOp); }
   // This node's connection closed: its will counted it out. It comes back as a node of the job:

@@ -103,8 +103,8 @@ std::optional<Seat> RoundJoin::run(Deadline& deadline, const Announcement& annou
   // `present` at its first join (the will's -1 balances it: one batch reaches the store whole or
   // not at all, so neither is there without the other; ExitBarrier::countIn), the join, the
   // count. Told only once this node is in `joined`: the running nodes re-form when told, and a
-  // round they closed before this node's descriptor was there would leave it out (it then
-  // waited in the next round as if the job were full).
+  // round they closed before this node's descriptor was there would leave it out (it would then
+  // wait in the next round as if the job were full).
   StoreBatch batch;
   const size_t will = batch.setWill(keys::joinWill(id, round_, node_.self.id,
                                                    node_.self.displayName(), node_.self.rejoining));
@@ -317,7 +317,7 @@ std::optional<Seat> RoundJoin::seat(const keys::RoundState& state) {
   // One round trip: this node's assignment, and whether the next round closed already. A node
   // that read this round's decision that late (its members re-formed without it) must not start
   // this round's workers: two rounds would run at once. It waits in the next one, as a node the
-  // round closed without (found by the interleavings over etcd: a slow reader's round).
+  // round closed without (the interleavings over etcd cover it: a slow reader's round).
   StoreBatch reads;
   const size_t assignRead = reads.tryGet(keys::assign(id, round_, node_.self.id));
   const size_t laterRead = reads.tryGet(keys::status(id, round_ + 1));

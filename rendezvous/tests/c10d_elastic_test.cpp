@@ -1,4 +1,4 @@
-// The elastic core's defects, one test each (issue 14): a job re-forms as ONE job whatever
+// The elastic core's defects, one test each: a job re-forms as ONE job whatever
 // arrives while it runs, a known node is never left without the store, a job that ended leaves
 // nothing behind its id, and lost nodes can be replaced. Agents are threads over one MemoryStore
 // (or loopback TcpStores when a test needs the embedded server); sequenced through the store and
@@ -35,7 +35,7 @@ TEST_CASE("elastic: a newcomer to a running 1:2 job waits for it to re-form, it 
   auto b = cluster.agent(withNode(o, "hostB"));
   auto fb = startNext(*b);
   CHECK_THAT(told.get(), Catch::Contains("hostB is waiting to join"));
-  // hostB alone is MIN: before the fix its own last call formed a second job (rank 0 of 1).
+  // hostB alone is MIN: its own last call must not form a second job (rank 0 of 1).
   stillWaiting(fb, 10 * o.lastCallTimeout);
   fa = startNext(*a);  // hostA's workers stopped: it re-forms, taking hostB in
   std::vector<RoundResult> second = {getWithin(fa), getWithin(fb)};
@@ -73,7 +73,7 @@ TEST_CASE("elastic: the same --nnodes 1 command started twice with one id: the s
   auto b = cluster.agent(withNode(options(1, 1), "hostA"));
   auto fb = startNext(*b);
   awaitArrivals(cluster.store(), "job", 1, 1);
-  stillWaiting(fb, 500ms);  // before the fix: rank 0 of 1 beside hostA after 2 ms
+  stillWaiting(fb, 500ms);  // not a second job (rank 0 of 1) beside hostA
   CHECK(a->finish());
   REQUIRE(fb.wait_for(kHang) == std::future_status::ready);
   try {

@@ -80,7 +80,7 @@ TEST_CASE("etcd client: put, range, txn, deleterange on a real cluster", "[etcd]
 // Two clusters on the same ports (tests run side by side, two checkouts' suites at once): the
 // second's members cannot bind and exit, and the first's answer the second's health checks. up.sh
 // must fail (EtcdCluster then tries other ports), not hand its test the other cluster, whose
-// owner stops it under that test (seen in CI: NetworkError in an interleaving run).
+// owner would stop it under that test (a NetworkError in the middle of an interleaving run).
 TEST_CASE("etcd up.sh: a cluster on the ports of a running one fails instead of reporting the other's members", "[etcd]") {
   ::drun::test::EtcdCluster first;
   const std::string& endpoint = first.endpoints()[0];

@@ -1,6 +1,6 @@
 // Where the interleaving tests' simulated nodes keep their store: one MemoryStore::Shared (the
 // default: exact, every will runs inside the injection), or a real 3-member etcd cluster through
-// EtcdStore (issue 21: the same scenarios and invariants over the etcd binding). A backend hands
+// EtcdStore (the same scenarios and invariants over the etcd binding). A backend hands
 // each node a connector, whose connections are HookStores, so the hook sees the same operations
 // on either.
 //
@@ -82,9 +82,9 @@ class EtcdBackend final : public StoreBackend {
     store.prefix = prefix_;
     store.scope = options.runId;
     // A node killed or cut off has its lease ended at once (onCut), so the TTL only has to
-    // outlast a starved keep-alive: 1 s leases (the short options' heartbeat) were lost under a
-    // machine loaded 30x (CI runs two tests beside each other), and the node re-joined as a
-    // newcomer in the middle of the enumerated call.
+    // outlast a starved keep-alive: a 1 s lease (the short options' heartbeat) can end on a
+    // heavily loaded machine (CI runs two tests beside each other), and the node would re-join
+    // as a newcomer in the middle of the enumerated call.
     store.leaseTtl = std::max<milliseconds>(options.heartbeatTimeout, kEtcdLeaseTtl);
     store.connectTimeout = options.joinTimeout;
     auto sessions = std::make_shared<NodeSessions>(store);

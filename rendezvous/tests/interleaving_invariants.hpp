@@ -115,8 +115,8 @@ inline std::vector<std::string> Cluster::violations() {
         out.push_back("two restart counts in one round: " + describe(a, t0) + " AND " +
                       describe(b, t0));
   // (g) Consecutive rounds never share a MASTER_ADDR:PORT: a rank of the old round, fenced off
-  // or not yet stopped, must not reach the new round's rank-0 store (chaos seed 2080763: a spare
-  // cut off while a round closed with it as rank 0 joined the next with the same port). Only
+  // or not yet stopped, must not reach the new round's rank-0 store (a spare cut off while a
+  // round closed with it as rank 0 must not join the next with the same port). Only
   // consecutive rounds: drun draws each port at random, and two rounds further apart may meet
   // one by chance.
   for (const Interval& a : intervals)

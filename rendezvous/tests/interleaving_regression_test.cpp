@@ -1,6 +1,6 @@
-// One regression test per defect of issue 14 ("Elastic core v2") that is expressible over
-// MemoryStore, most on the agent model of interleaving_harness.hpp. Tagged [v2]: they failed on
-// the rendezvous of 8601258 (docs/interleavings.md lists which and why).
+// One regression test per known defect of the elastic core that is expressible over
+// MemoryStore, most on the agent model of interleaving_harness.hpp. Tagged [v2]
+// (docs/interleavings.md lists which defect each one covers).
 // Not expressible here (no node hosts a store server over MemoryStore, and no agent runs): the
 // store host's exit barrier and leave() being skipped by the agent; the MASTER_PORT draw.
 #include <atomic>
@@ -103,8 +103,8 @@ TEST_CASE("v2 split brain: the same --nnodes 1 job started twice: the second wai
 TEST_CASE("v2 tryClose window: a member whose will fires inside the closer's snapshot is out of "
           "the round, or reported lost", "[rendezvous][v2]") {
   // n2 closes the round (3rd of 2:3): n1 dies while n2 takes its snapshot of the joiners (before
-  // its read of `joined`, after its first read of `left`). On 8601258 the round ran with n1 in
-  // it and nobody was told: the survivors' workers waited for n1's ranks until their collective
+  // its read of `joined`, after its first read of `left`). A round that ran with n1 in it and
+  // told nobody would leave the survivors' workers waiting for n1's ranks until their collective
   // timeout.
   Cluster c("window");
   c.hook = [&c](const StoreOp& op) {
@@ -166,8 +166,8 @@ TEST_CASE("v2 exit barrier: a slow spare ends with the job's code 0 and leaves n
 TEST_CASE("v2 exit barrier: a member that dies after its workers succeeded fails nobody",
           "[rendezvous][v2]") {
   // n2 and n0 finished (they wait in the barrier); n2 dies; n1 finishes: every node's workers
-  // succeeded. n0 must end succeeded without running its workers again (on 8601258 it re-forms
-  // on the MemberLost: it re-runs them with n1, or ends "job ended while waiting").
+  // succeeded. n0 must end succeeded without running its workers again (not re-form on the
+  // MemberLost, re-running them with n1, nor end "job ended while waiting").
   Cluster c("donedead");
   for (int i = 0; i < 3; ++i) c.add("n" + std::to_string(i), shortOptions(2, 3, "donedead"));
   for (int i = 0; i < 3; ++i) c.arrive("n" + std::to_string(i));
@@ -194,12 +194,10 @@ TEST_CASE("v2 exit barrier: a member that dies after its workers succeeded fails
 TEST_CASE("exit barrier: a member waiting in it when the job's keys are removed learns the "
           "outcome from the tombstone",
           "[rendezvous][v2]") {
-  // Seen once in a TSan run under heavy load ("a spare dies at each point of the survivors'
-  // re-forming join", point 28): n0 was told the job succeeded and left; n1, in the exit barrier
-  // of the same round, waited 18 s. Not reproduced; the shape it leaves is this one: the job's
-  // outcome recorded and the round's keys removed (what the last node out does) while a member
-  // still waits. Its watcher's watch on the deleted `changes` key then blocked for ever (absent
-  // is what it knew). The tombstone (`outcome`) is the job's last word: the member must read it.
+  // The shape: n0 is told the job succeeded and leaves while n1 still waits in the exit barrier
+  // of the same round; the job's outcome is recorded and the round's keys removed (what the last
+  // node out does). A watch on the deleted `changes` key would block for ever (absent is what
+  // the watcher knew). The tombstone (`outcome`) is the job's last word: the member must read it.
   Cluster c("tombstone");
   for (int i = 0; i < 2; ++i) c.add("n" + std::to_string(i), shortOptions(2, 2, "tombstone"));
   c.arrive("n0");
@@ -223,10 +221,10 @@ TEST_CASE("exit barrier: a member waiting in it when the job's keys are removed 
 TEST_CASE("exit barrier: a member that finishes a round formed after the job succeeded learns "
           "the outcome",
           "[rendezvous][v2]") {
-  // Found by "interleavings over etcd: ... n0's link is cut while the closer joins" (point 2):
-  // n0 was cut off, finished round 0 and was told of its own loss; n1 made round 0 succeed
-  // while n0 and n2 re-formed round 1, then n2 learned the job had ended (JobEnded) and left
-  // without finishing round 1. n0 finished round 1 and waited in its barrier for n2 for ever:
+  // The shape ("interleavings over etcd: ... n0's link is cut while the closer joins", point 2):
+  // n0 is cut off, finishes round 0 and is told of its own loss; n1 makes round 0 succeed while
+  // n0 and n2 re-form round 1, then n2 learns the job has ended (JobEnded) and leaves without
+  // finishing round 1. n0 finishes round 1 and would wait in its barrier for n2 for ever:
   // nothing in round 1 changes again. The outcome is the job's last word: a member reads it.
   Cluster c("late");
   for (int i = 0; i < 2; ++i) c.add("n" + std::to_string(i), shortOptions(2, 2, "late"));
@@ -358,10 +356,11 @@ TEST_CASE("v2 leave() ends this node's part whatever its store throws", "[rendez
 
 TEST_CASE("presence: a node cut off right before it sets its first will is counted in once, and the "
           "same id starts again at once", "[rendezvous][v2][presence]") {
-  // Issue 21's leak: n0 counted itself in `present` (one round trip), and its link was cut before
-  // its will was set (the next): no will counted it out, and it counted itself in again when it
-  // reconnected. `present` ended at 1 with every node gone, the job's keys stayed, and the same
-  // command again waited close_timeout for that phantom node and failed "still attached".
+  // The leak this guards against: were the count in `present` and the will two round trips, a
+  // cut between them would leave n0 counted in with no will to count it out, and it would count
+  // itself in again on reconnecting. `present` would end at 1 with every node gone, the job's
+  // keys would stay, and the same command again would wait close_timeout for that phantom node
+  // and fail "still attached".
   std::atomic<bool> cut{false};
   Cluster c("presence");
   c.hook = [&](const StoreOp& op) {
@@ -398,11 +397,11 @@ TEST_CASE("presence: a node cut off right before it sets its first will is count
 }
 
 // A member whose workers succeeded (in the exit barrier) and a member that stops its workers to
-// take a waiting node in (scale-up) are two ends of one round: only one may happen. Found by
-// "interleavings over etcd: a member dies at each point of a newcomer's join" under CI's load:
-// n1 finished round 0 inside n0's last call; n0 then re-formed round 1 with the newcomers, which
-// waited for n1 (a survivor of round 0), while n1 waited in the barrier for n0 to finish round 0.
-// n0 failed at the join timeout and n1 was stuck. The first of the two in the store wins.
+// take a waiting node in (scale-up) are two ends of one round: only one may happen. Were both
+// to happen (n1 finishes round 0 inside n0's last call; n0 re-forms round 1 with the newcomers,
+// which wait for n1, a survivor of round 0, while n1 waits in the barrier for n0 to finish round
+// 0), n0 would fail at the join timeout and n1 would be stuck. The first of the two in the store
+// wins.
 namespace {
 
 // n0 and n1 run --nnodes 2:3 (n2 is added, not started). `n0LastCall`, `n1LastCall`: each

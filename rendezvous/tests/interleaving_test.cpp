@@ -1,4 +1,4 @@
-// Deterministic interleavings of the c10d rendezvous (issue 14, "Proof, not hope"): each scenario
+// Deterministic interleavings of the c10d rendezvous: each scenario
 // runs once with a counting hook to learn the store operations of the calls under test, then once
 // per operation with an injection right before it (a member's will fires, a newcomer arrives),
 // each run on a fresh MemoryStore::Shared and run id. The journal of every run is checked against
@@ -7,10 +7,9 @@
 // count. The store host's exit barrier (invariant (d)) is not expressible over MemoryStore (no
 // node hosts a server there): the agent-level and chaos tests cover it.
 // Every scenario runs twice: over MemoryStore, and over a real etcd cluster through EtcdStore
-// ("interleavings over etcd: ...", interleaving_backend.hpp): issue 21's "the interleaving tests
-// run on both" backends.
+// ("interleavings over etcd: ...", interleaving_backend.hpp).
 //
-// Tagged [v2] where points failed on 8601258 (see docs/interleavings.md).
+// Tagged [v2] where a point covers a known defect of the elastic core (see docs/interleavings.md).
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -123,11 +122,11 @@ RunResult runOnce(const Scenario& s, Backend backend, const std::string& runId, 
   r.violations = cluster.violations();
   if (backend == Backend::Memory) {
     // Every node has left or died: `present` ends at 0 (or is gone with the job's keys). Below:
-    // a node counted out twice (its will and its leave, or two wills) made the last node out
-    // remove the job's keys while another still waited (the exit barrier's "n1 stuck" seen once
-    // under TSan). Above: a node counted in twice, or never out (issue 21's leak: cut off between
-    // counting itself in and setting its will); the keys outlive the job and a new start with
-    // the same id waits close_timeout for a phantom node.
+    // a node counted out twice (its will and its leave, or two wills) makes the last node out
+    // remove the job's keys while another still waits (the exit barrier's "n1 stuck"). Above: a
+    // node counted in twice, or never out (cut off between counting itself in and setting its
+    // will); the keys outlive the job and a new start with the same id waits close_timeout for a
+    // phantom node.
     cluster.stopAll();
     const auto present = cluster.observer.tryGet(keys::present(runId));
     const int64_t left = keys::parseCounter(present).value_or(0);
@@ -159,7 +158,7 @@ void enumerate(const Scenario& s, Backend backend) {
   // The points run a few at a time (each on its own store and run id): most of a run is waiting.
   std::vector<RunResult> results(points.size());
   // Over etcd 2: every point is rounds of real etcd requests (three members, fsyncs), and four
-  // at a time under CI's load starved the rendezvous' own deadlines.
+  // at a time on a loaded 2-core machine starve the rendezvous' own deadlines.
   const size_t jobs = std::getenv("DRUN_INTERLEAVING_JOBS")
                           ? std::max(1, std::atoi(std::getenv("DRUN_INTERLEAVING_JOBS")))
                           : (backend == Backend::Memory ? 4 : 2);
@@ -402,9 +401,9 @@ ON_BOTH_STORES("a member's link is cut at each point of a join (the closer's, it
   ownLeave.inject = cutting("n0");
   enumerate(ownLeave, backend);
 
-  // A defect found by the chaos driver (CI, seed 2080763): a node cut off after a round closed
-  // with it as rank 0, before it read the decision, connected again and joined the next round
-  // with the same MASTER_PORT, so the survivors ran two consecutive rounds on one port.
+  // A node cut off after a round closed with it as rank 0, before it read the decision, connects
+  // again and joins the next round: it must not bring the same MASTER_PORT, or the survivors run
+  // two consecutive rounds on one port.
   Scenario own = join;
   own.name = "2:3, 3 nodes, n0's link is cut while it joins";
   own.targets = {{"n0", "join"}};
@@ -414,16 +413,16 @@ ON_BOTH_STORES("a member's link is cut at each point of a join (the closer's, it
 ON_BOTH_STORES("a member's link is cut while it joins a round of MIN=MAX nodes: the round forms with it",
                linkCutDuringJoinAtMinMax) {
   // Once its will has run, a node that joins the same round again on a new connection is a new
-  // node: its old registration is dead, not the node. (Before, it joined again under the id its
-  // will had marked dead, and the closer struck both registrations: a 2:2 round could not form
+  // node: its old registration is dead, not the node. (Were it to join again under the id its
+  // will had marked dead, the closer would strike both registrations: a 2:2 round could not form
   // until the join timeout.)
   enumerate(cutWhileJoining("2:2, 2 nodes, n0's link is cut while it joins", 2, 2, "n0"), backend);
 }
 
 ON_BOTH_STORES("a member dies at each point of its own re-forming join", memberDiesDuringOwnRejoin) {
-  // A defect found by the race above (CI, 2026-11-24): a member that died after setting its
-  // round-r will but before counting itself in `rejoined` was neither back nor gone from round
-  // r-1, so the other survivors waited for it until the join timeout and the job failed.
+  // A member that dies after setting its round-r will but before counting itself in `rejoined`
+  // must count as gone from round r-1; otherwise the other survivors wait for it until the join
+  // timeout and the job fails.
   Scenario s;
   s.name = "2:3, 3 nodes, n0 reports a failure; n1 dies while it joins again";
   s.setup = nodes(3, 2, 3);

@@ -1,5 +1,5 @@
 // Everything read back from the store is validated before use: another client of the store may
-// have written it (issue 9). MASTER_ADDR is a host name or an address; texts that get printed
+// have written it. MASTER_ADDR is a host name or an address; texts that get printed
 // are bounded and printable; numbers are in range.
 #include <catch2/catch.hpp>
 

@@ -14,10 +14,10 @@
 using namespace drun::rdzv;
 using namespace std::chrono_literals;
 
-// The interleavings over etcd (CI, 2026-11-28): n0 waited in the exit barrier of round 0 while
-// its partner re-formed with two newcomers, died, and the newcomers' round 1 succeeded. Round 0's
-// changes key never changed again, and the watcher read the job's outcome only after a change,
-// never when a watch slice ended quietly: n0 waited until the harness called it stuck.
+// The shape (from the interleavings over etcd): n0 waits in the exit barrier of round 0 while its
+// partner re-forms with two newcomers, dies, and the newcomers' round 1 succeeds. Round 0's
+// changes key never changes again, so the watcher must read the job's outcome also when a watch
+// slice ends quietly, not only after a change, or n0 waits for ever.
 TEST_CASE("membership watcher: a round that never changes again still reports the job's outcome", "[rendezvous]") {
   auto shared = MemoryStore::makeShared();
   MemoryStore writer(shared);

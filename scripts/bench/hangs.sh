@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Hang benchmark (issue 17): drun's hang detection beside torchrun 1.13 with its FileTimer on and
+# Hang benchmark: drun's hang detection beside torchrun 1.13 with its FileTimer on and
 # off; see scripts/bench/hangs_bench.py for what is measured. Needs the built drun (DRUN_BIN_DIR,
 # default build/bin, with build/lib/drun/python beside it) and /usr/bin/python3 with torch.
 #   scripts/bench/hangs.sh                       TRIALS=3 TORCH_TRIALS=2 WAIT_OFF=30 (about 6 min)

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Hang benchmark (issue 17): a small training loop, rank 1 hangs at step N of the first attempt;
+"""Hang benchmark: a small training loop, rank 1 hangs at step N of the first attempt;
 from the hang to (a) the hung worker's end (detected, stack taken, ended) and (b) the first worker
 of the restarted round. drun (--hang-timeout 5, auto, torch's FileTimer served by drun) beside
 torchrun 1.13 with its FileTimer on (expires(after=5) around each step) and off. One table.

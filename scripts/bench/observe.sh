@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What watching a job costs (issue 20, docs/observe.md): the same work with the job's
+# What watching a job costs (docs/observe.md): the same work with the job's
 # events and drun-rendezvous --http on and off, interleaved in one run on this machine:
 #   1. launch of 16 x hostname, single node: off = no --events; on = --events FILE;
 #   2. launch of 16 x hostname through a drun-rendezvous daemon (--nnodes 1 --rdzv-endpoint):

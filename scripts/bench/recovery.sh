@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Recovery benchmark (issue 6, elastic core): drun beside torchrun 1.13 (c10d, its default
+# Recovery benchmark of the elastic core: drun beside torchrun 1.13 (c10d, its default
 # --monitor_interval 5 and --monitor_interval 0.1), same run, same namespace hosts. Prints one table.
 #
 #   sudo scripts/bench/recovery.sh                          # all scenarios, 5 trials each

@@ -34,7 +34,7 @@ results=$bench_tmp/results
 
 timeout 300 "$BUILD_DIR/bin/rendezvous_bench" --port "$port" --sizes "$DRUN_SIZES" --server-pid "$daemon_pid" \
   | grep '^RESULT' >>"$results"
-# The same generator with the calls one by one (next() before StoreBatch: 9 round trips, not 5),
+# The same generator with the calls one by one (no StoreBatch: 9 round trips, not 5),
 # against the same daemon: the "9 trips" columns.
 if [[ -n "$SEQUENTIAL_SIZES" ]]; then
   timeout 300 "$BUILD_DIR/bin/rendezvous_bench" --port "$port" --sizes "$SEQUENTIAL_SIZES" \

@@ -4,7 +4,7 @@
 # step of a small MLP and a small CNN, on one node with 2 and 4 ranks and on two network-namespace
 # hosts x 2 ranks (scripts/netns.sh). Each job runs both backends in the same processes
 # (scripts/bench/torch_backend_bench.py: a drun world and a gloo group over the same ranks) and
-# prints markdown tables. Targets (issue 18): all_reduce busbw >= 3x gloo's from 64 KiB on one
+# prints markdown tables. Targets: all_reduce busbw >= 3x gloo's from 64 KiB on one
 # node; small-message latency <= 1/10 of gloo's.
 #
 #   scripts/bench/torch_backend.sh | tee -a docs/benchmarks/torch_backend.md

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# drun vs torchrun for PyTorch programs (issue 8): drun beside torchrun 1.13 for the same PyTorch
+# drun vs torchrun for PyTorch programs: drun beside torchrun 1.13 for the same PyTorch
 # all_reduce program (scripts/bench/vs_torchrun_allreduce.py: init_process_group("gloo") through
 # env://, all_reduce, exit), from one run, on one node (4 ranks) and on two network-namespace
 # hosts (2 ranks each). Prints one table, scenario x {drun, torchrun, ratio}, median of REPS:

@@ -1,6 +1,6 @@
 // Assertions for threads other than the test's own. Catch2 v2 is not thread-safe: an assertion
 // that fails (or an INFO) on one thread while another asserts races on Catch's result state and
-// its reporter's stream, and has corrupted the heap (a comm test, 13 runs of 30). Threads that
+// its reporter's stream, and can corrupt the heap. Threads that
 // assert inside a ThreadChecks::Scope record failures there instead; the test's thread reports
 // them (report(), once the threads are joined) as Catch failures naming the thread.
 //

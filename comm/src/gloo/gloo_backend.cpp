@@ -1,7 +1,8 @@
 // The Gloo backend: Gloo's TCP transport, one full-mesh context per communicator, connected
 // through drun's store (GlooStoreAdapter). Only Gloo's functional API (gloo::allreduce(opts) ...)
 // and unbound buffers are used on a context: mixing in the classic algorithm classes shrinks the
-// pairs' socket buffers and slowed a context 60x (docs in shared/reference).
+// pairs' socket buffers and slows a context by more than an order of magnitude (docs in
+// shared/reference).
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <sys/socket.h>
@@ -178,7 +179,7 @@ class GlooBackend final : public Backend {
       // connectFullMesh returns on a rank once its own side of each pair is up: a rank whose
       // peers all connected quickly could finish, destroy its pairs and exit while a slower rank
       // still completes a handshake with it, and that rank's init then fails with "Connection
-      // closed by peer" (seen in CI with `hello`). No rank leaves init before every mesh is up.
+      // closed by peer". No rank leaves init before every mesh is up.
       gloo::BarrierOptions opts(context);
       limit(opts, nextTag_++, timeout);
       gloo::barrier(opts);
@@ -362,8 +363,8 @@ class GlooBackend final : public Backend {
 
   // Every rank sends block i to rank i (all_to_all), then reduces the blocks it received: the
   // same (n-1)/n of the data on the wire as a ring reduce-scatter, with one API family. The blocks
-  // land in a buffer kept between operations: a fresh zero-filled one per call page-faulted it
-  // whole every time (0.45x raw Gloo's busbw from 32 MiB, which reuses its output).
+  // land in a buffer kept between operations: a fresh zero-filled one per call would page-fault
+  // it whole every time (raw Gloo reuses its output; figures: docs/benchmarks/comm.md).
   template <class T>
   void reduceScatter(const Collective& c, uint32_t tag) {
     const size_t n = static_cast<size_t>(context_->size);

@@ -9,10 +9,10 @@
 namespace drun::comm::detail {
 
 // Every sub-slot a queued broadcast of up to a page starts in, in every rank's halves, is mapped
-// now (the sub-slots of shallower queues are among the deepest one's): a first touch costs
-// ~0.5-1 us (a page fault) in the middle of a loop of small broadcasts (the first 8-byte size
-// of drun-comm-bench measured 0.35 us against 0.11-0.14 with them mapped). Only these pages
-// (32 per rank): mapping whole slots would make every communicator's segment resident.
+// now (the sub-slots of shallower queues are among the deepest one's): a first touch is a page
+// fault in the middle of a loop of small broadcasts, several times an 8-byte broadcast's cost
+// (docs/benchmarks/comm.md). Only these pages (32 per rank): mapping whole slots would make
+// every communicator's segment resident.
 ShmCollectives::ShmCollectives(ShmSegment& segment) : seg_(segment) {
   for (int r = 0; r < seg_.size(); ++r)
     for (uint64_t h = 0; h < 2; ++h) {
@@ -110,7 +110,7 @@ void ShmCollectives::reduceAll(const Collective& c, bool toAll, const OpDeadline
 // of its slowest reader, as an eager MPI_Bcast does. A reader waits for the root alone and
 // publishes k once it has read: a reader's flag value k means broadcast k is read.
 // D (queueDepth) keeps the queue's bytes about cache-sized: deep for small messages, 2 for large
-// ones (a 16-deep queue of 256 KiB broadcasts ran 4x slower: every copy missed the cache). A
+// ones (a deep queue of large broadcasts misses the cache on every copy). A
 // change of D first waits until every queued broadcast is read (the sub-slots move).
 void ShmCollectives::queuedBroadcast(const Collective& c, uint64_t depth, const OpDeadline& d) {
   const size_t bytes = c.count * dtypeSize(c.dtype);

@@ -16,16 +16,11 @@
 //   all_gather from kSingleCopyBytes per rank, where process_vm_readv is allowed and every rank
 //     has a core: the ranks publish their buffers and read each other's once (one copy instead
 //     of two through the segment), then a step keeps every buffer in place until its readers are
-//     done. Measured (A/B, drun-comm-bench under drun, 2 cores, best of 3): in 2026-11 with
-//     glibc's memcpy for the segment's copies, all_gather world 2 was 1.4-1.8x faster single
-//     copy from 64 KiB per rank; since copyBytes (AVX2) the segment is faster below 2 MiB per
-//     rank (scripts/bench/comm.sh, 4 interleaved runs: 64 KiB 8.5 against 9.8 us, 256 KiB 36-38
-//     against 41, 512 KiB 65-67 against 70-76, 1 MiB 127-137 against 132-142; 128 KiB the
-//     exception, 22 against 20) and single copy from 2 MiB (tied at 2, 4 MiB 541-616 against
-//     626-646 us). The single-copy forms of all_reduce, reduce_scatter and broadcast were slower
-//     than the segment at every size (0.5-1.0x: process_vm_readv copies at ~12 GB/s here, a
-//     memcpy in cache at ~50) and are gone; with more ranks than cores (world 4 here) single copy
-//     lost everywhere (0.3-0.9x).
+//     done. With copyBytes for the segment's copies, the segment is faster below 2 MiB per rank
+//     and single copy from there, hence kSingleCopyBytes. all_reduce, reduce_scatter and
+//     broadcast have no single-copy form: process_vm_readv copies slower than a memcpy within
+//     the cache, and the segment's chunked steps pipeline the ranks' copies; with more ranks
+//     than cores single copy is slower at every size. Figures: docs/benchmarks/comm.md.
 // Threading: one thread at a time (the front end runs collectives in order).
 #pragma once
 
@@ -62,9 +57,9 @@ class ShmCollectives {
   size_t chunkElements(size_t count, size_t es, size_t blocks, bool cache) const;
 
   // Queued broadcasts: how deep a queue of `bytes` broadcasts is (0: too large to queue), and
-  // the sub-slot of a queue of that depth. (Sub-slots packed into consecutive cache lines were
-  // tried: 0.9-1.0x of these spaced ones once their pages were mapped, and a change of message
-  // size then moves the sub-slots, so it must wait as a change of depth does.)
+  // the sub-slot of a queue of that depth. (Sub-slots packed into consecutive cache lines are no
+  // faster than these spaced ones once their pages are mapped, and a change of message size
+  // would then move the sub-slots, so it would have to wait as a change of depth does.)
   uint64_t queueDepth(size_t bytes) const;
   size_t subSlotBytes(uint64_t depth) const { return seg_.halfBytes() / (depth / 2); }
   void queuedBroadcast(const Collective& c, uint64_t depth, const OpDeadline& d);
@@ -83,8 +78,8 @@ class ShmCollectives {
   uint64_t readersDone_[2] = {0, 0};
   // Per half: how many bytes that step wrote there (from the half's start). A barrier or a
   // single-copy step writes none: the queued broadcasts after it need not wait for its readers
-  // (that wait, for readers not running yet, cost a queue of 8-byte broadcasts a context switch
-  // after every barrier at world 4 on 2 cores).
+  // (that wait, for readers not running yet, costs a queue of 8-byte broadcasts a context switch
+  // after every barrier where the ranks outnumber the cores).
   size_t stepBytes_[2] = {0, 0};
 };
 

@@ -13,10 +13,9 @@ namespace {
 // Below this glibc copies with vector moves of its own (rep movsb starts at 2112 bytes here).
 constexpr size_t kVectorCopyBytes = 2048;
 // copyToResult streams from here: a copy this large rarely finds its source or destination in
-// the cache (measured, 2 copying threads, 8 blocks in turn: 4 MiB 10-11 GB/s with stores, 13-22
-// streamed; 8 MiB 10 against 19), while one that does (the same block again and again) loses
-// little at 8 MiB (26 against 25 GB/s) and up to a third at 4 MiB. glibc would stream too, from
-// 3/4 of the shared cache, but reads the cache as 256 MiB on these VMs (sysfs says 32).
+// the cache, and streaming it is then faster, while one that does (the same block again and
+// again) loses little (docs/benchmarks/comm.md). glibc would stream too, from 3/4 of the shared
+// cache, but can read the cache's size wrong on VMs (256 MiB where sysfs says 32).
 constexpr size_t kStreamBytes = 4u << 20;
 
 #if defined(__x86_64__)
@@ -44,7 +43,8 @@ __attribute__((target("avx2"))) size_t copyAvx2Lines(char* d, const char* s, siz
   return i;
 }
 
-// Without AVX2 (no machine this was measured on) glibc's choice stands.
+// Without AVX2 glibc's choice stands: the loop above needs AVX2, and the slowdown it avoids is
+// known from AVX2 machines only.
 bool haveAvx2() {
   static const bool avx2 = __builtin_cpu_supports("avx2");
   return avx2;

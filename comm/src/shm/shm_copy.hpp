@@ -2,10 +2,9 @@
 // instead of glibc's `rep movsb` (where the CPU has no AVX2: memcpy).
 //
 // Why: glibc's memcpy copies blocks from 2 KiB up to its non-temporal threshold with `rep movsb`,
-// which on the AMD EPYC VMs this project runs on is 4-5x slower for some placements of source and
-// destination (the shm all_reduce of world 2 at 512 KiB-2 MiB took 350-1400 us after a sweep of
-// smaller sizes, 85-262 us with glibc's vector loop, GLIBC_TUNABLES x86_rep_movsb_threshold raised;
-// which placements hit it changes from run to run). Same semantics as memcpy: no overlap.
+// which on AMD EPYC VMs is several times slower for some placements of source and destination
+// (which placements hit it changes from run to run; figures: docs/benchmarks/comm.md). Same
+// semantics as memcpy: no overlap.
 #pragma once
 
 #include <cstddef>

@@ -142,8 +142,8 @@ ShmSegment::ShmSegment(rdzv::Store& store, int rank, int size, const ShmOptions&
       h.magic = kSegmentMagic;
     }
     // The word is written before its address is published: a peer may probe it as soon as the
-    // attach barrier below lets it (a word written only when this rank probed read 0 for the
-    // peer that probed first, and single copy was off for the whole communicator).
+    // attach barrier below lets it (a word written only when this rank probed would read 0 for
+    // the peer that probed first, and single copy would be off for the whole communicator).
     probeWord_ = kProbeMagic;
     h.ranks()[rank].probe.store(reinterpret_cast<uint64_t>(&probeWord_), std::memory_order_relaxed);
     h.ranks()[rank].pid.store(getpid(), std::memory_order_release);
@@ -310,14 +310,12 @@ void ShmSegment::waitAll(uint64_t value, const OpDeadline& opDeadline, const cha
   // on the futex after options_.busyWait, so that a long wait costs no CPU (the hierarchical
   // backend's hosts wait for TCP: a short budget).
   // The spin budget adapts (spinBudget_): it halves after a wait that its spin did not end and
-  // doubles, up to kSpinFirst, after one that it did. Measured (drun-comm-bench, world 2 under
-  // build/bin/drun, quiet 2-core VM, best of 3, A/B in one run): with a fixed 50 us spin every
-  // operation up to 32 KiB took a constant ~54 us (the whole spin for a peer that was not
-  // running, then the yield that let it run); adaptive: all_gather 0.3 us, broadcast ~5 us.
-  // Where the ranks share a core the budget falls to about a microsecond; where each has one
-  // it stays above the typical wait. Oversubscribed ranks yield at once: a spin first (adaptive
-  // up to 2 us, or a fixed 0.5, 2 or 20 us) was tried for queued 8-byte broadcasts at world 4 on
-  // 2 cores and was as fast at best, 1.5-5x slower fixed (the awaited rank needed this core).
+  // doubles, up to kSpinFirst, after one that it did: a fixed spin makes every small operation
+  // as long as the whole spin whenever the peer is not running (the spin, then the yield that
+  // lets it run). Where the ranks share a core the budget falls to about a microsecond; where
+  // each has one it stays above the typical wait. Oversubscribed ranks yield at once: a spin
+  // first is as fast at best and slower when fixed (the awaited rank needs this core). Figures:
+  // docs/benchmarks/comm.md.
   const auto budget = oversubscribed(size_) ? std::chrono::nanoseconds(0) : spinBudget_;
   auto adapt = [&](bool spinEnded) {
     if (spinEnded) spinBudget_ = std::min<std::chrono::nanoseconds>(kSpinFirst, std::max<std::chrono::nanoseconds>(2 * budget, kSpinFloor));

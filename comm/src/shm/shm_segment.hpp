@@ -47,7 +47,7 @@ struct ShmOptions {
 
 // A collective's deadline, read from the clock when one of its waits first finds a peer not
 // there yet: a small collective that never waits (a queued broadcast's root, a reader whose data
-// is there) reads no clock (a clock read here is ~20-40 ns, 12% of an 8-byte broadcast). Before
+// is there) reads no clock (a clock read is a large part of an 8-byte broadcast). Before
 // that first wait the operation did only bounded local work (copies into the segment), which is
 // all the deadline can move by. One thread (the collective's).
 class OpDeadline {
@@ -91,8 +91,8 @@ class ShmSegment {
   // Stamped lines: per rank and half parity, kStampedSubSlots cache lines of kStampedPayload
   // bytes of data and a stamp (the step that wrote it), in an area of their own. A step whose
   // data fits writes it there and stamps it before it publishes its flag, so that a reader's
-  // wait and its read of the data are one cache miss, not two (flag line, then data line: 0.5 us
-  // against OpenMPI's 0.1-0.2 for an 8-byte all_gather at world 2 on a 2-core EPYC VM).
+  // wait and its read of the data are one cache miss, not two (two misses, flag line then data
+  // line, put an 8-byte all_gather at several times OpenMPI's latency: docs/benchmarks/comm.md).
   static constexpr size_t kStampedPayload = 56;
   static constexpr uint64_t kStampedSubSlots = 16;
   static constexpr size_t kNoStamp = ~size_t{0};

@@ -196,8 +196,8 @@ http::request<http::string_body> makeRequest(const Endpoint& endpoint, const std
   // gRPC metadata through the gateway: "require a leader" (clientv3's WithRequireLeader). A member
   // cut off from the quorum then refuses a call at once ("etcdserver: no leader": the client
   // fails over) and closes its watch streams within about three election timeouts, where it would
-  // otherwise keep a watch open that no event can reach (an agent on the majority side learned
-  // that a cut-off node was lost only ~30 s late).
+  // otherwise keep a watch open that no event can reach (an agent on the majority side would
+  // learn that a cut-off node was lost tens of seconds late).
   request.set("Grpc-Metadata-Hasleader", "true");
   request.keep_alive(true);
   request.body() = body;

@@ -26,7 +26,7 @@ std::string keyList(const std::vector<std::string>& keys) {
 }
 
 // A random pause after a lost compare-and-set race, its range doubling with the attempts (1 ms
-// to 100 ms, as Ethernet's backoff). Only writers that replace a value race now (compareSet, an
+// to 100 ms, as Ethernet's backoff). Only writers that replace a value race (compareSet, an
 // add of a delta other than +-1); adds of +-1 and appends never do.
 void backOff(int attempt) {
   thread_local std::mt19937 jitter(std::random_device{}());

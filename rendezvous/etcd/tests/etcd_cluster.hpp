@@ -69,8 +69,8 @@ class EtcdCluster {
   }
   // SIGKILLs member i (0..2) by the PID up.sh recorded, and returns once it has exited (its
   // listening socket closed): a test that calls right after a kill must meet a dead member, not
-  // one the kernel has not finished tearing down (CI's TSan pass: a put "timed out" instead of
-  // being refused). Bounded: 5 s.
+  // one the kernel has not finished tearing down (a put there can time out instead of being
+  // refused, most under TSan). Bounded: 5 s.
   void kill(int member) {
     std::ifstream in(dir_ + "/m" + std::to_string(member) + ".pid");
     pid_t pid = 0;

@@ -171,7 +171,7 @@ TEST_CASE("etcd store: a batch's will and the +-1 add right after it count a nod
           "together", "[etcd]") {
   // RoundJoin's batch: setWill(..., present -1), add(present, 1). EtcdStore::runBatch makes the
   // two one transaction, so a lease that ends between them cannot leave the +1 without the will
-  // that takes it back (issue 21's leak), nor the will without the +1.
+  // that takes it back (a node counted in for good), nor the will without the +1.
   drun::test::EtcdCluster cluster;
   auto observerSession = openEtcdSession(etcdStoreOptions(cluster));
   EtcdStore observer(observerSession);

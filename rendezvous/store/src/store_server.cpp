@@ -205,7 +205,8 @@ void StoreServer::Impl::closeAll() {
 
 void StoreServer::Impl::start() {
   if (running_.exchange(true)) throw std::logic_error("StoreServer already running");
-  // Before the thread exists (a worker that hosts its communicator's store: CI's TSan pass).
+  // Before the thread exists, so that creating the registry never races with the server
+  // thread's first log line (a worker that hosts its communicator's store logs from both).
   log::ensureRegistry();
   thread_ = std::thread([this] { state_.ioc.run(); });
 }

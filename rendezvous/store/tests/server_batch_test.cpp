@@ -1,7 +1,7 @@
 // The store server's Batch frame (protocol.hpp): its parts are applied in one step once the whole
 // frame is in, each answered by its own response; a batch cut off anywhere applies none of them.
-// Issue 21: a join's will and its count in `present` travel in one StoreBatch; as separate frames,
-// a connection cut between the two applied the will alone and counted the node out once too often.
+// A join's will and its count in `present` travel in one StoreBatch: as separate frames, a
+// connection cut between the two would apply the will alone and count the node out once too often.
 #include <catch2/catch.hpp>
 
 #include <chrono>

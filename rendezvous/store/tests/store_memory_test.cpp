@@ -1,4 +1,4 @@
-// The drun-rendezvous daemon's memory under the attacks of issue 15, with small budgets: watches
+// The drun-rendezvous daemon's memory under memory-exhaustion attacks, with small budgets: watches
 // whose `known` is a large value (the server keeps a digest), large sets until the job's share and
 // the total are spent, many blocking calls with long key lists on many connections, a large will.
 // Each over-budget request is refused naming its option; the daemon's resident memory stays

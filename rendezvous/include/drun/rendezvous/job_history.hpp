@@ -1,4 +1,4 @@
-// The job's history in the store (issue 20, docs/observe.md): the events every agent
+// The job's history in the store (docs/observe.md): the events every agent
 // appends (one JSON object each, schema v1) under rdzv/<id>/events/ (keys.hpp: a ring of the last
 // keys::kEventSlots), and the one summary of a job built from them that `drun status`, the
 // daemon's /api/jobs and its page all show.

@@ -56,7 +56,7 @@
 //   rdzv/<id>/config                 the job's --nnodes as its first node set it (JobConfig):
 //                                    compare_set("" -> it); a node started with other values
 //                                    fails at once, naming both
-//   rdzv/<id>/events/next            counter: events appended to the job's history (issue 20)
+//   rdzv/<id>/events/next            counter: events appended to the job's history
 //   rdzv/<id>/events/<n % kEventSlots>  the n-th event (0-based), one JSON object with "seq": n;
 //                                    a ring: the last kEventSlots events are kept
 //

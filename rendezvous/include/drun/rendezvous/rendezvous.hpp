@@ -168,7 +168,7 @@ class Rendezvous {
     return merge("");
   }
   // Opens another connection to the job's store (no will; its own deadlines), for writers that
-  // must not queue behind a blocking join: the agent's job history (issue 20). Null without a
+  // must not queue behind a blocking join: the agent's job history. Null without a
   // shared store. Callable from any thread.
   virtual std::unique_ptr<LivenessStore> connectSideStore() { return nullptr; }
 };
