@@ -29,8 +29,8 @@ if [[ ${1:-} == --quick ]]; then
   shift
 fi
 
-# Two tests a core: the tests mostly wait (on processes, sockets, timeouts). On 2 cores the suite
-# without its serial entries kept the CPUs 53% busy at -j2 and took 398 s; at -j4, 80% and 243 s.
+# Two tests a core: the tests mostly wait (on processes, sockets, timeouts), so one a core leaves
+# the CPUs half idle (docs/benchmarks/build.md, "Two tests a core").
 # Timing bounds in tests are generous upper bounds for hangs, not measurements.
 ctest_args=(--test-dir build --output-on-failure --timeout 300 -j "$((2 * $(nproc)))")
 if ((quick)); then

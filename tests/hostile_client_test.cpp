@@ -1,4 +1,4 @@
-// Hostile clients against a drun-rendezvous daemon while a real two-node job meets there (issue 9):
+// Hostile clients against a drun-rendezvous daemon while a real two-node job meets there:
 // garbage, wrong magic, a header claiming a huge length, stalled halves of a hello and of a frame,
 // a client that never reads its (large) replies, 1500 idle connections from one address and then
 // a burst over that address' cap, clients that disconnect in the middle of a blocking get, and

@@ -17,7 +17,7 @@ using namespace drun::test;
 using namespace drun::test::hostile;
 using namespace std::chrono_literals;
 
-// Issue 15: 1,400 connections that never say hello, 50 that send garbage and 50 stalled in the
+// 1,400 connections that never say hello, 50 that send garbage and 50 stalled in the
 // middle of a frame, all from 127.0.0.1, then a real two-node job from 127.0.0.1 on the same
 // daemon. Connections before their hello have a cap of their own (the oldest is dropped for a
 // newcomer) and a 3 s deadline; the connection caps count admitted connections only.

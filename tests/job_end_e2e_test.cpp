@@ -1,4 +1,4 @@
-// End-to-end tests of issue 19's process and command-line items: no daemon outlives the job
+// End-to-end tests of drun's processes and command line: no daemon outlives the job
 // (even one that left the worker's session and cleared its environment), abandoned temporary
 // trees are removed, `ulimit -n` does not end a large job, the last of a repeated option wins,
 // and --log-dir naming a file is a usage error.

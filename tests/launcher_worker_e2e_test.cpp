@@ -103,7 +103,7 @@ TEST_CASE("OMP_NUM_THREADS: cores / nproc (at least 1), a note for Python when u
         INFO("rank " << rank);
         CHECK(expected.count(d.get("OMP_NUM_THREADS").value_or("unset")) == 1);
       }
-      // No note for a program that is not Python (issue 19: it matters where OpenMP does).
+      // No note for a program that is not Python (the note matters where OpenMP does).
       CHECK_FALSE(contains(r.err, "OMP_NUM_THREADS"));
     }
   }

@@ -1,4 +1,4 @@
-// Watching a job (issue 20, docs/observe.md): drun's event lines (--events, DRUN_EVENTS)
+// Watching a job (docs/observe.md): drun's event lines (--events, DRUN_EVENTS)
 // field by field on one node and on namespace hosts, the job's history in the store seen alike
 // from every node, and `drun status`.
 #include "observe_support.hpp"

@@ -1,4 +1,4 @@
-// Watching a job (issue 20, docs/observe.md): drun-rendezvous --http while a job fails
+// Watching a job (docs/observe.md): drun-rendezvous --http while a job fails
 // and restarts: /metrics parsed by prometheus_client's parser, the page in headless chromium,
 // the token and malformed requests.
 #include "observe_support.hpp"

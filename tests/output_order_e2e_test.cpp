@@ -1,4 +1,4 @@
-// End-to-end tests of issue 19's output items: a worker's stdout and stderr keep the order it
+// End-to-end tests of drun's output: a worker's stdout and stderr keep the order it
 // wrote them in when drun's stdout and stderr are one destination (`2>&1` into a pipe, one
 // terminal), and the console keeps a worker's bytes (a lone '\r', lines over 1 MiB).
 #include <catch2/catch.hpp>

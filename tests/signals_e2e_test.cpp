@@ -1,4 +1,4 @@
-// End-to-end tests of issue 19's signal items: signals as people send them. A wrapper that signals
+// End-to-end tests of signals: signals as people send them. A wrapper that signals
 // drun twice at once (GNU timeout), a second Ctrl-C later, Ctrl-Z and `fg`, nohup, and
 // --signals-to-handle. drun runs as a user runs it (build/bin/drun); every run carries a marker
 // (MarkerScope) so that nothing it started can outlive the test.
@@ -213,8 +213,8 @@ TEST_CASE("signals: --signals-to-handle rejects what is not a signal to end a jo
 
 TEST_CASE("signals: under GNU timeout the workers get their grace period", "[e2e]") {
   // timeout signals drun, then its own process group (drun included): two SIGTERMs about 1 ms
-  // apart. Before issue 19 some such runs SIGKILLed the workers at once (here the kernel merges
-  // the two pending signals in most runs: the deterministic case is the first test above).
+  // apart; the second must not cut the grace period short (here the kernel merges the two pending
+  // signals in most runs: the deterministic case is the first test above).
   MarkerScope marker;
   RunOptions options = drunCommand(concat({"--nproc-per-node", "2"}, trappingWorker("TERM", 300)),
                                    {marker.env()});

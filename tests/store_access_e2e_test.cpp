@@ -1,4 +1,4 @@
-// The rendezvous store's token as users meet it (issue 9): a job given a token file runs (its
+// The rendezvous store's token as users meet it: a job given a token file runs (its
 // workers get DRUN_RDZV_TOKEN_FILE for their comm bootstrap); an agent with a wrong token, or none,
 // is refused with a clear error and the server logs the refusal; a token file others can read is
 // refused before anything starts.
