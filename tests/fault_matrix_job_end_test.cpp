@@ -124,7 +124,7 @@ TEST_CASE("fault matrix: a spare paused around the job's end still ends with the
   spareRun.env.push_back("DRUN_LOG_LEVEL=debug");  // for its "joined round" line
   Process spare(spareRun);
   // Paused once it joined (counted in `present`): "waits as a spare" comes before its join, and a
-  // spare paused in between was rightly not waited for (CI under load: the host exited at once).
+  // spare paused in between is rightly not waited for (the host would exit at once).
   REQUIRE(saysOnStderr(spare, "waits as a spare"));
   REQUIRE(saysOnStderr(spare, "joined round"));
   spare.signal(SIGSTOP);

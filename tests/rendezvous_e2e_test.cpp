@@ -72,8 +72,8 @@ TEST_CASE("rendezvous: one node's failure ends the job on every node with one ro
   uint16_t port = freePort();
   std::string id = "split-" + randomHex(6);
   // Both nodes run the same program: global rank 3 fails with 3 once every other rank has
-  // printed (so the failure cannot stop one before that: CI of f4b6b8f lost rank 1's line when
-  // rank 3 waited for its node-mate only); the other ranks run a while (the other node is then
+  // printed (so the failure cannot stop one before its line, as it could were rank 3 to wait for
+  // its node-mate only); the other ranks run a while (the other node is then
   // either still running or waiting in the exit barrier: either way it ends).
   TempDir marks;
   std::vector<std::string> program = {

@@ -39,7 +39,7 @@ void killDaemon(std::unique_ptr<Process>& daemon) {
 }
 
 // Each worker prints its restart count; on count 0 rank 3 fails with 3 once every other rank has
-// printed (a rank stopped before its first line made the count=0 tally 1 under CI's load); on
+// printed (else a rank stopped before its first line would make the count=0 tally short); on
 // later counts every worker waits for $MARKS/go, then rank 3 fails with $FAIL_LATER (0: succeeds).
 std::vector<std::string> workerProgram() {
   return {"sh", "-c",

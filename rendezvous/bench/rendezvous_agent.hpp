@@ -23,7 +23,7 @@ namespace asio = boost::asio;
 using asio::ip::tcp;
 
 inline constexpr uint32_t kCallTimeoutMs = 60000;
-inline bool gHostsAlways = false;  // --hosts-always: every agent reads the hosts list (next() before 9017153)
+inline bool gHostsAlways = false;  // --hosts-always: every agent reads the hosts list (the reads an agent made before the hosts list was read only when it changed)
 
 inline double msSince(Clock::time_point t0, Clock::time_point t1) {
   return std::chrono::duration<double, std::milli>(t1 - t0).count();

@@ -48,9 +48,9 @@ void HierBackend::allGather(const Collective& c, const StepTimeout& sub) {
 // then each other host's blocks, received, go round the host the same way. Where a host's ranks
 // are consecutive (drun's layout) every shm step is in place; else through a copy. Per rank
 // (2 x 2, 64 MiB): 16 MiB each way over TCP and 48 MiB of shm reads, where Gloo's all_gather
-// among the peers then shm all_gathers from its output copied the own block twice more (1.14-1.2x
-// raw Gloo from 8 MiB). The leaders' path sent everything through one connection per host and
-// broadcast the whole result on each host (0.36-0.9x raw Gloo from 8 MiB).
+// among the peers then shm all_gathers from its output copied the own block twice more, and a
+// path through the leaders sends everything through one connection per host and broadcasts the
+// whole result on each host (both slower: docs/benchmarks/comm.md, "Hierarchical thresholds").
 void HierBackend::splitAllGather(const Collective& c, const StepTimeout& sub) {
   const size_t block = c.count * dtypeSize(c.dtype), hosts = members_.size();
   char* recv = static_cast<char*>(c.recv);

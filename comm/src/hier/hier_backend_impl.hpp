@@ -17,11 +17,11 @@ namespace drun::comm::detail {
 
 class HierBackend final : public Backend {
  public:
-  // all_reduce's per-local-rank split from here: below it the L Gloo all_reduces side by side took
-  // ~2 ms where the leaders' one took 0.3-0.4 (2 hosts x 2, 256-512 KiB), as all_gather's below.
+  // all_reduce's per-local-rank split from here: below it the L Gloo all_reduces side by side cost
+  // more than the leaders' one (docs/benchmarks/comm.md, "Hierarchical thresholds").
   static constexpr size_t kSplitBytes = 1u << 20;
-  // all_gather's, in all: below it the L Gloo exchanges side by side took 1-4 ms where the
-  // leaders' one took 0.3 (2 hosts x 2, 256 KiB-2 MiB: the 4 ranks' TCP work on 2 cores).
+  // all_gather's, in all: below it the L Gloo exchanges side by side cost more than the leaders'
+  // one (the ranks' TCP work shares the cores; docs/benchmarks/comm.md, "Hierarchical thresholds").
   static constexpr size_t kSplitAllGatherBytes = 4u << 20;
   // broadcast on two hosts: from here through the root's peer, in pieces of about
   // kBroadcastPieceBytes (at most kMaxBroadcastPieces: every Gloo message costs wake-ups).
@@ -105,8 +105,8 @@ class HierBackend final : public Backend {
   // host. Both exchanges' receives are posted by begin, before the caller's shm work: a Gloo
   // receive posted while the peer's message arrives on that pair, or a message sent both ways on
   // one pair at once, leaves the pair's lock to one thread while Gloo's device thread spins on
-  // epoll for it (measured: 250,000-450,000 epoll_wait calls a second, a core lost, on 2 hosts x 2
-  // at 64 KiB); Gloo's own all_reduce between two ranks sends and receives on the one pair. A
+  // epoll for it (a core lost: docs/benchmarks/comm.md, "Hierarchical thresholds"); Gloo's own
+  // all_reduce between two ranks sends and receives on the one pair. A
   // step-2 receive into chunk h cannot land before my step-1 send of chunk h has left: host h
   // sends its sum only after it got mine.
   struct PeerAllReduce {

@@ -110,7 +110,7 @@ TEST_CASE("daemon: drun-rendezvous prints its port, serves, and stops on SIGTERM
   CHECK(daemon.stop() == 0);
 }
 
-// Chaos seed 40010: the store host paused (SIGSTOP) for longer than the leases; on SIGCONT the
+// The store host paused (SIGSTOP) for longer than the leases; on SIGCONT the
 // server's lease timers fired before it read the heartbeats queued meanwhile, ran every live
 // agent's will, and a job that had succeeded ended in failure on every node.
 TEST_CASE("daemon: a server paused longer than the leases keeps its heartbeating clients",

@@ -75,7 +75,7 @@ TEST_CASE("server: a silent client is expired after its lease and a heartbeating
   Store::Will will;
   will.sets = {{"silent/dead", "1"}};
   // Before the call: the server times the lease from the last byte it heard (the setWill frame),
-  // which precedes its answer (taken after it, 196 ms was once measured here).
+  // which precedes its answer (taken after it, the measured lease would come out short).
   auto willSet = Clock::now();
   silent.setWill(will);
 
