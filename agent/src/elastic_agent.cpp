@@ -144,7 +144,6 @@ void ElasticAgent::Impl::onLoop(std::function<void()> f) {
   });
 }
 
-
 // ---- inputs -------------------------------------------------------------------------------
 void ElasticAgent::Impl::onWorkerExit(const WorkerExit& reported) {
   hangMonitor->exited(reported.localRank, reported.succeeded());
