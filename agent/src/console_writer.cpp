@@ -1,6 +1,5 @@
 #include "drun/agent/console_writer.hpp"
 
-#include <pthread.h>
 #include <signal.h>
 #include <sys/stat.h>
 
@@ -8,9 +7,9 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
-#include <thread>
 #include <vector>
 
+#include "drun/common/owned_thread.hpp"
 #include "fd_write.hpp"
 
 namespace drun::agent {
@@ -59,7 +58,7 @@ struct ConsoleWriter::Lane {
   const LineSource* openSource = nullptr;
   Open open = Open::No;
   std::vector<const LineSource*> interrupted;  // their mid-line was ended by somebody else
-  std::thread thread;
+  OwnedThread thread;
 
   bool congestedLocked() const { return !dropped && queuedBytes + inFlightBytes > highWater; }
   bool emptyLocked() const { return queue.empty() && inFlightBytes == 0; }
@@ -158,16 +157,7 @@ ConsoleWriter::ConsoleWriter(ConsoleWriterOptions options) : options_(options) {
     lane->highWater = options_.highWaterBytes;
     lane->lowWater = std::min(options_.lowWaterBytes, options_.highWaterBytes);
     // The thread takes no signal: they are the event loop's (and a write(2) is not interrupted).
-    sigset_t all, previous;
-    ::sigfillset(&all);
-    ::pthread_sigmask(SIG_SETMASK, &all, &previous);
-    try {
-      lane->thread = std::thread(&Lane::run, lane);
-    } catch (...) {
-      ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
-      throw;
-    }
-    ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+    lane->thread = OwnedThread("console writer", [lane] { Lane::run(lane); });
     return lane;
   };
   lanes_[0] = makeLane();
@@ -188,10 +178,9 @@ ConsoleWriter::~ConsoleWriter() {
       stuck = l.inFlightBytes > 0;  // abandoned by drain() inside a write(2) nobody reads
       l.work.notify_all();
     }
-    if (stuck)
-      l.thread.detach();  // it holds its Lane; it ends with the write, or with the process
-    else
-      l.thread.join();  // nothing in flight, nothing queued: it returns at once
+    // Nothing in flight, nothing queued: it returns at once. One abandoned by drain() inside a
+    // write(2) nobody reads is left (it holds its Lane; it ends with the write, or the process).
+    l.thread.join(stuck ? std::chrono::milliseconds(0) : OwnedThread::kDefaultJoinBound);
   }
 }
 

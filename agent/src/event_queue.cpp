@@ -3,7 +3,6 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
-#include <thread>
 
 namespace drun::agent::detail {
 
@@ -46,13 +45,16 @@ struct EventQueue::State {
 EventQueue::EventQueue(Writer writer, size_t maxQueued) : state_(std::make_shared<State>()) {
   state_->writer = std::move(writer);
   state_->maxQueued = maxQueued;
-  std::thread([state = state_] { state->run(); }).detach();
+  thread_ = OwnedThread("event queue", [state = state_] { state->run(); });
 }
 
 EventQueue::~EventQueue() {
-  std::lock_guard lock(state_->mutex);
-  state_->closing = true;
-  state_->changed.notify_all();
+  {
+    std::lock_guard lock(state_->mutex);
+    state_->closing = true;
+    state_->changed.notify_all();
+  }
+  thread_.join(kStopBound);
 }
 
 void EventQueue::push(std::string line) {

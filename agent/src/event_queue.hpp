@@ -4,9 +4,10 @@
 // with a deadline.
 //
 // Threading: push()/flush()/dropped() from any thread; the writer runs on the queue's thread.
-// Ownership: the thread is detached and shares the state with the queue: a writer stuck in a
-// store call (each has its deadline) never holds up the agent's exit; the destructor stops
-// taking lines and lets the thread end after its current write.
+// Ownership: the queue owns its thread (an OwnedThread: signals blocked), which shares the
+// state: the destructor stops taking lines and joins the thread once its current write is done,
+// within kStopBound; a writer still stuck in a store call then (each has its deadline) is left
+// to end with it, so it never holds up the agent's exit.
 #pragma once
 
 #include <chrono>
@@ -16,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "drun/common/owned_thread.hpp"
+
 namespace drun::agent::detail {
 
 class EventQueue {
@@ -24,6 +27,7 @@ class EventQueue {
   // of them. It may throw: those lines are dropped (counted) and the next ones are tried.
   using Writer = std::function<void(const std::vector<std::string>& lines)>;
   static constexpr size_t kMaxBatch = 256;
+  static constexpr std::chrono::milliseconds kStopBound{500};
   explicit EventQueue(Writer writer, size_t maxQueued = 1024);
   ~EventQueue();
   EventQueue(const EventQueue&) = delete;
@@ -37,6 +41,7 @@ class EventQueue {
  private:
   struct State;
   std::shared_ptr<State> state_;
+  OwnedThread thread_;
 };
 
 }  // namespace drun::agent::detail

@@ -1,4 +1,4 @@
-// Job control for drun's own signals (issue 19): which signals drun may catch, Ctrl-Z, and the
+// Job control for drun's own signals: which signals drun may catch, Ctrl-Z, and the
 // repeated-signal window.
 //
 // - A signal that was ignored when drun started stays ignored (`nohup drun ...`, or a script's

@@ -1,8 +1,6 @@
 #include "log_file_writer.hpp"
 
 #include <fcntl.h>
-#include <pthread.h>
-#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,7 +8,6 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
-#include <thread>
 #include <utility>
 
 #include "drun/common/error.hpp"
@@ -83,25 +80,18 @@ std::shared_ptr<LogFileWriter> LogFileWriter::standard() {
   return writer;
 }
 
-LogFileWriter::LogFileWriter() : state_(std::make_shared<State>()) {
-  // The thread takes no signal: they are the event loop's.
-  sigset_t all, previous;
-  ::sigfillset(&all);
-  ::pthread_sigmask(SIG_SETMASK, &all, &previous);
-  try {
-    std::thread(&State::run, state_).detach();  // holds its State: may outlive a stuck write
-  } catch (...) {
-    ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
-    throw;
-  }
-  ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
-}
+LogFileWriter::LogFileWriter()
+    : state_(std::make_shared<State>()),
+      thread_("log file writer", [state = state_] { State::run(state); }) {}
 
 LogFileWriter::~LogFileWriter() {
-  std::lock_guard lock(state_->mutex);
-  state_->stopping = true;  // the thread ends once the queue is empty
-  state_->waiters.clear();
-  state_->work.notify_all();
+  {
+    std::lock_guard lock(state_->mutex);
+    state_->stopping = true;  // the thread ends once the queue is empty
+    state_->waiters.clear();
+    state_->work.notify_all();
+  }
+  thread_.join(kStopBound);
 }
 
 std::shared_ptr<LogFileWriter::File> LogFileWriter::open(const std::filesystem::path& path) {

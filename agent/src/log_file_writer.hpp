@@ -1,5 +1,5 @@
-// LogFileWriter: the workers' per-rank log files (--log-dir, -r/-t) written off the event loop
-// (issue 19). A stalled network file system under --log-dir blocks a write(2) for as long as it
+// LogFileWriter: the workers' per-rank log files (--log-dir, -r/-t) written off the event loop.
+// A stalled network file system under --log-dir blocks a write(2) for as long as it
 // stalls; on the loop that stopped signal handling. One thread per process writes every file,
 // FIFO; the loop only queues. A bounded queue gives back-pressure: once it holds kHighWater bytes
 // the mux stops reading the pipes that feed files (their workers block on their own writes, as
@@ -8,8 +8,8 @@
 //
 // Threading: every public call from any thread; `whenWritable` callbacks run on the writer's
 // thread with its lock held: they must only post. Ownership: a process-wide instance
-// (standard()); a File's fd is closed once the last of its queued bytes are written and nobody
-// holds the File.
+// (standard()) that owns its thread (an OwnedThread: signals blocked); a File's fd is closed once
+// the last of its queued bytes are written and nobody holds the File.
 #pragma once
 
 #include <chrono>
@@ -19,6 +19,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "drun/common/owned_thread.hpp"
 
 namespace drun::agent::detail {
 
@@ -31,7 +33,10 @@ class LogFileWriter {
 
   static std::shared_ptr<LogFileWriter> standard();
   LogFileWriter();
-  ~LogFileWriter();  // stops the thread once the queue is empty, or detaches it if a write blocks
+  static constexpr std::chrono::milliseconds kStopBound{1000};
+  // Stops the thread once the queue is empty and joins it within kStopBound; a write blocked
+  // past it (a stalled disk) is left to end on its own.
+  ~LogFileWriter();
   LogFileWriter(const LogFileWriter&) = delete;
   LogFileWriter& operator=(const LogFileWriter&) = delete;
 
@@ -55,6 +60,7 @@ class LogFileWriter {
  private:
   struct State;
   std::shared_ptr<State> state_;
+  OwnedThread thread_;
 };
 
 }  // namespace drun::agent::detail

@@ -3,31 +3,29 @@
 // Each call has its own deadline inside the rendezvous; results go back to the loop as posted
 // handlers.
 //
-// Threading: post() from the loop thread; tasks run on the OffLoop thread, one at a time.
-// Ownership: the destructor runs the tasks already queued and joins the thread, unless a task is
-// stuck (busy()): the agent then leaves through _exit (nothing of the job runs any more).
+// Threading: post() from the loop thread; tasks run on the OffLoop thread (an OwnedThread:
+// signals blocked), one at a time.
+// Ownership: stop(bound) runs the tasks already queued and joins the thread within `bound`; a
+// task still blocked then is left running (OwnedThread::join). Its owner must then keep the
+// OffLoop and what the task uses alive (the agent keeps its whole state: Impl::leftRunning). The
+// destructor stops with OwnedThread::kDefaultJoinBound when stop() was not called.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
 #include <mutex>
-#include <thread>
+
+#include "drun/common/owned_thread.hpp"
 
 namespace drun::agent {
 
 class OffLoop {
  public:
-  OffLoop() : thread_([this] { run(); }) {}
-  ~OffLoop() {
-    {
-      std::lock_guard lock(mutex_);
-      closing_ = true;
-    }
-    wake_.notify_one();
-    if (thread_.joinable()) thread_.join();
-  }
+  OffLoop() : thread_("rendezvous calls", [this] { run(); }) {}
+  ~OffLoop() { stop(OwnedThread::kDefaultJoinBound); }
   OffLoop(const OffLoop&) = delete;
   OffLoop& operator=(const OffLoop&) = delete;
 
@@ -43,6 +41,17 @@ class OffLoop {
 
   // A task is queued or running.
   bool busy() const { return busy_.load(); }
+
+  // Ends the thread once the queue is empty; false when it was still busy after `bound` (left
+  // running, see above).
+  bool stop(std::chrono::milliseconds bound) {
+    {
+      std::lock_guard lock(mutex_);
+      closing_ = true;
+    }
+    wake_.notify_one();
+    return thread_.join(bound);
+  }
 
  private:
   void run() {
@@ -68,7 +77,7 @@ class OffLoop {
   std::deque<std::function<void()>> tasks_;
   bool closing_ = false;
   std::atomic<bool> busy_{false};
-  std::thread thread_;
+  OwnedThread thread_;  // last: it starts once the members above exist
 };
 
 }  // namespace drun::agent

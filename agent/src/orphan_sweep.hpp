@@ -1,4 +1,4 @@
-// killReparentedDescendants(): no daemon of the job outlives drun (issue 19). A worker's daemon
+// killReparentedDescendants(): no daemon of the job outlives drun. A worker's daemon
 // that leaves its process group (setsid + double fork) and clears its environment (env -i) is
 // found neither by the group kill nor by the job guard's marker; but drun is a child subreaper,
 // so once its parent exits it is drun's child. At the end of the job drun SIGKILLs every process

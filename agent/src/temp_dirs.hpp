@@ -1,5 +1,5 @@
 // The temporary job directories drun makes ($TMPDIR/drun_XXXXXX, for the workers' error files
-// when there is no --log-dir) and their cleanup after a drun that was SIGKILLed (issue 19).
+// when there is no --log-dir) and their cleanup after a drun that was SIGKILLed.
 //
 // A running drun holds an exclusive flock on its directory (the job guard's watchdog, forked
 // earlier, does not share it; workers never inherit it: close-on-exec). So a directory of that

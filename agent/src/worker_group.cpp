@@ -192,7 +192,7 @@ struct WorkerGroup::Impl {
 
   // A backstop for SIGCHLD: while a worker runs, reap every kReapSweep as the handler does. A
   // missed exit would hang the job, and a signal can come late (ThreadSanitizer delivers them at
-  // points of its own: a TSan CI run once waited 10 s for a worker's exit). A sweep of nothing
+  // points of its own, seconds later). A sweep of nothing
   // exited is one waitpid(WNOHANG).
   void sweepReaps() {
     reapSweep.expires_after(kReapSweep);

@@ -6,6 +6,8 @@
 #include <system_error>
 #include <thread>
 
+#include "drun/common/parked_threads.hpp"
+
 namespace drun::net {
 namespace {
 
@@ -59,8 +61,11 @@ Resolved resolve(const std::string& host, const std::string& service, const addr
   lookup->service = service;
   lookup->hints = hints;
   lookup->hints.ai_next = nullptr;
+  // The lookup's thread: joined here once it answered, parked (parked_threads.hpp) when it did
+  // not answer in time; getaddrinfo has no deadline of its own.
+  OwnedThread thread;
   try {
-    std::thread([lookup] { runLookup(lookup); }).detach();
+    thread = OwnedThread("resolver lookup", [lookup] { runLookup(lookup); });
   } catch (const std::system_error& e) {
     lookupsInFlight--;
     out.error = who + ": no thread for the lookup: " + e.what();
@@ -70,11 +75,15 @@ Resolved resolve(const std::string& host, const std::string& service, const addr
   const auto deadline = std::chrono::steady_clock::now() + std::max(timeout, std::chrono::milliseconds(1));
   if (!lookup->done.wait_until(lock, deadline, [&] { return lookup->finished; })) {
     lookup->abandoned = true;
+    lock.unlock();
+    parkUntilExit(std::move(thread));
     out.timedOut = true;
     out.error = who + ": the resolver did not answer within " + std::to_string(timeout.count()) +
                 "ms (check /etc/resolv.conf and the DNS server)";
     return out;
   }
+  lock.unlock();
+  thread.join(OwnedThread::kDefaultJoinBound);  // it has answered: it ends at once
   if (lookup->status != 0) {
     out.error = who + ": " + ::gai_strerror(lookup->status);
     return out;

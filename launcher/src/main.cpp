@@ -2,7 +2,6 @@
 #include <signal.h>
 
 #include <cstdio>
-#include <cstdlib>
 #include <spdlog/spdlog.h>
 #include <string>
 #include <vector>
@@ -21,8 +20,7 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "status") {
     drun::log::init("drun", "");
     const int code = drun::launch::runStatus(std::vector<std::string>(argv + 2, argv + argc));
-    std::fflush(stdout);
-    std::_Exit(code);
+    return code;
   }
 
   drun::launch::CliResult cli;
@@ -57,12 +55,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "drun: error: %s\n", e.what());
     code = 1;
   }
-  // The agent is gone (workers reaped, console drained, store connection closed). Detached
-  // helper threads may still run: a membership watcher blocked in a watch on the network, a
-  // console lane stuck on a reader. Static destructors (loggers, the console writer) would race
-  // them, so leave without running any.
+  // The agent is gone (workers reaped, console drained, store connection closed). Returning runs
+  // the static destructors: each owner of a helper thread joins it within its bound (the console
+  // writer's lanes, the log file writer, the parked membership watchers and lookups) and leaves
+  // one still blocked then (owned_thread.hpp), so exiting never hangs on a thread.
   spdlog::default_logger()->flush();
-  std::fflush(stdout);
-  std::fflush(stderr);
-  std::_Exit(code);
+  return code;
 }

@@ -143,12 +143,14 @@ class Heartbeat::State {
 Heartbeat::Heartbeat(c10::intrusive_ptr<c10d::Store> store, int rank, int size,
                      HeartbeatOptions options)
     : state_(std::make_shared<State>(std::move(store), rank, size, options)) {
-  std::thread([state = state_] { state->loop(); }).detach();
+  thread_ = OwnedThread("heartbeat", [state = state_] { state->loop(); });
 }
 
 Heartbeat::~Heartbeat() {
-  // The thread owns a reference to the state: a thread stuck in a store call ends on its own.
-  state_->stop();
+  // The thread shares the state: one stuck in a store call past stop()'s wait is left to end on
+  // its own (join's bound is then only the time it takes to end after its loop returned).
+  const bool ended = state_->stop();
+  thread_.join(ended ? OwnedThread::kDefaultJoinBound : std::chrono::milliseconds(0));
 }
 
 std::string Heartbeat::explainFailure(bool waitForStale) {

@@ -9,9 +9,9 @@
 //
 // Threading: one background thread per Heartbeat; explainFailure() from any thread. Every store
 // read waits at most `storeDeadline`; a store call that blocks anyway (a c10d set has no deadline)
-// delays only this thread. The thread is detached and owns what it uses (the store included):
-// the destructor tells it to stop and waits until it ended (at most storeDeadline + period), so
-// a thread stuck in a store call is left to end on its own instead of hanging destroy.
+// delays only this thread. The thread (an OwnedThread: signals blocked) shares what it uses (the
+// store included): the destructor tells it to stop and joins it within storeDeadline + period,
+// so a thread stuck in a store call is left to end on its own instead of hanging destroy.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -19,6 +19,8 @@
 #include <chrono>
 #include <memory>
 #include <string>
+
+#include "drun/common/owned_thread.hpp"
 
 namespace drun::torch_backend {
 
@@ -49,6 +51,7 @@ class Heartbeat {
 
  private:
   std::shared_ptr<State> state_;
+  OwnedThread thread_;
 };
 
 // This rank's host label: the host name, and the launcher's node rank where it is set

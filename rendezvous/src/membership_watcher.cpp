@@ -2,12 +2,11 @@
 
 #include <spdlog/spdlog.h>
 
-#include <condition_variable>
 #include <mutex>
 #include <thread>
 
 #include "drun/common/error.hpp"
-#include "drun/common/log.hpp"
+#include "drun/common/parked_threads.hpp"
 #include "drun/common/safe_text.hpp"
 #include "drun/rendezvous/keys.hpp"
 #include "job_ledger.hpp"
@@ -177,38 +176,6 @@ void run(LivenessStore& store, const WatchedRound& w, EventSlot& slot, std::atom
   }
 }
 
-// The watcher threads still running. A watcher's thread is detached (its owner, on an event
-// loop, must not wait for it), and may still be in its store's last call (which logs) when the
-// process exits: this static waits for them, a bounded while, before the statics they use go.
-// It is constructed after spdlog's registry (touched first), so it is destroyed before it.
-class LiveThreads {
- public:
-  static LiveThreads& instance() {
-    log::ensureRegistry();
-    static LiveThreads live;
-    return live;
-  }
-  void started() {
-    std::lock_guard lock(mutex_);
-    ++count_;
-  }
-  void ended() {
-    std::lock_guard lock(mutex_);
-    --count_;
-    ended_.notify_all();
-  }
-  ~LiveThreads() {
-    // Each was interrupted by its owner's destructor, so it ends within its store's call deadline.
-    std::unique_lock lock(mutex_);
-    ended_.wait_for(lock, std::chrono::seconds(2), [this] { return count_ == 0; });
-  }
-
- private:
-  std::mutex mutex_;
-  std::condition_variable ended_;
-  int count_ = 0;
-};
-
 }  // namespace
 
 MembershipWatcher::MembershipWatcher(std::unique_ptr<LivenessStore> store, WatchedRound round,
@@ -216,25 +183,18 @@ MembershipWatcher::MembershipWatcher(std::unique_ptr<LivenessStore> store, Watch
     : slot_(std::move(slot)),
       stopped_(std::make_shared<std::atomic<bool>>(false)),
       store_(std::move(store)) {
-  LiveThreads& live = LiveThreads::instance();
-  live.started();
-  try {
-    std::thread([store = store_, round = std::move(round), slot = slot_, stopped = stopped_,
-                 &live]() mutable {
-      run(*store, round, *slot, *stopped);
-      store.reset();  // its last words (a closed connection logs) before the count says it ended
-      live.ended();
-    }).detach();
-  } catch (...) {
-    live.ended();  // no thread
-    throw;
-  }
+  thread_ = OwnedThread("membership watcher", [store = store_, round = std::move(round),
+                                                slot = slot_, stopped = stopped_]() mutable {
+    run(*store, round, *slot, *stopped);
+    store.reset();  // its last words (a closed connection logs) before the thread counts as ended
+  });
 }
 
 MembershipWatcher::~MembershipWatcher() {
   stopped_->store(true);
   store_->interrupt();  // its blocked watch returns now; `stopped` keeps it from reporting
   std::lock_guard lock(slot_->mutex);  // waits out a callback in progress
+  parkUntilExit(std::move(thread_));   // it ends at once; joined later, never waited for here
 }
 
 }  // namespace drun::rdzv

@@ -10,10 +10,11 @@
 // A watch is never longer than `slice`: a connection that does not answer within slice plus the
 // client's grace is lost (a cut link, a dead store host), and StoreLost is reported, last.
 //
-// Threading: a detached thread that owns its store and its copy of the round. Destroying the
-// watcher interrupts its connection (Store::interrupt), so the thread and its connection end at
-// once, not a slice later (a job re-forming every few ms would otherwise hold one connection per
-// recent round); destroying never waits on the network.
+// Threading: an OwnedThread (signals blocked) that shares its store and owns its copy of the
+// round. Destroying the watcher interrupts its connection (Store::interrupt), so the thread and
+// its connection end at once, not a slice later (a job re-forming every few ms would otherwise
+// hold one connection per recent round), and parks the thread (parked_threads.hpp: joined once
+// it ended, or at exit within a bound); destroying never waits on the network.
 // Ownership: the callback slot is shared with the rendezvous, which may replace the callback.
 #pragma once
 
@@ -23,6 +24,7 @@
 #include <mutex>
 #include <string>
 
+#include "drun/common/owned_thread.hpp"
 #include "drun/rendezvous/rendezvous.hpp"
 #include "drun/store/store.hpp"
 
@@ -57,6 +59,7 @@ class MembershipWatcher {
   std::shared_ptr<EventSlot> slot_;
   std::shared_ptr<std::atomic<bool>> stopped_;
   std::shared_ptr<LivenessStore> store_;  // shared with the thread: interrupted on destruction
+  OwnedThread thread_;
 };
 
 }  // namespace drun::rdzv

@@ -32,7 +32,8 @@
 // a lane's thread *with the lane's lock held*: they must be short and must not call the writer
 // (post to your own event loop). Ownership: the fds are not owned and must stay open until the
 // writer is destroyed; destroying it drains for at most ConsoleWriterOptions::drainOnDestroy, then
-// abandons what is still queued (a lane stuck in write(2) is detached and dies with the process).
+// abandons what is still queued; it joins each lane's thread (signals blocked: an OwnedThread),
+// except one stuck in write(2), which is left to end with that write or with the process.
 #pragma once
 
 #include <chrono>

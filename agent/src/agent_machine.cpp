@@ -1,0 +1,51 @@
+#include "agent_machine.hpp"
+
+namespace drun::agent {
+
+const char* toString(AgentState state) {
+  switch (state) {
+    case AgentState::Init: return "Init";
+    case AgentState::Rendezvous: return "Rendezvous";
+    case AgentState::Running: return "Running";
+    case AgentState::StoppingForFailure: return "StoppingForFailure";
+    case AgentState::Reporting: return "Reporting";
+    case AgentState::StoppingForReform: return "StoppingForReform";
+    case AgentState::StoppingToExit: return "StoppingToExit";
+    case AgentState::Finishing: return "Finishing";
+    case AgentState::Succeeded: return "Succeeded";
+    case AgentState::Failed: return "Failed";
+  }
+  return "?";
+}
+
+namespace detail {
+
+const char* toString(Event e) {
+  switch (e) {
+    case Event::Start: return "start";
+    case Event::RoundFormed: return "round formed";
+    case Event::RendezvousFailed: return "rendezvous failed";
+    case Event::JobEnded: return "job ended";
+    case Event::JobEndedOk: return "job ended, succeeded";
+    case Event::WorkerFailed: return "worker failed";
+    case Event::WorkersSucceeded: return "workers succeeded";
+    case Event::WorkersStopped: return "workers stopped";
+    case Event::VerdictRestart: return "verdict: restart";
+    case Event::VerdictFinal: return "verdict: final";
+    case Event::JobFailed: return "job failed";
+    case Event::JobFailedFinal: return "job failed, final";
+    case Event::JobSucceeded: return "job succeeded";
+    case Event::MemberLost: return "member lost";
+    case Event::NodeWaiting: return "node waiting";
+    case Event::ScaleUpDue: return "scale-up due";
+    case Event::ScaleUpClaimed: return "scale-up claimed";
+    case Event::ScaleUpRefused: return "scale-up refused";
+    case Event::StoreLost: return "store lost";
+    case Event::Signal: return "signal";
+    case Event::InternalError: return "internal error";
+  }
+  return "?";
+}
+
+}  // namespace detail
+}  // namespace drun::agent

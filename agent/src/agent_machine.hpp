@@ -1,0 +1,72 @@
+// The elastic agent's inputs: the events its state machine reacts to, what each carries, and
+// the shape of its rule table ((state, event) -> (next state, action)) with the check that no
+// (state, event) has two rules. The table itself is the agent's (elastic_agent.cpp).
+//
+// Threading: plain values, used on the agent's loop thread.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+
+#include "drun/agent/elastic_agent.hpp"
+#include "drun/agent/worker_group.hpp"
+#include "drun/rendezvous/rendezvous.hpp"
+
+namespace drun::agent::detail {
+
+enum class Event {
+  Start,
+  RoundFormed,       // the rendezvous returned this node's place in a round
+  RendezvousFailed,  // joining failed (timeout, too few nodes, the store is gone)
+  JobEnded,          // the job failed while this node waited to join (a spare)
+  JobEndedOk,        // the job succeeded while this node waited to join
+  WorkerFailed,      // a local worker exited non-zero or by a signal
+  WorkersSucceeded,  // every local worker exited 0
+  WorkersStopped,    // the group finished stopping
+  VerdictRestart,    // our failure report: the job restarts
+  VerdictFinal,      // our failure report: the budget is spent
+  JobFailed,         // a failure anywhere (the watcher), restartable
+  JobFailedFinal,    // a failure anywhere, budget spent
+  JobSucceeded,      // every node's workers succeeded
+  MemberLost,
+  NodeWaiting,
+  ScaleUpDue,        // the last call after a node began waiting
+  ScaleUpClaimed,    // this round re-forms to take the waiting nodes in (this node's claim or
+                     // another member's, found by finish())
+  ScaleUpRefused,    // a member finished the round first: the job runs to its end
+  StoreLost,
+  Signal,
+  InternalError,     // an exception escaped an action
+};
+const char* toString(Event e);
+
+// What an event carries.
+struct Input {
+  std::string reason;
+  std::optional<WorkerExit> exit;
+  std::optional<rdzv::RoundResult> round;
+  std::optional<rdzv::FailureRecord> failure;
+  int signal = 0;
+  int code = 0;
+};
+
+// One rule of the machine: in `from`, `event` moves to `to` and runs `action` (may be null).
+template <typename Action>
+struct Rule {
+  AgentState from;
+  Event event;
+  AgentState to;
+  Action action;
+};
+
+// True when two rules share their (state, event): the machine would silently take the first.
+template <typename Action, size_t N>
+constexpr bool hasDuplicateRule(const Rule<Action> (&rules)[N]) {
+  for (size_t i = 0; i < N; ++i)
+    for (size_t j = i + 1; j < N; ++j)
+      if (rules[i].from == rules[j].from && rules[i].event == rules[j].event) return true;
+  return false;
+}
+
+}  // namespace drun::agent::detail

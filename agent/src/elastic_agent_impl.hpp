@@ -1,0 +1,148 @@
+// ElasticAgent::Impl: the agent's state machine and its wiring. The machine is one table,
+// (state, event) -> (next state, action), in elastic_agent.cpp with the dispatch, the inputs
+// (worker exits, the job's events, signals) and run(); the actions are in agent_actions.cpp.
+// What the actions use lives in units of its own: the job's directory (job_dir.hpp), its event
+// log (job_notes.hpp), drun's own console lines (agent_console.hpp), hangs (hang_monitor.hpp).
+//
+// Threading: everything on the io_context's thread; the rendezvous' blocking calls run on
+// `offLoop` and come back as posted handlers.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
+#include <exception>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "agent_console.hpp"
+#include "agent_machine.hpp"
+#include "drun/agent/elastic_agent.hpp"
+#include "drun/agent/job_guard.hpp"
+#include "drun/agent/worker_env.hpp"
+#include "drun/agent/worker_group.hpp"
+#include "hang_monitor.hpp"
+#include "job_control.hpp"
+#include "job_dir.hpp"
+#include "job_notes.hpp"
+#include "off_loop.hpp"
+
+namespace drun::agent {
+
+struct ElasticAgent::Impl {
+  using Clock = std::chrono::steady_clock;
+  using Input = detail::Input;
+  using Event = detail::Event;
+  using Action = void (Impl::*)(const Input&);
+  using Rule = detail::Rule<Action>;  // its action runs after the transition; may be null
+
+  // The state machine, whole (elastic_agent.cpp); dispatch() checks it has no duplicate.
+  static const Rule kRules[];
+
+  AgentConfig config;
+  std::unique_ptr<rdzv::Rendezvous> rendezvous;
+  boost::asio::io_context io;
+  boost::asio::signal_set signals{io};
+  boost::asio::steady_timer scaleUpTimer{io};
+  boost::asio::steady_timer barrierTimer{io};  // progress lines while waiting in the exit barrier
+  std::optional<JobGuard> guard;
+  std::unique_ptr<WorkerGroup> group;
+  std::optional<OffLoop> offLoop;
+  detail::AgentConsole console;
+  std::optional<detail::JobDir> jobDir;
+  std::optional<detail::JobNotes> notes;  // the job's events: --events and the store's history
+
+  AgentState state = AgentState::Init;
+  Clock::time_point stateSince = Clock::now();
+  int attempt = 0;  // rounds started, names attempt_<n> directories
+  rdzv::RoundResult round;
+  std::vector<rdzv::JobEvent> latched;  // events of a round this node has not started yet
+  std::filesystem::path attemptDir;
+  std::vector<std::string> baseEnvironment;
+  int cpuCount = 1;
+  // Hangs: the learned timeouts outlive the rounds (a restart does not forget them).
+  detail::LearnedTimeouts learnedTimeouts;
+  std::optional<detail::HangMonitor> hangMonitor;
+  std::filesystem::path pythonPackageDir = findPythonPackageDir();
+
+  std::optional<WorkerExit> rootCause;  // this node's first failure of the attempt
+  int otherFailures = 0;
+  std::optional<rdzv::FailureRecord> finalCause;  // the job's root cause once its budget is spent
+  int signalled = 0;                              // the signal that ends drun
+  Clock::time_point signalledAt;  // when it came (a repeat within kRepeatWindow is one)
+  std::optional<detail::JobControl> jobControl;  // Ctrl-Z: stops the workers with drun
+  int exitCode = 0;
+  bool leftRunning = false;  // run() left a rendezvous call running on offLoop (see run())
+
+  Impl();
+
+  // ---- the machine (elastic_agent.cpp) -----------------------------------------------------
+  void dispatch(Event event, const Input& input = {});
+  void transition(AgentState to, const std::string& reason);
+  // The exception boundary: whatever an action throws ends the job cleanly, never terminate().
+  void internalError(const std::string& what);
+  // Posts a handler to the loop behind the exception boundary.
+  void onLoop(std::function<void()> f);
+  // Runs a blocking rendezvous call off the loop; `then` gets its result on the loop, `failed`
+  // its error.
+  template <typename Call, typename Then>
+  void offLoopCall(Call call, Then then, std::function<void(std::exception_ptr)> failed) {
+    offLoop->post([this, call = std::move(call), then = std::move(then),
+                   failed = std::move(failed)]() mutable {
+      try {
+        auto result = call();
+        onLoop([then = std::move(then), result = std::move(result)]() mutable { then(result); });
+      } catch (...) {
+        onLoop([failed = std::move(failed), error = std::current_exception()] { failed(error); });
+      }
+    });
+  }
+  void note(std::string_view kind, nlohmann::json fields = nlohmann::json::object()) {
+    if (notes) notes->note(kind, std::move(fields));
+  }
+
+  // ---- inputs (elastic_agent.cpp) ----------------------------------------------------------
+  void onWorkerExit(const WorkerExit& reported);
+  void onJobEvent(const rdzv::JobEvent& e);
+  void waitForSignal();
+  std::vector<int> handledSignals() const;  // SIGINT, SIGTERM, SIGHUP, SIGQUIT, --signals-to-handle's
+  bool baseHasVariable(const std::string& name) const;
+  int run();
+
+  // ---- actions (agent_actions.cpp) ---------------------------------------------------------
+  void joinRound(const Input&);
+  void shareLearnedTimeouts();
+  void startWorkers(const Input& in);
+  void sayHung(const detail::HangReport& r);
+  void stopGroup(int signal);
+  void stopWorkers(const Input&);
+  void stopToReform(const Input& in);
+  void stopForRemoteFailure(const Input& in);
+  void noteFinalCause(const Input& in);
+  void stopForSignal(const Input& in);
+  void killNow(const Input& in);
+  void armScaleUp(const Input& in);
+  void claimScaleUp(const Input& in);
+  void keepRunning(const Input& in);
+  void reportFailure(const Input&);
+  void restartAfterFailure(const Input& in);
+  void rejoinAfterRemoteFailure(const Input& in);
+  void rejoinToReform(const Input& in);
+  void sayStillFinishing(Clock::time_point since);
+  void reportFinished(const Input&);
+  void exitSucceeded(const Input&);
+  void exitFailed(const Input& in);
+  void printFinalCause();
+  void exitRendezvousFailed(const Input& in);
+  void exitJobEnded(const Input& in);
+  void exitSignalled(const Input& in);
+  void exitSignalledWhileJoining(const Input& in);
+  void leaveAndStop(bool clean, bool joinInFlight = false);
+};
+
+}  // namespace drun::agent

@@ -1,0 +1,66 @@
+// JobNotes: what the agent writes into the job's event log (docs/observe.md; the
+// fields: event_fields.hpp). The agent's state machine says when something happened; this unit
+// turns it into events and remembers what the events need across rounds (the last round's
+// hosts, a lost member: the next round's rank 0 names the replacement).
+//
+// Threading: the agent's loop thread (the sinks write on their own threads).
+// Ownership: owns the event log. The store sink reaches the rendezvous only while attached:
+// detachStore() cuts it off before the rendezvous goes (a sink's store call may outlive run()).
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <sys/types.h>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "drun/agent/agent_config.hpp"
+#include "drun/agent/console_writer.hpp"
+#include "drun/agent/worker_group.hpp"
+#include "drun/rendezvous/rendezvous.hpp"
+#include "event_log.hpp"
+#include "hang_monitor.hpp"
+
+namespace drun::agent::detail {
+
+class JobNotes {
+ public:
+  static constexpr std::chrono::milliseconds kFlushDeadline{2000};
+
+  // The sinks `config` asks for: --events' file, the job's history in `rendezvous`' store.
+  JobNotes(const AgentConfig& config, rdzv::Rendezvous& rendezvous,
+           std::shared_ptr<ConsoleWriter> console);
+  ~JobNotes();
+  JobNotes(const JobNotes&) = delete;
+  JobNotes& operator=(const JobNotes&) = delete;
+
+  void note(std::string_view kind, nlohmann::json fields = nlohmann::json::object());
+  // round_formed, worker_started (one per pid), spare_taken_in, replacement.
+  void roundStarted(const rdzv::RoundResult& round, const std::vector<pid_t>& pids, int attempt);
+  // worker_exited, and hang_detected for a failed worker that hung.
+  void workerExited(const WorkerExit& exit, uint64_t round, const HangReport* hang);
+  // failure_recorded and restart, written only by the node whose record became the verdict.
+  void verdict(const rdzv::FailureRecord& mine, const rdzv::FailureRecord& verdict,
+               const rdzv::RoundResult& round);
+  // node_lost, node_waiting, store_lost.
+  void jobEvent(const rdzv::JobEvent& e);
+
+  void flush() { log_.flush(kFlushDeadline); }
+  // From now on the store sink finds no rendezvous (it writes nothing more).
+  void detachStore();
+
+ private:
+  struct StoreSource;
+  int nprocPerNode_;
+  int maxRestarts_;
+  EventLog log_;
+  std::shared_ptr<StoreSource> store_;
+  std::vector<std::string> previousHosts_;  // of the last round this node ran
+  bool memberLostSinceRound_ = false;       // a member was lost since this node's last round
+};
+
+}  // namespace drun::agent::detail
