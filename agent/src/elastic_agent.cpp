@@ -292,7 +292,7 @@ ElasticAgent::~ElasticAgent() {
   // A rendezvous call left running on the OffLoop thread uses the state: it stays until the
   // process ends, which ends the call too; held by a static, so that a leak checker at exit does
   // not count it.
-  static Impl* leftForTheCall = nullptr;
+  [[maybe_unused]] static Impl* volatile leftForTheCall = nullptr;  // volatile: the store stays
   if (impl_ && impl_->leftRunning) leftForTheCall = impl_.release();
 }
 

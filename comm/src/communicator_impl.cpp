@@ -4,6 +4,7 @@
 #include "communicator_impl.hpp"
 #include "drun/store/prefix_store.hpp"
 #include "drun/worker.h"
+#include "drun/common/owned_thread.hpp"
 #include "op_progress.hpp"
 #include "request_states.hpp"
 #include "store_host.hpp"
@@ -196,7 +197,7 @@ Request Communicator::Impl::collective(Collective c, bool async) {
   if (stopping_) throw InvalidArgument(std::string(what) + ": the communicator was destroyed");
   auto work = std::make_shared<detail::AsyncWork>(shared_from_this(), c);
   queue_.push_back(work);
-  if (!worker_.joinable()) worker_ = std::thread([this] { workerLoop(); });
+  if (!worker_.joinable()) worker_ = spawnThreadWithSignalsBlocked([this] { workerLoop(); });
   cv_.notify_all();
   lock.unlock();
   if (!async) {

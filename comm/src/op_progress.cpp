@@ -10,6 +10,7 @@
 #include "drun/worker.h"
 
 #include "drun/common/error.hpp"
+#include "drun/common/owned_thread.hpp"
 
 namespace drun::comm::detail {
 namespace {
@@ -74,7 +75,7 @@ void OpProgress::entered(uint64_t n, const char* kind, milliseconds timeout) {
   current_.store(n, std::memory_order_seq_cst);  // no clock read here: the watchdog times it
   std::call_once(started_, [this] {
     try {
-      watchdog_ = std::thread([this] { watch(); });
+      watchdog_ = spawnThreadWithSignalsBlocked([this] { watch(); });
       watching_.store(true, std::memory_order_relaxed);
     } catch (const std::system_error& e) {
       spdlog::warn("drun comm: no progress watchdog ({}): a timeout will not name absent ranks", e.what());

@@ -1,8 +1,9 @@
 #include "collective_queue.hpp"
+#include "drun/common/owned_thread.hpp"
 
 namespace drun::torch_backend {
 
-CollectiveQueue::CollectiveQueue() : thread_([this] { loop(); }) {}
+CollectiveQueue::CollectiveQueue() : thread_(spawnThreadWithSignalsBlocked([this] { loop(); })) {}
 
 CollectiveQueue::~CollectiveQueue() {
   {

@@ -1,6 +1,7 @@
 #include "gloo/gloo_p2p.hpp"
 
 #include <algorithm>
+#include "drun/common/owned_thread.hpp"
 
 namespace drun::comm::detail {
 
@@ -127,7 +128,7 @@ void GlooPoller::add(std::shared_ptr<GlooP2P> request) {
   }
   pending_.push_front(std::move(request));  // the caller polls it now: serve it first
   if (current_) current_->interrupt();
-  if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
+  if (!thread_.joinable()) thread_ = spawnThreadWithSignalsBlocked([this] { loop(); });
   cv_.notify_all();
 }
 

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "drun/common/error.hpp"
+#include "drun/common/owned_thread.hpp"
 
 namespace drun::comm::detail {
 
@@ -343,7 +344,7 @@ void ShmP2P::checkFailures() {
 }
 
 void ShmP2P::startLocked() {
-  if (!thread_.joinable() && !stopping_) thread_ = std::thread([this] { loop(); });
+  if (!thread_.joinable() && !stopping_) thread_ = spawnThreadWithSignalsBlocked([this] { loop(); });
   seg_->ring(seg_->rank());  // wake it: there is work
 }
 

@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include "drun/common/error.hpp"
+#include "drun/common/owned_thread.hpp"
 #include "etcd_keyspace.hpp"
 
 namespace drun::rdzv {
@@ -57,7 +58,7 @@ EtcdSession::EtcdSession(const EtcdStoreOptions& options) : options_(options) {
   keepAliveClient_ = clientWith(clientOptions(), std::max<milliseconds>(ttl_ / 3, milliseconds(500)));
   watchClient_ = clientWith(clientOptions(), options_.client.callTimeout);
   applyClient_ = clientWith(clientOptions(), options_.client.callTimeout);
-  keepAliveThread_ = std::thread([this] { keepAlive(); });
+  keepAliveThread_ = spawnThreadWithSignalsBlocked([this] { keepAlive(); });
   spdlog::debug("etcd session: lease {} (TTL {} s) via {}", ownId_, granted.count(), granter.endpointName());
 }
 
@@ -202,7 +203,7 @@ void EtcdSession::willStored(const Store::Will& will) {
   std::lock_guard lock(mutex_);
   if (!executorStarted_ && !stopping_) {
     executorStarted_ = true;
-    executorThread_ = std::thread([this] { executeWills(); });
+    executorThread_ = spawnThreadWithSignalsBlocked([this] { executeWills(); });
   }
 }
 

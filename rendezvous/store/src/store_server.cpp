@@ -22,6 +22,7 @@
 #include "drun/common/error.hpp"
 #include "drun/common/log.hpp"
 #include "drun/common/resolve.hpp"
+#include "drun/common/owned_thread.hpp"
 #include "server_state.hpp"
 #include "store_session.hpp"
 
@@ -208,7 +209,7 @@ void StoreServer::Impl::start() {
   // Before the thread exists, so that creating the registry never races with the server
   // thread's first log line (a worker that hosts its communicator's store logs from both).
   log::ensureRegistry();
-  thread_ = std::thread([this] { state_.ioc.run(); });
+  thread_ = spawnThreadWithSignalsBlocked([this] { state_.ioc.run(); });
 }
 
 void StoreServer::Impl::run() {

@@ -31,6 +31,7 @@
 #include "drun/common/safe_text.hpp"
 #include "drun/store/protocol.hpp"
 #include "drun/store/store_batch.hpp"
+#include "drun/common/owned_thread.hpp"
 
 namespace drun::rdzv {
 namespace tcp_store_detail {
@@ -117,7 +118,7 @@ class TcpStore::Connection {
       throw;
     }
     if (options_.heartbeatInterval.count() > 0)
-      heartbeat_ = std::thread([this] { heartbeatLoop(); });
+      heartbeat_ = spawnThreadWithSignalsBlocked([this] { heartbeatLoop(); });
   }
 
   ~Connection() {
