@@ -166,7 +166,7 @@ class C10dRendezvous final : public Rendezvous {
     stopWatcher();
     try {
       if (storeLost_) throw NetworkError("the store connection was lost");
-      barrier_.leave(*store_, lastRound_, lastNodeCount_, server_ != nullptr);
+      barrier_.leave(*store_, lastRound_, lastNodeCount_, server_.get());
     } catch (const std::exception& e) {
       spdlog::debug("rendezvous '{}': leave: {}", id(), e.what());
     } catch (...) {

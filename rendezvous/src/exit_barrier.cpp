@@ -2,6 +2,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <thread>
+
 #include "drun/common/error.hpp"
 
 namespace drun::rdzv {
@@ -147,7 +150,7 @@ void ExitBarrier::throwIfJobEnded(LivenessStore& store) {
 }
 
 void ExitBarrier::leave(LivenessStore& store, std::optional<uint64_t> lastRound, int64_t nodeCount,
-                        bool hostingStore) {
+                        const StoreServer* hosted) {
   const std::string& id = node_.runId();
   // No loss (a clean leave), but still counted in `present` by a will: a cut from here on counts
   // this node out once, by that will or by the last batch (whole or not at all). In the batch
@@ -182,8 +185,9 @@ void ExitBarrier::leave(LivenessStore& store, std::optional<uint64_t> lastRound,
   if (!counted) return;
   if (out.number(*counted) <= 0)
     removeJobKeys(store);
-  else if (hostingStore)
+  else if (hosted)
     waitForOthersToLeave(store);
+  if (hosted) serveLostNodes(*hosted);
 }
 
 // Everything but `outcome` and `round`, which stay as the job's tombstone (an outcome with a round
@@ -226,6 +230,34 @@ void ExitBarrier::waitForOthersToLeave(LivenessStore& store) {
       return;
     }
     watchQuietly(store, key, value, deadline.remaining());
+  }
+}
+
+// A node whose lease expired (a stopped process; a cut link, whose TCP retransmissions back off
+// past the cut itself) was counted out of `present` by its will, but it is alive: back, it
+// connects again and asks how the job ended (JobEnded, after forget()). With the store gone it
+// could only exit 1 "lost the store", which fails a job that succeeded (under SLURM, its step).
+// So the store stays up heartbeat_timeout past the last lease that expired (by then the node
+// found its connection closed, and it connects again at once), at most close_timeout more.
+void ExitBarrier::serveLostNodes(const StoreServer& hosted) const {
+  const Deadline deadline(node_.options.closeTimeout);
+  bool said = false;
+  for (;;) {
+    const auto lost = hosted.lastLeaseExpiry();
+    if (!lost) return;
+    const Clock::time_point until = *lost + node_.options.heartbeatTimeout;
+    if (Clock::now() >= until) return;
+    if (deadline.expired()) {
+      spdlog::info("rendezvous '{}': stopping the store {} after the nodes left, with a node lost "
+                   "to silence not back", node_.runId(), ms(node_.options.closeTimeout));
+      return;
+    }
+    if (!said)
+      spdlog::info("rendezvous '{}': serving the store until {} after the last node lost to "
+                   "silence: it may come back to learn how the job ended",
+                   node_.runId(), ms(node_.options.heartbeatTimeout));
+    said = true;
+    std::this_thread::sleep_until(std::min(until, Clock::now() + deadline.remaining()));
   }
 }
 

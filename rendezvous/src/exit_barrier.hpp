@@ -4,7 +4,9 @@
 // first join, in the batch that sets its first will; -1 when it leaves, or by that will when it
 // dies). That one counter is the exit
 // barrier: the node hosting the store serves until it is 0 (bounded by close_timeout), so a
-// slow member or a paused spare still gets its answer; the node that makes it 0 removes the
+// slow member or a paused spare still gets its answer, and then heartbeat_timeout past the last
+// lease its server saw expire, so that a node its will counted out comes back to learn the
+// outcome (bounded by close_timeout again); the node that makes it 0 removes the
 // job's keys; and a new start with the same id that finds an ended job with nobody present
 // resets it instead of tripping on its rounds.
 //
@@ -16,6 +18,7 @@
 
 #include "c10d_node.hpp"
 #include "drun/store/store_batch.hpp"
+#include "drun/store/store_server.hpp"
 
 namespace drun::rdzv {
 
@@ -60,9 +63,10 @@ class ExitBarrier {
 
   // Leaves for good: the will replaced first by presenceWill() (a clean leave is no loss),
   // `left` of the last round counted, then out of `present` with the will cleared (one batch); the last one out removes the job's keys, and a node
-  // hosting the store waits for the others to leave first.
+  // hosting the store (`hosted`, else null) waits for the others to leave first, then for the
+  // nodes it lost to silence to come back (serveLostNodes).
   void leave(LivenessStore& store, std::optional<uint64_t> lastRound, int64_t nodeCount,
-             bool hostingStore);
+             const StoreServer* hosted);
 
  private:
   // Adds the job's outcome (the first record stays) and a bump of the next round's status (its
@@ -71,6 +75,7 @@ class ExitBarrier {
   static void runBumpingStatus(LivenessStore& store, StoreBatch& batch, std::optional<size_t> statusOp);
   void removeJobKeys(LivenessStore& store);
   void waitForOthersToLeave(LivenessStore& store);
+  void serveLostNodes(const StoreServer& hosted) const;
 
   const C10dNode& node_;
   bool present_ = false;

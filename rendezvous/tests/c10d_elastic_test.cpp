@@ -2,11 +2,13 @@
 // arrives while it runs, a known node is never left without the store, a job that ended leaves
 // nothing behind its id, and lost nodes can be replaced. Agents are threads over one MemoryStore
 // (or loopback TcpStores when a test needs the embedded server); sequenced through the store and
-// futures, never sleeps.
+// futures, never sleeps (but for a fault's own duration).
 #include <catch2/catch.hpp>
+#include <thread>
 
 #include "c10d_test_support.hpp"
 #include "drun/rendezvous/port_reservation.hpp"
+#include "tcp_relay.hpp"
 
 using namespace drun;
 using namespace drun::rdzv;
@@ -205,6 +207,89 @@ TEST_CASE("elastic: the store's host serves until a spare has left, even a slow 
   CHECK(hostLeft.wait_for(500ms) == std::future_status::timeout);  // the slow spare is still here
   spare->leave();
   CHECK(hostLeft.wait_for(kHang) == std::future_status::ready);
+}
+
+// A spare cut off past its lease as the job ends (over a real link, TCP's retransmissions back
+// off past a shorter cut; a paused process too): its will counts it out, the host's last wait
+// ends, and the spare comes back after it. It must find the store still up and learn how the
+// job ended, not exit 1 "lost the store" after a job that succeeded.
+TEST_CASE("elastic: the store's host serves a spare that went silent past its lease long enough "
+          "to learn the job's end", "[rendezvous]") {
+  auto o = options(2, 2, "silent");
+  o.closeTimeout = 20s;
+  auto server = std::make_unique<StoreServer>([] {
+    StoreServerOptions s;
+    s.host = "127.0.0.1";
+    s.port = 0;
+    return s;
+  }());
+  server->start();
+  StoreServer& hosted = *server;
+  TcpStoreOptions client;
+  client.port = hosted.port();
+  client.connectTimeout = 5s;
+  client.timeout = 10s;
+  client.heartbeatInterval = o.heartbeatInterval;
+  client.leaseTimeout = o.heartbeatTimeout;
+  auto access = [&](std::unique_ptr<StoreServer> embedded = nullptr) {
+    C10dStoreAccess a;
+    a.store = std::make_unique<TcpStore>(client);
+    a.connectWatcher = [client] { return std::make_unique<TcpStore>(client); };
+    a.endpoint = "127.0.0.1:" + std::to_string(client.port);
+    a.server = std::move(embedded);
+    return a;
+  };
+  auto host = makeC10dRendezvous(withNode(o, "hostA"), access(std::move(server)));
+  auto member = makeC10dRendezvous(withNode(o, "hostB"), access());
+  auto fh = startNext(*host);
+  auto fm = startNext(*member);
+  checkRound({getWithin(fh), getWithin(fm)}, {1, 1});
+  // The spare: its connection goes through a link the test cuts, and it cannot connect again
+  // until it is back.
+  TcpRelay link(client.port);
+  C10dStoreAccess spareAccess = access();
+  TcpStoreOptions linked = client;
+  linked.port = link.port();
+  spareAccess.store = std::make_unique<TcpStore>(linked);
+  std::promise<void> back;
+  std::shared_future<void> isBack = back.get_future().share();
+  spareAccess.connectWatcher = [client, isBack] {
+    isBack.wait();
+    return std::make_unique<TcpStore>(client);
+  };
+  auto spare = makeC10dRendezvous(withNode(o, "hostC"), std::move(spareAccess));
+  auto fs = startNext(*spare);
+  TcpStore observer(client);
+  awaitArrivals(observer, "silent", 1, 1);
+  link.cut();
+  FirstChange done(*host, "succeeded");
+  CHECK(member->finish());
+  CHECK(host->finish());
+  done.get();
+  member->leave();
+  auto hostLeft = std::async(std::launch::async, [&] { host->leave(); });
+  // The spare's lease ends (its will counts it out of `present`, the host's wait ends); the
+  // fault itself, not a synchronisation: the spare stays away a while after that.
+  const std::string present = keys::present("silent");
+  const Deadline expiry(kHang);
+  for (auto value = observer.tryGet(present); keys::parseCounter(value).value_or(0) > 0;) {
+    REQUIRE_FALSE(expiry.expired());
+    value = observer.watch(present, value, expiry.remaining());
+  }
+  CHECK(hosted.stats().leasesExpired >= 1);
+  std::this_thread::sleep_for(300ms);
+  link.restore();
+  back.set_value();
+  REQUIRE(fs.wait_for(kHang) == std::future_status::ready);
+  try {
+    fs.get();
+    FAIL("the spare joined a round of a job that ended");
+  } catch (const JobEnded& e) {
+    CHECK(e.exitCode() == 0);
+    CHECK_THAT(e.what(), Catch::Contains("the job finished (every worker succeeded)"));
+  }
+  CHECK(hostLeft.wait_for(kHang) == std::future_status::ready);
+  spare->leave();
 }
 
 // A finished member and a scale-up are the two ends of a round: the first in the store wins

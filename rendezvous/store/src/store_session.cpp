@@ -319,6 +319,7 @@ void Session::onDeadline() {
         return;
       }
       state_.counters.leasesExpired++;
+      state_.counters.lastLeaseExpiry = now.time_since_epoch().count();
       close("lease of " + std::to_string(lease_.count()) + "ms expired");
       return;
     case SessionPhase::Closed:

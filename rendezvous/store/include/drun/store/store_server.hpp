@@ -29,6 +29,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "drun/store/store_core.hpp"
@@ -126,6 +127,10 @@ class StoreServer {
   void stop();   // any thread; idempotent
 
   StoreServerStats stats() const;
+  // When a connection was last closed for silence (its lease expired), nullopt if none was: a
+  // client behind a cut link or in a stopped process may come back to ask for what it missed.
+  // Any thread.
+  std::optional<std::chrono::steady_clock::time_point> lastLeaseExpiry() const;
 
   // Monitoring (drun-rendezvous --http): calls `attach` at once with the server's io context and
   // store, so that what it sets up (an HTTP endpoint, a write observer) runs on the io thread
