@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "drun/common/env.hpp"
+#include "drun/common/host_port.hpp"
 #include "drun/launcher/program.hpp"
 #include "drun/launcher/slurm_env.hpp"
 #include "drun/rendezvous/keys.hpp"
@@ -320,26 +321,11 @@ void checkLogDir(const std::filesystem::path& dir) {
 
 void parseRendezvousConf(const std::string& text, rdzv::RendezvousOptions& out) { parseRdzvConf(text, out); }
 
-// HOST, HOST:PORT, [V6]:PORT.
+// HOST, HOST:PORT, [V6], [V6]:PORT (HostPort's rules); a missing port keeps out's.
 void parseEndpoint(const std::string& text, rdzv::RendezvousOptions& out) {
-  std::string host = text;
-  std::string port;
-  if (!text.empty() && text.front() == '[') {
-    auto close = text.find(']');
-    if (close == std::string::npos) throw UsageError("--rdzv-endpoint: unbalanced '[' in '" + text + "'");
-    host = text.substr(1, close - 1);
-    if (close + 1 < text.size()) {
-      if (text[close + 1] != ':') throw UsageError("--rdzv-endpoint: expected ':' after ']' in '" + text + "'");
-      port = text.substr(close + 2);
-    }
-  } else if (auto colon = text.rfind(':'); colon != std::string::npos && text.find(':') == colon) {
-    host = text.substr(0, colon);
-    port = text.substr(colon + 1);
-  }
-  if (host.empty()) throw UsageError("--rdzv-endpoint: missing host in '" + text + "'");
-  out.endpointHost = host;
-  if (!port.empty())
-    out.endpointPort = static_cast<uint16_t>(usage([&] { return env::parseInt(port, "--rdzv-endpoint port", 0, 65535); }));
+  out.endpoint = usage([&] {
+    return HostPort::parse(text, {"--rdzv-endpoint", out.endpoint.port, /*minPort=*/0});
+  });
 }
 
 CliResult parseCommandLine(const std::vector<std::string>& args) {
@@ -516,7 +502,10 @@ CliResult parseCommandLine(const std::vector<std::string>& args) {
   if (!rdzvEndpoint.empty() && r.backend == "etcd") {
     // A member list: h1:2379,h2:2379,h3:2379 (each checked by the etcd client at the start).
     r.etcdEndpoints = rdzvEndpoint;
-    parseEndpoint(rdzvEndpoint.substr(0, rdzvEndpoint.find(',')), r);
+    std::string first = rdzvEndpoint.substr(0, rdzvEndpoint.find(','));
+    for (const char* scheme : {"http://", "https://"})  // etcdctl's spelling, as the client takes it
+      if (first.starts_with(scheme)) first.erase(0, std::strlen(scheme));
+    parseEndpoint(first, r);
   } else if (!rdzvEndpoint.empty()) {
     parseEndpoint(rdzvEndpoint, r);
   }
@@ -542,13 +531,13 @@ CliResult parseCommandLine(const std::vector<std::string>& args) {
   // torchrun's default backend is static: its classic multi-node line (--nnodes, --node-rank,
   // --master-addr, --master-port, no endpoint) means a static job. drun's default stays c10d
   // whenever there is an endpoint to meet at.
-  if (backendOption->count() == 0 && maxNodes > 1 && r.endpointHost.empty()) r.backend = "static";
+  if (backendOption->count() == 0 && maxNodes > 1 && r.endpoint.host.empty()) r.backend = "static";
   if (r.backend == "c10d" && (masterAddrOption->count() || masterPortOption->count()) && maxNodes > 1)
     result.warnings.push_back("--master-addr/--master-port are for the static backend; the c10d "
                               "rendezvous picks MASTER_ADDR/MASTER_PORT itself");
   if (r.backend == "etcd" && r.etcdEndpoints.empty())
     throw UsageError("--rdzv-backend etcd needs --rdzv-endpoint HOST:PORT[,HOST:PORT...] (the etcd members)");
-  if (maxNodes > 1 && r.backend == "c10d" && r.endpointHost.empty())
+  if (maxNodes > 1 && r.backend == "c10d" && r.endpoint.host.empty())
     throw UsageError("--nnodes " + nnodes + " with --rdzv-backend c10d needs --rdzv-endpoint HOST[:PORT] "
                      "(the node hosting the rendezvous)");
   if (r.backend == "static" && minNodes != maxNodes)

@@ -97,8 +97,8 @@ int runStatus(const std::vector<std::string>& args) {
     } else {
       if (!conf.empty()) throw UsageError("--rdzv-conf is for --rdzv-backend etcd");
       parseEndpoint(endpoint, where);
-      o.host = where.endpointHost;
-      o.port = where.endpointPort;
+      o.host = where.endpoint.host;
+      o.port = where.endpoint.port;
       o.connectTimeout = o.timeout = callTimeout;
       o.leaseTimeout = std::max<std::chrono::milliseconds>(o.timeout, std::chrono::seconds(2));
       o.heartbeatInterval = o.leaseTimeout / 3;
@@ -109,7 +109,7 @@ int runStatus(const std::vector<std::string>& args) {
     std::fprintf(stderr, "drun status: error: %s\n", e.what());
     return 2;
   }
-  const std::string named = backend == "etcd" ? "etcd " + endpoint : o.host + ":" + std::to_string(o.port);
+  const std::string named = backend == "etcd" ? "etcd " + endpoint : where.endpoint.toString();
   try {
     std::unique_ptr<rdzv::Store> store;
     std::vector<std::string> ids;

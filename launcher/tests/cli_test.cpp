@@ -106,8 +106,8 @@ TEST_CASE("multi-node and rendezvous options fill RendezvousOptions", "[launcher
                   "--node-rank", "1", "--local-addr", "10.0.0.2", "hostname"});
   CHECK(c.rendezvous.minNodes == 2);
   CHECK(c.rendezvous.maxNodes == 4);
-  CHECK(c.rendezvous.endpointHost == "node0");
-  CHECK(c.rendezvous.endpointPort == 1234);
+  CHECK(c.rendezvous.endpoint.host == "node0");
+  CHECK(c.rendezvous.endpoint.port == 1234);
   CHECK(c.rendezvous.runId == "job7");
   CHECK(c.rendezvous.joinTimeout == 5000ms);
   CHECK(c.rendezvous.lastCallTimeout == 250ms);
@@ -115,9 +115,17 @@ TEST_CASE("multi-node and rendezvous options fill RendezvousOptions", "[launcher
   CHECK(c.rendezvous.nodeRank == 1);
   CHECK(c.rendezvous.localAddr == "10.0.0.2");
   auto v6 = parse({"--nnodes", "2", "--rdzv-endpoint", "[::1]:5000", "hostname"});
-  CHECK(v6.rendezvous.endpointHost == "::1");
-  CHECK(v6.rendezvous.endpointPort == 5000);
-  CHECK(parse({"--nnodes", "2", "--rdzv-endpoint", "h", "hostname"}).rendezvous.endpointPort == 29400);
+  CHECK(v6.rendezvous.endpoint.host == "::1");
+  CHECK(v6.rendezvous.endpoint.port == 5000);
+  CHECK(parse({"--nnodes", "2", "--rdzv-endpoint", "h", "hostname"}).rendezvous.endpoint.port == 29400);
+  CHECK(parse({"--nnodes", "2", "--rdzv-endpoint", "[::1]", "hostname"}).rendezvous.endpoint ==
+        drun::HostPort{"::1", 29400});
+  // A bare IPv6 address is ambiguous ("fe80::1:2940": a port or not): brackets are asked for.
+  CHECK_THAT(usageError({"--nnodes", "2", "--rdzv-endpoint", "fe80::1:2940", "hostname"}),
+             Catch::Contains("--rdzv-endpoint 'fe80::1:2940': write an IPv6 address in brackets"));
+  CHECK_THAT(usageError({"--nnodes", "2", "--rdzv-endpoint", "h:70000", "hostname"}),
+             Catch::Contains("--rdzv-endpoint 'h:70000': port 70000 is out of range (0-65535)"));
+  CHECK_THAT(usageError({"--nnodes", "2", "--rdzv-endpoint", ":5", "hostname"}), Catch::Contains("missing host"));
 }
 
 TEST_CASE("redirects, tee and the console filter parse torchrun's formats", "[launcher]") {
@@ -187,7 +195,7 @@ TEST_CASE("the classic static torchrun line runs with the static backend", "[lau
 
 TEST_CASE("torchrun's lenient spellings are accepted with a warning where torchrun warns", "[launcher]") {
   auto r = parseCommandLine({"drun", "--standalone", "--rdzv-endpoint", "h:5", "hostname"});
-  CHECK(r.config.rendezvous.endpointHost.empty());
+  CHECK(r.config.rendezvous.endpoint.host.empty());
   CHECK(r.config.rendezvous.runId != "none");
   REQUIRE(r.warnings.size() == 1);
   CHECK_THAT(r.warnings[0], Catch::Contains("--standalone ignores --rdzv-endpoint h:5"));
@@ -272,7 +280,10 @@ TEST_CASE("the etcd backend: --rdzv-backend etcd-v3 takes a member list and the 
                   "etcd_user=drun,etcd_password_file=/p,etcd_cacert=/ca.pem,etcd_prefix=/x/", "hostname"});
   CHECK(c.rendezvous.backend == "etcd");
   CHECK(c.rendezvous.etcdEndpoints == "e1:2379,e2:2379,e3:2379");
-  CHECK(c.rendezvous.endpointHost == "e1");
+  CHECK(c.rendezvous.endpoint.host == "e1");
+  auto schemed = parse({"--nnodes", "1:3", "--rdzv-backend", "etcd", "--rdzv-endpoint",
+                        "https://[::1]:2379,e2:2379", "hostname"});
+  CHECK(schemed.rendezvous.endpoint == drun::HostPort{"::1", 2379});
   CHECK(c.rendezvous.etcdUser == "drun");
   CHECK(c.rendezvous.etcdPasswordFile == "/p");
   CHECK(c.rendezvous.etcdCaFile == "/ca.pem");

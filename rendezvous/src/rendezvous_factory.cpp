@@ -23,7 +23,7 @@ std::unique_ptr<Rendezvous> makeRendezvous(const RendezvousOptions& options) {
                           std::to_string(options.maxNodes));
   if (options.localWorldSize < 1)
     throw InvalidArgument("invalid workers per node: " + std::to_string(options.localWorldSize));
-  if (options.maxNodes == 1 && options.endpointHost.empty())
+  if (options.maxNodes == 1 && options.endpoint.host.empty())
     return makeSingleNodeRendezvous(options);
   if (options.backend == "static") return makeStaticRendezvous(options);
   if (options.backend == "c10d") return makeC10dRendezvous(options);

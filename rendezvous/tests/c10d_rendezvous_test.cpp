@@ -759,12 +759,12 @@ TEST_CASE("c10d factory: the endpoint host embeds the store, a second local agen
   // A port the kernel picked, released for the agent's server to bind.
   auto reserved = PortReservation::reserve("127.0.0.1");
   auto o = options(2, 2, "factory");
-  o.endpointHost = "127.0.0.1";
-  o.endpointPort = reserved.port();
+  o.endpoint.host = "127.0.0.1";
+  o.endpoint.port = reserved.port();
   reserved.release();
   CHECK(isLocalEndpoint("127.0.0.1"));
   CHECK(isLocalEndpoint("localhost"));
-  CHECK(routeSourceAddress("127.0.0.1", o.endpointPort) == "127.0.0.1");
+  CHECK(routeSourceAddress("127.0.0.1", o.endpoint.port) == "127.0.0.1");
   auto host = makeC10dRendezvous(withNode(o, ""));
   auto client = makeC10dRendezvous(withNode(o, ""));  // EADDRINUSE -> client
   auto fh = startNext(*host);
@@ -781,8 +781,8 @@ TEST_CASE("c10d factory: is_host=1 with the endpoint port taken is a clear error
           "nobody", "[rendezvous]") {
   auto taken = PortReservation::reserve("127.0.0.1");  // held: nobody serves a store there
   auto o = options(2, 2, "hostclash");
-  o.endpointHost = "127.0.0.1";
-  o.endpointPort = taken.port();
+  o.endpoint.host = "127.0.0.1";
+  o.endpoint.port = taken.port();
   o.isHost = true;
   CHECK_THROWS_WITH(makeC10dRendezvous(withNode(o, "")),
                     Catch::Contains("is_host=1") && Catch::Contains(std::to_string(taken.port())) &&

@@ -62,7 +62,7 @@ TEST_CASE("makeRendezvous: backend choice and option checks", "[rendezvous]") {
   RendezvousOptions unknown;
   unknown.maxNodes = 2;
   unknown.backend = "zookeeper";
-  unknown.endpointHost = "127.0.0.1";
+  unknown.endpoint.host = "127.0.0.1";
   CHECK_THROWS_WITH(makeRendezvous(unknown), Catch::Contains("unknown --rdzv-backend 'zookeeper'"));
 
   RendezvousOptions noEndpoint;

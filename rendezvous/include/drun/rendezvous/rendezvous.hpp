@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "drun/common/error.hpp"
+#include "drun/common/host_port.hpp"
 #include "drun/common/progress.hpp"
 #include "drun/rendezvous/store.hpp"
 
@@ -27,8 +28,8 @@ using namespace std::chrono_literals;
 
 struct RendezvousOptions {
   std::string backend = "c10d";        // c10d | etcd | static
-  std::string endpointHost;            // --rdzv-endpoint host ("" = none)
-  uint16_t endpointPort = 29400;       // --rdzv-endpoint :port (0 = any, embedded server only)
+  // --rdzv-endpoint (host "" = none; port 0 = any, embedded server only)
+  HostPort endpoint{"", 29400};
   std::string runId = "none";          // --rdzv-id
   int minNodes = 1;                    // --nnodes MIN:MAX
   int maxNodes = 1;
@@ -57,7 +58,7 @@ struct RendezvousOptions {
   std::string tokenFile;               // rdzv_conf token_file: the store's shared secret ("" =
                                        // DRUN_RDZV_TOKEN_FILE, else the store is open)
   // The etcd backend: --rdzv-endpoint's member list and the rdzv_conf keys etcd_*.
-  std::string etcdEndpoints;           // "h1:2379,h2:2379,h3:2379" ("" = endpointHost)
+  std::string etcdEndpoints;           // "h1:2379,h2:2379,h3:2379" ("" = endpoint)
   std::string etcdUser;                // etcd_user ("" = no auth)
   std::string etcdPasswordFile;        // etcd_password_file: its first line (mode 600)
   std::string etcdCaFile;              // etcd_cacert: https, members verified against this CA
