@@ -657,7 +657,7 @@ struct ElasticAgent::Impl {
 
   void reportFinished(const Input&) {
     hangMonitor->stop();
-    if (round.nodeCount > 1 && config.rendezvous.backend == "static") {
+    if (round.nodeCount > 1 && !rdzv::capabilities(config.rendezvous.backend).sharedStore) {
       // No store, no exit barrier: nothing to wait for (torchrun's static backend alike).
       say("drun: this node's workers succeeded; with the static rendezvous each node ends on its "
           "own (the other %d node(s) are not waited for)\n", round.nodeCount - 1);

@@ -487,10 +487,10 @@ CliResult parseCommandLine(const std::vector<std::string>& args) {
   r.minNodes = minNodes;
   r.maxNodes = maxNodes;
   r.localWorldSize = c.nprocPerNode;
-  if (rdzvBackend == "etcd-v3") rdzvBackend = "etcd";
-  if (rdzvBackend != "c10d" && rdzvBackend != "static" && rdzvBackend != "etcd")
+  const auto backend = rdzv::parseRendezvousBackend(rdzvBackend);
+  if (!backend)
     throw UsageError("--rdzv-backend: '" + rdzvBackend + "' is not supported (use c10d, etcd or static)");
-  r.backend = rdzvBackend;
+  r.backend = *backend;
   r.runId = rdzvId.empty() ? "none" : rdzvId;
   usage([&] { rdzv::keys::validateRunId(r.runId); return 0; });  // it names directories too
   if (standalone && !rdzvEndpoint.empty()) {
@@ -499,7 +499,7 @@ CliResult parseCommandLine(const std::vector<std::string>& args) {
                               " (a standalone job has its own rendezvous)");
     rdzvEndpoint.clear();
   }
-  if (!rdzvEndpoint.empty() && r.backend == "etcd") {
+  if (!rdzvEndpoint.empty() && r.backend == rdzv::RendezvousBackend::Etcd) {
     // A member list: h1:2379,h2:2379,h3:2379 (each checked by the etcd client at the start).
     r.etcdEndpoints = rdzvEndpoint;
     std::string first = rdzvEndpoint.substr(0, rdzvEndpoint.find(','));
@@ -531,22 +531,23 @@ CliResult parseCommandLine(const std::vector<std::string>& args) {
   // torchrun's default backend is static: its classic multi-node line (--nnodes, --node-rank,
   // --master-addr, --master-port, no endpoint) means a static job. drun's default stays c10d
   // whenever there is an endpoint to meet at.
-  if (backendOption->count() == 0 && maxNodes > 1 && r.endpoint.host.empty()) r.backend = "static";
-  if (r.backend == "c10d" && (masterAddrOption->count() || masterPortOption->count()) && maxNodes > 1)
+  if (backendOption->count() == 0 && maxNodes > 1 && r.endpoint.host.empty()) r.backend = rdzv::RendezvousBackend::Static;
+  if (r.backend == rdzv::RendezvousBackend::C10d && (masterAddrOption->count() || masterPortOption->count()) && maxNodes > 1)
     result.warnings.push_back("--master-addr/--master-port are for the static backend; the c10d "
                               "rendezvous picks MASTER_ADDR/MASTER_PORT itself");
-  if (r.backend == "etcd" && r.etcdEndpoints.empty())
+  if (r.backend == rdzv::RendezvousBackend::Etcd && r.etcdEndpoints.empty())
     throw UsageError("--rdzv-backend etcd needs --rdzv-endpoint HOST:PORT[,HOST:PORT...] (the etcd members)");
-  if (maxNodes > 1 && r.backend == "c10d" && r.endpoint.host.empty())
-    throw UsageError("--nnodes " + nnodes + " with --rdzv-backend c10d needs --rdzv-endpoint HOST[:PORT] "
+  const rdzv::BackendCapabilities can = rdzv::capabilities(r.backend);
+  if (maxNodes > 1 && can.needsEndpoint && r.endpoint.host.empty())
+    throw UsageError("--nnodes " + nnodes + " with --rdzv-backend " + toString(r.backend) + " needs --rdzv-endpoint HOST[:PORT] "
                      "(the node hosting the rendezvous)");
-  if (r.backend == "static" && minNodes != maxNodes)
-    throw UsageError("--rdzv-backend static needs a fixed --nnodes, got " + nnodes +
+  if (!can.elastic && minNodes != maxNodes)
+    throw UsageError("--rdzv-backend " + std::string(toString(r.backend)) + " needs a fixed --nnodes, got " + nnodes +
                      (nnodesOption->count() && backendOption->count() == 0
                           ? " (an elastic range needs --rdzv-endpoint HOST[:PORT])"
                           : ""));
 
-  if (r.backend == "static" && maxNodes > 1 && !r.nodeRank)
+  if (r.backend == rdzv::RendezvousBackend::Static && maxNodes > 1 && !r.nodeRank)
     throw UsageError("--nnodes " + nnodes + " with the static rendezvous needs --node-rank "
                      "(or give --rdzv-endpoint HOST[:PORT] for the c10d rendezvous)");
   parseStdSpec(redirects, "--redirects", c.nprocPerNode, &StdRouting::redirect, c.output);

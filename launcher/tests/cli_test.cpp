@@ -171,6 +171,10 @@ TEST_CASE("every bad input is a usage error naming what was wrong", "[launcher]"
   CHECK_THAT(usageError({"--redirects", "4", "hostname"}), Catch::Contains("--redirects"));
   CHECK_THAT(usageError({"--rdzv-conf", "bogus=1", "hostname"}), Catch::Contains("bogus"));
   CHECK_THAT(usageError({"--rdzv-backend", "etcd", "hostname"}), Catch::Contains("etcd"));
+  CHECK_THAT(usageError({"--rdzv-backend", "zookeeper", "hostname"}),
+             Catch::Contains("--rdzv-backend: 'zookeeper' is not supported (use c10d, etcd or static)"));
+  CHECK_THAT(usageError({"--rdzv-backend", "static", "--nnodes", "1:2", "hostname"}),
+             Catch::Contains("--rdzv-backend static needs a fixed --nnodes, got 1:2"));
   CHECK_THAT(usageError({"--standalone", "--nnodes", "2", "hostname"}), Catch::Contains("--standalone"));
   CHECK_THAT(usageError({"--shutdown-timeout", "soon", "hostname"}), Catch::Contains("--shutdown-timeout"));
 }
@@ -184,13 +188,13 @@ TEST_CASE("help is printed, not an error", "[launcher]") {
 TEST_CASE("the classic static torchrun line runs with the static backend", "[launcher]") {
   auto c = parse({"--nnodes=2", "--node_rank=1", "--master_addr=10.0.0.1", "--master_port=29555",
                   "--nproc_per_node=2", "hostname"});
-  CHECK(c.rendezvous.backend == "static");
+  CHECK(c.rendezvous.backend == drun::rdzv::RendezvousBackend::Static);
   CHECK(c.rendezvous.nodeRank == 1);
   CHECK(c.rendezvous.masterAddr == "10.0.0.1");
   CHECK(c.rendezvous.masterPort == 29555);
   CHECK(c.nprocPerNode == 2);
   // An endpoint means the c10d rendezvous, as before.
-  CHECK(parse({"--nnodes", "2", "--rdzv-endpoint", "h:1", "hostname"}).rendezvous.backend == "c10d");
+  CHECK(parse({"--nnodes", "2", "--rdzv-endpoint", "h:1", "hostname"}).rendezvous.backend == drun::rdzv::RendezvousBackend::C10d);
 }
 
 TEST_CASE("torchrun's lenient spellings are accepted with a warning where torchrun warns", "[launcher]") {
@@ -278,7 +282,7 @@ TEST_CASE("the etcd backend: --rdzv-backend etcd-v3 takes a member list and the 
   auto c = parse({"--nnodes", "1:3", "--rdzv-backend", "etcd-v3", "--rdzv-endpoint",
                   "e1:2379,e2:2379,e3:2379", "--rdzv-conf",
                   "etcd_user=drun,etcd_password_file=/p,etcd_cacert=/ca.pem,etcd_prefix=/x/", "hostname"});
-  CHECK(c.rendezvous.backend == "etcd");
+  CHECK(c.rendezvous.backend == drun::rdzv::RendezvousBackend::Etcd);
   CHECK(c.rendezvous.etcdEndpoints == "e1:2379,e2:2379,e3:2379");
   CHECK(c.rendezvous.endpoint.host == "e1");
   auto schemed = parse({"--nnodes", "1:3", "--rdzv-backend", "etcd", "--rdzv-endpoint",

@@ -19,6 +19,7 @@
 #include "drun/common/error.hpp"
 #include "drun/common/host_port.hpp"
 #include "drun/common/progress.hpp"
+#include "drun/rendezvous/backend.hpp"
 #include "drun/rendezvous/store.hpp"
 
 namespace drun::rdzv {
@@ -27,7 +28,7 @@ using std::chrono::milliseconds;
 using namespace std::chrono_literals;
 
 struct RendezvousOptions {
-  std::string backend = "c10d";        // c10d | etcd | static
+  RendezvousBackend backend = RendezvousBackend::C10d;  // --rdzv-backend
   // --rdzv-endpoint (host "" = none; port 0 = any, embedded server only)
   HostPort endpoint{"", 29400};
   std::string runId = "none";          // --rdzv-id
