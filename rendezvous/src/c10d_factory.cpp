@@ -67,8 +67,7 @@ std::unique_ptr<Rendezvous> makeC10dRendezvous(const RendezvousOptions& options)
         access.server = std::make_unique<StoreServer>(serverOptions);
       } catch (const NetworkError& e) {
         // is_host=1 with an endpoint that is not an address of this machine (NAT, a VIP).
-        if (std::string_view(e.what()).find(std::strerror(EADDRNOTAVAIL)) == std::string_view::npos)
-          throw;
+        if (e.errorCode() != EADDRNOTAVAIL) throw;
         serverOptions.host = "0.0.0.0";
         access.server = std::make_unique<StoreServer>(serverOptions);
       }
@@ -92,16 +91,17 @@ std::unique_ptr<Rendezvous> makeC10dRendezvous(const RendezvousOptions& options)
     } catch (const NetworkError& e) {
       // Another agent on this host, or a drun-rendezvous daemon, serves the endpoint already.
       // Anything else (a privileged port, no such address) would only end in a join timeout.
-      if (std::string_view(e.what()).find(std::strerror(EADDRINUSE)) == std::string_view::npos)
+      if (e.errorCode() != EADDRINUSE)
         throw NetworkError("rendezvous '" + options.runId + "': cannot host the store on port " +
-                           std::to_string(options.endpoint.port) + ": " + e.what());
+                           std::to_string(options.endpoint.port) + ": " + e.what(), e.errorCode());
       // Told to host (is_host=1, or the first node of a SLURM step): a client of whatever holds
       // the port would wait for a job that nobody hosts.
       if (options.isHost.value_or(false))
         throw NetworkError("rendezvous '" + options.runId + "': this node is told to host the "
                            "store (is_host=1), but port " + std::to_string(options.endpoint.port) +
                            " on " + bracketedHost(options.endpoint.host) + " is taken (" + e.what() +
-                           "): stop what holds it, or pick another --rdzv-endpoint port");
+                           "): stop what holds it, or pick another --rdzv-endpoint port",
+                           EADDRINUSE);
       access.server.reset();
       spdlog::info("rendezvous '{}': not hosting the store ({}); joining {} as a client",
                    options.runId, e.what(), options.endpoint.toString());

@@ -251,7 +251,7 @@ std::string EtcdClient::call(const std::string& path, const std::string& body,
         if (code == kGrpcInvalidArgument) throw InvalidArgument(what + ": " + message);
         if (code == kGrpcUnauthenticated || code == kGrpcPermissionDenied)
           throw AuthError(what + ": " + message);
-        throw Error(what + " refused (code " + std::to_string(code) + "): " + message);
+        throw EtcdError(what + " refused (code " + std::to_string(code) + "): " + message, code);
       } catch (const TimeoutError& e) {
         current_ = (i + 1) % connections_.size();  // the next call starts on another member
         // A write sent to a member that then went silent (killed, cut off) has an unknown
@@ -346,8 +346,8 @@ void EtcdClient::leaseRevoke(int64_t lease, const Deadline& deadline) {
   const Json body{{"ID", std::to_string(lease)}};
   try {
     call("/v3/lease/revoke", body.dump(), deadline, true);
-  } catch (const Error& e) {
-    if (std::string_view(e.what()).find("lease not found") == std::string_view::npos) throw;
+  } catch (const EtcdError& e) {
+    if (!e.leaseNotFound()) throw;  // else: gone already, as a revoke leaves it
   }
 }
 
