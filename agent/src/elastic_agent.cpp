@@ -272,7 +272,7 @@ struct ElasticAgent::Impl {
   std::shared_ptr<SideStoreSource> sideStore;
 
   void noteRoundStarted(const std::vector<pid_t>& pids) {
-    note("round_formed", detail::roundFormedFields(round, config.nprocPerNode, config.maxRestarts));
+    note("round_formed", detail::roundFormedFields(round, config.nprocPerNode, config.rendezvous.maxRestarts));
     for (size_t i = 0; i < pids.size(); ++i)
       note("worker_started", {{"round", round.round}, {"rank", round.rankOffset + static_cast<int>(i)},
                               {"local_rank", i}, {"pid", pids[i]}});
@@ -299,8 +299,8 @@ struct ElasticAgent::Impl {
     note("failure_recorded", {{"round", round.round}, {"failure", detail::failureJson(verdict)}});
     if (!verdict.final)
       note("restart", {{"round", round.round}, {"count", round.restartCount + 1},
-                       {"max_restarts", config.maxRestarts},
-                       {"budget_left", config.maxRestarts - round.restartCount - 1}});
+                       {"max_restarts", config.rendezvous.maxRestarts},
+                       {"budget_left", config.rendezvous.maxRestarts - round.restartCount - 1}});
   }
 
   void noteJobEvent(const JobEvent& e) {
@@ -600,8 +600,8 @@ struct ElasticAgent::Impl {
       markHang(record, hang->verdict.describe(), hang->stackHow, hang->stackText);
     // A console that is gone (`drun ... | head`: its workers died of SIGPIPE) is not a failure to
     // retry: the job ends, as a shell pipeline does once its reader exits.
-    const int budget = consoleGone() ? 0 : config.maxRestarts;
-    offLoopCall([this, record, budget] { return rendezvous->reportFailure(record, budget); },
+    record.final = consoleGone();
+    offLoopCall([this, record] { return rendezvous->reportFailure(record); },
                 [this, record](const FailureRecord& verdict) {
                   noteVerdict(record, verdict);
                   Input in;
@@ -628,7 +628,7 @@ struct ElasticAgent::Impl {
                  "drun: rank %d (local_rank %d) on %s failed (%s); restarting the job "
                  "(restart %d of %d)\n",
                  f.rank, f.localRank, f.node.c_str(), describeStatus(f).c_str(),
-                 round.restartCount + 1, config.maxRestarts);
+                 round.restartCount + 1, config.rendezvous.maxRestarts);
     joinRound(in);
   }
 
@@ -720,8 +720,8 @@ struct ElasticAgent::Impl {
     say("%s\n", formatFailureSummary(*finalCause).c_str());
     if (config.isPython && !config.interpreter.empty())
       say("drun:   python on this node: %s\n", config.interpreter.c_str());
-    if (config.maxRestarts > 0)
-      say("drun: restart budget exhausted (%d restarts)\n", config.maxRestarts);
+    if (config.rendezvous.maxRestarts > 0)
+      say("drun: restart budget exhausted (%d restarts)\n", config.rendezvous.maxRestarts);
     exitCode = finalCause->statusCode();
   }
 

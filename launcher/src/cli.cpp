@@ -477,7 +477,7 @@ CliResult parseCommandLine(const std::vector<std::string>& args) {
   AgentConfig& c = result.config;
   c.nprocPerNode = parseNproc(nproc);
   auto [minNodes, maxNodes] = parseNnodes(nnodes);
-  c.maxRestarts = static_cast<int>(usage([&] { return env::parseInt(maxRestarts, "--max-restarts (a count >= 0)", 0, 1000000); }));
+  c.rendezvous.maxRestarts = static_cast<int>(usage([&] { return env::parseInt(maxRestarts, "--max-restarts (a count >= 0)", 0, 1000000); }));
   c.shutdownTimeout = usage([&] { return env::parseDuration(shutdownTimeout, "--shutdown-timeout"); });
   if (role.empty()) throw UsageError("--role: the role name is empty");
   c.role = role;

@@ -42,7 +42,7 @@ struct ScopedEnv {
 TEST_CASE("defaults follow torchrun", "[launcher]") {
   auto c = parse({"hostname"});
   CHECK(c.nprocPerNode == 1);
-  CHECK(c.maxRestarts == 0);
+  CHECK(c.rendezvous.maxRestarts == 0);
   CHECK(c.role == "default");
   CHECK(c.shutdownTimeout == 30s);
   CHECK(c.rendezvous.minNodes == 1);
@@ -56,8 +56,8 @@ TEST_CASE("defaults follow torchrun", "[launcher]") {
 TEST_CASE("dash and underscore spellings are both accepted", "[launcher]") {
   CHECK(parse({"--nproc-per-node", "3", "hostname"}).nprocPerNode == 3);
   CHECK(parse({"--nproc_per_node=5", "hostname"}).nprocPerNode == 5);
-  CHECK(parse({"--max_restarts", "2", "hostname"}).maxRestarts == 2);
-  CHECK(parse({"--max-restarts=4", "hostname"}).maxRestarts == 4);
+  CHECK(parse({"--max_restarts", "2", "hostname"}).rendezvous.maxRestarts == 2);
+  CHECK(parse({"--max-restarts=4", "hostname"}).rendezvous.maxRestarts == 4);
 }
 
 TEST_CASE("program arguments are passed through untouched", "[launcher]") {
@@ -75,7 +75,7 @@ TEST_CASE("PET_ variables set options and the command line wins", "[launcher]") 
   ScopedEnv restarts("PET_MAX_RESTARTS", "7");
   auto c = parse({"hostname"});
   CHECK(c.nprocPerNode == 3);
-  CHECK(c.maxRestarts == 7);
+  CHECK(c.rendezvous.maxRestarts == 7);
   CHECK(parse({"--nproc-per-node", "2", "hostname"}).nprocPerNode == 2);
 }
 

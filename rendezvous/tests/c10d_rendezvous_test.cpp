@@ -316,21 +316,32 @@ TEST_CASE("c10d: a node rank claimed twice is an error for every agent", "[rende
   REQUIRE_THROWS_WITH(fb.get(), Catch::Contains("node rank 1 claimed by hostA and hostB"));
 }
 
-TEST_CASE("c10d: nodes started with different --nnodes fail at once naming both values",
-          "[rendezvous]") {
+namespace {
+
+// hostA starts job "job" with `first`, then hostB arrives with `second`: both fail at once (not
+// after the join timeout, 15 s here) with an error containing `message`.
+void checkBothFailAtOnce(const RendezvousOptions& first, const RendezvousOptions& second,
+                         const std::string& message) {
   MemoryCluster cluster;
-  auto a = cluster.agent(withNode(options(2, 2), "hostA"));
-  auto b = cluster.agent(withNode(options(3, 3), "hostB"));
+  auto a = cluster.agent(withNode(first, "hostA"));
+  auto b = cluster.agent(withNode(second, "hostB"));
   const auto t0 = Clock::now();
   auto fa = startNext(*a);
   awaitArrivals(cluster.store(), "job", 0, 1);
   auto fb = startNext(*b);
   REQUIRE(fa.wait_for(kHang) == std::future_status::ready);
   REQUIRE(fb.wait_for(kHang) == std::future_status::ready);
-  CHECK(Clock::now() - t0 < 5s);  // not the join timeout (15 s here)
-  for (auto* f : {&fa, &fb})
-    REQUIRE_THROWS_WITH(f->get(), Catch::Contains("nodes disagree on --nnodes: hostB has --nnodes 3, "
-                                                  "the job (first started on hostA) has --nnodes 2"));
+  CHECK(Clock::now() - t0 < 5s);
+  for (auto* f : {&fa, &fb}) REQUIRE_THROWS_WITH(f->get(), Catch::Contains(message));
+}
+
+}  // namespace
+
+TEST_CASE("c10d: nodes started with different --nnodes fail at once naming both values",
+          "[rendezvous]") {
+  checkBothFailAtOnce(options(2, 2), options(3, 3),
+                      "nodes disagree on --nnodes: hostB has --nnodes 3, the job (first started on "
+                      "hostA) has --nnodes 2");
   // A job that runs goes on without the odd node.
   MemoryCluster running;
   auto x = running.agent(withNode(options(1, 2), "hostX"));
@@ -338,6 +349,25 @@ TEST_CASE("c10d: nodes started with different --nnodes fail at once naming both 
   CHECK(rx.nodeCount == 1);
   auto y = running.agent(withNode(options(1, 3), "hostY"));
   REQUIRE_THROWS_WITH(y->next(), Catch::Contains("has --nnodes 1:2"));
+  CHECK_FALSE(running.store().check({keys::failure("job", 0)}));
+  x->leave();
+}
+
+TEST_CASE("c10d: nodes started with different --max-restarts fail at once naming both values",
+          "[rendezvous]") {
+  auto withBudget = [](RendezvousOptions o, int maxRestarts) {
+    o.maxRestarts = maxRestarts;
+    return o;
+  };
+  checkBothFailAtOnce(withBudget(options(2, 2), 1), withBudget(options(2, 2), 3),
+                      "nodes disagree on --max-restarts: hostB has --max-restarts 3, the job (first "
+                      "started on hostA) has --max-restarts 1");
+  // A job that runs goes on without the odd node; the same budget joins it.
+  MemoryCluster running;
+  auto x = running.agent(withNode(withBudget(options(1, 3), 2), "hostX"));
+  CHECK(x->next().nodeCount == 1);
+  auto y = running.agent(withNode(withBudget(options(1, 3), 0), "hostY"));
+  REQUIRE_THROWS_WITH(y->next(), Catch::Contains("has --max-restarts 2"));
   CHECK_FALSE(running.store().check({keys::failure("job", 0)}));
   x->leave();
 }
@@ -619,7 +649,7 @@ TEST_CASE("c10d: leave() notifies nobody, and a spare beyond MAX disturbs nobody
 TEST_CASE("c10d: a failure anywhere is one root cause, and the restart count is the job's",
           "[rendezvous]") {
   MemoryCluster cluster;
-  auto [a, b] = runningPair(cluster);
+  auto [a, b] = runningPair(cluster, /*maxRestarts=*/1);
   FirstChange told(*a, "failed");
   FailureRecord f;
   f.rank = 1;
@@ -627,21 +657,21 @@ TEST_CASE("c10d: a failure anywhere is one root cause, and the restart count is 
   f.exitCode = 3;
   f.detailSource = "stderr";
   f.detail = "boom\n";
-  FailureRecord verdict = b->reportFailure(f, 1);
+  FailureRecord verdict = b->reportFailure(f);
   CHECK_FALSE(verdict.final);  // budget 1, restarts 0
   CHECK_THAT(told.get(), Catch::Contains("failed"));
   // A second failure in the same round does not replace the root cause.
   FailureRecord later = f;
   later.rank = 0;
   later.node = "hostA";
-  CHECK(a->reportFailure(later, 1).node == "hostB");
+  CHECK(a->reportFailure(later).node == "hostB");
   auto fa = startNext(*a);
   auto fb = startNext(*b);
   std::vector<RoundResult> second = {getWithin(fa), getWithin(fb)};
   checkRound(second, {1, 1});
   for (const auto& r : second) CHECK(r.restartCount == 1);
   // Budget spent: the next failure is final, and the job's outcome records it.
-  FailureRecord last = b->reportFailure(f, 1);
+  FailureRecord last = b->reportFailure(f);
   CHECK(last.final);
   auto outcome = cluster.store().tryGet(keys::outcome("job"));
   REQUIRE(outcome);

@@ -34,6 +34,7 @@ struct RendezvousOptions {
   std::string runId = "none";          // --rdzv-id
   int minNodes = 1;                    // --nnodes MIN:MAX
   int maxNodes = 1;
+  int maxRestarts = 0;                 // --max-restarts: the job's restart budget (every node the same)
   std::optional<int> nodeRank;         // --node-rank (static: required; c10d: honoured if given)
   std::optional<bool> isHost;          // rdzv_conf is_host; nullopt = endpoint matches this host
   std::string localAddr;               // --local-addr: this node's address as peers reach it
@@ -141,8 +142,9 @@ class Rendezvous {
   virtual RoundResult next() = 0;
   // Reports that a worker of this node failed in the current round. Returns the job's root cause
   // for the round: this failure, or one another node reported first; `final` when the job's
-  // budget (maxRestarts restarts) is spent. Every node learns it through a Failed event.
-  virtual FailureRecord reportFailure(const FailureRecord& failure, int maxRestarts) = 0;
+  // budget (RendezvousOptions::maxRestarts restarts) is spent, or when `failure.final` already
+  // says the job ends (this node cannot go on). Every node learns it through a Failed event.
+  virtual FailureRecord reportFailure(const FailureRecord& failure) = 0;
   // This node's workers all succeeded: wait for the others (exit barrier) without closing
   // anything; a Succeeded event follows once every member's workers did. Returns false instead
   // when a member claimed the round for a scale-up first (claimScaleUp): the job re-forms, and
