@@ -220,8 +220,8 @@ void ElasticAgent::Impl::reportFailure(const Input&) {
     markHang(record, hang->verdict.describe(), hang->stackHow, hang->stackText);
   // A console that is gone (`drun ... | head`: its workers died of SIGPIPE) is not a failure to
   // retry: the job ends, as a shell pipeline does once its reader exits.
-  const int budget = console.gone() ? 0 : config.maxRestarts;
-  offLoopCall([this, record, budget] { return rendezvous->reportFailure(record, budget); },
+  record.final = console.gone();
+  offLoopCall([this, record] { return rendezvous->reportFailure(record); },
               [this, record](const FailureRecord& verdict) {
                 notes->verdict(record, verdict, round);
                 Input in;
@@ -248,7 +248,7 @@ void ElasticAgent::Impl::restartAfterFailure(const Input& in) {
                "drun: rank {} (local_rank {}) on {} failed ({}); restarting the job "
                "(restart {} of {})\n",
                f.rank, f.localRank, f.node, describeStatus(f),
-               round.restartCount + 1, config.maxRestarts);
+               round.restartCount + 1, config.rendezvous.maxRestarts);
   joinRound(in);
 }
 
@@ -277,7 +277,7 @@ void ElasticAgent::Impl::sayStillFinishing(Clock::time_point since) {
 
 void ElasticAgent::Impl::reportFinished(const Input&) {
   hangMonitor->stop();
-  if (round.nodeCount > 1 && config.rendezvous.backend == "static") {
+  if (round.nodeCount > 1 && !rdzv::capabilities(config.rendezvous.backend).sharedStore) {
     // No store, no exit barrier: nothing to wait for (torchrun's static backend alike).
     console.say("drun: this node's workers succeeded; with the static rendezvous each node ends on its "
         "own (the other {} node(s) are not waited for)\n", round.nodeCount - 1);

@@ -13,7 +13,8 @@ void AgentConsole::sayFinalCause(const rdzv::FailureRecord& cause, const AgentCo
   say("{}\n", formatFailureSummary(cause));
   if (config.isPython && !config.interpreter.empty())
     say("drun:   python on this node: {}\n", config.interpreter);
-  if (config.maxRestarts > 0) say("drun: restart budget exhausted ({} restarts)\n", config.maxRestarts);
+  if (config.rendezvous.maxRestarts > 0)
+    say("drun: restart budget exhausted ({} restarts)\n", config.rendezvous.maxRestarts);
 }
 
 }  // namespace drun::agent::detail

@@ -25,7 +25,7 @@ struct JobNotes::StoreSource {
 JobNotes::JobNotes(const AgentConfig& config, rdzv::Rendezvous& rendezvous,
                    std::shared_ptr<ConsoleWriter> console)
     : nprocPerNode_(config.nprocPerNode),
-      maxRestarts_(config.maxRestarts),
+      maxRestarts_(config.rendezvous.maxRestarts),
       log_(config.rendezvous.runId, nodeName(config)) {
   if (!config.eventsPath.empty()) log_.add(makeFileEventSink(config.eventsPath, std::move(console)));
   if (!config.jobHistory) return;

@@ -54,7 +54,7 @@ std::vector<WorkerSpec> buildWorkerSpecs(const AgentConfig& config, const rdzv::
   common["MASTER_PORT"] = std::to_string(round.masterPort);
   common["TORCHELASTIC_RUN_ID"] = config.rendezvous.runId;
   common["TORCHELASTIC_RESTART_COUNT"] = std::to_string(attempt.restartCount);
-  common["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(config.maxRestarts);
+  common["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(config.rendezvous.maxRestarts);
   common["TORCHELASTIC_USE_AGENT_STORE"] = "False";
   if (!common.count("OMP_NUM_THREADS"))
     common["OMP_NUM_THREADS"] = std::to_string(defaultOmpThreads(attempt.cpuCount, local));

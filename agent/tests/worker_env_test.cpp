@@ -21,7 +21,7 @@ TEST_CASE("workers get the torchrun environment of their round", "[agent]") {
   AgentConfig config;
   config.nprocPerNode = 4;
   config.program = {"/bin/echo", "--rank=${local_rank}", "x${local_rank}y${local_rank}"};
-  config.maxRestarts = 3;
+  config.rendezvous.maxRestarts = 3;
   config.role = "trainer";
   config.rendezvous.runId = "job7";
   drun::rdzv::RoundResult round;

@@ -4,6 +4,7 @@
 
 #include "communicator_impl.hpp"
 #include "drun/common/env.hpp"
+#include "drun/common/host_port.hpp"
 #include "drun/common/log.hpp"
 #include "drun/store/prefix_store.hpp"
 #include "drun/store/tcp_store.hpp"
@@ -30,25 +31,8 @@ std::string requiredEnv(const char* name) {
   return *v;
 }
 
-struct Endpoint {
-  std::string host;
-  uint16_t port = 0;
-};
-
 uint16_t parsePort(const std::string& text, const std::string& what) {
   return static_cast<uint16_t>(env::parseInt(text, what, 1, 65535));
-}
-
-// "tcp://host:port" or "tcp://[v6]:port".
-Endpoint parseTcp(const std::string& rest, const std::string& method) {
-  size_t colon = rest.rfind(':');
-  if (colon == std::string::npos || colon == 0)
-    throw InvalidArgument("init: '" + method + "' is not tcp://host:port");
-  Endpoint e;
-  e.host = rest.substr(0, colon);
-  if (e.host.size() > 2 && e.host.front() == '[' && e.host.back() == ']') e.host = e.host.substr(1, e.host.size() - 2);
-  e.port = parsePort(rest.substr(colon + 1), "the port of '" + method + "'");
-  return e;
 }
 
 struct Resolved {
@@ -135,12 +119,12 @@ std::shared_ptr<Communicator> init(const InitOptions& options) {
       throw InvalidArgument("init: '" + m + "' is not file:///absolute/path");
     return makeWorld(std::make_shared<rdzv::FileStore>(path), nullptr, options, r, "");
   }
-  Endpoint master;
+  HostPort master;
   if (m == "env://" || m.empty()) {
     master.host = requiredEnv("MASTER_ADDR");
     master.port = parsePort(requiredEnv("MASTER_PORT"), "MASTER_PORT");
   } else if (m.rfind("tcp://", 0) == 0) {
-    master = parseTcp(m.substr(6), m);
+    master = HostPort::parse(std::string_view(m).substr(6), {"init: tcp://"});  // host:port, [v6]:port
   } else {
     throw InvalidArgument("init: unknown init method '" + m +
                           "' (expected env://, tcp://host:port or file:///path)");

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "drun/common/env.hpp"
+#include "drun/common/host_port.hpp"
 #include "drun/launcher/cli.hpp"
 #include "drun/launcher/hostlist.hpp"
 
@@ -157,8 +158,8 @@ SlurmFill slurmFill(const SlurmStep& step, const std::function<bool(const std::s
   take("nnodes", std::to_string(step.nodeCount));
   take("node-rank", std::to_string(step.nodeId));
   if (!given("rdzv-endpoint")) {
-    std::string host = step.firstHost.find(':') != std::string::npos ? "[" + step.firstHost + "]" : step.firstHost;
-    fill.options.emplace_back("rdzv-endpoint", host + ":" + std::to_string(slurmRendezvousPort(step.jobId, step.stepId)));
+    const HostPort endpoint{step.firstHost, slurmRendezvousPort(step.jobId, step.stepId)};
+    fill.options.emplace_back("rdzv-endpoint", endpoint.toString());
     fill.isHost = step.nodeId == 0;
   }
   take("rdzv-id", std::to_string(step.jobId) + "." + std::to_string(step.stepId));

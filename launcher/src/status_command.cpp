@@ -79,15 +79,16 @@ int runStatus(const std::vector<std::string>& args) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  if (backend == "etcd-v3") backend = "etcd";
   rdzv::TcpStoreOptions o;
   rdzv::RendezvousOptions where;  // etcd: the cluster and its settings
   try {
-    if (backend != "c10d" && backend != "etcd")
+    const auto parsed = rdzv::parseRendezvousBackend(backend);
+    if (!parsed || !rdzv::capabilities(*parsed).sharedStore)
       throw UsageError("--rdzv-backend: '" + backend + "' has no status (use c10d or etcd)");
+    where.backend = *parsed;
     if (!runId.empty()) rdzv::keys::validateRunId(runId);
     const auto callTimeout = env::parseDuration(timeout, "--timeout");
-    if (backend == "etcd") {
+    if (where.backend == rdzv::RendezvousBackend::Etcd) {
       where.etcdEndpoints = endpoint;
       parseRendezvousConf(conf, where);
       where.readTimeout = callTimeout;
@@ -97,8 +98,8 @@ int runStatus(const std::vector<std::string>& args) {
     } else {
       if (!conf.empty()) throw UsageError("--rdzv-conf is for --rdzv-backend etcd");
       parseEndpoint(endpoint, where);
-      o.host = where.endpointHost;
-      o.port = where.endpointPort;
+      o.host = where.endpoint.host;
+      o.port = where.endpoint.port;
       o.connectTimeout = o.timeout = callTimeout;
       o.leaseTimeout = std::max<std::chrono::milliseconds>(o.timeout, std::chrono::seconds(2));
       o.heartbeatInterval = o.leaseTimeout / 3;
@@ -109,12 +110,13 @@ int runStatus(const std::vector<std::string>& args) {
     std::fprintf(stderr, "drun status: error: %s\n", e.what());
     return 2;
   }
-  const std::string named = backend == "etcd" ? "etcd " + endpoint : o.host + ":" + std::to_string(o.port);
+  const bool etcd = where.backend == rdzv::RendezvousBackend::Etcd;
+  const std::string named = etcd ? "etcd " + endpoint : where.endpoint.toString();
   try {
     std::unique_ptr<rdzv::Store> store;
     std::vector<std::string> ids;
     std::string shown;  // the store, for messages
-    if (backend == "etcd") {
+    if (etcd) {
       store = rdzv::openEtcdStatusStore(where);
       if (runId.empty()) ids = rdzv::listEtcdJobs(where);
       shown = named;

@@ -42,7 +42,7 @@ struct ScopedEnv {
 TEST_CASE("defaults follow torchrun", "[launcher]") {
   auto c = parse({"hostname"});
   CHECK(c.nprocPerNode == 1);
-  CHECK(c.maxRestarts == 0);
+  CHECK(c.rendezvous.maxRestarts == 0);
   CHECK(c.role == "default");
   CHECK(c.shutdownTimeout == 30s);
   CHECK(c.rendezvous.minNodes == 1);
@@ -56,8 +56,8 @@ TEST_CASE("defaults follow torchrun", "[launcher]") {
 TEST_CASE("dash and underscore spellings are both accepted", "[launcher]") {
   CHECK(parse({"--nproc-per-node", "3", "hostname"}).nprocPerNode == 3);
   CHECK(parse({"--nproc_per_node=5", "hostname"}).nprocPerNode == 5);
-  CHECK(parse({"--max_restarts", "2", "hostname"}).maxRestarts == 2);
-  CHECK(parse({"--max-restarts=4", "hostname"}).maxRestarts == 4);
+  CHECK(parse({"--max_restarts", "2", "hostname"}).rendezvous.maxRestarts == 2);
+  CHECK(parse({"--max-restarts=4", "hostname"}).rendezvous.maxRestarts == 4);
 }
 
 TEST_CASE("program arguments are passed through untouched", "[launcher]") {
@@ -75,7 +75,7 @@ TEST_CASE("PET_ variables set options and the command line wins", "[launcher]") 
   ScopedEnv restarts("PET_MAX_RESTARTS", "7");
   auto c = parse({"hostname"});
   CHECK(c.nprocPerNode == 3);
-  CHECK(c.maxRestarts == 7);
+  CHECK(c.rendezvous.maxRestarts == 7);
   CHECK(parse({"--nproc-per-node", "2", "hostname"}).nprocPerNode == 2);
 }
 
@@ -106,8 +106,8 @@ TEST_CASE("multi-node and rendezvous options fill RendezvousOptions", "[launcher
                   "--node-rank", "1", "--local-addr", "10.0.0.2", "hostname"});
   CHECK(c.rendezvous.minNodes == 2);
   CHECK(c.rendezvous.maxNodes == 4);
-  CHECK(c.rendezvous.endpointHost == "node0");
-  CHECK(c.rendezvous.endpointPort == 1234);
+  CHECK(c.rendezvous.endpoint.host == "node0");
+  CHECK(c.rendezvous.endpoint.port == 1234);
   CHECK(c.rendezvous.runId == "job7");
   CHECK(c.rendezvous.joinTimeout == 5000ms);
   CHECK(c.rendezvous.lastCallTimeout == 250ms);
@@ -115,9 +115,17 @@ TEST_CASE("multi-node and rendezvous options fill RendezvousOptions", "[launcher
   CHECK(c.rendezvous.nodeRank == 1);
   CHECK(c.rendezvous.localAddr == "10.0.0.2");
   auto v6 = parse({"--nnodes", "2", "--rdzv-endpoint", "[::1]:5000", "hostname"});
-  CHECK(v6.rendezvous.endpointHost == "::1");
-  CHECK(v6.rendezvous.endpointPort == 5000);
-  CHECK(parse({"--nnodes", "2", "--rdzv-endpoint", "h", "hostname"}).rendezvous.endpointPort == 29400);
+  CHECK(v6.rendezvous.endpoint.host == "::1");
+  CHECK(v6.rendezvous.endpoint.port == 5000);
+  CHECK(parse({"--nnodes", "2", "--rdzv-endpoint", "h", "hostname"}).rendezvous.endpoint.port == 29400);
+  CHECK(parse({"--nnodes", "2", "--rdzv-endpoint", "[::1]", "hostname"}).rendezvous.endpoint ==
+        drun::HostPort{"::1", 29400});
+  // A bare IPv6 address is ambiguous ("fe80::1:2940": a port or not): brackets are asked for.
+  CHECK_THAT(usageError({"--nnodes", "2", "--rdzv-endpoint", "fe80::1:2940", "hostname"}),
+             Catch::Contains("--rdzv-endpoint 'fe80::1:2940': write an IPv6 address in brackets"));
+  CHECK_THAT(usageError({"--nnodes", "2", "--rdzv-endpoint", "h:70000", "hostname"}),
+             Catch::Contains("--rdzv-endpoint 'h:70000': port 70000 is out of range (0-65535)"));
+  CHECK_THAT(usageError({"--nnodes", "2", "--rdzv-endpoint", ":5", "hostname"}), Catch::Contains("missing host"));
 }
 
 TEST_CASE("redirects, tee and the console filter parse torchrun's formats", "[launcher]") {
@@ -163,6 +171,10 @@ TEST_CASE("every bad input is a usage error naming what was wrong", "[launcher]"
   CHECK_THAT(usageError({"--redirects", "4", "hostname"}), Catch::Contains("--redirects"));
   CHECK_THAT(usageError({"--rdzv-conf", "bogus=1", "hostname"}), Catch::Contains("bogus"));
   CHECK_THAT(usageError({"--rdzv-backend", "etcd", "hostname"}), Catch::Contains("etcd"));
+  CHECK_THAT(usageError({"--rdzv-backend", "zookeeper", "hostname"}),
+             Catch::Contains("--rdzv-backend: 'zookeeper' is not supported (use c10d, etcd or static)"));
+  CHECK_THAT(usageError({"--rdzv-backend", "static", "--nnodes", "1:2", "hostname"}),
+             Catch::Contains("--rdzv-backend static needs a fixed --nnodes, got 1:2"));
   CHECK_THAT(usageError({"--standalone", "--nnodes", "2", "hostname"}), Catch::Contains("--standalone"));
   CHECK_THAT(usageError({"--shutdown-timeout", "soon", "hostname"}), Catch::Contains("--shutdown-timeout"));
 }
@@ -176,18 +188,18 @@ TEST_CASE("help is printed, not an error", "[launcher]") {
 TEST_CASE("the classic static torchrun line runs with the static backend", "[launcher]") {
   auto c = parse({"--nnodes=2", "--node_rank=1", "--master_addr=10.0.0.1", "--master_port=29555",
                   "--nproc_per_node=2", "hostname"});
-  CHECK(c.rendezvous.backend == "static");
+  CHECK(c.rendezvous.backend == drun::rdzv::RendezvousBackend::Static);
   CHECK(c.rendezvous.nodeRank == 1);
   CHECK(c.rendezvous.masterAddr == "10.0.0.1");
   CHECK(c.rendezvous.masterPort == 29555);
   CHECK(c.nprocPerNode == 2);
   // An endpoint means the c10d rendezvous, as before.
-  CHECK(parse({"--nnodes", "2", "--rdzv-endpoint", "h:1", "hostname"}).rendezvous.backend == "c10d");
+  CHECK(parse({"--nnodes", "2", "--rdzv-endpoint", "h:1", "hostname"}).rendezvous.backend == drun::rdzv::RendezvousBackend::C10d);
 }
 
 TEST_CASE("torchrun's lenient spellings are accepted with a warning where torchrun warns", "[launcher]") {
   auto r = parseCommandLine({"drun", "--standalone", "--rdzv-endpoint", "h:5", "hostname"});
-  CHECK(r.config.rendezvous.endpointHost.empty());
+  CHECK(r.config.rendezvous.endpoint.host.empty());
   CHECK(r.config.rendezvous.runId != "none");
   REQUIRE(r.warnings.size() == 1);
   CHECK_THAT(r.warnings[0], Catch::Contains("--standalone ignores --rdzv-endpoint h:5"));
@@ -270,9 +282,12 @@ TEST_CASE("the etcd backend: --rdzv-backend etcd-v3 takes a member list and the 
   auto c = parse({"--nnodes", "1:3", "--rdzv-backend", "etcd-v3", "--rdzv-endpoint",
                   "e1:2379,e2:2379,e3:2379", "--rdzv-conf",
                   "etcd_user=drun,etcd_password_file=/p,etcd_cacert=/ca.pem,etcd_prefix=/x/", "hostname"});
-  CHECK(c.rendezvous.backend == "etcd");
+  CHECK(c.rendezvous.backend == drun::rdzv::RendezvousBackend::Etcd);
   CHECK(c.rendezvous.etcdEndpoints == "e1:2379,e2:2379,e3:2379");
-  CHECK(c.rendezvous.endpointHost == "e1");
+  CHECK(c.rendezvous.endpoint.host == "e1");
+  auto schemed = parse({"--nnodes", "1:3", "--rdzv-backend", "etcd", "--rdzv-endpoint",
+                        "https://[::1]:2379,e2:2379", "hostname"});
+  CHECK(schemed.rendezvous.endpoint == drun::HostPort{"::1", 2379});
   CHECK(c.rendezvous.etcdUser == "drun");
   CHECK(c.rendezvous.etcdPasswordFile == "/p");
   CHECK(c.rendezvous.etcdCaFile == "/ca.pem");

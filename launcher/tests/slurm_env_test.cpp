@@ -211,8 +211,8 @@ TEST_CASE("slurm: command line beats PET_ beats SLURM and --no-slurm turns it of
   CHECK(r.minNodes == 2);
   CHECK(r.maxNodes == 2);
   CHECK(r.nodeRank == 1);
-  CHECK(r.endpointHost == "node07");
-  CHECK(r.endpointPort == std::stoi(port));
+  CHECK(r.endpoint.host == "node07");
+  CHECK(r.endpoint.port == std::stoi(port));
   CHECK(r.runId == "4242.3");
   CHECK(r.isHost == false);
   REQUIRE(all.notes.size() == 1);
@@ -225,15 +225,15 @@ TEST_CASE("slurm: command line beats PET_ beats SLURM and --no-slurm turns it of
     CHECK(c.runId == "from-pet");
     CHECK(c.minNodes == 1);
     CHECK(c.maxNodes == 2);
-    CHECK(c.endpointHost == "node07");  // still SLURM's
+    CHECK(c.endpoint.host == "node07");  // still SLURM's
     auto cli = parseCli({"--rdzv-id", "from-cli", "--nnodes", "2", "hostname"}).config.rendezvous;
     CHECK(cli.runId == "from-cli");
     CHECK(cli.minNodes == 2);
   }
 
   auto own = parseCli({"--rdzv-endpoint", "elsewhere:1234", "--node-rank", "0", "hostname"}).config.rendezvous;
-  CHECK(own.endpointHost == "elsewhere");
-  CHECK(own.endpointPort == 1234);
+  CHECK(own.endpoint.host == "elsewhere");
+  CHECK(own.endpoint.port == 1234);
   CHECK(own.nodeRank == 0);
   CHECK_FALSE(own.isHost);  // the user's endpoint: decided by address, not by SLURM
   CHECK(own.runId == "4242.3");
@@ -243,7 +243,7 @@ TEST_CASE("slurm: command line beats PET_ beats SLURM and --no-slurm turns it of
 
   auto off = parseCli({"--no-slurm", "hostname"});
   CHECK(off.config.rendezvous.maxNodes == 1);
-  CHECK(off.config.rendezvous.endpointHost.empty());
+  CHECK(off.config.rendezvous.endpoint.host.empty());
   CHECK(off.config.rendezvous.runId == "none");
   CHECK(off.notes.empty());
 

@@ -39,10 +39,10 @@ bool isLoopback(const std::string& address) {
 
 std::unique_ptr<Rendezvous> makeC10dRendezvous(const RendezvousOptions& options) {
   keys::validateRunId(options.runId);
-  if (options.endpointHost.empty())
+  if (options.endpoint.host.empty())
     throw InvalidArgument("the c10d rendezvous needs --rdzv-endpoint host[:port]");
   const bool wantHost = options.isHost.value_or(
-      isLocalEndpoint(options.endpointHost, options.localAddr));
+      isLocalEndpoint(options.endpoint.host, options.localAddr));
 
   // The store's shared secret: every connection proves it (the host's server included).
   const std::string token = options.tokenFile.empty()
@@ -50,16 +50,16 @@ std::unique_ptr<Rendezvous> makeC10dRendezvous(const RendezvousOptions& options)
                                 : readTokenFile(options.tokenFile, "--rdzv-conf token_file");
   C10dStoreAccess access;
   TcpStoreOptions client;
-  client.host = options.endpointHost;
-  client.port = options.endpointPort;
+  client.host = options.endpoint.host;
+  client.port = options.endpoint.port;
   client.token = token;
   client.scope = options.runId;
   if (wantHost) {
     try {
       StoreServerOptions serverOptions;
-      serverOptions.port = options.endpointPort;
+      serverOptions.port = options.endpoint.port;
       serverOptions.token = token;
-      serverOptions.host = bindAddress(options.endpointHost);
+      serverOptions.host = bindAddress(options.endpoint.host);
       if (serverOptions.host.empty()) serverOptions.host = "0.0.0.0";
       serverOptions.maxLeaseTimeout = std::max<milliseconds>(serverOptions.maxLeaseTimeout,
                                                              options.heartbeatTimeout);
@@ -67,8 +67,7 @@ std::unique_ptr<Rendezvous> makeC10dRendezvous(const RendezvousOptions& options)
         access.server = std::make_unique<StoreServer>(serverOptions);
       } catch (const NetworkError& e) {
         // is_host=1 with an endpoint that is not an address of this machine (NAT, a VIP).
-        if (std::string_view(e.what()).find(std::strerror(EADDRNOTAVAIL)) == std::string_view::npos)
-          throw;
+        if (e.errorCode() != EADDRNOTAVAIL) throw;
         serverOptions.host = "0.0.0.0";
         access.server = std::make_unique<StoreServer>(serverOptions);
       }
@@ -92,24 +91,25 @@ std::unique_ptr<Rendezvous> makeC10dRendezvous(const RendezvousOptions& options)
     } catch (const NetworkError& e) {
       // Another agent on this host, or a drun-rendezvous daemon, serves the endpoint already.
       // Anything else (a privileged port, no such address) would only end in a join timeout.
-      if (std::string_view(e.what()).find(std::strerror(EADDRINUSE)) == std::string_view::npos)
+      if (e.errorCode() != EADDRINUSE)
         throw NetworkError("rendezvous '" + options.runId + "': cannot host the store on port " +
-                           std::to_string(options.endpointPort) + ": " + e.what());
+                           std::to_string(options.endpoint.port) + ": " + e.what(), e.errorCode());
       // Told to host (is_host=1, or the first node of a SLURM step): a client of whatever holds
       // the port would wait for a job that nobody hosts.
       if (options.isHost.value_or(false))
         throw NetworkError("rendezvous '" + options.runId + "': this node is told to host the "
-                           "store (is_host=1), but port " + std::to_string(options.endpointPort) +
-                           " on " + options.endpointHost + " is taken (" + e.what() +
-                           "): stop what holds it, or pick another --rdzv-endpoint port");
+                           "store (is_host=1), but port " + std::to_string(options.endpoint.port) +
+                           " on " + bracketedHost(options.endpoint.host) + " is taken (" + e.what() +
+                           "): stop what holds it, or pick another --rdzv-endpoint port",
+                           EADDRINUSE);
       access.server.reset();
-      spdlog::info("rendezvous '{}': not hosting the store ({}); joining {}:{} as a client",
-                   options.runId, e.what(), options.endpointHost, options.endpointPort);
+      spdlog::info("rendezvous '{}': not hosting the store ({}); joining {} as a client",
+                   options.runId, e.what(), options.endpoint.toString());
     }
   }
   if (client.port == 0)
-    throw InvalidArgument("--rdzv-endpoint " + options.endpointHost +
-                          ":0 only works on the host that serves the store");
+    throw InvalidArgument("--rdzv-endpoint " + options.endpoint.toString() +
+                          " only works on the host that serves the store");
   client.connectTimeout = options.joinTimeout;
   client.timeout = options.readTimeout;
   client.heartbeatInterval = options.heartbeatInterval;
@@ -117,10 +117,10 @@ std::unique_ptr<Rendezvous> makeC10dRendezvous(const RendezvousOptions& options)
   client.onConnectWait = options.say;
   client.progressInterval = options.progressInterval;
 
-  access.endpoint = options.endpointHost + ":" + std::to_string(client.port);
+  access.endpoint = HostPort{options.endpoint.host, client.port}.toString();
   access.selfAddress = !options.localAddr.empty() ? options.localAddr
-                       : access.server          ? options.endpointHost
-                                                : routeSourceAddress(options.endpointHost,
+                       : access.server          ? options.endpoint.host
+                                                : routeSourceAddress(options.endpoint.host,
                                                                      client.port);
   access.store = std::make_unique<TcpStore>(client);
   TcpStoreOptions watcher = client;

@@ -128,12 +128,13 @@ class C10dRendezvous final : public Rendezvous {
     }
   }
 
-  FailureRecord reportFailure(const FailureRecord& failure, int maxRestarts) override {
+  FailureRecord reportFailure(const FailureRecord& failure) override {
     if (!lastRound_) throw InvalidArgument("reportFailure() before a round formed");
     const uint64_t r = *lastRound_;
     FailureRecord mine = failure;
     mine.node = node_.self.displayName();  // how the other nodes know this one
-    mine.final = restartCount_ >= maxRestarts;
+    // The budget every node agreed on (checkJobConfig).
+    mine.final = failure.final || restartCount_ >= options().maxRestarts;
     const Bytes stored = store_->compareSet(keys::failure(id(), r), "", keys::encodeFailure(mine));
     FailureRecord cause = mine;
     try {
@@ -220,18 +221,19 @@ class C10dRendezvous final : public Rendezvous {
   const RendezvousOptions& options() const { return node_.options; }
 
   keys::JobConfig myConfig() const {
-    return {options().minNodes, options().maxNodes, node_.self.displayName()};
+    return {options().minNodes, options().maxNodes, node_.self.displayName(), options().maxRestarts};
   }
 
-  // Every node of a job must be started with the same --nnodes: the first one to arrive records
-  // its values; a node started with others fails at once, naming both, instead of waiting out the
-  // join timeout. A job that has not formed yet fails for every waiting node with the same message
-  // (its open round is decided as an error); a running job goes on without the odd node.
+  // Every node of a job must be started with the same --nnodes and --max-restarts: the first one
+  // to arrive records its values; a node started with others fails at once, naming both, instead
+  // of waiting out the join timeout (--nnodes) or restarting by another budget (--max-restarts).
+  // A job that has not formed yet fails for every waiting node with the same message (its open
+  // round is decided as an error); a running job goes on without the odd node.
   // `stored`: what compare_set on `config` returned; `current`: the current round read after it.
   void checkJobConfig(const Bytes& stored, uint64_t current) {
     const keys::JobConfig mine = myConfig();
     const keys::JobConfig job = keys::parseJobConfig(stored);
-    if (job.sameShape(mine)) {
+    if (job.sameShape(mine) && job.maxRestarts == mine.maxRestarts) {
       configChecked_ = true;
       return;
     }
@@ -239,9 +241,13 @@ class C10dRendezvous final : public Rendezvous {
       return c.minNodes == c.maxNodes ? std::to_string(c.minNodes)
                                       : std::to_string(c.minNodes) + ":" + std::to_string(c.maxNodes);
     };
-    const std::string message = "nodes disagree on --nnodes: " + node_.self.displayName() + " has --nnodes " +
-                                shape(mine) + ", the job (first started on " + job.setBy +
-                                ") has --nnodes " + shape(job) + "; start every node with the same value";
+    const bool sameNodes = job.sameShape(mine);
+    const std::string option = sameNodes ? "--max-restarts" : "--nnodes";
+    const std::string ours = sameNodes ? std::to_string(mine.maxRestarts) : shape(mine);
+    const std::string theirs = sameNodes ? std::to_string(job.maxRestarts) : shape(job);
+    const std::string message = "nodes disagree on " + option + ": " + node_.self.displayName() + " has " +
+                                option + " " + ours + ", the job (first started on " + job.setBy +
+                                ") has " + option + " " + theirs + "; start every node with the same value";
     if (current == 0) {
       keys::RoundState failed;
       failed.ok = false;

@@ -60,7 +60,8 @@ class SessionHolder {
 EtcdStoreOptions etcdStoreOptions(const RendezvousOptions& options) {
   EtcdStoreOptions store;
   store.client.endpoints =
-      parseEtcdEndpoints(options.etcdEndpoints.empty() ? options.endpointHost : options.etcdEndpoints);
+      parseEtcdEndpoints(options.etcdEndpoints.empty() ? bracketedHost(options.endpoint.host)
+                                                    : options.etcdEndpoints);
   store.client.callTimeout = options.readTimeout;
   store.client.user = options.etcdUser;
   if (!options.etcdUser.empty()) {
@@ -126,11 +127,9 @@ std::unique_ptr<Rendezvous> makeEtcdRendezvous(const RendezvousOptions& options)
   if (!options.localAddr.empty()) {
     access.selfAddress = options.localAddr;
   } else {
-    const std::string& first = storeOptions.client.endpoints.front();
-    const size_t colon = first.rfind(':');
-    std::string host = first.substr(0, colon);
-    if (host.size() > 1 && host.front() == '[') host = host.substr(1, host.size() - 2);
-    access.selfAddress = routeSourceAddress(host, static_cast<uint16_t>(std::stoi(first.substr(colon + 1))));
+    // parseEtcdEndpoints wrote each member as HOST:PORT or [V6]:PORT.
+    const HostPort first = HostPort::parse(storeOptions.client.endpoints.front(), {"etcd endpoint"});
+    access.selfAddress = routeSourceAddress(first.host, first.port);
   }
   spdlog::info("rendezvous '{}': on etcd {} (lease TTL {} ms)", options.runId, list,
                etcdSessionTtl(*holder->current()).count());

@@ -277,19 +277,21 @@ std::optional<FailureRecord> parseOutcome(std::string_view value) {
 std::string encodeJobConfig(const JobConfig& config) {
   if (!isPlainField(config.setBy)) throw InvalidArgument("invalid node name '" + config.setBy + "'");
   return std::to_string(config.minNodes) + "\t" + std::to_string(config.maxNodes) + "\t" +
-         config.setBy + "\n";
+         config.setBy + "\t" + std::to_string(config.maxRestarts) + "\n";
 }
 
 JobConfig parseJobConfig(std::string_view value) {
   auto f = splitTabs(value.substr(0, value.find('\n')));
   JobConfig c;
-  std::optional<int> lo, hi;
-  if (f.size() != 3 || !value.ends_with('\n') || !(lo = parseInt<int>(f[0])) ||
-      !(hi = parseInt<int>(f[1])) || *lo < 1 || *hi < *lo || !isPlainField(f[2]))
+  std::optional<int> lo, hi, restarts;
+  if (f.size() != 4 || !value.ends_with('\n') || !(lo = parseInt<int>(f[0])) ||
+      !(hi = parseInt<int>(f[1])) || *lo < 1 || *hi < *lo || !isPlainField(f[2]) ||
+      !(restarts = parseInt<int>(f[3])) || *restarts < 0)
     throw ProtocolError("malformed job settings in the store: '" + text::printable(value.substr(0, 80)) + "'");
   c.minNodes = *lo;
   c.maxNodes = *hi;
   c.setBy = std::string(f[2]);
+  c.maxRestarts = *restarts;
   return c;
 }
 

@@ -15,9 +15,11 @@ namespace drun::rdzv {
 
 class LocalJob : public Rendezvous {
  public:
-  FailureRecord reportFailure(const FailureRecord& failure, int maxRestarts) override {
+  explicit LocalJob(int maxRestarts) : maxRestarts_(maxRestarts) {}
+
+  FailureRecord reportFailure(const FailureRecord& failure) override {
     FailureRecord cause = failure;
-    cause.final = restartCount_ >= maxRestarts;
+    cause.final = failure.final || restartCount_ >= maxRestarts_;
     failedRound_ = true;
     return cause;
   }
@@ -58,6 +60,7 @@ class LocalJob : public Rendezvous {
  private:
   std::mutex mutex_;
   std::function<void(const JobEvent&)> callback_;
+  const int maxRestarts_;  // the job's restart budget
   uint64_t nextRound_ = 0;
   uint64_t lastRound_ = 0;
   int restartCount_ = 0;

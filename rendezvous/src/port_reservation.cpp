@@ -129,7 +129,10 @@ PortReservation PortReservation::reserve(const std::string& host) {
     }
   }
   if (r.fd_ < 0) r.fd_ = bindPort(host, 0, &r.port_);  // every draw was taken: the kernel picks
-  if (r.fd_ < 0) throw NetworkError("reserve port on '" + host + "': " + std::strerror(errno));
+  if (r.fd_ < 0) {
+    const int error = errno;
+    throw NetworkError("reserve port on '" + host + "': " + std::strerror(error), error);
+  }
   return r;
 }
 

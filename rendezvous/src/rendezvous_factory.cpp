@@ -23,12 +23,14 @@ std::unique_ptr<Rendezvous> makeRendezvous(const RendezvousOptions& options) {
                           std::to_string(options.maxNodes));
   if (options.localWorldSize < 1)
     throw InvalidArgument("invalid workers per node: " + std::to_string(options.localWorldSize));
-  if (options.maxNodes == 1 && options.endpointHost.empty())
+  if (options.maxNodes == 1 && options.endpoint.host.empty())
     return makeSingleNodeRendezvous(options);
-  if (options.backend == "static") return makeStaticRendezvous(options);
-  if (options.backend == "c10d") return makeC10dRendezvous(options);
-  if (options.backend == "etcd" || options.backend == "etcd-v3") return makeEtcdRendezvous(options);
-  throw InvalidArgument("unknown --rdzv-backend '" + options.backend + "' (c10d, etcd or static)");
+  switch (options.backend) {
+    case RendezvousBackend::Static: return makeStaticRendezvous(options);
+    case RendezvousBackend::C10d: return makeC10dRendezvous(options);
+    case RendezvousBackend::Etcd: return makeEtcdRendezvous(options);
+  }
+  throw InvalidArgument("unknown rendezvous backend " + std::to_string(static_cast<int>(options.backend)));
 }
 
 }  // namespace drun::rdzv

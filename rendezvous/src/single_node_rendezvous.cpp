@@ -12,7 +12,8 @@ namespace {
 
 class SingleNodeRendezvous final : public LocalJob {
  public:
-  explicit SingleNodeRendezvous(const RendezvousOptions& options) : options_(options) {}
+  explicit SingleNodeRendezvous(const RendezvousOptions& options)
+      : LocalJob(options.maxRestarts), options_(options) {}
 
   RoundResult next() override {
     RoundResult r;

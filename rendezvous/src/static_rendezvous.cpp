@@ -14,7 +14,8 @@ namespace {
 
 class StaticRendezvous final : public LocalJob {
  public:
-  explicit StaticRendezvous(const RendezvousOptions& options) : options_(options) {
+  explicit StaticRendezvous(const RendezvousOptions& options)
+      : LocalJob(options.maxRestarts), options_(options) {
     const int nodes = options.maxNodes;
     if (options.minNodes != options.maxNodes)
       throw InvalidArgument("the static rendezvous needs a fixed --nnodes (got " +

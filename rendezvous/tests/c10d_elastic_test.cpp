@@ -175,8 +175,8 @@ TEST_CASE("elastic: the store's host serves until a spare has left, even a slow 
           "[rendezvous]") {
   auto reserved = PortReservation::reserve("127.0.0.1");
   auto o = options(2, 2, "barrier");
-  o.endpointHost = "127.0.0.1";
-  o.endpointPort = reserved.port();
+  o.endpoint.host = "127.0.0.1";
+  o.endpoint.port = reserved.port();
   o.closeTimeout = 20s;
   reserved.release();
   auto host = makeC10dRendezvous(withNode(o, ""));
@@ -190,7 +190,7 @@ TEST_CASE("elastic: the store's host serves until a spare has left, even a slow 
     // The spare waits in round 1 before the job ends (one arriving after the end waits for the
     // leaving nodes, then starts afresh: another case).
     TcpStoreOptions observer;
-    observer.port = o.endpointPort;
+    observer.port = o.endpoint.port;
     observer.connectTimeout = 5s;
     TcpStore store(observer);
     awaitArrivals(store, "barrier", 1, 1);

@@ -121,7 +121,7 @@ TEST_CASE("c10d: leave() notifies nobody, and a spare beyond MAX disturbs nobody
 TEST_CASE("c10d: a failure anywhere is one root cause, and the restart count is the job's",
           "[rendezvous]") {
   MemoryCluster cluster;
-  auto [a, b] = runningPair(cluster);
+  auto [a, b] = runningPair(cluster, /*maxRestarts=*/1);
   FirstChange told(*a, "failed");
   FailureRecord f;
   f.rank = 1;
@@ -129,21 +129,21 @@ TEST_CASE("c10d: a failure anywhere is one root cause, and the restart count is 
   f.exitCode = 3;
   f.detailSource = "stderr";
   f.detail = "boom\n";
-  FailureRecord verdict = b->reportFailure(f, 1);
+  FailureRecord verdict = b->reportFailure(f);
   CHECK_FALSE(verdict.final);  // budget 1, restarts 0
   CHECK_THAT(told.get(), Catch::Contains("failed"));
   // A second failure in the same round does not replace the root cause.
   FailureRecord later = f;
   later.rank = 0;
   later.node = "hostA";
-  CHECK(a->reportFailure(later, 1).node == "hostB");
+  CHECK(a->reportFailure(later).node == "hostB");
   auto fa = startNext(*a);
   auto fb = startNext(*b);
   std::vector<RoundResult> second = {getWithin(fa), getWithin(fb)};
   checkRound(second, {1, 1});
   for (const auto& r : second) CHECK(r.restartCount == 1);
   // Budget spent: the next failure is final, and the job's outcome records it.
-  FailureRecord last = b->reportFailure(f, 1);
+  FailureRecord last = b->reportFailure(f);
   CHECK(last.final);
   auto outcome = cluster.store().tryGet(keys::outcome("job"));
   REQUIRE(outcome);

@@ -102,21 +102,32 @@ TEST_CASE("c10d: a node rank claimed twice is an error for every agent", "[rende
   REQUIRE_THROWS_WITH(fb.get(), Catch::Contains("node rank 1 claimed by hostA and hostB"));
 }
 
-TEST_CASE("c10d: nodes started with different --nnodes fail at once naming both values",
-          "[rendezvous]") {
+namespace {
+
+// hostA starts job "job" with `first`, then hostB arrives with `second`: both fail at once (not
+// after the join timeout, 15 s here) with an error containing `message`.
+void checkBothFailAtOnce(const RendezvousOptions& first, const RendezvousOptions& second,
+                         const std::string& message) {
   MemoryCluster cluster;
-  auto a = cluster.agent(withNode(options(2, 2), "hostA"));
-  auto b = cluster.agent(withNode(options(3, 3), "hostB"));
+  auto a = cluster.agent(withNode(first, "hostA"));
+  auto b = cluster.agent(withNode(second, "hostB"));
   const auto t0 = Clock::now();
   auto fa = startNext(*a);
   awaitArrivals(cluster.store(), "job", 0, 1);
   auto fb = startNext(*b);
   REQUIRE(fa.wait_for(kHang) == std::future_status::ready);
   REQUIRE(fb.wait_for(kHang) == std::future_status::ready);
-  CHECK(Clock::now() - t0 < 5s);  // not the join timeout (15 s here)
-  for (auto* f : {&fa, &fb})
-    REQUIRE_THROWS_WITH(f->get(), Catch::Contains("nodes disagree on --nnodes: hostB has --nnodes 3, "
-                                                  "the job (first started on hostA) has --nnodes 2"));
+  CHECK(Clock::now() - t0 < 5s);
+  for (auto* f : {&fa, &fb}) REQUIRE_THROWS_WITH(f->get(), Catch::Contains(message));
+}
+
+}  // namespace
+
+TEST_CASE("c10d: nodes started with different --nnodes fail at once naming both values",
+          "[rendezvous]") {
+  checkBothFailAtOnce(options(2, 2), options(3, 3),
+                      "nodes disagree on --nnodes: hostB has --nnodes 3, the job (first started on "
+                      "hostA) has --nnodes 2");
   // A job that runs goes on without the odd node.
   MemoryCluster running;
   auto x = running.agent(withNode(options(1, 2), "hostX"));
@@ -124,6 +135,25 @@ TEST_CASE("c10d: nodes started with different --nnodes fail at once naming both 
   CHECK(rx.nodeCount == 1);
   auto y = running.agent(withNode(options(1, 3), "hostY"));
   REQUIRE_THROWS_WITH(y->next(), Catch::Contains("has --nnodes 1:2"));
+  CHECK_FALSE(running.store().check({keys::failure("job", 0)}));
+  x->leave();
+}
+
+TEST_CASE("c10d: nodes started with different --max-restarts fail at once naming both values",
+          "[rendezvous]") {
+  auto withBudget = [](RendezvousOptions o, int maxRestarts) {
+    o.maxRestarts = maxRestarts;
+    return o;
+  };
+  checkBothFailAtOnce(withBudget(options(2, 2), 1), withBudget(options(2, 2), 3),
+                      "nodes disagree on --max-restarts: hostB has --max-restarts 3, the job (first "
+                      "started on hostA) has --max-restarts 1");
+  // A job that runs goes on without the odd node; the same budget joins it.
+  MemoryCluster running;
+  auto x = running.agent(withNode(withBudget(options(1, 3), 2), "hostX"));
+  CHECK(x->next().nodeCount == 1);
+  auto y = running.agent(withNode(withBudget(options(1, 3), 0), "hostY"));
+  REQUIRE_THROWS_WITH(y->next(), Catch::Contains("has --max-restarts 2"));
   CHECK_FALSE(running.store().check({keys::failure("job", 0)}));
   x->leave();
 }
@@ -323,12 +353,12 @@ TEST_CASE("c10d factory: the endpoint host embeds the store, a second local agen
   // A port the kernel picked, released for the agent's server to bind.
   auto reserved = PortReservation::reserve("127.0.0.1");
   auto o = options(2, 2, "factory");
-  o.endpointHost = "127.0.0.1";
-  o.endpointPort = reserved.port();
+  o.endpoint.host = "127.0.0.1";
+  o.endpoint.port = reserved.port();
   reserved.release();
   CHECK(isLocalEndpoint("127.0.0.1"));
   CHECK(isLocalEndpoint("localhost"));
-  CHECK(routeSourceAddress("127.0.0.1", o.endpointPort) == "127.0.0.1");
+  CHECK(routeSourceAddress("127.0.0.1", o.endpoint.port) == "127.0.0.1");
   auto host = makeC10dRendezvous(withNode(o, ""));
   auto client = makeC10dRendezvous(withNode(o, ""));  // EADDRINUSE -> client
   auto fh = startNext(*host);
@@ -345,8 +375,8 @@ TEST_CASE("c10d factory: is_host=1 with the endpoint port taken is a clear error
           "nobody", "[rendezvous]") {
   auto taken = PortReservation::reserve("127.0.0.1");  // held: nobody serves a store there
   auto o = options(2, 2, "hostclash");
-  o.endpointHost = "127.0.0.1";
-  o.endpointPort = taken.port();
+  o.endpoint.host = "127.0.0.1";
+  o.endpoint.port = taken.port();
   o.isHost = true;
   CHECK_THROWS_WITH(makeC10dRendezvous(withNode(o, "")),
                     Catch::Contains("is_host=1") && Catch::Contains(std::to_string(taken.port())) &&

@@ -187,9 +187,11 @@ inline void checkRound(const std::vector<RoundResult>& results, const std::vecto
 
 // hostA and hostB of a 2:2 job, round 0 formed.
 inline std::pair<std::unique_ptr<Rendezvous>, std::unique_ptr<Rendezvous>> runningPair(
-    MemoryCluster& cluster) {
-  auto a = cluster.agent(withNode(options(2, 2), "hostA"));
-  auto b = cluster.agent(withNode(options(2, 2), "hostB"));
+    MemoryCluster& cluster, int maxRestarts = 0) {
+  RendezvousOptions o = options(2, 2);
+  o.maxRestarts = maxRestarts;
+  auto a = cluster.agent(withNode(o, "hostA"));
+  auto b = cluster.agent(withNode(o, "hostB"));
   auto fa = startNext(*a);
   auto fb = startNext(*b);
   checkRound({getWithin(fa), getWithin(fb)}, {1, 1});

@@ -52,10 +52,10 @@ inline void Node::requestFinish() {
   cluster_.notify();
 }
 
-inline void Node::requestFailure(int maxRestarts, int exitCode) {
+inline void Node::requestFailure(int exitCode) {
   {
     std::lock_guard lock(cluster_.mutex);
-    failRequested_ = maxRestarts;
+    failRequested_ = true;
     failCode_ = exitCode;
   }
   cluster_.notify();
@@ -201,8 +201,7 @@ inline bool Node::runRound(const RoundResult& r) {
       continue;
     }
     if (failRequested_) {
-      const int maxRestarts = *failRequested_;
-      failRequested_.reset();
+      failRequested_ = false;
       cluster_.closeIntervalLocked(name_);
       lock.unlock();
       FailureRecord mine;
@@ -210,7 +209,7 @@ inline bool Node::runRound(const RoundResult& r) {
       mine.exitCode = failCode_;
       FailureRecord cause;
       try {
-        cause = call("report", [&] { return rdzv_->reportFailure(mine, maxRestarts); });
+        cause = call("report", [&] { return rdzv_->reportFailure(mine); });
       } catch (const std::exception& e) {
         // As the agent: nobody can be told; the job ends here with this node's own cause.
         end(Ending::Failed, mine.statusCode(), std::string("could not report: ") + e.what());

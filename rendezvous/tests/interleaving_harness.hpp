@@ -55,6 +55,7 @@ inline RendezvousOptions shortOptions(int minNodes, int maxNodes, const std::str
   o.heartbeatTimeout = 1s * kTimeScale;
   o.readTimeout = 2s * kTimeScale;
   o.reconnectTimeout = 0ms;  // a refused store is gone at once, unless a test restarts one
+  o.maxRestarts = 3;         // the job's restart budget: a failing scenario restarts within it
   return o;
 }
 
@@ -106,7 +107,7 @@ class Node {
   // Driver commands (any thread).
   void start();
   void requestFinish();
-  void requestFailure(int maxRestarts, int exitCode = 3);
+  void requestFailure(int exitCode = 3);  // within the options' budget (maxRestarts)
 
   // How long this node's workers take to stop before it joins again (set before start()).
   milliseconds stopTime{0};
@@ -142,7 +143,7 @@ class Node {
   // Under Cluster::mutex:
   std::vector<JobEvent> pending_;
   bool finishRequested_ = false;
-  std::optional<int> failRequested_;  // max restarts
+  bool failRequested_ = false;
   int failCode_ = 3;
 };
 

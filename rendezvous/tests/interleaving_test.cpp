@@ -261,11 +261,12 @@ Scenario cutWhileJoining(std::string name, int count, int minNodes, std::string 
   return s;
 }
 
-// Three nodes form the job, n0's workers fail (budget 3), the job re-forms and runs to its end.
+// Three nodes form the job, n0's workers fail (budget 3: shortOptions), the job re-forms and runs
+// to its end.
 void failureThenFinish(Cluster& c) {
   arriveInOrder(c, 3);
   c.awaitRunning({"n0", "n1", "n2"});
-  c.node("n0").requestFailure(3);
+  c.node("n0").requestFailure();
   c.settle();
   c.finishAll();
 }

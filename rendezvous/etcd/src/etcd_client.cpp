@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include "drun/common/error.hpp"
+#include "drun/common/host_port.hpp"
 #include "drun/common/safe_text.hpp"
 #include "etcd_http.hpp"
 #include "etcd_json.hpp"
@@ -17,6 +18,7 @@ namespace {
 
 using etcd::Json;
 
+constexpr uint16_t kDefaultEtcdPort = 2379;
 constexpr int64_t kGrpcInvalidArgument = 3;
 constexpr int64_t kGrpcPermissionDenied = 7;
 constexpr int64_t kGrpcUnavailable = 14;
@@ -27,37 +29,13 @@ bool isPlainText(const std::string& text) {
   return std::all_of(text.begin(), text.end(), [](char c) { return c > 0x20 && c < 0x7f; });
 }
 
-uint16_t parsePort(const std::string& text, const std::string& item) {
-  if (text.empty() || text.size() > 5 || text.find_first_not_of("0123456789") != std::string::npos)
-    throw InvalidArgument("etcd endpoint '" + item + "': bad port '" + text + "'");
-  const int port = std::stoi(text);
-  if (port < 1 || port > 65535) throw InvalidArgument("etcd endpoint '" + item + "': bad port");
-  return static_cast<uint16_t>(port);
-}
-
+// One member: "h1", "h1:2379", "[::1]:2379", with an optional http:// or https:// (the scheme is
+// etcdctl's spelling; https is chosen by etcd_cacert).
 etcd::Endpoint splitEndpoint(const std::string& item) {
-  std::string text = item;
-  for (const char* scheme : {"http://", "https://"})
-    if (text.rfind(scheme, 0) == 0) text = text.substr(std::string(scheme).size());
-  etcd::Endpoint endpoint;
-  if (!text.empty() && text.front() == '[') {
-    const size_t close = text.find(']');
-    if (close == std::string::npos) throw InvalidArgument("etcd endpoint '" + item + "': unbalanced '['");
-    endpoint.host = text.substr(1, close - 1);
-    if (close + 1 < text.size()) {
-      if (text[close + 1] != ':') throw InvalidArgument("etcd endpoint '" + item + "': ':' expected after ']'");
-      endpoint.port = parsePort(text.substr(close + 2), item);
-    }
-  } else if (const size_t colon = text.rfind(':'); colon != std::string::npos) {
-    if (text.find(':') != colon) throw InvalidArgument("etcd endpoint '" + item + "': write IPv6 as [addr]:port");
-    endpoint.host = text.substr(0, colon);
-    endpoint.port = parsePort(text.substr(colon + 1), item);
-  } else {
-    endpoint.host = text;
-  }
-  if (endpoint.host.empty() || !isPlainText(endpoint.host))
-    throw InvalidArgument("etcd endpoint '" + text::printable(item, {80}) + "': no host");
-  return endpoint;
+  std::string_view text = item;
+  for (std::string_view scheme : {"http://", "https://"})
+    if (text.starts_with(scheme)) text.remove_prefix(scheme.size());
+  return HostPort::parse(text, {"etcd endpoint", kDefaultEtcdPort});
 }
 
 std::string compareTarget(EtcdCompare::Target target) {
@@ -159,10 +137,7 @@ std::vector<std::string> parseEtcdEndpoints(const std::string& list) {
     item.erase(0, item.find_first_not_of(" \t"));
     item.erase(item.find_last_not_of(" \t") + 1);
     if (!item.empty()) {
-      const etcd::Endpoint endpoint = splitEndpoint(item);
-      out.push_back(endpoint.host.find(':') != std::string::npos
-                        ? "[" + endpoint.host + "]:" + std::to_string(endpoint.port)
-                        : endpoint.name());
+      out.push_back(splitEndpoint(item).toString());
     }
     start = comma + 1;
   }
@@ -189,7 +164,7 @@ void EtcdClient::interrupt() {
 
 std::string EtcdClient::endpointName() const {
   std::lock_guard lock(mutex_);
-  return connections_[current_]->endpoint().name();
+  return connections_[current_]->endpoint().toString();
 }
 
 std::string EtcdClient::prefixEnd(const std::string& prefix) {
@@ -207,7 +182,7 @@ std::string EtcdClient::prefixEnd(const std::string& prefix) {
 void EtcdClient::authenticate(etcd::EtcdConnection& connection, const Deadline& deadline) {
   const Json body{{"name", options_.user}, {"password", options_.password}};
   const etcd::HttpReply reply = connection.post("/v3/auth/authenticate", body.dump(), "", deadline);
-  const std::string what = "etcd " + connection.endpoint().name() + ": /v3/auth/authenticate";
+  const std::string what = "etcd " + connection.endpoint().toString() + ": /v3/auth/authenticate";
   const Json parsed = etcd::parseObject(reply.body, what);
   if (reply.status != 200)
     throw AuthError(what + ": user '" + options_.user + "' refused: " + etcd::errorMessage(parsed));
@@ -239,7 +214,7 @@ std::string EtcdClient::call(const std::string& path, const std::string& body,
     for (size_t k = 0; k < connections_.size(); ++k) {
       const size_t i = (first + k) % connections_.size();
       etcd::EtcdConnection& connection = *connections_[i];
-      const std::string what = "etcd " + connection.endpoint().name() + ": " + path;
+      const std::string what = "etcd " + connection.endpoint().toString() + ": " + path;
       if (interrupted_) throw NetworkError(what + ": interrupted");
       if (deadline.expired()) giveUp();
       const Deadline attempt = Deadline::at(std::min(deadline.when(), Clock::now() + options_.attemptTimeout));
@@ -248,7 +223,7 @@ std::string EtcdClient::call(const std::string& path, const std::string& body,
         if (!options_.user.empty() && token_.empty()) authenticate(connection, attempt);
         const etcd::HttpReply reply = connection.post(path, body, token_, attempt, &sent);
         // Each call and its time (DRUN_LOG_LEVEL=trace): what the rendezvous costs on etcd.
-        spdlog::trace("etcd {} {}: HTTP {} in {} us", connection.endpoint().name(), path, reply.status,
+        spdlog::trace("etcd {} {}: HTTP {} in {} us", connection.endpoint().toString(), path, reply.status,
                       std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started).count());
         if (reply.status == 200) {
           current_ = i;
@@ -276,7 +251,7 @@ std::string EtcdClient::call(const std::string& path, const std::string& body,
         if (code == kGrpcInvalidArgument) throw InvalidArgument(what + ": " + message);
         if (code == kGrpcUnauthenticated || code == kGrpcPermissionDenied)
           throw AuthError(what + ": " + message);
-        throw Error(what + " refused (code " + std::to_string(code) + "): " + message);
+        throw EtcdError(what + " refused (code " + std::to_string(code) + "): " + message, code);
       } catch (const TimeoutError& e) {
         current_ = (i + 1) % connections_.size();  // the next call starts on another member
         // A write sent to a member that then went silent (killed, cut off) has an unknown
@@ -371,8 +346,8 @@ void EtcdClient::leaseRevoke(int64_t lease, const Deadline& deadline) {
   const Json body{{"ID", std::to_string(lease)}};
   try {
     call("/v3/lease/revoke", body.dump(), deadline, true);
-  } catch (const Error& e) {
-    if (std::string_view(e.what()).find("lease not found") == std::string_view::npos) throw;
+  } catch (const EtcdError& e) {
+    if (!e.leaseNotFound()) throw;  // else: gone already, as a revoke leaves it
   }
 }
 

@@ -72,7 +72,7 @@ struct EtcdConnection::Impl {
   // Runs `task` on the private io_context until it completes or the deadline passes.
   void run(const Endpoint& endpoint, const Deadline& deadline, const std::string& what,
            std::function<awaitable<void>()> task) {
-    if (interrupted) throw NetworkError("etcd " + endpoint.name() + ": " + what + ": interrupted");
+    if (interrupted) throw NetworkError("etcd " + endpoint.toString() + ": " + what + ": interrupted");
     bool done = false;
     bool timedOut = false;
     std::exception_ptr failure;
@@ -108,11 +108,11 @@ struct EtcdConnection::Impl {
     }
     if (interrupted) {
       reset();
-      throw NetworkError("etcd " + endpoint.name() + ": " + what + ": interrupted");
+      throw NetworkError("etcd " + endpoint.toString() + ": " + what + ": interrupted");
     }
     if (timedOut) {
       reset();
-      throw TimeoutError("etcd " + endpoint.name() + ": " + what + " timed out");
+      throw TimeoutError("etcd " + endpoint.toString() + ": " + what + " timed out");
     }
     if (!failure) return;
     reset();
@@ -122,13 +122,13 @@ struct EtcdConnection::Impl {
       // OpenSSL refused the handshake (a certificate that does not verify): retrying elsewhere
       // would fail the same way.
       if (e.code().category() == asio::error::get_ssl_category())
-        throw AuthError("etcd " + endpoint.name() + ": " + what + ": TLS: " + e.code().message() +
+        throw AuthError("etcd " + endpoint.toString() + ": " + what + ": TLS: " + e.code().message() +
                         " (is etcd_cacert the CA of the members' certificates?)");
       if (isHttpError(e.code()) && e.code() != http::error::end_of_stream &&
           e.code() != http::error::partial_message)
-        throw ProtocolError("etcd " + endpoint.name() + ": " + what + ": not a valid HTTP reply (" +
+        throw ProtocolError("etcd " + endpoint.toString() + ": " + what + ": not a valid HTTP reply (" +
                             e.code().message() + ")");
-      throw NetworkError("etcd " + endpoint.name() + ": " + what + ": " + e.code().message());
+      throw NetworkError("etcd " + endpoint.toString() + ": " + what + ": " + e.code().message());
     }
   }
 
@@ -139,7 +139,7 @@ struct EtcdConnection::Impl {
     net::Resolved resolved = net::resolve(endpoint.host, std::to_string(endpoint.port), hints,
                                           std::max<milliseconds>(remaining, milliseconds(1)));
     if (!resolved.addresses)
-      throw NetworkError("etcd " + endpoint.name() + ": " + resolved.error);
+      throw NetworkError("etcd " + endpoint.toString() + ": " + resolved.error);
     std::vector<tcp::endpoint> targets;
     for (addrinfo* a = resolved.addresses.get(); a; a = a->ai_next) {
       tcp::endpoint target;
@@ -151,7 +151,7 @@ struct EtcdConnection::Impl {
     if (tls) {
       secure = std::make_unique<beast::ssl_stream<beast::tcp_stream>>(ioc, *tls);
       if (!SSL_set_tlsext_host_name(secure->native_handle(), endpoint.host.c_str()))
-        throw NetworkError("etcd " + endpoint.name() + ": cannot set the TLS server name");
+        throw NetworkError("etcd " + endpoint.toString() + ": cannot set the TLS server name");
       secure->set_verify_callback(asio::ssl::host_name_verification(endpoint.host));
       co_await asio::async_connect(secure->next_layer().socket(), targets, use_awaitable);
       co_await secure->async_handshake(asio::ssl::stream_base::client, use_awaitable);
@@ -265,7 +265,7 @@ HttpReply EtcdConnection::post(const std::string& target, const std::string& bod
           // The length a reply claims is checked before anything is allocated for it.
           co_await impl_->readHeader(parser);
           if (parser.content_length() && *parser.content_length() > kMaxReplyBytes)
-            throw ProtocolError("etcd " + endpoint_.name() + ": a reply of " +
+            throw ProtocolError("etcd " + endpoint_.toString() + ": a reply of " +
                                 std::to_string(*parser.content_length()) + " bytes (limit " +
                                 std::to_string(kMaxReplyBytes) + ")");
           co_await impl_->read(parser);
@@ -332,10 +332,10 @@ void EtcdConnection::stream(const std::string& target, const std::string& body,
       }
       pending.erase(0, start);
       if (pending.size() > kMaxReplyBytes)
-        throw ProtocolError("etcd " + endpoint_.name() + ": a stream message over " +
+        throw ProtocolError("etcd " + endpoint_.toString() + ": a stream message over " +
                             std::to_string(kMaxReplyBytes) + " bytes");
     }
-    throw NetworkError("etcd " + endpoint_.name() + ": the stream " + target + " ended");
+    throw NetworkError("etcd " + endpoint_.toString() + ": the stream " + target + " ended");
   });
   impl_->reset();  // a stream's connection is not reused
   if (callbackFailure) std::rethrow_exception(callbackFailure);

@@ -21,14 +21,11 @@
 #include <string_view>
 
 #include "drun/common/deadline.hpp"
+#include "drun/common/host_port.hpp"
 
 namespace drun::rdzv::etcd {
 
-struct Endpoint {
-  std::string host;
-  uint16_t port = 2379;
-  std::string name() const { return host + ":" + std::to_string(port); }
-};
+using Endpoint = HostPort;  // one member; IPv6 printed in brackets
 
 struct HttpReply {
   unsigned status = 0;

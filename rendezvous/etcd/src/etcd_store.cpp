@@ -292,7 +292,7 @@ EtcdStore::Guarded EtcdStore::guardedTxn(const RetryToken& token, std::vector<Et
     out.txn = client_->txn(compares, success, failure, true);
   } catch (const Error& e) {
     checkLease();  // a lost lease says why
-    if (std::string_view(e.what()).find("lease not found") != std::string_view::npos)
+    if (const auto* refused = dynamic_cast<const EtcdError*>(&e); refused && refused->leaseNotFound())
       throw NetworkError("etcd store: this agent's etcd lease ended: " + std::string(e.what()));
     throw;
   }

@@ -74,7 +74,7 @@ bool EtcdClient::watchStream(const std::string& key, const std::string& rangeEnd
   size_t failedInARow = 0;
   for (;;) {
     etcd::EtcdConnection& connection = *connections_[current_];
-    const std::string what = "etcd " + connection.endpoint().name() + ": /v3/watch";
+    const std::string what = "etcd " + connection.endpoint().toString() + ": /v3/watch";
     if (interrupted_) throw NetworkError(what + ": interrupted");
     Json request{{"key", etcd::base64Encode(key)}};
     if (!rangeEnd.empty()) request["range_end"] = etcd::base64Encode(rangeEnd);

@@ -110,6 +110,35 @@ TEST_CASE("etcd client: an error reply is an error naming etcd's message", "[etc
   CHECK_THROWS_WITH(client.put("a", "b"), Catch::Contains("too many ops"));
 }
 
+TEST_CASE("etcd client: a refusal carries etcd's code; lease-not-found is known by it", "[etcd]") {
+  auto refusal = [](int code, const std::string& message) {
+    const std::string body = R"({"error":"x","message":")" + message + R"(","code":)" + std::to_string(code) + "}";
+    return "HTTP/1.1 404 Not Found\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  };
+  auto putRefusal = [](EtcdClient& client) {
+    try {
+      client.put("a", "b");
+    } catch (const EtcdError& e) {
+      return e;
+    }
+    FAIL("the put was not refused");
+    return EtcdError("", 0);
+  };
+  FakeGateway gone(refusal(5, "etcdserver: requested lease not found"));
+  EtcdClient client(quick(gone));
+  const EtcdError notFound = putRefusal(client);
+  CHECK(notFound.code() == EtcdError::kNotFound);
+  CHECK(notFound.leaseNotFound());
+  client.leaseRevoke(7, Deadline(2s));  // a lease already gone is what a revoke wants
+  // The words alone (a message that quotes them) are not the code.
+  FakeGateway quoted(refusal(9, "etcdserver: key 'lease not found' is locked"));
+  EtcdClient other(quick(quoted));
+  const EtcdError otherRefusal = putRefusal(other);
+  CHECK(otherRefusal.code() == 9);
+  CHECK_FALSE(otherRefusal.leaseNotFound());
+  CHECK_THROWS_AS(other.leaseRevoke(7, Deadline(2s)), EtcdError);
+}
+
 TEST_CASE("etcd client: a gateway that never answers is a timeout within the deadline", "[etcd]") {
   FakeGateway silent("");
   EtcdClient client(quick(silent));

@@ -96,7 +96,9 @@ StoreServer::Impl::Impl(const StoreServerOptions& options) : state_(options) {
     acceptor_.listen(asio::socket_base::max_listen_connections);
     port_ = acceptor_.local_endpoint().port();
   } catch (const boost::system::system_error& e) {
-    throw NetworkError("store server: cannot listen on " + where + ": " + e.code().message());
+    const bool isErrno = e.code().category() == boost::system::system_category();
+    throw NetworkError("store server: cannot listen on " + where + ": " + e.code().message(),
+                       isErrno ? e.code().value() : 0);
   }
   auto report = [](const char* what) {
     return [what](std::exception_ptr e) {

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -269,6 +270,18 @@ TEST_CASE("server: run() on the caller's thread until stop()", "[server]") {
   }
   server.stop();
   REQUIRE(serving.wait_for(5s) == std::future_status::ready);
+}
+
+TEST_CASE("server: a port already served is a NetworkError carrying EADDRINUSE", "[server]") {
+  StoreServer first(localOptions());  // listening once constructed
+  StoreServerOptions same = localOptions();
+  same.port = first.port();
+  try {
+    StoreServer second(same);
+    FAIL("a second server bound the same port");
+  } catch (const drun::NetworkError& e) {
+    CHECK(e.errorCode() == EADDRINUSE);  // what the c10d rendezvous tells "someone serves it" by
+  }
 }
 
 TEST_CASE("server: version and peer checks", "[server]") {

@@ -25,10 +25,9 @@ struct AgentConfig {
   std::vector<std::string> program;
   int nprocPerNode = 1;
   std::string role = "default";
-  int maxRestarts = 0;                           // the job's restart budget
   std::chrono::milliseconds shutdownTimeout = 30s;  // SIGTERM -> SIGKILL grace
   std::string hostname;                          // this node's name, for env and summaries
-  rdzv::RendezvousOptions rendezvous;            // nnodes, endpoint, run id, timeouts, ...
+  rdzv::RendezvousOptions rendezvous;            // nnodes, restart budget, endpoint, run id, ...
   bool isPython = false;                         // set PYTHONUNBUFFERED=1 unless already set
   std::string interpreter;  // Python workers: "<path> (<where the choice came from>)", for messages
   // Output.

@@ -21,10 +21,16 @@ class TimeoutError : public Error {
   using Error::Error;
 };
 
-// Connect/read/write failed, or the peer closed the connection.
+// Connect/read/write failed, or the peer closed the connection. errorCode() is the errno behind
+// it where one is known (EADDRINUSE from a bind, ...), 0 otherwise: callers that must tell one
+// cause from another ask it, never the message text.
 class NetworkError : public Error {
  public:
-  using Error::Error;
+  explicit NetworkError(const std::string& what, int errorCode = 0) : Error(what), errorCode_(errorCode) {}
+  int errorCode() const { return errorCode_; }
+
+ private:
+  int errorCode_;
 };
 
 // The peer sent bytes that do not follow the wire protocol.

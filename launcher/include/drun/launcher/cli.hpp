@@ -28,8 +28,9 @@ struct CliResult {
   std::vector<std::string> notes;           // info for the log once it is set up (what came from SLURM)
 };
 
-// --rdzv-endpoint's HOST, HOST:PORT or [V6]:PORT into out.endpointHost/endpointPort (default
-// port kept). Throws UsageError. (drun status parses its endpoint alike.)
+// --rdzv-endpoint's HOST, HOST:PORT, [V6] or [V6]:PORT (drun/common/host_port.hpp) into
+// out.endpoint (a missing port keeps out's). Throws UsageError. (drun status parses its endpoint
+// alike.)
 void parseEndpoint(const std::string& text, rdzv::RendezvousOptions& out);
 
 // --rdzv-conf's KEY=VALUE,... into `out` (drun status takes the etcd keys alike). Throws UsageError.

@@ -2,8 +2,8 @@
 
 #include <boost/asio/post.hpp>
 
-#include "drun/common/env.hpp"
 #include "drun/common/error.hpp"
+#include "drun/common/host_port.hpp"
 #include "metrics.hpp"
 #include "page.hpp"
 
@@ -11,18 +11,14 @@ namespace drun::rdzv::monitor {
 
 HttpOptions parseHttpAddress(const std::string& text) {
   HttpOptions o;
-  std::string host = "127.0.0.1", port = text;
-  if (!text.empty() && text[0] == '[') {
-    const size_t close = text.find("]:");
-    if (close == std::string::npos) throw InvalidArgument("--http '" + text + "': expected [V6]:PORT");
-    host = text.substr(1, close - 1);
-    port = text.substr(close + 2);
-  } else if (const size_t colon = text.rfind(':'); colon != std::string::npos) {
-    if (colon > 0) host = text.substr(0, colon);
-    port = text.substr(colon + 1);
-  }
-  o.host = host;
-  o.port = static_cast<uint16_t>(env::parseInt(port, "--http port", 0, 65535));
+  // PORT and :PORT listen on the default host (loopback); anything else is HOST:PORT / [V6]:PORT.
+  const bool portOnly = !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
+  std::string full = text;
+  if (portOnly) full = bracketedHost(o.host) + ":" + text;
+  else if (text.starts_with(':')) full = bracketedHost(o.host) + text;
+  const HostPort address = HostPort::parse(full, {"--http", std::nullopt, 0});
+  o.host = address.host;
+  o.port = address.port;
   return o;
 }
 

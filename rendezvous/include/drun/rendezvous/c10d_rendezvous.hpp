@@ -59,7 +59,7 @@ std::unique_ptr<Rendezvous> makeC10dRendezvous(const RendezvousOptions& options,
 // shows as a watch with no reply after it plus the watcher connection's reply grace (the rest of
 // the heartbeat timeout, less 100 ms).
 milliseconds watchSlice(milliseconds heartbeatTimeout);
-// Connects to (or hosts) the store at options.endpointHost:endpointPort. Throws
+// Connects to (or hosts) the store at options.endpoint. Throws
 // InvalidArgument for bad options, TimeoutError when no store answers within joinTimeout.
 std::unique_ptr<Rendezvous> makeC10dRendezvous(const RendezvousOptions& options);
 // The same rendezvous with its store in etcd (backend "etcd"/"etcd-v3"; etcd_store.hpp): every

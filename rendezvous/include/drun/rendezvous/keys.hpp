@@ -53,7 +53,8 @@
 //                                    that finds an outcome and nobody present resets the job
 //   rdzv/<id>/<r>/last_dead          node id of the latest joiner whose will ran in round r (a
 //                                    watcher tells a dying spare from a lost member by it)
-//   rdzv/<id>/config                 the job's --nnodes as its first node set it (JobConfig):
+//   rdzv/<id>/config                 the job's --nnodes and --max-restarts as its first node set
+//                                    them (JobConfig):
 //                                    compare_set("" -> it); a node started with other values
 //                                    fails at once, naming both
 //   rdzv/<id>/events/next            counter: events appended to the job's history
@@ -229,11 +230,13 @@ std::optional<FailureRecord> parseOutcome(std::string_view value);
 std::string encodeOutcomeReset(std::string_view node);
 bool isOutcomeReset(std::string_view value);
 
-// What every node of a job must agree on: "<min nodes>\t<max nodes>\t<node that set it>\n".
+// What every node of a job must agree on:
+// "<min nodes>\t<max nodes>\t<node that set it>\t<max restarts>\n".
 struct JobConfig {
   int minNodes = 1;
   int maxNodes = 1;
-  std::string setBy;  // display name of the node that wrote it
+  std::string setBy;    // display name of the node that wrote it
+  int maxRestarts = 0;  // the job's restart budget
   bool sameShape(const JobConfig& other) const {
     return minNodes == other.minNodes && maxNodes == other.maxNodes;
   }

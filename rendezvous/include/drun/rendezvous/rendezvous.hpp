@@ -17,7 +17,9 @@
 #include <vector>
 
 #include "drun/common/error.hpp"
+#include "drun/common/host_port.hpp"
 #include "drun/common/progress.hpp"
+#include "drun/rendezvous/backend.hpp"
 #include "drun/store/store.hpp"
 
 namespace drun::rdzv {
@@ -26,12 +28,13 @@ using std::chrono::milliseconds;
 using namespace std::chrono_literals;
 
 struct RendezvousOptions {
-  std::string backend = "c10d";        // c10d | etcd | static
-  std::string endpointHost;            // --rdzv-endpoint host ("" = none)
-  uint16_t endpointPort = 29400;       // --rdzv-endpoint :port (0 = any, embedded server only)
+  RendezvousBackend backend = RendezvousBackend::C10d;  // --rdzv-backend
+  // --rdzv-endpoint (host "" = none; port 0 = any, embedded server only)
+  HostPort endpoint{"", 29400};
   std::string runId = "none";          // --rdzv-id
   int minNodes = 1;                    // --nnodes MIN:MAX
   int maxNodes = 1;
+  int maxRestarts = 0;                 // --max-restarts: the job's restart budget (every node the same)
   std::optional<int> nodeRank;         // --node-rank (static: required; c10d: honoured if given)
   std::optional<bool> isHost;          // rdzv_conf is_host; nullopt = endpoint matches this host
   std::string localAddr;               // --local-addr: this node's address as peers reach it
@@ -57,7 +60,7 @@ struct RendezvousOptions {
   std::string tokenFile;               // rdzv_conf token_file: the store's shared secret ("" =
                                        // DRUN_RDZV_TOKEN_FILE, else the store is open)
   // The etcd backend: --rdzv-endpoint's member list and the rdzv_conf keys etcd_*.
-  std::string etcdEndpoints;           // "h1:2379,h2:2379,h3:2379" ("" = endpointHost)
+  std::string etcdEndpoints;           // "h1:2379,h2:2379,h3:2379" ("" = endpoint)
   std::string etcdUser;                // etcd_user ("" = no auth)
   std::string etcdPasswordFile;        // etcd_password_file: its first line (mode 600)
   std::string etcdCaFile;              // etcd_cacert: https, members verified against this CA
@@ -139,8 +142,9 @@ class Rendezvous {
   virtual RoundResult next() = 0;
   // Reports that a worker of this node failed in the current round. Returns the job's root cause
   // for the round: this failure, or one another node reported first; `final` when the job's
-  // budget (maxRestarts restarts) is spent. Every node learns it through a Failed event.
-  virtual FailureRecord reportFailure(const FailureRecord& failure, int maxRestarts) = 0;
+  // budget (RendezvousOptions::maxRestarts restarts) is spent, or when `failure.final` already
+  // says the job ends (this node cannot go on). Every node learns it through a Failed event.
+  virtual FailureRecord reportFailure(const FailureRecord& failure) = 0;
   // This node's workers all succeeded: wait for the others (exit barrier) without closing
   // anything; a Succeeded event follows once every member's workers did. Returns false instead
   // when a member claimed the round for a scale-up first (claimScaleUp): the job re-forms, and

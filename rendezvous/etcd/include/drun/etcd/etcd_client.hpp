@@ -13,8 +13,8 @@
 // certificate checked against it.
 // Errors: TimeoutError (the deadline passed), NetworkError (no member reachable), ProtocolError
 // (a reply that is not the gateway's JSON: untrusted input never crashes), AuthError (refused
-// credentials, a member certificate the CA does not verify), Error (etcd refused the request:
-// its message).
+// credentials, a member certificate the CA does not verify), EtcdError (etcd refused the
+// request: its message and gRPC code).
 //
 // Threading: thread-safe; calls run one at a time per client (hold one client per thread that
 // blocks: a watch holds the client for its whole length). interrupt() from any thread ends the
@@ -32,10 +32,25 @@
 #include <vector>
 
 #include "drun/common/deadline.hpp"
+#include "drun/common/error.hpp"
 
 namespace drun::rdzv {
 
 using namespace std::chrono_literals;
+
+// etcd refused a request: its message and gRPC status code, which callers classify it by.
+class EtcdError : public Error {
+ public:
+  static constexpr int64_t kNotFound = 5;  // gRPC NOT_FOUND
+  EtcdError(const std::string& what, int64_t code) : Error(what), code_(code) {}
+  int64_t code() const { return code_; }
+  // The lease named in the request is gone (expired or revoked): for the calls this client makes
+  // (KV, txn, lease, watch, auth) etcd answers NOT_FOUND for nothing else.
+  bool leaseNotFound() const { return code_ == kNotFound; }
+
+ private:
+  int64_t code_;
+};
 
 struct EtcdClientOptions {
   std::vector<std::string> endpoints;  // "host:port" (port default 2379); at least one

@@ -129,7 +129,8 @@ class EtcdStore final : public LivenessStore {
   // The transaction, applied only while the token is absent and creating it (bound to the
   // lease): the client may repeat it on another member after an unknown outcome. appliedAt > 0:
   // an earlier attempt was applied (its reply lost), at that etcd revision; the failure branch's
-  // last range is the token's. "lease not found": NetworkError.
+  // last range is the token's. etcd's answer that the lease is gone (EtcdError::leaseNotFound):
+  // NetworkError.
   struct Guarded {
     EtcdTxnResult txn;
     int64_t appliedAt = 0;
