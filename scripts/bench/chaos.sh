@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Chaos driver for drun's elastic core (issue 14): random faults on network-namespace hosts, and
+# Chaos driver for drun's elastic core: random faults on network-namespace hosts, and
 # the invariants every run must keep, checked after each iteration.
 #
 #   sudo scripts/bench/chaos.sh [--iterations N] [--seed S] [--kind KIND] [--time-budget SECONDS]

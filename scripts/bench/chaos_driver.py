@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Chaos driver for drun's elastic core (issue 14): random faults on namespace hosts, invariants
+"""Chaos driver for drun's elastic core: random faults on namespace hosts, invariants
 checked after every iteration. Called by scripts/bench/chaos.sh (which checks the
 prerequisites and documents the run); standard library only.
 
