@@ -110,7 +110,7 @@ TEST_CASE("etcd client: an error reply is an error naming etcd's message", "[etc
   CHECK_THROWS_WITH(client.put("a", "b"), Catch::Contains("too many ops"));
 }
 
-TEST_CASE("etcd client: a refusal carries etcd's code; lease-not-found is known by it", "[etcd]") {
+TEST_CASE("etcd client: a refusal carries etcd's code, by which lease-not-found is known", "[etcd]") {
   auto refusal = [](int code, const std::string& message) {
     const std::string body = R"({"error":"x","message":")" + message + R"(","code":)" + std::to_string(code) + "}";
     return "HTTP/1.1 404 Not Found\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
