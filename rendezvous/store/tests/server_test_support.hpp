@@ -212,6 +212,14 @@ class RawClient {
 };
 
 // A frame header claiming a body of `length` bytes (a Set), as a hostile peer sends it.
+// A raw client past its hello (the server answered Ok), asking for `leaseMs` (0: the server's).
+inline std::unique_ptr<RawClient> admitted(uint16_t port, uint32_t leaseMs = 0) {
+  auto c = std::make_unique<RawClient>(port);
+  c->hello(wire::kVersion, leaseMs);
+  REQUIRE(c->helloReply().status == wire::HelloStatus::Ok);
+  return c;
+}
+
 inline std::string frameHeader(uint32_t length, uint64_t id = 1) {
   wire::Request q;
   q.op = wire::Op::Set;

@@ -32,13 +32,6 @@ wire::Request bigWait(uint64_t id, int count, size_t keyBytes) {
   return request(wire::Op::Wait, std::move(keys), id, 60000);
 }
 
-std::unique_ptr<RawClient> admitted(uint16_t port) {
-  auto c = std::make_unique<RawClient>(port);
-  c->hello();
-  REQUIRE(c->helloReply().status == wire::HelloStatus::Ok);
-  return c;
-}
-
 }  // namespace
 
 TEST_CASE("server: a handshake that never completes is dropped at its deadline", "[server][admission]") {

@@ -58,12 +58,8 @@ class PeakSampler {
   std::thread thread_;
 };
 
-std::unique_ptr<RawClient> admitted(uint16_t port) {
-  auto c = std::make_unique<RawClient>(port);
-  c->hello(wire::kVersion, 60'000);
-  REQUIRE(c->helloReply().status == wire::HelloStatus::Ok);
-  return c;
-}
+// Clients that outlive the test's slow phases: a lease of a minute.
+std::unique_ptr<RawClient> longLeaseClient(uint16_t port) { return admitted(port, 60'000); }
 
 // Reads responses until none comes for `quiet`; counts those whose message names `limit`.
 int refusalsNaming(RawClient& c, const std::string& limit, std::chrono::milliseconds quiet) {
@@ -89,7 +85,7 @@ TEST_CASE("daemon memory: large known values, large sets, many waiters and a lar
   {
     std::vector<std::unique_ptr<RawClient>> watchers;
     for (int c = 0; c < 8; ++c) {
-      watchers.push_back(admitted(daemon.port()));
+      watchers.push_back(longLeaseClient(daemon.port()));
       for (uint64_t id = 1; id <= 32; ++id) {
         wire::Request w = request(wire::Op::Watch, {"atk/big"}, id, 60000);
         w.known = big;
@@ -127,7 +123,7 @@ TEST_CASE("daemon memory: large known values, large sets, many waiters and a lar
     std::vector<std::string> keys;
     for (int k = 0; k < 64; ++k) keys.push_back("atk/never/" + std::to_string(k) + std::string(1000, 'x'));
     for (int c = 0; c < 16; ++c) {
-      waiters.push_back(admitted(daemon.port()));
+      waiters.push_back(longLeaseClient(daemon.port()));
       for (uint64_t id = 1; id <= 256; ++id)
         waiters.back()->request(request(wire::Op::Wait, keys, id, 60000));
     }
@@ -136,14 +132,14 @@ TEST_CASE("daemon memory: large known values, large sets, many waiters and a lar
       perConnection += refusalsNaming(*w, "maxCallBytesPerConnection", 300ms);
     }
     // Refusals name one limit or the other; count the total's separately on fresh connections.
-    auto late = admitted(daemon.port());
+    auto late = longLeaseClient(daemon.port());
     late->request(request(wire::Op::Wait, keys, 1, 60000));
     total = refusalsNaming(*late, "maxCallBytes ", 300ms);
     CHECK(perConnection > 0);
     CHECK(total == 1);
 
     // 4. A will of 12 MiB on one connection (over its 8 MiB).
-    auto willer = admitted(daemon.port());
+    auto willer = longLeaseClient(daemon.port());
     wire::Request will = request(wire::Op::SetWill, {}, 1);
     for (int i = 0; i < 3; ++i) will.will.sets.emplace_back("atk/will/" + std::to_string(i), big);
     willer->request(will);
