@@ -95,7 +95,9 @@ TEST_CASE("the first worker to fail is the root cause and the others are stopped
   REQUIRE_FALSE(r.timedOut);
   CHECK(r.status() == 5);
   expectRootCause(r, rootCause(2, "exited with code 5"));
-  CHECK(r.wall < 2500ms);
+  // Ranks 0 and 3 sleep a minute: a drun that did not stop them would still be waiting (how fast
+  // it stops them is the launch benchmark's to measure, not this test's).
+  CHECK(r.wall < 30s);
   CHECK(marker.leftovers(5s).empty());
 }
 
