@@ -218,7 +218,7 @@ std::vector<ConsoleLine> parseConsole(const std::string& output);
 
 // A unique random hex string (for markers, run ids, file names).
 std::string randomHex(size_t chars = 16);
-// A loopback TCP port nothing listens on right now (the kernel's pick, closed again at once).
+// A loopback TCP port nothing uses right now, outside the ephemeral range (process_checks.cpp).
 uint16_t freeLoopbackPort();
 
 // ---- drun specifics ----------------------------------------------------------------------------

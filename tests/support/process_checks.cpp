@@ -254,20 +254,31 @@ std::string hostName() {
 
 namespace drun::test {
 
+// Drawn at random from [10000, 20000) less the kernel's ephemeral range, and checked by a bind
+// without SO_REUSEADDR: a port the kernel hands out itself (bind to 0, or a connect's local port,
+// which tests running beside this one make all the time) could be taken again between this check
+// and the caller's bind; one outside that range is taken only by a program that names it. Below
+// drun's own draws (MASTER_PORT from 28000 up, SLURM's rendezvous ports 20000..27999).
 uint16_t freeLoopbackPort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) throw std::runtime_error("socket: " + std::string(std::strerror(errno)));
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+  int ephemeralFirst = 32768, ephemeralLast = 60999;
+  if (std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range"); range)
+    range >> ephemeralFirst >> ephemeralLast;
+  static std::mt19937 draw(std::random_device{}());
+  std::uniform_int_distribution<int> pick(10000, 19999);
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    const int port = pick(draw);
+    if (port >= ephemeralFirst && port <= ephemeralLast) continue;
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) throw std::runtime_error("socket: " + std::string(std::strerror(errno)));
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    const bool free = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
     ::close(fd);
-    throw std::runtime_error("bind: " + std::string(std::strerror(errno)));
+    if (free) return static_cast<uint16_t>(port);
   }
-  ::close(fd);
-  return ntohs(a.sin_port);
+  throw std::runtime_error("no free loopback port in 10000..19999 after 1000 draws");
 }
 
 }  // namespace drun::test
