@@ -92,6 +92,7 @@ class Communicator::Impl : public std::enable_shared_from_this<Communicator::Imp
   // A queued collective starts only while the communicator is not broken.
   void throwIfBroken(const char* what) const;
   void throwIfBrokenLocked(const char* what) const;
+  bool isBroken() const;
   milliseconds resolve(milliseconds timeout) const;
   // Turns any failure of `what` into drun's error (naming the lost peer when known), marks the
   // communicator broken for TimeoutError / CommError, and throws it.

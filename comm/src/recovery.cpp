@@ -11,6 +11,7 @@
 #include <spdlog/spdlog.h>
 #include <vector>
 
+#include "drun/common/deadline.hpp"
 #include "drun/common/safe_text.hpp"
 #include "drun/store/prefix_store.hpp"
 #include "drun/store/store_batch.hpp"
@@ -81,6 +82,21 @@ uint64_t Recovery::newest() {
 std::pair<uint64_t, std::string> Recovery::newerThan(uint64_t from) {
   const uint64_t g = newest();
   if (g <= from) return {0, {}};
+  return {g, describe(*store_, size_, from, g)};
+}
+
+std::pair<uint64_t, std::string> Recovery::waitNewerThan(uint64_t from, milliseconds timeout) {
+  const Deadline deadline(timeout);
+  auto known = store_->tryGet(kGenerationKey);
+  while ((known ? parseGeneration(*known) : 0) <= from) {
+    if (deadline.expired()) return {0, {}};
+    try {
+      known = store_->watch(kGenerationKey, known, deadline.remaining());
+    } catch (const TimeoutError&) {
+      return {0, {}};
+    }
+  }
+  const uint64_t g = parseGeneration(*known);
   return {g, describe(*store_, size_, from, g)};
 }
 

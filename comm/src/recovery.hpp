@@ -47,6 +47,9 @@ class Recovery {
   uint64_t newest();
   // (newest, "generation 3 began: ...") when a generation past `from` began, else (0, "").
   std::pair<uint64_t, std::string> newerThan(uint64_t from);
+  // Waits (on the communicator's connection) until a generation past `from` began and returns
+  // it as newerThan() does; (0, "") at the deadline.
+  std::pair<uint64_t, std::string> waitNewerThan(uint64_t from, milliseconds timeout);
   // drun_comm/g<g>/ on the communicator's connection.
   std::shared_ptr<rdzv::LivenessStore> generationStore(uint64_t g) const;
   // drun_comm/g<g>/ on a new connection, for connecting generation g's transports: its calls

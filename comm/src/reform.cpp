@@ -44,6 +44,11 @@ FormedGeneration formNewest(Recovery& recovery, uint64_t atLeast, const Generati
 
 }  // namespace detail
 
+bool Communicator::Impl::isBroken() const {
+  std::lock_guard lock(mutex_);
+  return broken_.has_value();
+}
+
 detail::Recovery* Communicator::Impl::recovery() const {
   return s_.world ? s_.world->s_.recovery.get() : s_.recovery.get();
 }
@@ -91,9 +96,17 @@ void Communicator::Impl::reform(milliseconds timeout) {
   const Deadline deadline(timeout);
   const uint64_t from = generation();
   auto [newest, why] = s_.recovery->newerThan(from);
-  if (newest == 0)
-    throw InvalidArgument("reform: no recovery in progress (generation " + std::to_string(from) +
-                          " is the newest)");
+  if (newest == 0) {
+    // A broken communicator usually saw the failure before the agent opened the generation for
+    // it (a dead peer's sockets close at once): wait for the generation, within the deadline.
+    if (!isBroken())
+      throw InvalidArgument("reform: no recovery in progress (generation " + std::to_string(from) +
+                            " is the newest)");
+    std::tie(newest, why) = s_.recovery->waitNewerThan(from, deadline.remaining());
+    if (newest == 0)
+      throw TimeoutError("reform: no generation past " + std::to_string(from) + " began within " +
+                         std::to_string(timeout.count()) + "ms (drun's agent opens one when a worker is lost)");
+  }
   generationBegan(newest, why);  // when the watcher has not yet: pending operations fail now
   std::unique_lock lock(mutex_);
   if (destroyed_) throw InvalidArgument("reform: the communicator was destroyed");

@@ -20,6 +20,7 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/scatter.h>
 #include <gloo/transport/tcp/device.h>
+#include <gloo/transport/tcp/pair.h>
 
 #include <atomic>
 #include <csignal>
@@ -166,6 +167,31 @@ void withCarrier(DType dtype, F&& f) {
 
 namespace {
 
+// Gloo's tcp::Pair keeps its socket and its lock protected. A pointer to a protected member
+// formed in a derived class's scope reaches them (the class is never instantiated).
+struct PairInternals : gloo::transport::tcp::Pair {
+  static int& fd(gloo::transport::tcp::Pair& p) { return p.*(&PairInternals::fd_); }
+  static std::mutex& mutex(gloo::transport::tcp::Pair& p) { return p.*(&PairInternals::m_); }
+};
+
+// Ends every connection of `context` from any thread, so that everything pending on it fails
+// at once, on this rank too. Context::closeConnections() closes and unregisters the sockets, so
+// the peers see a reset, but an operation of this rank's that waits in Gloo is never told (it
+// waits for its deadline). shutdown(2) instead leaves the socket registered: Gloo's device
+// thread reads the end of the stream, fails the operations pending on the pair with "Connection
+// closed by peer" and closes the pair itself; the peers read the same end. Under the pair's
+// lock, so that the socket is not closed (and its number reused) meanwhile.
+void shutdownConnections(gloo::Context& context) {
+  for (int i = 0; i < context.size; ++i) {
+    if (i == context.rank) continue;
+    // The device is tcp's, so are its pairs.
+    auto* pair = static_cast<gloo::transport::tcp::Pair*>(context.getPair(i).get());
+    if (!pair) continue;
+    std::lock_guard lock(PairInternals::mutex(*pair));
+    if (int fd = PairInternals::fd(*pair); fd >= 0) ::shutdown(fd, SHUT_RDWR);
+  }
+}
+
 class GlooBackend final : public Backend {
  public:
   GlooBackend(std::shared_ptr<gloo::transport::Device> device, std::shared_ptr<rdzv::Store> store,
@@ -255,13 +281,13 @@ class GlooBackend final : public Backend {
   ~GlooBackend() override { poller_->stop(); }  // before the context its requests use
   // A failed communicator's receives may have been dropped unfinished (an exchange posts them
   // first, then another step fails): a message for one stays unread on its level-triggered
-  // socket, and Gloo's device thread, which finds no buffer for it, spins on it. Closing the
-  // connections stops that, and the peers' operations fail at once (a reset) instead of at
-  // their deadlines. Pair::close takes each pair's lock; the device thread only try-locks. This
-  // rank's own requests fail at once too (GlooPoller::abort).
+  // socket, and Gloo's device thread, which finds no buffer for it, spins on it. Ending the
+  // connections stops that, and the peers' operations fail at once instead of at their
+  // deadlines. This rank's own requests fail at once too (GlooPoller::abort), and so does its
+  // own pending collective (shutdownConnections says how).
   void abort() override {
     poller_->abort();
-    context_->closeConnections();
+    shutdownConnections(*context_);
   }
   const char* transport() const override { return "tcp"; }
 

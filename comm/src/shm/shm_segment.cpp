@@ -336,7 +336,7 @@ void ShmSegment::waitAll(uint64_t value, const OpDeadline& opDeadline, const cha
     h.sleepers.fetch_add(1, std::memory_order_seq_cst);
     std::atomic_thread_fence(std::memory_order_seq_cst);
     bool ok = ready();
-    if (!ok) futexWait(&h.epoch, epoch, std::min(deadline.remaining(), milliseconds(5)) + milliseconds(1));
+    if (!ok && !abortedHere_.load(std::memory_order_acquire)) futexWait(&h.epoch, epoch, std::min(deadline.remaining(), milliseconds(5)) + milliseconds(1));
     h.sleepers.fetch_sub(1, std::memory_order_seq_cst);
     if (ok || ready()) return;
     for (int r = behind; r < end; ++r) {

@@ -131,9 +131,11 @@ class Communicator {
   // connections, their threads), then connects new ones among the same ranks, every rank
   // keeping its number; a generation that is superseded while forming is abandoned for the
   // newest. Afterwards the communicator is usable again and its old groups fail (make them
-  // again). Throws InvalidArgument on a group, without a workers' store, or when no newer
-  // generation began ("no recovery in progress"); TimeoutError when the ranks did not all come
-  // within `timeout` (the communicator stays broken).
+  // again). A broken communicator whose failure came before the new generation (a dead peer's
+  // sockets close before drun's agent opens the generation) waits for it within `timeout`.
+  // Throws InvalidArgument on a group, without a workers' store, or when the communicator is
+  // not broken and no newer generation began ("no recovery in progress"); TimeoutError when no
+  // generation began or the ranks did not all come within `timeout` (it stays broken).
   void reform(milliseconds timeout = kDefaultTimeout);
 
   // Every rank calls newGroup with the same ranks, in the same order relative to other groups.
