@@ -1,6 +1,8 @@
 #include <algorithm>
 #include <set>
 
+#include <spdlog/spdlog.h>
+
 #include "communicator_impl.hpp"
 #include "drun/store/prefix_store.hpp"
 #include "drun/worker.h"
@@ -107,7 +109,10 @@ void Communicator::Impl::fail(const char* what, std::exception_ptr error, const 
   std::shared_ptr<detail::Liveness> liveness;
   {
     std::lock_guard lock(mutex_);
-    if (broken_ && broken_->kind == Broken::Kind::Generation) throw CommError(where + broken_->message);
+    if (broken_ && broken_->kind == Broken::Kind::Generation) {
+      spdlog::debug("drun_comm: {}{} (as the transport said it)", where, detail);
+      throw CommError(where + broken_->message);
+    }
     liveness = s_.liveness;
   }
   // A newer generation explains any failure (a peer that aborted for it may be seen first).

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "comm_unit_support.hpp"
+#include "netns.hpp"
 #include "drun/comm/communicator.hpp"
 #include "drun/store/prefix_store.hpp"
 #include "drun/store/store_server.hpp"
@@ -79,7 +80,7 @@ std::unique_ptr<Process> startRank(WorkersStore& ws, const MarkerScope& marker, 
   o.env = {marker.env(), "MASTER_ADDR=127.0.0.1", "RANK=" + std::to_string(rank), "WORLD_SIZE=" + std::to_string(size),
            "LOCAL_RANK=" + std::to_string(rank), "DRUN_WORKER_STORE=" + ws.endpoint(),
            "DRUN_WORKER_STORE_PREFIX=" + kJobPrefix, "DRUN_GENERATION=" + std::to_string(generation),
-           "DRUN_RECOVERY=in-process", "DRUN_COMM_TRANSPORT=" + transport, "OMP_NUM_THREADS=1"};
+           "DRUN_RECOVERY=in-process", "DRUN_LOG_LEVEL=debug", "DRUN_COMM_TRANSPORT=" + transport, "OMP_NUM_THREADS=1"};
   o.timeout = scaled(60s);
   return std::make_unique<Process>(o);
 }
@@ -208,6 +209,33 @@ TEST_CASE("comm recovery: 100 reforms in a row leave fds, threads, segments and 
       CHECK(contains(out, std::string(transport) + " after 100 reforms"));
     }
   }
+}
+
+// Hierarchical: 2 namespace hosts x 2 ranks, the workers' store a drun-rendezvous on host 0 (this
+// process cannot reach the hosts' network), rank 0 opening each generation (loop mode).
+TEST_CASE("comm recovery: hierarchical: two hosts reform in place 20 times, resources flat", "[comm][recovery][multinode][slow]") {
+  skipWithoutNetns("hierarchical recovery");
+  NetnsCluster cluster(2);
+  MarkerScope marker;
+  const std::string store = cluster.address(0) + ":29400";
+  Process daemon(RunOptions{cluster.exec(0, {(buildDir() / "bin" / "drun-rendezvous").string(), "--host", "0.0.0.0",
+                                             "--port", "29400"}),
+                            {marker.env()}, {}, scaled(120s)});
+  REQUIRE(daemon.waitForOutput([](const std::string& out, const std::string&) { return contains(out, "listening on"); },
+                               scaled(10s)));
+  std::vector<std::unique_ptr<Process>> ranks;
+  for (int r = 0; r < 4; ++r) {
+    RunOptions o;
+    o.argv = cluster.exec(r / 2, {helperPath("comm_recovery_worker").string(), "loop", "20"});
+    o.env = {marker.env(), "MASTER_ADDR=" + cluster.address(0), "RANK=" + std::to_string(r), "WORLD_SIZE=4",
+             "LOCAL_RANK=" + std::to_string(r % 2), "DRUN_WORKER_STORE=" + store, "DRUN_WORKER_STORE_PREFIX=" + kJobPrefix,
+             "DRUN_GENERATION=0", "DRUN_RECOVERY=in-process", "DRUN_COMM_TRANSPORT=auto", "OMP_NUM_THREADS=1"};
+    o.timeout = scaled(90s);
+    ranks.push_back(std::make_unique<Process>(o));
+  }
+  const std::string out = checkAllOk(ranks, "generation 20");
+  std::cout << out;
+  CHECK(contains(out, "hierarchical after 20 reforms"));
 }
 
 TEST_CASE("comm recovery: reform() refuses a group and a world without the workers' store", "[comm][recovery]") {

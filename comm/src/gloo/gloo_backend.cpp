@@ -20,7 +20,6 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/scatter.h>
 #include <gloo/transport/tcp/device.h>
-#include <gloo/transport/tcp/pair.h>
 
 #include <atomic>
 #include <csignal>
@@ -35,6 +34,7 @@
 #include "../reduce.hpp"
 #include "drun/common/deadline.hpp"
 #include "drun/common/env.hpp"
+#include "gloo/abortable_context.hpp"
 #include "gloo/gloo_p2p.hpp"
 #include "gloo/store_adapter.hpp"
 
@@ -167,41 +167,17 @@ void withCarrier(DType dtype, F&& f) {
 
 namespace {
 
-// Gloo's tcp::Pair keeps its socket and its lock protected. A pointer to a protected member
-// formed in a derived class's scope reaches them (the class is never instantiated).
-struct PairInternals : gloo::transport::tcp::Pair {
-  static int& fd(gloo::transport::tcp::Pair& p) { return p.*(&PairInternals::fd_); }
-  static std::mutex& mutex(gloo::transport::tcp::Pair& p) { return p.*(&PairInternals::m_); }
-};
-
-// Ends every connection of `context` from any thread, so that everything pending on it fails
-// at once, on this rank too. Context::closeConnections() closes and unregisters the sockets, so
-// the peers see a reset, but an operation of this rank's that waits in Gloo is never told (it
-// waits for its deadline). shutdown(2) instead leaves the socket registered: Gloo's device
-// thread reads the end of the stream, fails the operations pending on the pair with "Connection
-// closed by peer" and closes the pair itself; the peers read the same end. Under the pair's
-// lock, so that the socket is not closed (and its number reused) meanwhile.
-void shutdownConnections(gloo::Context& context) {
-  for (int i = 0; i < context.size; ++i) {
-    if (i == context.rank) continue;
-    // The device is tcp's, so are its pairs.
-    auto* pair = static_cast<gloo::transport::tcp::Pair*>(context.getPair(i).get());
-    if (!pair) continue;
-    std::lock_guard lock(PairInternals::mutex(*pair));
-    if (int fd = PairInternals::fd(*pair); fd >= 0) ::shutdown(fd, SHUT_RDWR);
-  }
-}
-
 class GlooBackend final : public Backend {
  public:
   GlooBackend(std::shared_ptr<gloo::transport::Device> device, std::shared_ptr<rdzv::Store> store,
               int rank, int size, milliseconds timeout)
       : device_(std::move(device)), poller_(std::make_shared<GlooPoller>()) {
-    auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
+    auto context = std::make_shared<AbortableGlooContext>(rank, size);
     context->setTimeout(timeout);
     GlooStoreAdapter adapter(std::move(store), timeout);
     try {
       context->connectFullMesh(adapter, device_);
+      context->makeAbortable();
       // connectFullMesh returns on a rank once its own side of each pair is up: a rank whose
       // peers all connected quickly could finish, destroy its pairs and exit while a slower rank
       // still completes a handshake with it, and that rank's init then fails with "Connection
@@ -284,10 +260,11 @@ class GlooBackend final : public Backend {
   // socket, and Gloo's device thread, which finds no buffer for it, spins on it. Ending the
   // connections stops that, and the peers' operations fail at once instead of at their
   // deadlines. This rank's own requests fail at once too (GlooPoller::abort), and so does its
-  // own pending collective (shutdownConnections says how).
+  // own pending collective, also one whose transfer is under way (AbortableGlooContext).
   void abort() override {
     poller_->abort();
-    shutdownConnections(*context_);
+    context_->abortWaits();
+    context_->closeConnections();
   }
   const char* transport() const override { return "tcp"; }
 
@@ -411,7 +388,7 @@ class GlooBackend final : public Backend {
 
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<GlooPoller> poller_;
-  std::shared_ptr<gloo::Context> context_;
+  std::shared_ptr<AbortableGlooContext> context_;
   uint32_t nextTag_ = 0;
   std::vector<char> blocks_;  // reduce_scatter's received blocks (collectives run one at a time)
 };
