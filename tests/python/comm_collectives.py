@@ -198,6 +198,9 @@ def misuse(world, check):
     check.raises(dc.InvalidArgument, lambda: world.all_reduce(np.ones(2), op="mean"), "op", "mean")
     check.raises(dc.InvalidArgument, lambda: world.broadcast(np.ones(2), root=world.size),
                  "root out of range", "root")
+    check.same([world.generation], [0], "generation without in-process recovery")
+    check.raises(dc.InvalidArgument, lambda: world.reform(), "reform without a workers' store",
+                 "workers' store")
     buf = np.ones(2)
     world.all_reduce(buf)
     check.same(buf, [world.size] * 2, "usable after misuse")

@@ -34,6 +34,7 @@
 #include "../reduce.hpp"
 #include "drun/common/deadline.hpp"
 #include "drun/common/env.hpp"
+#include "gloo/abortable_context.hpp"
 #include "gloo/gloo_p2p.hpp"
 #include "gloo/store_adapter.hpp"
 
@@ -171,11 +172,12 @@ class GlooBackend final : public Backend {
   GlooBackend(std::shared_ptr<gloo::transport::Device> device, std::shared_ptr<rdzv::Store> store,
               int rank, int size, milliseconds timeout)
       : device_(std::move(device)), poller_(std::make_shared<GlooPoller>()) {
-    auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
+    auto context = std::make_shared<AbortableGlooContext>(rank, size);
     context->setTimeout(timeout);
     GlooStoreAdapter adapter(std::move(store), timeout);
     try {
       context->connectFullMesh(adapter, device_);
+      context->makeAbortable();
       // connectFullMesh returns on a rank once its own side of each pair is up: a rank whose
       // peers all connected quickly could finish, destroy its pairs and exit while a slower rank
       // still completes a handshake with it, and that rank's init then fails with "Connection
@@ -255,12 +257,13 @@ class GlooBackend final : public Backend {
   ~GlooBackend() override { poller_->stop(); }  // before the context its requests use
   // A failed communicator's receives may have been dropped unfinished (an exchange posts them
   // first, then another step fails): a message for one stays unread on its level-triggered
-  // socket, and Gloo's device thread, which finds no buffer for it, spins on it. Closing the
-  // connections stops that, and the peers' operations fail at once (a reset) instead of at
-  // their deadlines. Pair::close takes each pair's lock; the device thread only try-locks. This
-  // rank's own requests fail at once too (GlooPoller::abort).
+  // socket, and Gloo's device thread, which finds no buffer for it, spins on it. Ending the
+  // connections stops that, and the peers' operations fail at once instead of at their
+  // deadlines. This rank's own requests fail at once too (GlooPoller::abort), and so does its
+  // own pending collective, also one whose transfer is under way (AbortableGlooContext).
   void abort() override {
     poller_->abort();
+    context_->abortWaits();
     context_->closeConnections();
   }
   const char* transport() const override { return "tcp"; }
@@ -385,7 +388,7 @@ class GlooBackend final : public Backend {
 
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<GlooPoller> poller_;
-  std::shared_ptr<gloo::Context> context_;
+  std::shared_ptr<AbortableGlooContext> context_;
   uint32_t nextTag_ = 0;
   std::vector<char> blocks_;  // reduce_scatter's received blocks (collectives run one at a time)
 };
