@@ -88,7 +88,7 @@ TEST_CASE("OMP_NUM_THREADS default is cores per worker, at least one", "[agent]"
   CHECK(defaultOmpThreads(1, 1) == 1);
 }
 
-TEST_CASE("--recovery in-process gives the workers' store; a replacement gets its generation and count",
+TEST_CASE("recovery: in-process workers get the workers' store, a replacement its generation and count",
           "[agent]") {
   AgentConfig config;
   config.nprocPerNode = 2;
