@@ -87,3 +87,45 @@ TEST_CASE("OMP_NUM_THREADS default is cores per worker, at least one", "[agent]"
   CHECK(defaultOmpThreads(16, 4) == 4);
   CHECK(defaultOmpThreads(1, 1) == 1);
 }
+
+TEST_CASE("recovery: in-process workers get the workers' store, a replacement its generation and count",
+          "[agent]") {
+  AgentConfig config;
+  config.nprocPerNode = 2;
+  config.program = {"/bin/true"};
+  drun::rdzv::RoundResult round;
+  round.worldSize = 4;
+  round.rankOffset = 2;
+  AttemptContext attempt;
+  attempt.restartCount = 1;
+  // An outer drun's variables never leak into the workers.
+  attempt.baseEnvironment = {"DRUN_WORKER_STORE=10.0.0.9:1", "DRUN_GENERATION=7", "DRUN_RECOVERY=in-process"};
+
+  SECTION("restart: none of them") {
+    auto env = asMap(buildWorkerSpecs(config, round, attempt).at(0).env);
+    for (const char* name : {"DRUN_RECOVERY", "DRUN_WORKER_STORE", "DRUN_WORKER_STORE_PREFIX", "DRUN_GENERATION"})
+      CHECK(env.count(name) == 0);
+  }
+  SECTION("in-process") {
+    attempt.workerStore = "127.0.0.1:4242";
+    attempt.workerStorePrefix = "rdzv/job/3/workers/";
+    for (const auto& spec : buildWorkerSpecs(config, round, attempt)) {
+      auto env = asMap(spec.env);
+      CHECK(env["DRUN_RECOVERY"] == "in-process");
+      CHECK(env["DRUN_WORKER_STORE"] == "127.0.0.1:4242");
+      CHECK(env["DRUN_WORKER_STORE_PREFIX"] == "rdzv/job/3/workers/");
+      CHECK(env["DRUN_GENERATION"] == "0");
+      CHECK(env["TORCHELASTIC_RESTART_COUNT"] == "1");
+    }
+    attempt.generation = 2;
+    attempt.restartCount = 3;
+    const WorkerSpec replacement = buildWorkerSpec(config, round, attempt, 1);
+    auto env = asMap(replacement.env);
+    CHECK(replacement.localRank == 1);
+    CHECK(replacement.globalRank == 3);
+    CHECK(env["RANK"] == "3");
+    CHECK(env["LOCAL_RANK"] == "1");
+    CHECK(env["DRUN_GENERATION"] == "2");
+    CHECK(env["TORCHELASTIC_RESTART_COUNT"] == "3");
+  }
+}

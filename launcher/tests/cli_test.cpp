@@ -293,3 +293,28 @@ TEST_CASE("the etcd backend: --rdzv-backend etcd-v3 takes a member list and the 
   CHECK(c.rendezvous.etcdCaFile == "/ca.pem");
   CHECK(c.rendezvous.etcdPrefix == "/x/");
 }
+
+TEST_CASE("recovery: --recovery, PET_RECOVERY and recovery_timeout, and the backends they need", "[launcher]") {
+  using drun::agent::RecoveryMode;
+  CHECK(parse({"hostname"}).recovery.mode == RecoveryMode::Restart);
+  CHECK(parse({"hostname"}).recovery.timeout == std::chrono::seconds(30));
+  auto c = parse({"--recovery", "in-process", "--rdzv-conf", "recovery_timeout=2500ms", "hostname"});
+  CHECK(c.recovery.mode == RecoveryMode::InProcess);
+  CHECK(c.recovery.timeout == std::chrono::milliseconds(2500));
+  {
+    ScopedEnv env("PET_RECOVERY", "in-process");
+    CHECK(parse({"hostname"}).recovery.inProcess());
+    CHECK(parse({"--recovery", "restart", "hostname"}).recovery.mode == RecoveryMode::Restart);
+  }
+  // Several nodes: the c10d store is the workers' store.
+  CHECK(parse({"--recovery", "in-process", "--nnodes", "2", "--rdzv-endpoint", "h:1", "hostname"})
+            .recovery.inProcess());
+  CHECK_THAT(usageError({"--recovery", "inprocess", "hostname"}), Catch::Contains("'inprocess'"));
+  CHECK_THAT(usageError({"--rdzv-conf", "recovery_timeout=0", "--recovery", "in-process", "hostname"}),
+             Catch::Contains("recovery_timeout"));
+  CHECK_THAT(usageError({"--recovery", "in-process", "--nnodes", "2", "--node-rank", "0", "hostname"}),
+             Catch::Contains("needs --rdzv-backend c10d"));
+  CHECK_THAT(usageError({"--recovery", "in-process", "--nnodes", "2", "--rdzv-backend", "etcd",
+                         "--rdzv-endpoint", "h:2379", "hostname"}),
+             Catch::Contains("--rdzv-backend etcd has no store"));
+}
