@@ -46,6 +46,16 @@ PYBIND11_MODULE(_backend, m) {
         return drun->transport();
       },
       py::arg("group"), "How a drun group's ranks talk: 'shm', 'tcp' or 'hierarchical'.");
+  m.def(
+      "reform",
+      [](const c10::intrusive_ptr<c10d::ProcessGroup>& group, std::chrono::milliseconds timeout) {
+        auto* drun = dynamic_cast<ProcessGroupDrun*>(group.get());
+        if (!drun) throw py::value_error("not a drun process group: " + group->getBackendName());
+        py::gil_scoped_release release;
+        return drun->reform(timeout);
+      },
+      py::arg("group"), py::arg("timeout"),
+      "Moves the default drun group to the newest generation in place; returns that generation.");
   m.def("abort_gloo", &drun::torch_backend::abortGloo, py::arg("group"),
         py::call_guard<py::gil_scoped_release>(),
         "Shuts down the sockets of a gloo group's pairs: its pending work fails at once.");

@@ -2,6 +2,8 @@
 
 #include <Python.h>
 
+#include <future>
+
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
@@ -85,6 +87,23 @@ ProcessGroupDrun::~ProcessGroupDrun() {
   } catch (...) {
   }
   if (python != nullptr) PyEval_RestoreThread(python);
+}
+
+uint64_t ProcessGroupDrun::reform(std::chrono::milliseconds timeout) {
+  // Through the queue: nothing of the old generation runs beside the reform.
+  auto done = std::make_shared<std::promise<void>>();
+  auto future = done->get_future();
+  const uint64_t id = queue_->push([this, done, timeout] {
+    try {
+      comm_->reform(timeout);
+      done->set_value();
+    } catch (...) {
+      done->set_exception(std::current_exception());
+    }
+  });
+  if (!queue_->runIfNext(id)) future.wait();  // the tasks before it are each bounded
+  future.get();
+  return comm_->generation();
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDrun::enqueue(OpType type, const char* call,

@@ -47,6 +47,11 @@ class ProcessGroupDrun final : public c10d::ProcessGroup {
   ~ProcessGroupDrun() override;
 
   const std::string getBackendName() const override { return "drun"; }
+  // In-process recovery, the default group only (createWorld): moves its communicator to the
+  // newest generation in place (Communicator::reform), after the collectives queued before it
+  // (they fail at once: their generation ended). Returns the generation it now belongs to.
+  // Throws what reform throws (TimeoutError: the ranks did not all come within `timeout`).
+  uint64_t reform(std::chrono::milliseconds timeout);
   // How this group's ranks talk: "shm", "tcp" or "hierarchical".
   std::string transport() const { return comm_->transport(); }
 

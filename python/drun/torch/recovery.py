@@ -109,6 +109,7 @@ class Coordinator:
         if backend == "drun":
             group = dist.distributed_c10d._get_default_group()
             self._generation = _backend.reform(group, self._pg_timeout or _REFORM_TIMEOUT)
+            self._count_in_torch_barrier(self._generation)
             return
         dist.destroy_process_group()
         while True:
@@ -124,6 +125,15 @@ class Coordinator:
                 continue  # superseded while forming: form the newer one
             break
         self._mark_formed(target)
+
+    def _count_in_torch_barrier(self, generation):
+        """A replacement's init_process_group ends in torch's store-based barrier, which waits for
+        every rank of the world under the store it was given (the workers' store under
+        torch/g<g>/); the survivors of a "drun" group re-form it in place and never call
+        init_process_group, so each counts itself in that barrier instead (torch's key: the
+        default group's, created first: default_pg/store_based_barrier_key:1)."""
+        store = dist.PrefixStore("default_pg", worker_store.connect(f"torch/g{generation}/", self._pg_timeout))
+        store.add(f"{dist.distributed_c10d.STORE_BASED_BARRIER_PREFIX}:1", 1)
 
     def _mark_formed(self, generation):
         if generation in self._formed:

@@ -9,11 +9,11 @@ workers' store under P + "torch/g<g>/", g being the generation this process is i
 of each generation has keys of its own and rank 0's death does not take the store along.
 """
 import datetime
+import importlib
 import os
 import socket
 from urllib.parse import parse_qsl, urlparse
 
-import torch.distributed.rendezvous as _rendezvous
 from torch.distributed.constants import default_pg_timeout
 
 from . import _backend
@@ -83,4 +83,6 @@ class EnvRendezvous:
 
 def install_env_rendezvous(handler):
     """Replaces torch's "env" handler (register_rendezvous_handler refuses a second one)."""
-    _rendezvous._rendezvous_handlers["env"] = handler
+    # The module, not torch.distributed's function of the same name.
+    module = importlib.import_module("torch.distributed.rendezvous")
+    module._rendezvous_handlers["env"] = handler
