@@ -5,13 +5,15 @@
 // holds the same parameters after each recovery, and the final parameters are those of a run
 // without a failure (the data of a step depends on the step and the rank only). A program that
 // never uses the API falls back to a restart (tests/torch/never_joins.py); under --recovery
-// restart the resilient program runs again from step 0.
+// restart the resilient program runs again from step 0. abort_gloo (what the generation watcher
+// does to a gloo group) ends a pending recv at once (tests/torch/gloo_abort.py).
 //
 // SKIPPED without torch or without the compiled drun.torch module.
 #include <catch2/catch.hpp>
 #include <map>
 #include <set>
 
+#include "time_scale.hpp"
 #include "torch_jobs.hpp"
 
 using namespace drun::test;
@@ -152,5 +154,25 @@ TEST_CASE("in-process recovery of a program that never uses drun.torch falls bac
   CHECK(starts.count("0/first") == static_cast<size_t>(kWorld));
   CHECK(starts.count("1/again") == 1);  // the replacement sees the count with its recovery
   CHECK(starts.count("0/again") == static_cast<size_t>(kWorld));
+  CHECK(marker.leftovers(5s).empty());
+}
+
+TEST_CASE("abort_gloo fails a gloo group's pending recv and later collectives at once", "[torch]") {
+  skipWithoutDrunTorch("abort_gloo");
+  MarkerScope marker;
+  auto r = run(singleNode(marker, {"--standalone", "--nproc-per-node", "2",
+                                   torchProgram("gloo_abort.py").string()},
+                          {drunPythonPath()}));
+  INFO(r.describe());
+  REQUIRE(r.status() == 0);
+  auto lines = tagged(r.out, "GLOOABORT");
+  REQUIRE(lines.size() == 2);
+  for (const auto& l : lines) {
+    if (l.rank() != 0) continue;
+    CHECK(std::stoi(l.fields.at("sockets")) >= 1);
+    // Aborted after 1 s: the recv ended then, not at the group's 60 s timeout.
+    CHECK(std::stod(l.fields.at("recv_s")) < 1.0 + 5.0 * timeScale());
+    CHECK(std::stod(l.fields.at("later_s")) < 1.0 * timeScale());
+  }
   CHECK(marker.leftovers(5s).empty());
 }
