@@ -1,0 +1,178 @@
+// drun.torch.resilient and drun.torch.State (python/drun/torch): outside drun
+// (tests/torch/resilient_unit.py), and the DDP tutorial's model trained under
+// `drun --recovery in-process --nproc-per-node 3` (tests/torch/resilient_train.py) on the drun and
+// the gloo backends: ranks SIGKILL themselves at given steps, the job ends with exit 0, every rank
+// holds the same parameters after each recovery, and the final parameters are those of a run
+// without a failure (the data of a step depends on the step and the rank only). A program that
+// never uses the API falls back to a restart (tests/torch/never_joins.py); under --recovery
+// restart the resilient program runs again from step 0. abort_gloo (what the generation watcher
+// does to a gloo group) ends a pending recv at once (tests/torch/gloo_abort.py).
+//
+// SKIPPED without torch or without the compiled drun.torch module.
+#include <catch2/catch.hpp>
+#include <map>
+#include <set>
+
+#include "time_scale.hpp"
+#include "torch_jobs.hpp"
+
+using namespace drun::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr int kWorld = 3;
+constexpr int kSteps = 30;
+
+struct Training {
+  RunResult result;
+  std::vector<Tagged> enters;        // ENTER lines, in output order
+  std::map<int, std::string> final;  // rank -> hash of its final parameters
+};
+
+Training train(const std::string& backend, const std::string& recovery, const std::string& kill) {
+  MarkerScope marker;
+  Training t;
+  t.result = run(singleNode(
+      marker,
+      {"--standalone", "--nproc-per-node", std::to_string(kWorld), "--recovery", recovery,
+       "--max-restarts", "3", torchProgram("resilient_train.py").string()},
+      {drunPythonPath(), "TRAIN_BACKEND=" + backend, "TRAIN_STEPS=" + std::to_string(kSteps),
+       "TRAIN_KILL=" + kill}));
+  t.enters = tagged(t.result.out, "ENTER");
+  for (const auto& l : tagged(t.result.out, "FINAL")) {
+    CHECK(l.fields.at("step") == std::to_string(kSteps));
+    t.final[l.rank()] = l.fields.at("sum");
+  }
+  CHECK(marker.leftovers(5s).empty());
+  return t;
+}
+
+// Every rank finished, with one hash, the reference's.
+void checkFinal(const Training& t, const std::string& reference) {
+  REQUIRE(t.final.size() == static_cast<size_t>(kWorld));
+  for (const auto& [rank, sum] : t.final) {
+    INFO("rank " << rank);
+    CHECK(sum == reference);
+  }
+}
+
+// After each entry (the first, and each recovery's), the ranks' parameters were equal.
+void checkEntries(const Training& t, const std::multiset<std::string>& expectedGenerations) {
+  std::multiset<std::string> generations;
+  for (const auto& l : t.enters) {
+    INFO("ENTER rank " << l.rank() << " generation " << l.fields.at("generation"));
+    CHECK(l.fields.at("equal") == "1");
+    generations.insert(l.fields.at("generation"));
+  }
+  CHECK(generations == expectedGenerations);
+}
+
+std::multiset<std::string> entries(std::vector<std::string> generations) {
+  std::multiset<std::string> all;
+  for (const auto& g : generations)
+    for (int r = 0; r < kWorld; ++r) all.insert(g);
+  return all;
+}
+
+void recoversInProcess(const std::string& backend, const std::string& kill, int recoveries) {
+  auto reference = train(backend, "in-process", "");
+  INFO("--- without a failure: " << reference.result.describe());
+  REQUIRE(reference.result.status() == 0);
+  REQUIRE(reference.final.size() == static_cast<size_t>(kWorld));
+  const std::string expected = reference.final.begin()->second;
+  checkFinal(reference, expected);
+
+  auto failing = train(backend, "in-process", kill);
+  INFO("--- with " << kill << " SIGKILLed: " << failing.result.describe());
+  REQUIRE(failing.result.status() == 0);
+  checkFinal(failing, expected);
+  std::vector<std::string> generations;
+  for (int g = 0; g <= recoveries; ++g) generations.push_back(std::to_string(g));
+  checkEntries(failing, entries(generations));
+  // A recovery went back to the last commit, never to step 0.
+  for (const auto& l : failing.enters)
+    if (l.fields.at("generation") != "0") CHECK(std::stoi(l.fields.at("step")) > 0);
+}
+
+}  // namespace
+
+TEST_CASE("drun.torch.resilient outside drun: runs once with one warning, TypeError, commit and restore",
+          "[torch]") {
+  skipWithoutDrunTorch("drun.torch.State outside drun");
+  RunOptions o;
+  o.argv = {kTorchPython, torchProgram("resilient_unit.py").string()};
+  o.env = {drunPythonPath(), "DRUN_RECOVERY", "TORCHELASTIC_RUN_ID", "OMP_NUM_THREADS=1"};
+  o.timeout = 120s;
+  auto r = run(o);
+  INFO(r.describe());
+  REQUIRE(r.status() == 0);
+  CHECK(r.out.find("RESILIENT_UNIT ok") != std::string::npos);
+}
+
+TEST_CASE("drun.torch.resilient on the drun backend: ranks 1 and 0 SIGKILLed, two recoveries in place, "
+          "the parameters of a run without a failure", "[torch]") {
+  skipWithoutDrunTorch("in-process recovery on the drun backend");
+  recoversInProcess("drun", "1:8,0:20", 2);
+}
+
+TEST_CASE("drun.torch.resilient on gloo: rank 0 SIGKILLed, its group re-created over the workers' store, "
+          "the parameters of a run without a failure", "[torch]") {
+  skipWithoutDrunTorch("in-process recovery on gloo");
+  recoversInProcess("gloo", "0:12", 1);
+}
+
+TEST_CASE("drun.torch.resilient under --recovery restart runs again from step 0", "[torch]") {
+  skipWithoutDrunTorch("resilient under --recovery restart");
+  auto reference = train("drun", "restart", "");
+  REQUIRE(reference.result.status() == 0);
+  REQUIRE(reference.final.size() == static_cast<size_t>(kWorld));
+  auto failing = train("drun", "restart", "1:12");
+  INFO("--- restart: " << failing.result.describe());
+  REQUIRE(failing.result.status() == 0);
+  checkFinal(failing, reference.final.begin()->second);
+  for (const auto& l : failing.enters) CHECK(l.fields.at("step") == "0");
+  CHECK(failing.enters.size() == static_cast<size_t>(2 * kWorld));  // each attempt entered once
+}
+
+TEST_CASE("in-process recovery of a program that never uses drun.torch falls back to a restart, "
+          "saying the survivors never joined", "[torch]") {
+  skipWithoutPythonModule("in-process fallback", "os", "python3");
+  MarkerScope marker;
+  auto r = run(singleNode(marker,
+                          {"--standalone", "--nproc-per-node", std::to_string(kWorld), "--recovery",
+                           "in-process", "--rdzv-conf", "recovery_timeout=3", "--max-restarts", "2",
+                           torchProgram("never_joins.py").string(), "1"},
+                          {drunPythonPath()}));
+  INFO(r.describe());
+  REQUIRE(r.status() == 0);
+  CHECK(r.err.find("the survivors never joined the recovery") != std::string::npos);
+  // The replacement started, then the restarted job ran every rank again.
+  std::multiset<std::string> starts;
+  for (const auto& l : tagged(r.out, "NEVERJOINS"))
+    starts.insert(l.fields.at("generation") + "/" + (l.fields.at("restart") == "0" ? "first" : "again"));
+  CHECK(starts.count("0/first") == static_cast<size_t>(kWorld));
+  CHECK(starts.count("1/again") == 1);  // the replacement sees the count with its recovery
+  CHECK(starts.count("0/again") == static_cast<size_t>(kWorld));
+  CHECK(marker.leftovers(5s).empty());
+}
+
+TEST_CASE("abort_gloo fails a gloo group's pending recv and later collectives at once", "[torch]") {
+  skipWithoutDrunTorch("abort_gloo");
+  MarkerScope marker;
+  auto r = run(singleNode(marker, {"--standalone", "--nproc-per-node", "2",
+                                   torchProgram("gloo_abort.py").string()},
+                          {drunPythonPath()}));
+  INFO(r.describe());
+  REQUIRE(r.status() == 0);
+  auto lines = tagged(r.out, "GLOOABORT");
+  REQUIRE(lines.size() == 2);
+  for (const auto& l : lines) {
+    if (l.rank() != 0) continue;
+    CHECK(std::stoi(l.fields.at("sockets")) >= 1);
+    // Aborted after 1 s: the recv ended then, not at the group's 60 s timeout.
+    CHECK(std::stod(l.fields.at("recv_s")) < 1.0 + 5.0 * timeScale());
+    CHECK(std::stod(l.fields.at("later_s")) < 1.0 * timeScale());
+  }
+  CHECK(marker.leftovers(5s).empty());
+}
