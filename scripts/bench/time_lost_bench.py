@@ -21,7 +21,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from time_lost_job import MODES, Job  # noqa: E402
+from time_lost_job import MODES, Interrupted, Job, harness_arguments  # noqa: E402
 
 FORM_CAP_S = 120.0      # the first round: python and torch start on a loaded 2-core machine
 SPARE_SETTLE_S = 3.0    # the spare agent starts and waits before the fault
@@ -175,25 +175,10 @@ def print_table(rows, seed):
         print("| " + " | ".join(c.replace("|", "/") for c in row) + " |")
 
 
-class Interrupted(Exception):
-    pass
-
-
-def on_signal(signum, _frame):
-    raise Interrupted(f"signal {signum}")
-
-
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--drun-bin", required=True)
-    p.add_argument("--netns", required=True)
-    p.add_argument("--torchrun-compat", required=True)
-    p.add_argument("--train", required=True)
-    p.add_argument("--python", default="/usr/bin/python3")
-    p.add_argument("--pythonpath", required=True, help="where drun.torch is (for torchrun)")
-    p.add_argument("--work-dir", required=True)
+    harness_arguments(p)
     p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--step-ms", type=float, default=50.0)
     p.add_argument("--snapshot-every", type=int, default=20)
     p.add_argument("--drun-cap", type=float, default=60.0)
     p.add_argument("--torch-cap", type=float, default=90.0)
@@ -211,8 +196,6 @@ def main():
                 f"modes: {', '.join(m.key for m in MODES)})")
     faults = {s.key: Fault(rng, s, args.snapshot_every, args.step_ms) for s in SCENARIOS}
     args.seed = seed
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, on_signal)
     print(f"time_lost: seed {seed}; drun from {args.drun_bin}; logs in {args.work_dir}",
           flush=True)
     rows = []

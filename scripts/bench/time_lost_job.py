@@ -44,18 +44,22 @@ class Line:
     def __init__(self, words):
         self.kind = words[0]
         self.rank = int(words[1])
+        self.sha1 = None
         if self.kind == "START":     # START rank pid time restart generation
             self.pid, self.t, self.step = int(words[2]), float(words[3]), 0
             self.restart = words[4]
-        else:                        # STEP/END rank step time pid [sha1]
+        elif self.kind == "ENTER":   # ENTER rank pid time step generation
+            self.pid, self.t, self.step = int(words[2]), float(words[3]), int(words[4])
+            self.generation = words[5]
+        else:                        # STEP/END rank step time pid sha1
             self.step, self.t, self.pid = int(words[2]), float(words[3]), int(words[4])
-            self.sha1 = words[5] if self.kind == "END" else None
+            self.sha1 = words[5]
 
 
 class Job:
     """A job on fresh namespace hosts; owns every process it starts."""
 
-    def __init__(self, args, mode, directory, hosts, nproc, steps, max_restarts=3):
+    def __init__(self, args, mode, directory, hosts, nproc, steps, max_restarts=3, drun_extra=()):
         self.args = args
         self.mode = mode
         self.dir = directory
@@ -64,6 +68,7 @@ class Job:
         self.nproc = nproc
         self.steps = steps
         self.max_restarts = max_restarts
+        self.drun_extra = list(drun_extra)  # more drun options (--rdzv-conf ...)
         self.prefix = f"dtl{os.getpid() % 100000}"
         self.tag = f"time-lost-{os.getpid()}-{os.path.basename(directory)}"
         self.log = os.path.join(directory, "workers.log")
@@ -110,16 +115,22 @@ class Job:
         recovery = ["--recovery", m.recovery] if m.recovery != "restart" else []
         return [os.path.join(a.drun_bin, "drun"), "--nnodes", str(nnodes), "--nproc-per-node",
                 str(self.nproc), "--rdzv-endpoint", endpoint, "--rdzv-id", run_id,
-                "--max-restarts", str(self.max_restarts), *recovery, "--no-python",
-                *self.program()]
+                "--max-restarts", str(self.max_restarts), *recovery, *self.drun_extra,
+                "--no-python", *self.program()]
 
     def start_agent(self, host, nnodes):
         env = dict(os.environ, TL_TAG=self.tag, TL_HOST=str(host), OMP_NUM_THREADS="1",
                    GLOO_SOCKET_IFNAME="eth0", PYTHONPATH=self.args.pythonpath)
+        # Each host gets a hostname of its own, its address (a UTS namespace; the machine's
+        # name is untouched): torchrun 1.13 tells the workers MASTER_ADDR = getfqdn() of node
+        # rank 0, which for namespaces sharing one name is this machine on every host.
+        name = f"10.231.0.{host + 1}"
+        named = ["unshare", "--uts", "/bin/sh", "-c", 'hostname "$0" && exec "$@"', name]
         with open(os.path.join(self.dir, f"agent{host}.log"), "w") as out:
-            # netns.sh execs `ip netns exec`, which execs the agent: the PID is the agent's.
+            # netns.sh execs `ip netns exec`, which execs unshare, sh and the agent: the PID is
+            # the agent's.
             self.agents[host] = subprocess.Popen(
-                [self.args.netns, "-p", self.prefix, "exec", str(host),
+                [self.args.netns, "-p", self.prefix, "exec", str(host), *named,
                  *self.agent_argv(nnodes, host)],
                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env)
 
@@ -150,6 +161,20 @@ class Job:
     def host_of(self, pid):
         h = self.environ(pid).get(b"TL_HOST")
         return int(h) if h is not None else None
+
+    def tagged_pids(self):
+        """Every live process carrying this job's TL_TAG (agents pass it to their workers)."""
+        found = []
+        for name in os.listdir("/proc"):
+            if name.isdigit() and self.is_ours(int(name)):
+                try:
+                    with open(f"/proc/{name}/stat") as f:
+                        stat = f.read()
+                    if stat[stat.rindex(")") + 2] not in "ZX":
+                        found.append(int(name))
+                except (OSError, ValueError, IndexError):
+                    pass
+        return found
 
     def worker_pids(self):
         """Live workers of this job, by the PIDs their START lines logged."""
@@ -198,7 +223,7 @@ class Job:
         *complete, self.partial = (self.partial + data).split("\n")
         for text in complete:
             words = text.split()
-            if words and words[0] in ("START", "STEP", "END"):
+            if words and words[0] in ("START", "ENTER", "STEP", "END"):
                 try:
                     self.lines.append(Line(words))
                 except (ValueError, IndexError):
@@ -232,3 +257,23 @@ class Job:
                 return f.read()
         except OSError:
             return ""
+
+
+class Interrupted(Exception):
+    pass
+
+
+def on_signal(signum, _frame):
+    raise Interrupted(f"signal {signum}")
+
+
+def harness_arguments(parser):
+    """The options every time-lost harness takes (time_lost.sh passes them); SIGINT, SIGTERM
+    and SIGHUP raise Interrupted from here on, so that a job's clean-up runs."""
+    for name in ("--drun-bin", "--netns", "--torchrun-compat", "--train", "--pythonpath",
+                 "--work-dir"):
+        parser.add_argument(name, required=True)
+    parser.add_argument("--python", default="/usr/bin/python3")
+    parser.add_argument("--step-ms", type=float, default=50.0)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, on_signal)

@@ -19,8 +19,13 @@ inputs), written once with drun.torch's recovery API and run unchanged under tor
   concurrent ranks do not interleave):
 
       START <rank> <pid> <wall time> <TORCHELASTIC_RESTART_COUNT> <DRUN_GENERATION>
-      STEP <rank> <step> <wall time> <pid>           after state.commit() of that step
-      END <rank> <step> <wall time> <pid> <sha1 of the parameters>
+      ENTER <rank> <pid> <wall time> <step> <generation>   each entry into train(), its state
+                                                          loaded (generation: state.generation
+                                                          where the API has it, else "-")
+      STEP <rank> <step> <wall time> <pid> <sha1>     after state.commit() of that step
+      END <rank> <step> <wall time> <pid> <sha1>      train() returned
+
+  (sha1: of the parameters, 16 hex digits; equal on every rank at one step.)
 
 With drun.torch (python/drun/torch) the API is drun.torch.resilient and drun.torch.State; where
 drun.torch cannot be imported or has no `resilient` (a drun built without torch, or a tree
@@ -101,7 +106,7 @@ def parameters_sha1(model):
     h = hashlib.sha1()
     for p in model.parameters():
         h.update(p.detach().cpu().contiguous().numpy().tobytes())
-    return h.hexdigest()
+    return h.hexdigest()[:16]
 
 
 def save_snapshot(path, step, model, optimizer):
@@ -141,6 +146,8 @@ def main():
             model.load_state_dict(snap["model"])
             optimizer.load_state_dict(snap["optimizer"])
             state.step = snap["step"]
+        log.write("ENTER", os.getpid(), f"{time.time():.6f}", state.step,
+                  getattr(state, "generation", "-"))
         loss_fn = nn.MSELoss()
         while state.step < a.steps:
             begun = time.time()
@@ -152,7 +159,8 @@ def main():
             if rest > 0:
                 time.sleep(rest)
             state.commit()
-            log.write("STEP", state.step, f"{time.time():.6f}", os.getpid())
+            log.write("STEP", state.step, f"{time.time():.6f}", os.getpid(),
+                      parameters_sha1(model))
             if rank == 0 and state.step % a.snapshot_every == 0:
                 save_snapshot(a.snapshot, state.step, model, optimizer)
         log.write("END", state.step, f"{time.time():.6f}", os.getpid(), parameters_sha1(model))
