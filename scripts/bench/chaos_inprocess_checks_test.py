@@ -40,6 +40,16 @@ class Log:
         self.add("END", rank, step, T0 + t, pid, sha or f"h{step}")
 
 
+def first_round(last):
+    """Ranks 0 and 1 (pids 10, 11) start at 0 and commit steps 1..last from 0.5 s on."""
+    log = Log()
+    log.start(0.0, 0, 10)
+    log.start(0.0, 1, 11)
+    log.steps(0.5, 0, 10, 1, last)
+    log.steps(0.5, 1, 11, 1, last)
+    return log
+
+
 def agents(code=0, output=""):
     return [AgentExit("0", code, False, output), AgentExit("1", code, False, output)]
 
@@ -55,11 +65,7 @@ def run(log, kills, agent_list=None, job_end=T0 + 10):
 def formed_recovery():
     """Rank 1 (pid 11) killed at 1.0 after step 10; its replacement (pid 12) and the survivor
     (pid 10, re-entered) go on from step 11 to 20."""
-    log = Log()
-    log.start(0.0, 0, 10)
-    log.start(0.0, 1, 11)
-    log.steps(0.5, 0, 10, 1, 10)
-    log.steps(0.5, 1, 11, 1, 10)
+    log = first_round(10)
     log.enter(2.0, 0, 10, 10)
     log.start(1.5, 1, 12, restart=1)
     log.enter(2.0, 1, 12, 10)
@@ -80,11 +86,7 @@ class InProcessChecksTest(unittest.TestCase):
 
     def test_a_survivor_committing_on_old_state_is_two_generations(self):
         _, kills = formed_recovery()
-        log = Log()
-        log.start(0.0, 0, 10)
-        log.start(0.0, 1, 11)
-        log.steps(0.5, 0, 10, 1, 10)
-        log.steps(0.5, 1, 11, 1, 10)
+        log = first_round(10)
         log.start(1.5, 1, 12, restart=1)
         log.enter(2.0, 1, 12, 10)
         log.steps(2.1, 1, 12, 11, 12)
@@ -106,30 +108,18 @@ class InProcessChecksTest(unittest.TestCase):
         self.assertNotIn("parameters differ across ranks", kinds(s))
 
     def test_a_recovery_that_never_resolves_is_stuck(self):
-        log = Log()
-        log.start(0.0, 0, 10)
-        log.start(0.0, 1, 11)
-        log.steps(0.5, 0, 10, 1, 10)
-        log.steps(0.5, 1, 11, 1, 10)
+        log = first_round(10)
         s = run(log, [Kill(T0 + 1.0, "worker_kill", "rank 1", (1,))], agents(None), job_end=None)
         self.assertEqual(kinds(s), ["recovery stuck"])
 
     def test_a_job_that_ends_within_the_bound_is_not_stuck(self):
-        log = Log()
-        log.start(0.0, 0, 10)
-        log.start(0.0, 1, 11)
-        log.steps(0.5, 0, 10, 1, 10)
-        log.steps(0.5, 1, 11, 1, 10)
+        log = first_round(10)
         s = run(log, [Kill(T0 + 1.0, "worker_kill", "rank 1", (1,))], agents(1), T0 + 5)
         self.assertEqual(kinds(s), [])
         self.assertEqual(s.recoveries, ["ended"])
 
     def restarted(self, output):
-        log = Log()
-        log.start(0.0, 0, 10)
-        log.start(0.0, 1, 11)
-        log.steps(0.5, 0, 10, 1, 10)
-        log.steps(0.5, 1, 11, 1, 10)
+        log = first_round(10)
         log.start(3.0, 0, 20, restart=1)
         log.start(3.0, 1, 21, restart=1)
         log.steps(3.5, 0, 20, 1, 5)
@@ -157,11 +147,7 @@ class InProcessChecksTest(unittest.TestCase):
     def test_exit_codes_follow_the_job(self):
         log, kills = formed_recovery()
         self.assertEqual(kinds(run(log, kills, agents(1))), ["exit codes"])
-        log = Log()
-        log.start(0.0, 0, 10)
-        log.start(0.0, 1, 11)
-        log.steps(0.5, 0, 10, 1, 3)
-        log.steps(0.5, 1, 11, 1, 3)
+        log = first_round(3)
         self.assertEqual(kinds(run(log, [], agents(0))), ["exit codes"])
         killed = [AgentExit("0", 0), AgentExit("1", -9, killed=True)]
         log, kills = formed_recovery()
