@@ -72,6 +72,10 @@ common=(--drun-bin "$DRUN_BIN_DIR" --netns "$repo/scripts/netns.sh"
         --pythonpath "$pythonpath")
 status=0
 echo "# time lost to a failure, $(date -u +%FT%TZ), $(getconf _NPROCESSORS_ONLN) cores, $(uname -r)"
+# What a restarted rank pays before its first line on this machine now (a loaded machine pays
+# more): the restart rows depend on it, the in-process ones do not (survivors keep their imports).
+import_s=$("$PYTHON" -c 'import time; t = time.time(); import torch.distributed; print(f"{time.time() - t:.2f}")')
+echo "# load average $(cut -d' ' -f1-3 /proc/loadavg); import torch.distributed: ${import_s} s"
 if [[ "${TABLE:-1}" != 0 ]]; then
   "$PYTHON" scripts/bench/time_lost_bench.py "${common[@]}" --work-dir "$work/table" \
     --in-process "$in_process" "$@" || status=$?

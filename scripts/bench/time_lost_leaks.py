@@ -5,8 +5,8 @@ scripts/bench/time_lost.sh (which documents the run).
 
 Recovery i SIGKILLs rank 1 + i % 3 (rank 0's process is the survivor watched) once every rank
 has committed two steps since the last recovery; it ends at the first step committed by the
-replacement. Rank 0's open fds, threads, RSS and /dev/shm mappings, and the /dev/shm entries
-made since the job began, are taken before the first recovery, after it and after the last.
+replacement. Rank 0's open fds, threads, RSS and shared-memory mappings (memfd or /dev/shm),
+and the /dev/shm entries made since the job began (by anything on the machine), are taken before the first recovery, after it and after the last.
 A survivor that lost its process (a fallback to a restart) or a recovery past --cap ends the loop
 early, saying so. Every wait is bounded; the job is one time_lost_job.Job, cleaned up whatever
 happens.
@@ -37,11 +37,12 @@ def sample(pid, shm_before):
     with open(f"/proc/{pid}/status") as f:
         status = dict(line.split(":", 1) for line in f if ":" in line)
     with open(f"/proc/{pid}/maps") as f:
-        maps = {line.split()[-1] for line in f if "/dev/shm/" in line}
+        # Shared-memory segments (drun's are memfds; others may be /dev/shm files), by inode.
+        maps = {line.split()[4] for line in f if "/dev/shm/" in line or "memfd:" in line}
     return {"open fds": len(os.listdir(f"/proc/{pid}/fd")),
             "threads": int(status["Threads"]),
             "RSS (MiB)": round(int(status["VmRSS"].split()[0]) / 1024, 1),
-            "/dev/shm files it maps": len(maps),
+            "shared-memory segments it maps": len(maps),
             "/dev/shm entries new since the start": len(shm_entries() - shm_before)}
 
 
