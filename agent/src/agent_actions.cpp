@@ -87,6 +87,8 @@ void ElasticAgent::Impl::startWorkers(const Input& in) {
   context.channels = hangMonitor->prepare(attemptDir, config.nprocPerNode);
   context.pythonPackageDir = pythonPackageDir;
   context.timerFile = hangMonitor->timerFile();
+  prepareRecovery(context);
+  attemptContext = context;
   std::vector<WorkerSpec> specs = buildWorkerSpecs(config, round, context);
 
   rootCause.reset();
@@ -103,6 +105,7 @@ void ElasticAgent::Impl::startWorkers(const Input& in) {
   }
   hangMonitor->start(group->pids(), config.isPython,
                      [this](const detail::HangReport& r) { sayHung(r); });
+  startRecoveryWatch();
   notes->roundStarted(round, group->pids(), attempt);
   shareLearnedTimeouts();
   // Events of this round that arrived while it was forming.
@@ -120,6 +123,7 @@ void ElasticAgent::Impl::sayHung(const detail::HangReport& r) {
 
 void ElasticAgent::Impl::stopGroup(int signal) {
   hangMonitor->stop();
+  stopRecoveryWatch();
   scaleUpTimer.cancel();
   group->stop(signal, config.shutdownTimeout, [this] { dispatch(Event::WorkersStopped); });
 }
@@ -248,7 +252,7 @@ void ElasticAgent::Impl::restartAfterFailure(const Input& in) {
                "drun: rank {} (local_rank {}) on {} failed ({}); restarting the job "
                "(restart {} of {})\n",
                f.rank, f.localRank, f.node, describeStatus(f),
-               round.restartCount + 1, config.rendezvous.maxRestarts);
+               jobRestarts + (fellBack ? 0 : 1), config.rendezvous.maxRestarts);
   joinRound(in);
 }
 

@@ -7,6 +7,7 @@ const char* toString(AgentState state) {
     case AgentState::Init: return "Init";
     case AgentState::Rendezvous: return "Rendezvous";
     case AgentState::Running: return "Running";
+    case AgentState::Recovering: return "Recovering";
     case AgentState::StoppingForFailure: return "StoppingForFailure";
     case AgentState::Reporting: return "Reporting";
     case AgentState::StoppingForReform: return "StoppingForReform";
@@ -41,6 +42,15 @@ const char* toString(Event e) {
     case Event::ScaleUpClaimed: return "scale-up claimed";
     case Event::ScaleUpRefused: return "scale-up refused";
     case Event::StoreLost: return "store lost";
+    case Event::WorkerToReplace: return "worker to replace";
+    case Event::RecoveryOpened: return "recovery opened";
+    case Event::RecoveryRefused: return "recovery refused";
+    case Event::GenerationBegan: return "generation began";
+    case Event::RecoveryFormed: return "recovery formed";
+    case Event::RecoveryDue: return "recovery due";
+    case Event::ReplacementFailed: return "replacement failed";
+    case Event::RecoveryFellBack: return "recovery fell back";
+    case Event::PeerRecoveryFellBack: return "recovery fell back elsewhere";
     case Event::Signal: return "signal";
     case Event::InternalError: return "internal error";
   }

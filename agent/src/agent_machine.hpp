@@ -36,6 +36,16 @@ enum class Event {
                      // another member's, found by finish())
   ScaleUpRefused,    // a member finished the round first: the job runs to its end
   StoreLost,
+  // --recovery in-process (agent_recovery.cpp)
+  WorkerToReplace,       // a local worker failed while the node runs: replace it in place
+  RecoveryOpened,        // this node opened a generation for it (budget spent, generation moved)
+  RecoveryRefused,       // no recovery: the budget is spent, or the store refused
+  GenerationBegan,       // a generation began (opened here or on another node)
+  RecoveryFormed,        // the newest generation's outcome: formed
+  RecoveryDue,           // recovery_timeout passed for the generation this node opened
+  ReplacementFailed,     // the replacement this node started ended before its generation formed
+  RecoveryFellBack,      // the generation this node opened fell back: stop, report, restart
+  PeerRecoveryFellBack,  // a generation another node opened fell back: stop and re-form
   Signal,
   InternalError,     // an exception escaped an action
 };
@@ -49,6 +59,8 @@ struct Input {
   std::optional<rdzv::FailureRecord> failure;
   int signal = 0;
   int code = 0;
+  uint64_t generation = 0;  // the recovery's generation
+  int restartCount = 0;     // the job's restart count including it
 };
 
 // One rule of the machine: in `from`, `event` moves to `to` and runs `action` (may be null).

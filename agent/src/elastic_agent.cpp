@@ -39,7 +39,7 @@ constexpr AgentState R = AgentState::Rendezvous, Run = AgentState::Running,
                    SF = AgentState::StoppingForFailure, Rep = AgentState::Reporting,
                    SR = AgentState::StoppingForReform, SX = AgentState::StoppingToExit,
                    Fin = AgentState::Finishing, OK = AgentState::Succeeded,
-                   Bad = AgentState::Failed;
+                   Bad = AgentState::Failed, Rec = AgentState::Recovering;
 
 }  // namespace
 
@@ -80,6 +80,24 @@ constexpr ElasticAgent::Impl::Rule ElasticAgent::Impl::kRules[] = {
     {Fin, Event::StoreLost, R, &Impl::rejoinToReform},
     {Fin, Event::ScaleUpClaimed, R, &Impl::rejoinToReform},
     {Fin, Event::Signal, Bad, &Impl::exitSignalled},
+    // --recovery in-process (docs/recovery.md; actions in agent_recovery.cpp)
+    {Run, Event::WorkerToReplace, Rec, &Impl::openRecovery},
+    {Run, Event::GenerationBegan, Rec, &Impl::noteGeneration},
+    {Rec, Event::WorkerToReplace, Rec, &Impl::openRecovery},
+    {Rec, Event::RecoveryOpened, Rec, &Impl::startReplacement},
+    {Rec, Event::RecoveryRefused, SF, &Impl::refuseRecovery},
+    {Rec, Event::GenerationBegan, Rec, &Impl::noteGeneration},
+    {Rec, Event::RecoveryFormed, Run, &Impl::recoveryFormed},
+    {Rec, Event::RecoveryDue, Rec, &Impl::fallBack},
+    {Rec, Event::ReplacementFailed, Rec, &Impl::fallBack},
+    {Rec, Event::RecoveryFellBack, SF, &Impl::stopAfterFallback},
+    {Rec, Event::PeerRecoveryFellBack, SR, &Impl::stopAfterFallback},
+    {Rec, Event::WorkersSucceeded, Fin, &Impl::reportFinished},
+    {Rec, Event::JobFailed, SR, &Impl::stopForRemoteFailure},
+    {Rec, Event::JobFailedFinal, SX, &Impl::stopForRemoteFailure},
+    {Rec, Event::MemberLost, SR, &Impl::stopToReform},
+    {Rec, Event::StoreLost, SR, &Impl::stopToReform},
+    {Rec, Event::Signal, SX, &Impl::stopForSignal},
 };
 
 // ---- the machine ----------------------------------------------------------------------------
@@ -169,7 +187,7 @@ void ElasticAgent::Impl::onWorkerExit(const WorkerExit& reported) {
     Input in;
     in.exit = exit;
     in.reason = "rank " + std::to_string(exit.globalRank);
-    dispatch(Event::WorkerFailed, in);
+    dispatch(recoveryEventFor(exit, in), in);
     return;
   }
   if (group->running() == 0 && !rootCause) dispatch(Event::WorkersSucceeded);
@@ -242,6 +260,7 @@ int ElasticAgent::Impl::run() {
   notes.emplace(config, *rendezvous, console.writer());
   dispatch(Event::Start);
   io.run();
+  stopRecoveryWatch();
   notes->flush();
   notes->detachStore();
   hangMonitor.reset();

@@ -15,6 +15,7 @@
 #include <exception>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -31,6 +32,8 @@
 #include "job_dir.hpp"
 #include "job_notes.hpp"
 #include "off_loop.hpp"
+#include "recovery_watch.hpp"
+#include "worker_store.hpp"
 
 namespace drun::agent {
 
@@ -78,6 +81,26 @@ struct ElasticAgent::Impl {
   std::optional<detail::JobControl> jobControl;  // Ctrl-Z: stops the workers with drun
   int exitCode = 0;
   bool leftRunning = false;  // run() left a rendezvous call running on offLoop (see run())
+
+  // --recovery in-process (agent_recovery.cpp). The workers' store outlives the rounds; the
+  // watch and what the round's generations are live for one round (reset by startWorkers).
+  std::unique_ptr<detail::WorkerStore> workerStore;
+  std::unique_ptr<rdzv::LivenessStore> recoveryConnection;  // the OffLoop thread's, made on use
+  std::shared_ptr<detail::RecoveryWatch> recoveryWatch;
+  boost::asio::steady_timer recoveryTimer{io};  // recovery_timeout of the generation opened here
+  AttemptContext attemptContext;  // the round's workers' context: a replacement's starts from it
+  uint64_t generation = 0;        // the newest generation begun in this round
+  std::map<uint64_t, detail::Generation> generations;  // this round's, by number
+  // The generation this node opened last, while it is the newest: its fallback is this node's.
+  struct Opened {
+    uint64_t generation = 0;
+    int rank = 0;
+    pid_t replacement = 0;  // 0 until started
+  };
+  std::optional<Opened> opened;
+  int opensInFlight = 0;  // generations being opened off the loop (a formed outcome waits for them)
+  int jobRestarts = 0;    // the job's restarts and recoveries as this node knows them
+  std::optional<uint64_t> fellBack;  // the generation whose fallback restarts the job
 
   Impl();
 
@@ -143,6 +166,22 @@ struct ElasticAgent::Impl {
   void exitSignalled(const Input& in);
   void exitSignalledWhileJoining(const Input& in);
   void leaveAndStop(bool clean, bool joinInFlight = false);
+
+  // ---- in-process recovery (agent_recovery.cpp) -------------------------------------------
+  Event recoveryEventFor(const WorkerExit& exit, Input& in);  // WorkerFailed unless in-process
+  void prepareRecovery(AttemptContext& context);
+  void startRecoveryWatch();
+  void stopRecoveryWatch();
+  rdzv::LivenessStore& recoveryStore();  // OffLoop thread only
+  void onGenerationBegan(uint64_t forRound, const detail::Generation& began);
+  void onRecoveryOutcome(uint64_t forRound, uint64_t g, const std::string& value);
+  void openRecovery(const Input& in);
+  void startReplacement(const Input& in);
+  void refuseRecovery(const Input& in);
+  void noteGeneration(const Input& in);
+  void recoveryFormed(const Input& in);
+  void fallBack(const Input& in);
+  void stopAfterFallback(const Input& in);
 };
 
 }  // namespace drun::agent

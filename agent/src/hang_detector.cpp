@@ -275,6 +275,10 @@ void HangDetector::retire(int rank) {
   if (rank >= 0 && static_cast<size_t>(rank) < ranks_.size()) ranks_[rank].live = false;
 }
 
+void HangDetector::revive(int rank) {
+  if (rank >= 0 && static_cast<size_t>(rank) < ranks_.size()) ranks_[rank] = Rank{};
+}
+
 bool HangDetector::everBeat(int rank) const {
   return rank >= 0 && static_cast<size_t>(rank) < ranks_.size() && ranks_[rank].beating;
 }

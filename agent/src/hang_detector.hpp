@@ -76,6 +76,8 @@ class HangDetector {
   std::optional<HangVerdict> check(int rank, int64_t nowNs) const;
   // A rank that exited is no longer checked.
   void retire(int rank);
+  // A new process took the rank's place (an in-process recovery): checked afresh.
+  void revive(int rank);
   bool everBeat(int rank) const;
 
  private:

@@ -65,7 +65,28 @@ std::vector<std::filesystem::path> HangMonitor::prepare(const std::filesystem::p
       fds_.push_back(-1);
     }
   }
+  paths_ = paths;
   return paths;
+}
+
+void HangMonitor::replacing(int localRank) {
+  reports_.erase(localRank);
+  if (localRank >= 0 && static_cast<size_t>(localRank) < fds_.size() && !paths_[localRank].empty()) {
+    if (fds_[localRank] >= 0) ::close(fds_[localRank]);
+    try {
+      fds_[localRank] = createChannel(paths_[localRank].string());
+    } catch (const std::exception& e) {
+      spdlog::warn("local rank {} gets no hang detection: {}", localRank, e.what());
+      fds_[localRank] = -1;
+    }
+  }
+}
+
+void HangMonitor::replaced(int localRank, pid_t pid) {
+  if (localRank < 0 || static_cast<size_t>(localRank) >= pids_.size()) return;
+  pids_[localRank] = pid;
+  live_[localRank] = true;
+  if (detector_) detector_->revive(localRank);
 }
 
 void HangMonitor::start(const std::vector<pid_t>& pids, bool python, HangHandler onHang) {

@@ -52,6 +52,11 @@ class HangMonitor {
   // The workers run (pids by local rank): reads the channels until stop().
   void start(const std::vector<pid_t>& pids, bool python, HangHandler onHang);
   void exited(int localRank, bool succeeded);  // that rank is not checked any more
+  // An in-process recovery replaces the rank: before the new process starts, its channel is made
+  // afresh (at the path prepare() returned) and its earlier hang report forgotten; once it
+  // started (`pid`), it is checked again.
+  void replacing(int localRank);
+  void replaced(int localRank, pid_t pid);
   void stop();                 // no more checks or captures (reports are kept)
   const HangReport* report(int localRank) const;
   std::filesystem::path timerFile() const;  // empty when it could not be created
@@ -67,6 +72,7 @@ class HangMonitor {
   LearnedTimeouts& learned_;
   boost::asio::steady_timer timer_;
   std::vector<int> fds_;
+  std::vector<std::filesystem::path> paths_;  // each rank's channel (empty: none)
   std::vector<pid_t> pids_;
   std::vector<bool> live_;
   bool someoneFinished_ = false;  // a local rank exited 0 (--hang-idle)

@@ -115,7 +115,7 @@ struct OutputMux::Impl {
     // What the workers left in pipes paused by back-pressure still goes to the files and the
     // console queue, which outlives the mux and drains at exit.
     detail::guarded("worker output", [&] {
-      for (auto& [rank, src] : sources)
+      for (Source* src : allSources())
         for (Stream* stream : {&src->out, &src->err}) {
           sweep(*stream);
           if (!stream->eof && !stream->partial.empty()) {
@@ -140,6 +140,8 @@ struct OutputMux::Impl {
   std::shared_ptr<detail::LogFileWriter> files = detail::LogFileWriter::standard();
   bool waitingForFiles = false;  // a files->whenWritable() registration is pending
   std::map<int, std::unique_ptr<Source>> sources;
+  // Sources of replaced workers (reattach()): their pipes may still be read to their end.
+  std::vector<std::unique_ptr<Source>> retired;
   std::string batch;  // whole lines of one read, handed to the console at once
   std::shared_ptr<int> life = std::make_shared<int>(0);
 
@@ -149,7 +151,16 @@ struct OutputMux::Impl {
     return std::find(ranks.begin(), ranks.end(), localRank) != ranks.end();
   }
 
-  Source& prepare(int localRank, int globalRank) {
+  // Every source, a replaced worker's too.
+  std::vector<Source*> allSources() {
+    std::vector<Source*> out;
+    for (auto& [rank, src] : sources) out.push_back(src.get());
+    for (auto& src : retired) out.push_back(src.get());
+    return out;
+  }
+
+  // `continuing`: the source of the worker this one replaces, whose log files go on.
+  Source& prepare(int localRank, int globalRank, const Source* continuing = nullptr) {
     if (auto it = sources.find(localRank); it != sources.end()) return *it->second;
     auto src = std::make_unique<Source>();
     src->localRank = localRank;
@@ -172,8 +183,8 @@ struct OutputMux::Impl {
       std::filesystem::create_directories(dir, ec);
       if (ec)
         throw Error("cannot create worker log directory " + dir.string() + ": " + ec.message());
-      src->out.file = files->open(dir / "stdout.log");
-      src->err.file = files->open(dir / "stderr.log");
+      src->out.file = continuing ? continuing->out.file : files->open(dir / "stdout.log");
+      src->err.file = continuing ? continuing->err.file : files->open(dir / "stderr.log");
       // A redirected stream stays off the console unless it is also tee'd (torchrun: tee wins).
       src->out.toConsole = console && (!(routing.redirect & 1) || (routing.tee & 1));
       src->err.toConsole = console && (!(routing.redirect & 2) || (routing.tee & 2));
@@ -238,7 +249,7 @@ struct OutputMux::Impl {
 
   void resumeAfterFiles() {
     waitingForFiles = false;
-    for (auto& [rank, src] : sources)
+    for (Source* src : allSources())
       for (Stream* stream : {&src->out, &src->err})
         if (stream->paused && stream->file && !stream->eof) {
           stream->paused = false;
@@ -278,7 +289,7 @@ struct OutputMux::Impl {
 
   void resumeReading(ConsoleStream target) {
     waitingForConsole[static_cast<int>(target)] = false;
-    for (auto& [rank, src] : sources)
+    for (Source* src : allSources())
       for (Stream* stream : {&src->out, &src->err})
         if (stream->paused && stream->target() == target) {
           stream->paused = false;
@@ -387,7 +398,7 @@ struct OutputMux::Impl {
   void consoleBroken(ConsoleStream target) {
     std::weak_ptr<int> alive = life;
     std::vector<Stream*> affected;
-    for (auto& [rank, src] : sources)
+    for (Source* src : allSources())
       for (Stream* stream : {&src->out, &src->err})
         if (stream->toConsole && stream->target() == target && !stream->eof && stream->pipe)
           affected.push_back(stream);
@@ -485,6 +496,18 @@ void OutputMux::attach(int localRank, int globalRank, int stdoutFd, int stderrFd
     src.err.eof = true;  // merged into stdout's pipe
     src.out.tailInto = &src.tail;
   }
+}
+
+void OutputMux::reattach(int localRank, int globalRank, int stdoutFd, int stderrFd,
+                         std::function<void()> onClosed) {
+  auto it = impl_->sources.find(localRank);
+  if (it != impl_->sources.end()) {
+    std::unique_ptr<Impl::Source> old = std::move(it->second);
+    impl_->sources.erase(it);
+    impl_->prepare(localRank, globalRank, old.get());
+    impl_->retired.push_back(std::move(old));
+  }
+  attach(localRank, globalRank, stdoutFd, stderrFd, std::move(onClosed));
 }
 
 void OutputMux::sweep(int localRank) { impl_->sweepRank(localRank); }

@@ -35,9 +35,13 @@ std::filesystem::path errorFilePath(const std::filesystem::path& attemptDir, int
   return attemptDir / std::to_string(localRank) / "error.json";
 }
 
-std::vector<WorkerSpec> buildWorkerSpecs(const AgentConfig& config, const rdzv::RoundResult& round,
-                                         const AttemptContext& attempt) {
-  // Ordered map: later assignments override drun's inherited environment.
+namespace {
+
+// What every local rank of the attempt gets. Ordered map: later assignments override drun's
+// inherited environment.
+std::map<std::string, std::string> commonEnvironment(const AgentConfig& config,
+                                                     const rdzv::RoundResult& round,
+                                                     const AttemptContext& attempt) {
   std::map<std::string, std::string> common;
   for (const std::string& entry : attempt.baseEnvironment) {
     auto eq = entry.find('=');
@@ -73,26 +77,51 @@ std::vector<WorkerSpec> buildWorkerSpecs(const AgentConfig& config, const rdzv::
   if (!attempt.timerFile.empty() && !common.count("TORCHELASTIC_TIMER_FILE"))
     common["TORCHELASTIC_TIMER_FILE"] = attempt.timerFile.string();
   // DRUN_JOB_TOKEN is the WorkerGroup's to add: it belongs to the JobGuard the group reports to.
-
-  std::vector<WorkerSpec> specs;
-  specs.reserve(local);
-  for (int localRank = 0; localRank < local; ++localRank) {
-    WorkerSpec spec;
-    spec.localRank = localRank;
-    spec.globalRank = round.rankOffset + localRank;
-    for (const std::string& arg : config.program) spec.argv.push_back(substituteLocalRank(arg, localRank));
-    std::map<std::string, std::string> mine = common;
-    mine["RANK"] = std::to_string(spec.globalRank);
-    mine["LOCAL_RANK"] = std::to_string(localRank);
-    mine["ROLE_RANK"] = std::to_string(spec.globalRank);
-    mine["TORCHELASTIC_ERROR_FILE"] = errorFilePath(attempt.attemptDir, localRank).string();
-    if (static_cast<size_t>(localRank) < attempt.channels.size() && !attempt.channels[localRank].empty())
-      mine["DRUN_WORKER_CHANNEL"] = attempt.channels[localRank].string();
-    spec.env.reserve(mine.size());
-    for (const auto& [key, value] : mine) spec.env.push_back(key + "=" + value);
-    specs.push_back(std::move(spec));
+  // In-process recovery: the workers' store, never one inherited from an outer drun.
+  for (const char* name : {"DRUN_RECOVERY", "DRUN_WORKER_STORE", "DRUN_WORKER_STORE_PREFIX", "DRUN_GENERATION"})
+    common.erase(name);
+  if (!attempt.workerStore.empty()) {
+    common["DRUN_RECOVERY"] = toString(RecoveryMode::InProcess);
+    common["DRUN_WORKER_STORE"] = attempt.workerStore;
+    common["DRUN_WORKER_STORE_PREFIX"] = attempt.workerStorePrefix;
+    common["DRUN_GENERATION"] = std::to_string(attempt.generation);
   }
+  return common;
+}
+
+WorkerSpec specFor(const AgentConfig& config, const rdzv::RoundResult& round, const AttemptContext& attempt,
+                   const std::map<std::string, std::string>& common, int localRank) {
+  WorkerSpec spec;
+  spec.localRank = localRank;
+  spec.globalRank = round.rankOffset + localRank;
+  for (const std::string& arg : config.program) spec.argv.push_back(substituteLocalRank(arg, localRank));
+  std::map<std::string, std::string> mine = common;
+  mine["RANK"] = std::to_string(spec.globalRank);
+  mine["LOCAL_RANK"] = std::to_string(localRank);
+  mine["ROLE_RANK"] = std::to_string(spec.globalRank);
+  mine["TORCHELASTIC_ERROR_FILE"] = errorFilePath(attempt.attemptDir, localRank).string();
+  if (static_cast<size_t>(localRank) < attempt.channels.size() && !attempt.channels[localRank].empty())
+    mine["DRUN_WORKER_CHANNEL"] = attempt.channels[localRank].string();
+  spec.env.reserve(mine.size());
+  for (const auto& [key, value] : mine) spec.env.push_back(key + "=" + value);
+  return spec;
+}
+
+}  // namespace
+
+std::vector<WorkerSpec> buildWorkerSpecs(const AgentConfig& config, const rdzv::RoundResult& round,
+                                         const AttemptContext& attempt) {
+  const std::map<std::string, std::string> common = commonEnvironment(config, round, attempt);
+  std::vector<WorkerSpec> specs;
+  specs.reserve(config.nprocPerNode);
+  for (int localRank = 0; localRank < config.nprocPerNode; ++localRank)
+    specs.push_back(specFor(config, round, attempt, common, localRank));
   return specs;
+}
+
+WorkerSpec buildWorkerSpec(const AgentConfig& config, const rdzv::RoundResult& round,
+                           const AttemptContext& attempt, int localRank) {
+  return specFor(config, round, attempt, commonEnvironment(config, round, attempt), localRank);
 }
 
 }  // namespace drun::agent

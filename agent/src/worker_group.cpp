@@ -226,6 +226,18 @@ struct WorkerGroup::Impl {
     sweepReaps();
   }
 
+  pid_t add(const WorkerSpec& spec) {
+    if (!started) throw std::logic_error("WorkerGroup::add before start");
+    if (stopping) throw std::logic_error("WorkerGroup::add while the group stops");
+    for (const auto& w : workers)
+      if (w->localRank == spec.localRank && !w->reported)
+        throw std::logic_error("WorkerGroup::add: local rank " + std::to_string(spec.localRank) +
+                               " still runs");
+    startOne(spec, /*replacing=*/true);
+    sweepReaps();
+    return workers.back()->pid;
+  }
+
   ConsoleWriter& console() const {
     return options.output.console ? *options.output.console : *ConsoleWriter::standard();
   }
@@ -268,7 +280,7 @@ struct WorkerGroup::Impl {
     });
   }
 
-  void startOne(const WorkerSpec& spec) {
+  void startOne(const WorkerSpec& spec, bool replacing = false) {
     if (spec.argv.empty())
       throw InvalidArgument("worker local rank " + std::to_string(spec.localRank) + ": empty argv");
     mux.prepare(spec.localRank, spec.globalRank);  // log files exist before the worker runs
@@ -339,10 +351,14 @@ struct WorkerGroup::Impl {
     if (ttyOut) w->ptyControl[0] = ::fcntl(out.read, F_DUPFD_CLOEXEC, 3);
     if (ttyErr && err) w->ptyControl[1] = ::fcntl(err->read, F_DUPFD_CLOEXEC, 3);
     if (options.jobGuard) options.jobGuard->addProcessGroup(w->pid);
-    mux.attach(spec.localRank, spec.globalRank, out.releaseRead(), err ? err->releaseRead() : -1,
-               [this, w, alive = guard()] {
-                 if (!alive.expired() && w->exited) report(*w);
-               });
+    auto onClosed = [this, w, alive = guard()] {
+      if (!alive.expired() && w->exited) report(*w);
+    };
+    const int stderrRead = err ? err->releaseRead() : -1;
+    if (replacing)
+      mux.reattach(spec.localRank, spec.globalRank, out.releaseRead(), stderrRead, std::move(onClosed));
+    else
+      mux.attach(spec.localRank, spec.globalRank, out.releaseRead(), stderrRead, std::move(onClosed));
     spdlog::debug("started worker local rank {} rank {} pid {}: {}", spec.localRank,
                   spec.globalRank, w->pid, spec.argv[0]);
   }
@@ -457,6 +473,8 @@ WorkerGroup::~WorkerGroup() = default;
 void WorkerGroup::onExit(ExitHandler handler) { impl_->onExit = std::move(handler); }
 
 void WorkerGroup::start(const std::vector<WorkerSpec>& workers) { impl_->start(workers); }
+
+pid_t WorkerGroup::add(const WorkerSpec& worker) { return impl_->add(worker); }
 
 void WorkerGroup::stop(int signal, std::chrono::milliseconds grace, std::function<void()> done) {
   impl_->stop(signal, grace, std::move(done));

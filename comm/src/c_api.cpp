@@ -105,6 +105,17 @@ void drun_comm_destroy(drun_comm_t* comm) {
   delete comm;
 }
 
+int drun_comm_generation(const drun_comm_t* comm, uint64_t* generation) {
+  return guarded([&] {
+    if (!comm || !comm->comm) throw drun::InvalidArgument("the communicator is NULL");
+    *needOut(generation, "the generation out-parameter") = comm->comm->generation();
+  });
+}
+
+int drun_comm_reform(drun_comm_t* comm, int64_t timeoutMs) {
+  return guarded([&] { need(comm).reform(timeoutMs <= 0 ? kDefaultTimeout : milliseconds(timeoutMs)); });
+}
+
 int drun_send(drun_comm_t* c, const void* buf, size_t count, drun_dtype_t d, int dst, int tag, int t) {
   return guarded([&] { need(c).send(buf, count, dt(d), dst, tag, ms(t)); });
 }

@@ -29,6 +29,8 @@ milliseconds Communicator::timeout() const { return impl_->timeout(); }
 const std::vector<int>& Communicator::worldRanks() const { return impl_->worldRanks(); }
 std::string Communicator::transport() const { return impl_->transport(); }
 void Communicator::destroy() { impl_->destroy(); }
+uint64_t Communicator::generation() const { return impl_->generation(); }
+void Communicator::reform(milliseconds timeout) { impl_->reform(timeout); }
 
 std::shared_ptr<Communicator> Communicator::newGroup(const std::vector<int>& ranks, milliseconds timeout) {
   return impl_->newGroup(ranks, timeout);

@@ -16,12 +16,15 @@ using detail::OpKind;
 using detail::isReduction;
 using detail::isRooted;
 
-Communicator::Impl::Impl(Setup setup) : s_(std::move(setup)) {
-  if (s_.worldStore && s_.rank >= 0 && s_.size > 1) {
-    std::string key = s_.name;  // "group 3" -> "group3"
-    std::erase(key, ' ');
-    progress_ = std::make_unique<detail::OpProgress>(s_.worldStore, key, s_.name, s_.rank, s_.size);
-  }
+Communicator::Impl::Impl(Setup setup) : s_(std::move(setup)), generation_(s_.generation) {
+  progress_ = makeProgress();
+}
+
+std::unique_ptr<detail::OpProgress> Communicator::Impl::makeProgress() const {
+  if (!s_.worldStore || s_.rank < 0 || s_.size <= 1) return nullptr;
+  std::string key = s_.name;  // "group 3" -> "group3"
+  std::erase(key, ' ');
+  return std::make_unique<detail::OpProgress>(s_.worldStore, key, s_.name, s_.rank, s_.size);
 }
 
 Communicator::Impl::~Impl() {
@@ -45,6 +48,11 @@ void Communicator::Impl::checkUsable(const char* what) {
   checkUsableLocked(what);
 }
 
+std::string Communicator::Impl::transport() const {
+  std::lock_guard lock(mutex_);
+  return s_.backend ? s_.backend->transport() : "";
+}
+
 void Communicator::Impl::checkUsableLocked(const char* what) const {
   if (destroyed_)
     throw InvalidArgument(std::string(what) + ": the communicator was destroyed");
@@ -52,15 +60,29 @@ void Communicator::Impl::checkUsableLocked(const char* what) const {
     throw InvalidArgument(std::string(what) + ": this process (world rank " +
                           std::to_string(s_.world ? s_.world->rank() : -1) +
                           ") is not a member of " + s_.name);
-  if (broken_) {
-    std::string msg = std::string(what) + ": the communicator is unusable since an earlier failure: " +
-                      broken_->second;
-    if (broken_->first) throw TimeoutError(msg);
-    throw CommError(msg);
-  }
+  if (s_.world && s_.world->generation() != generation())
+    throw InvalidArgument(std::string(what) + ": " + s_.name + " belongs to generation " +
+                          std::to_string(generation()) + " and must be made again with newGroup() (the world is at generation " +
+                          std::to_string(s_.world->generation()) + ")");
+  throwIfBrokenLocked(what);
+  if (reforming_) throw InvalidArgument(std::string(what) + ": reform() is in progress");
 }
 
-void Communicator::Impl::fail(const char* what, std::exception_ptr error, const std::string& context) {
+void Communicator::Impl::throwIfBrokenLocked(const char* what) const {
+  if (!broken_) return;
+  std::string msg = std::string(what) + ": the communicator is unusable since an earlier failure: " +
+                    broken_->message;
+  if (broken_->kind == Broken::Kind::Timeout) throw TimeoutError(msg);
+  throw CommError(msg);
+}
+
+void Communicator::Impl::throwIfBroken(const char* what) const {
+  std::lock_guard lock(mutex_);
+  throwIfBrokenLocked(what);
+}
+
+void Communicator::Impl::fail(const char* what, std::exception_ptr error, const std::string& context,
+                              std::optional<uint64_t> generation) {
   std::string detail;
   bool timeout = false;
   try {
@@ -77,18 +99,34 @@ void Communicator::Impl::fail(const char* what, std::exception_ptr error, const 
   } catch (...) {
     detail = "unknown error";
   }
-  // A peer's death shows first on its sockets; its will reaches the store a moment later.
-  std::string gone = s_.liveness ? s_.liveness->describeGone(timeout ? 0ms : std::min(s_.timeout, 2000ms))
-                                 : std::string();
-  if (s_.world && !gone.empty()) gone = "world " + gone;  // liveness speaks of world ranks
-  std::string msg = std::string(what) + " failed on rank " + std::to_string(s_.rank) + " of " +
-                    std::to_string(s_.size) + (s_.world ? " in " + s_.name : std::string()) + ": " +
-                    (gone.empty() ? "" : gone + "; ") + (context.empty() ? "" : context + "; ") + detail;
+  const std::string where = std::string(what) + " failed on rank " + std::to_string(s_.rank) + " of " +
+                            std::to_string(s_.size) + (s_.world ? " in " + s_.name : std::string()) + ": ";
+  if (generation && *generation != this->generation())  // an operation of an earlier generation
+    throw CommError(where + "it belongs to generation " + std::to_string(*generation) +
+                    ", the communicator is at generation " + std::to_string(this->generation()) + " now; " + detail);
+  std::shared_ptr<detail::Liveness> liveness;
   {
     std::lock_guard lock(mutex_);
-    if (!broken_) broken_.emplace(timeout, msg);
+    if (broken_ && broken_->kind == Broken::Kind::Generation) throw CommError(where + broken_->message);
+    liveness = s_.liveness;
   }
-  if (s_.backend) s_.backend->abort();
+  // A newer generation explains any failure (a peer that aborted for it may be seen first).
+  if (auto [newest, why] = newerGeneration(); newest > 0) {
+    generationBegan(newest, why);
+    throw CommError(where + why);
+  }
+  // A peer's death shows first on its sockets; its will reaches the store a moment later.
+  std::string gone = liveness ? liveness->describeGone(timeout ? 0ms : std::min(s_.timeout, 2000ms))
+                              : std::string();
+  if (s_.world && !gone.empty()) gone = "world " + gone;  // liveness speaks of world ranks
+  std::string msg = where + (gone.empty() ? "" : gone + "; ") + (context.empty() ? "" : context + "; ") + detail;
+  std::shared_ptr<detail::Backend> backend;
+  {
+    std::lock_guard lock(mutex_);
+    if (!broken_) broken_ = Broken{timeout ? Broken::Kind::Timeout : Broken::Kind::Failure, msg};
+    backend = s_.backend;
+  }
+  if (backend) backend->abort();
   if (timeout) throw TimeoutError(msg);
   throw CommError(msg);
 }
@@ -226,7 +264,14 @@ void Communicator::Impl::workerLoop() {
 Request Communicator::Impl::p2p(bool isSend, void* buf, size_t count, DType dtype, int peer,
                                 int tag, milliseconds timeout) {
   const char* what = isSend ? "send" : "recv";
-  checkUsable(what);
+  std::shared_ptr<detail::Backend> backend;
+  uint64_t generation;
+  {
+    std::lock_guard lock(mutex_);
+    checkUsableLocked(what);
+    backend = s_.backend;
+    generation = this->generation();
+  }
   timeout = resolve(timeout);
   const size_t bytes = count * dtypeSize(dtype);
   const bool any = !isSend && peer == kAnySource;
@@ -240,12 +285,12 @@ Request Communicator::Impl::p2p(bool isSend, void* buf, size_t count, DType dtyp
   if (bytes > 0 && !buf) throw InvalidArgument(std::string(what) + ": null buffer");
   std::shared_ptr<Request::State> inner;
   try {
-    inner = isSend ? s_.backend->isend(buf, bytes, peer, tag, timeout)
-                   : s_.backend->irecv(buf, bytes, peer, tag, timeout);
+    inner = isSend ? backend->isend(buf, bytes, peer, tag, timeout)
+                   : backend->irecv(buf, bytes, peer, tag, timeout);
   } catch (...) {
-    fail(what, std::current_exception());
+    fail(what, std::current_exception(), {}, generation);
   }
-  return Request(std::make_shared<detail::P2PRequest>(shared_from_this(), std::move(inner), what));
+  return Request(std::make_shared<detail::P2PRequest>(shared_from_this(), std::move(inner), what, generation));
 }
 
 std::shared_ptr<Communicator> Communicator::Impl::newGroup(const std::vector<int>& ranks,
@@ -269,6 +314,7 @@ std::shared_ptr<Communicator> Communicator::Impl::newGroup(const std::vector<int
     std::lock_guard lock(world.mutex_);
     seq = ++world.groupSeq_;
   }
+  g.generation = generation();
   g.kind = s_.kind;
   g.worldStore = s_.worldStore;
   g.timeout = s_.timeout;
@@ -289,7 +335,13 @@ std::shared_ptr<Communicator> Communicator::Impl::newGroup(const std::vector<int
       fail("new_group", std::current_exception());
     }
   }
-  return std::make_shared<Communicator>(std::make_shared<Impl>(std::move(g)));
+  auto group = std::make_shared<Impl>(std::move(g));
+  {
+    std::lock_guard lock(world.mutex_);
+    std::erase_if(world.groups_, [](const std::weak_ptr<Impl>& w) { return w.expired(); });
+    world.groups_.push_back(group);
+  }
+  return std::make_shared<Communicator>(std::move(group));
 }
 
 void Communicator::Impl::destroy() {
@@ -300,9 +352,14 @@ void Communicator::Impl::destroy() {
     stopping_ = true;
     cv_.notify_all();
   }
+  if (s_.recovery) s_.recovery->stop();  // no generation news during the goodbye
   if (worker_.joinable()) worker_.join();  // runs what is queued: each bounded by its deadline
   if (!s_.world && s_.rank >= 0) leaveWorld();
-  s_.backend.reset();
+  std::shared_ptr<detail::Backend> backend;
+  {
+    std::lock_guard lock(mutex_);
+    backend = std::move(s_.backend);
+  }
 }
 
 // The world's goodbye: disarm the will, count out, and on the store's host keep serving until

@@ -1,5 +1,6 @@
 // init(): the init methods (env://, tcp://, file://, a caller's store), store hosting on rank 0,
-// and the assembly of the world communicator.
+// the workers' store of in-process recovery (DRUN_WORKER_STORE), and the assembly of the world
+// communicator.
 #include <spdlog/spdlog.h>
 
 #include "communicator_impl.hpp"
@@ -63,17 +64,18 @@ int resolveDevice(const InitOptions& o) {
   return local ? static_cast<int>(env::parseInt(*local, "LOCAL_RANK", 0, 1 << 16)) : 0;
 }
 
-std::shared_ptr<Communicator> makeWorld(std::shared_ptr<rdzv::Store> store,
-                                        std::shared_ptr<StoreHost> host, const InitOptions& o,
-                                        const Resolved& r, const std::string& masterAddr) {
-  auto worldStore = std::make_shared<rdzv::PrefixStore>(kRoot, std::move(store));
-  if (host) worldStore->set(kHostedByRank0, "1");
-  // Armed before connecting, so that a peer lost during init is named too.
-  auto liveness = std::make_shared<detail::Liveness>(worldStore, r.rank, r.size);
-  liveness->arm();
+// Where the world's keys are: a store (drun_comm/ in it; rank 0 may host it), or the workers'
+// store of in-process recovery (drun_comm/g<g>/ in it, generation g at least `generation`).
+struct WorldStore {
+  std::shared_ptr<rdzv::Store> store;
+  std::shared_ptr<StoreHost> host;
+  std::shared_ptr<detail::Recovery> recovery;
+  uint64_t generation = 0;
+};
 
+std::shared_ptr<Communicator> makeWorld(WorldStore where, const InitOptions& o, const Resolved& r,
+                                        const std::string& masterAddr) {
   detail::BackendConfig config;
-  config.store = std::make_shared<rdzv::PrefixStore>(kWorldMesh, worldStore);
   config.rank = r.rank;
   config.size = r.size;
   config.timeout = r.timeout;
@@ -81,14 +83,39 @@ std::shared_ptr<Communicator> makeWorld(std::shared_ptr<rdzv::Store> store,
   config.masterAddr = masterAddr;
   config.device = o.backend == Backend::Nccl ? resolveDevice(o) : 0;
   Communicator::Impl::Setup setup;
+  // The world's transports of one generation, through the store of its keys.
   if (o.backend == Backend::Nccl) {
-    setup.backend = detail::makeNcclBackend(config);
+    setup.connect = [config](std::shared_ptr<rdzv::Store> store, milliseconds timeout) mutable {
+      config.store = std::make_shared<rdzv::PrefixStore>(kWorldMesh, std::move(store));
+      config.timeout = timeout;
+      return std::shared_ptr<detail::Backend>(detail::makeNcclBackend(config));
+    };
   } else {  // shared memory, TCP or both (DRUN_COMM_TRANSPORT)
     setup.plan = std::make_shared<detail::TransportPlan>(config);
-    setup.backend = setup.plan->make(config.store, r.rank, r.size, r.timeout);
+    setup.connect = [plan = setup.plan, r](std::shared_ptr<rdzv::Store> store, milliseconds timeout) {
+      auto mesh = std::make_shared<rdzv::PrefixStore>(kWorldMesh, std::move(store));
+      return std::shared_ptr<detail::Backend>(plan->make(mesh, r.rank, r.size, timeout));
+    };
   }
-  // Every rank has connected: if rank 0 hosts the store, its key is there by now.
-  liveness->setRank0HostsStore(worldStore->tryGet(kHostedByRank0).has_value());
+  std::shared_ptr<rdzv::LivenessStore> worldStore;
+  std::shared_ptr<detail::Liveness> liveness;
+  if (where.recovery) {
+    auto formed = detail::formNewest(*where.recovery, where.generation, setup.connect, r.rank, r.size, r.timeout);
+    worldStore = std::move(formed.store);
+    liveness = std::move(formed.liveness);
+    setup.backend = std::move(formed.backend);
+    setup.generation = formed.generation;
+    setup.recovery = std::move(where.recovery);
+  } else {
+    worldStore = std::make_shared<rdzv::PrefixStore>(kRoot, std::move(where.store));
+    if (where.host) worldStore->set(kHostedByRank0, "1");
+    // Armed before connecting, so that a peer lost during init is named too.
+    liveness = std::make_shared<detail::Liveness>(worldStore, r.rank, r.size);
+    liveness->arm();
+    setup.backend = setup.connect(worldStore, r.timeout);
+    // Every rank has connected: if rank 0 hosts the store, its key is there by now.
+    liveness->setRank0HostsStore(worldStore->tryGet(kHostedByRank0).has_value());
+  }
   setup.kind = o.backend;
   setup.worldStore = worldStore;
   setup.rank = r.rank;
@@ -96,13 +123,39 @@ std::shared_ptr<Communicator> makeWorld(std::shared_ptr<rdzv::Store> store,
   for (int i = 0; i < r.size; ++i) setup.worldRanks.push_back(i);
   setup.timeout = r.timeout;
   setup.liveness = liveness;
-  setup.storeHost = std::move(host);
+  setup.storeHost = std::move(where.host);
   // Fingerprints travel in host memory: the check is Gloo's (NCCL reports its own misuse).
   setup.checkCollectives = o.backend == Backend::Gloo &&
                            o.checkCollectives.value_or(env::getBool("DRUN_COMM_CHECK"));
-  spdlog::debug("drun_comm: rank {} of {} connected ({}, {})", r.rank, r.size, toString(o.backend),
-                setup.backend->transport());
-  return std::make_shared<Communicator>(std::make_shared<Communicator::Impl>(std::move(setup)));
+  spdlog::debug("drun_comm: rank {} of {} connected ({}, {}, generation {})", r.rank, r.size,
+                toString(o.backend), setup.backend->transport(), setup.generation);
+  auto impl = std::make_shared<Communicator::Impl>(std::move(setup));
+  if (impl->recovery()) impl->followRecovery();
+  return std::make_shared<Communicator>(std::move(impl));
+}
+
+// env:// under drun's in-process recovery: the workers' store (DRUN_WORKER_STORE, keys under
+// DRUN_WORKER_STORE_PREFIX), which outlives every rank: rank 0 hosts nothing.
+std::shared_ptr<Communicator> initOverWorkersStore(const std::string& endpoint, const InitOptions& o,
+                                                   const Resolved& r) {
+  const HostPort at = HostPort::parse(endpoint, {"DRUN_WORKER_STORE"});
+  const std::string prefix = env::getString("DRUN_WORKER_STORE_PREFIX");
+  const auto generation = static_cast<uint64_t>(
+      env::parseInt(env::getString("DRUN_GENERATION"), "DRUN_GENERATION", 0, 1ll << 62));
+  rdzv::TcpStoreOptions so;
+  so.token = rdzv::tokenFromEnvironment();
+  so.host = at.host;
+  so.port = at.port;
+  so.timeout = r.timeout;
+  auto connect = [so, prefix](milliseconds connectTimeout) mutable -> std::shared_ptr<rdzv::LivenessStore> {
+    so.connectTimeout = connectTimeout;
+    return std::make_shared<rdzv::PrefixStore>(prefix, std::make_shared<rdzv::TcpStore>(so));
+  };
+  auto recovery = std::make_shared<detail::Recovery>(connect(r.timeout), connect, r.rank, r.size, r.timeout);
+  recovery->start();  // before forming: a generation that begins meanwhile interrupts it
+  // Gloo's interface: the route to MASTER_ADDR as without recovery, else to the store's host.
+  const std::string masterAddr = env::get("MASTER_ADDR").value_or(at.host);
+  return makeWorld({.recovery = std::move(recovery), .generation = generation}, o, r, masterAddr);
 }
 
 }  // namespace
@@ -117,10 +170,12 @@ std::shared_ptr<Communicator> init(const InitOptions& options) {
     std::string path = m.substr(7);
     if (path.empty() || path.front() != '/')
       throw InvalidArgument("init: '" + m + "' is not file:///absolute/path");
-    return makeWorld(std::make_shared<rdzv::FileStore>(path), nullptr, options, r, "");
+    return makeWorld({.store = std::make_shared<rdzv::FileStore>(path)}, options, r, "");
   }
   HostPort master;
   if (m == "env://" || m.empty()) {
+    if (auto workers = env::get("DRUN_WORKER_STORE"); workers && !workers->empty())
+      return initOverWorkersStore(*workers, options, r);
     master.host = requiredEnv("MASTER_ADDR");
     master.port = parsePort(requiredEnv("MASTER_PORT"), "MASTER_PORT");
   } else if (m.rfind("tcp://", 0) == 0) {
@@ -140,7 +195,7 @@ std::shared_ptr<Communicator> init(const InitOptions& options) {
   so.connectTimeout = r.timeout;
   so.timeout = r.timeout;
   auto store = std::make_shared<rdzv::TcpStore>(so);
-  return makeWorld(std::move(store), std::move(host), options, r, master.host);
+  return makeWorld({.store = std::move(store), .host = std::move(host)}, options, r, master.host);
 }
 
 bool ncclBuiltIn() {
@@ -156,7 +211,7 @@ std::shared_ptr<Communicator> init(std::shared_ptr<rdzv::Store> store, const Ini
   log::ensureRegistry();  // as above
   Resolved r = resolve(options);
   if (options.backend == Backend::Nccl) detail::checkNcclUsable(resolveDevice(options));
-  return makeWorld(std::move(store), nullptr, options, r, options.masterAddr);
+  return makeWorld({.store = std::move(store)}, options, r, options.masterAddr);
 }
 
 }  // namespace drun::comm

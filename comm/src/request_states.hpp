@@ -24,6 +24,7 @@ class AsyncWork final : public Request::State {
     try {
       Collective c = c_;  // the time left of the deadline set when it was called
       c.timeout = std::max(deadline_.remaining(), milliseconds(1));
+      owner_->throwIfBroken(toString(c.kind));  // broken while it was queued: fail at once
       owner_->execute(c);
     } catch (...) {
       error = std::current_exception();
@@ -74,22 +75,23 @@ class CompletedRequest final : public Request::State {
 // A backend's point-to-point request, with the front end's error translation.
 class P2PRequest final : public Request::State {
  public:
+  // generation: the communicator's when the request was made.
   P2PRequest(std::shared_ptr<Communicator::Impl> owner, std::shared_ptr<Request::State> inner,
-             const char* what)
-      : owner_(std::move(owner)), inner_(std::move(inner)), what_(what) {}
+             const char* what, uint64_t generation)
+      : owner_(std::move(owner)), inner_(std::move(inner)), what_(what), generation_(generation) {}
 
   void wait(milliseconds timeout) override {
     try {
       inner_->wait(timeout);
     } catch (...) {
-      owner_->fail(what_, std::current_exception());
+      owner_->fail(what_, std::current_exception(), {}, generation_);
     }
   }
   bool test() override {
     try {
       return inner_->test();
     } catch (...) {
-      owner_->fail(what_, std::current_exception());
+      owner_->fail(what_, std::current_exception(), {}, generation_);
     }
   }
   int source() const override { return inner_->source(); }
@@ -98,6 +100,7 @@ class P2PRequest final : public Request::State {
   std::shared_ptr<Communicator::Impl> owner_;
   std::shared_ptr<Request::State> inner_;
   const char* what_;
+  uint64_t generation_;
 };
 
 }  // namespace drun::comm::detail

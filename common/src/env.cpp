@@ -34,6 +34,9 @@ constexpr VarDoc kDrunEnvVars[] = {
     {"DRUN_EVENTS", VarType::String, "",
      "drun: where the job's events go, one JSON object per line (as --events: a file, or - for "
      "stderr; docs/observe.md)"},
+    {"DRUN_GENERATION", VarType::Int, "0",
+     "set by drun in each worker under --recovery in-process: the generation the process was "
+     "started in (0 at the round's start, g for a replacement; docs/recovery.md)"},
     {"DRUN_JOB_HISTORY", VarType::Bool, "true",
      "drun: append the job's events to the rendezvous store (rdzv/<id>/events/, the last 256): "
      "what drun status and drun-rendezvous --http show; 0 turns it off"},
@@ -44,11 +47,20 @@ constexpr VarDoc kDrunEnvVars[] = {
     {"DRUN_RDZV_TOKEN_FILE", VarType::String, "",
      "the rendezvous store's shared secret, a file of mode 600 (as --rdzv-conf token_file): the "
      "store and every client of it prove it; workers' comm bootstrap store too"},
+    {"DRUN_RECOVERY", VarType::String, "",
+     "set by drun in each worker: in-process under --recovery in-process (a lost rank is replaced "
+     "and the others re-form in place), unset under --recovery restart (docs/recovery.md)"},
     {"DRUN_SOCKET_IFNAME", VarType::String, "",
      "libdrun_comm (gloo): network interface for worker traffic (GLOO_SOCKET_IFNAME is honoured too)"},
     {"DRUN_WORKER_CHANNEL", VarType::String, "",
      "set by drun in each worker: its channel page for heartbeats and sections (drun.worker, "
      "drun/worker.h; docs/hangs.md); unset, the worker API is a no-op"},
+    {"DRUN_WORKER_STORE", VarType::String, "",
+     "set by drun in each worker under --recovery in-process: host:port of the workers' store, "
+     "which outlives every rank (libdrun_comm's and drun.torch's env:// use it)"},
+    {"DRUN_WORKER_STORE_PREFIX", VarType::String, "",
+     "set by drun beside DRUN_WORKER_STORE: the key prefix of this round in the workers' store "
+     "(ends in /)"},
     {"DRUN_TORCH_HEARTBEAT_MS", VarType::Int, "1000",
      "drun.torch: each rank's heartbeat period in the process group's store, milliseconds (0: off)"},
     {"DRUN_TORCH_HEARTBEAT_STALE_MS", VarType::Int, "4000",

@@ -53,6 +53,9 @@ void declareOptions(CLI::App& app, CliText& t) {
   opt("max-restarts", t.maxRestarts, "N", "restarts of the whole job before it fails (default 0)");
   opt("monitor-interval", t.monitorInterval, "SECONDS", "accepted for torchrun compatibility; drun reacts to events");
   opt("role", t.role, "NAME", "worker role name, ROLE_NAME (default 'default')");
+  opt("recovery", t.recovery, "restart|in-process",
+      "a failed worker: restart the job (default), or replace that worker alone while the others "
+      "keep running (docs/recovery.md)");
   opt("shutdown-timeout", t.shutdownTimeout, "DURATION", "SIGTERM to SIGKILL grace when stopping workers (default 30s)");
   opt("log-dir", t.logDir, "DIR", "per-rank files under DIR/<run>/node<N>/attempt_<n>/<local_rank>/ (default none)");
   app.add_option("-r,--redirects", t.redirects, "streams to log files only, for all or per local rank (default 0)")

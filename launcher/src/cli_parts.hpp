@@ -32,6 +32,7 @@ struct CliText {
   bool standalone = false, module = false, noPython = false, runPath = false, verbose = false;
   bool noSlurm = false;
   std::string hangTimeout, hangIdle;
+  std::string recovery = "restart";
   std::string eventsPath;  // DRUN_EVENTS unless given
   std::string tty = "auto", stdinRank = "0";
   std::string signalsToHandle = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";

@@ -26,6 +26,26 @@ std::optional<bool> mergeSlurmStep(CliText& t, const Given& given, CliResult& re
   return fill.isHost;
 }
 
+namespace {
+
+// --recovery: the workers' store of an in-process recovery is the agent's own on one node, the
+// rendezvous store (c10d) on several: a backend without a store the workers can reach cannot.
+void fillRecovery(const CliText& t, agent::AgentConfig& c) {
+  const auto mode = agent::parseRecoveryMode(t.recovery);
+  if (!mode) throw UsageError("--recovery: expected restart or in-process, got '" + t.recovery + "'");
+  c.recovery.mode = *mode;
+  const rdzv::RendezvousOptions& r = c.rendezvous;
+  const bool oneNode = r.maxNodes == 1 && r.endpoint.host.empty();
+  if (c.recovery.inProcess() && !oneNode && r.backend != rdzv::RendezvousBackend::C10d)
+    throw UsageError(std::string("--recovery in-process on more than one node needs --rdzv-backend c10d "
+                     "(the workers share its store); --rdzv-backend ") + toString(r.backend) +
+                     " has no store the workers can use");
+  if (c.recovery.timeout <= std::chrono::milliseconds(0))
+    throw UsageError("--rdzv-conf recovery_timeout: must be more than 0");
+}
+
+}  // namespace
+
 void fillRendezvous(const CliText& t, const Given& given, std::pair<int, int> nodes,
                     std::optional<bool> slurmIsHost, CliResult& result) {
   const auto [minNodes, maxNodes] = nodes;
@@ -56,7 +76,7 @@ void fillRendezvous(const CliText& t, const Given& given, std::pair<int, int> no
   } else if (!endpoint.empty()) {
     parseEndpoint(endpoint, r);
   }
-  parseRendezvousConf(t.rdzvConf, r);
+  parseRendezvousConf(t.rdzvConf, r, &result.config.recovery);
   if (!r.isHost) r.isHost = slurmIsHost;  // SLURM hook: the step's first node hosts the store
   // SLURM replaces nothing inside a running step (a requeue starts a new one): survivors that
   // waited for a replacement would wait for nobody.
@@ -94,6 +114,7 @@ void fillRendezvous(const CliText& t, const Given& given, std::pair<int, int> no
                      (given("nnodes") && !given("rdzv-backend")
                           ? " (an elastic range needs --rdzv-endpoint HOST[:PORT])"
                           : ""));
+  fillRecovery(t, result.config);
   if (r.backend == rdzv::RendezvousBackend::Static && maxNodes > 1 && !r.nodeRank)
     throw UsageError("--nnodes " + t.nnodes + " with the static rendezvous needs --node-rank "
                      "(or give --rdzv-endpoint HOST[:PORT] for the c10d rendezvous)");

@@ -20,6 +20,7 @@ struct ConfKey {
   const char* doc;
   std::chrono::milliseconds rdzv::RendezvousOptions::*duration;  // null: not a duration
   std::string rdzv::RendezvousOptions::*path = nullptr;          // a file name
+  std::chrono::milliseconds agent::RecoveryOptions::*recoveryDuration = nullptr;  // the agent's
 };
 const ConfKey kConfKeys[] = {
     {"join_timeout", "how long a node waits for the job to form (alias: timeout)",
@@ -39,6 +40,8 @@ const ConfKey kConfKeys[] = {
     {"read_timeout", "deadline of one store call", &rdzv::RendezvousOptions::readTimeout},
     {"progress_interval", "a waiting node says so at this pace (the first line after 1s)",
      &rdzv::RendezvousOptions::progressInterval},
+    {"recovery_timeout", "--recovery in-process: a recovery not formed this long after the death "
+     "falls back to a restart of the job", nullptr, nullptr, &agent::RecoveryOptions::timeout},
     {"is_host", "this node hosts the store (default: when the endpoint is one of its addresses)", nullptr},
     {"token_file", "the store's shared secret, a file of mode 600 (also DRUN_RDZV_TOKEN_FILE)",
      nullptr, &rdzv::RendezvousOptions::tokenFile},
@@ -64,6 +67,8 @@ std::string cli::rendezvousConfHelp() {
               (defaults.*key.duration < std::chrono::milliseconds(0) ? std::string("join_timeout")
                                                                      : durationText(defaults.*key.duration)) +
               ")";
+    else if (key.recoveryDuration)
+      line += "=DURATION (" + durationText(agent::RecoveryOptions{}.*key.recoveryDuration) + ")";
     else if (key.path) line += "=PATH";
     else line += "=BOOL";
     line.resize(std::max<size_t>(line.size() + 1, 36), ' ');
@@ -72,7 +77,8 @@ std::string cli::rendezvousConfHelp() {
   return out;
 }
 
-void parseRendezvousConf(const std::string& text, rdzv::RendezvousOptions& out) {
+void parseRendezvousConf(const std::string& text, rdzv::RendezvousOptions& out,
+                         agent::RecoveryOptions* recovery) {
   for (const std::string& item : split(text, ',')) {
     if (item.empty()) continue;
     auto eq = item.find('=');
@@ -89,7 +95,7 @@ void parseRendezvousConf(const std::string& text, rdzv::RendezvousOptions& out) 
     }
     const ConfKey* known = nullptr;
     for (const ConfKey& k : kConfKeys)
-      if (key == k.name && (k.duration || k.path)) known = &k;
+      if (key == k.name && (k.duration || k.path || k.recoveryDuration)) known = &k;
     if (!known) {
       std::string names;
       for (const ConfKey& k : kConfKeys) names += (names.empty() ? "" : ", ") + std::string(k.name);
@@ -100,7 +106,12 @@ void parseRendezvousConf(const std::string& text, rdzv::RendezvousOptions& out) 
       out.*(known->path) = value;
       continue;
     }
-    out.*(known->duration) = usage([&] { return env::parseDuration(value, what); });
+    const std::chrono::milliseconds duration = usage([&] { return env::parseDuration(value, what); });
+    if (known->recoveryDuration) {
+      if (recovery) recovery->*(known->recoveryDuration) = duration;  // drun status: not its business
+      continue;
+    }
+    out.*(known->duration) = duration;
   }
 }
 

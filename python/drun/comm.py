@@ -122,6 +122,9 @@ def _load():
         for name, args in sigs.items():
             fn = getattr(lib, name)
             fn.argtypes, fn.restype = args, c_int
+        lib.drun_comm_generation.argtypes = [vp, pp(ctypes.c_uint64)]
+        lib.drun_comm_generation.restype = c_int
+        lib.drun_comm_reform.argtypes, lib.drun_comm_reform.restype = [vp, ctypes.c_int64], c_int
         for name in ("drun_comm_destroy", "drun_request_free"):
             getattr(lib, name).argtypes, getattr(lib, name).restype = [vp], None
         lib.drun_last_error.argtypes, lib.drun_last_error.restype = [], ctypes.c_char_p
@@ -251,6 +254,19 @@ class Communicator:
     @property
     def size(self):
         return _lib.drun_comm_size(self._handle)
+
+    @property
+    def generation(self):
+        """The in-process recovery generation this communicator belongs to (0 without recovery)."""
+        out = ctypes.c_uint64()
+        _check(_lib.drun_comm_generation(self._handle, ctypes.byref(out)), "generation")
+        return out.value
+
+    def reform(self, timeout=None):
+        """World only, under drun --recovery in-process: move to the newest generation in place
+        (same ranks, new transports). Groups made before must be made again."""
+        _check(_lib.drun_comm_reform(self._handle, _timeout_ms(timeout)), "reform")
+        self._groups = []
 
     def new_group(self, ranks, timeout=None):
         """Every rank calls it with the same ranks; a non-member gets a group whose rank is -1."""

@@ -2,6 +2,8 @@
 
 #include <Python.h>
 
+#include <future>
+
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
@@ -25,24 +27,41 @@ std::string tcpStoreHost(c10::intrusive_ptr<c10d::Store> store) {
   return tcp ? tcp->getHost() : std::string();
 }
 
-}  // namespace
-
-c10::intrusive_ptr<c10d::ProcessGroup> ProcessGroupDrun::create(
-    const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-    std::chrono::milliseconds timeout) {
+comm::InitOptions initOptions(int rank, int size, std::chrono::milliseconds timeout) {
   comm::InitOptions options;
   options.backend = comm::Backend::Gloo;  // shared memory / Gloo / both, by DRUN_COMM_TRANSPORT
   options.rank = rank;
   options.worldSize = size;
   options.timeout = timeout.count() > 0 ? timeout : std::chrono::milliseconds(0);
-  options.masterAddr = tcpStoreHost(store);
-  std::shared_ptr<comm::Communicator> comm;
+  return options;
+}
+
+template <class Init>
+std::shared_ptr<comm::Communicator> initOrExplain(int rank, int size, Init&& init) {
   try {
-    comm = comm::init(std::make_shared<TorchStoreAdapter>(store), options);
+    return init();
   } catch (const std::exception& e) {
     throw std::runtime_error("drun backend: init of rank " + std::to_string(rank) + " of " +
                              std::to_string(size) + ": " + e.what());
   }
+}
+
+}  // namespace
+
+c10::intrusive_ptr<c10d::ProcessGroup> ProcessGroupDrun::createWorld(int rank, int size,
+                                                                     std::chrono::milliseconds timeout) {
+  auto comm = initOrExplain(rank, size, [&] { return comm::init(initOptions(rank, size, timeout)); });
+  return c10::make_intrusive<ProcessGroupDrun>(std::move(comm), nullptr, rank, size);
+}
+
+c10::intrusive_ptr<c10d::ProcessGroup> ProcessGroupDrun::create(
+    const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+    std::chrono::milliseconds timeout) {
+  comm::InitOptions options = initOptions(rank, size, timeout);
+  options.masterAddr = tcpStoreHost(store);
+  auto comm = initOrExplain(rank, size, [&] {
+    return comm::init(std::make_shared<TorchStoreAdapter>(store), options);
+  });
   std::shared_ptr<Heartbeat> heartbeat;
   auto beat = HeartbeatOptions::fromEnv();
   if (beat.enabled() && size > 1) heartbeat = std::make_shared<Heartbeat>(store, rank, size, beat);
@@ -68,6 +87,23 @@ ProcessGroupDrun::~ProcessGroupDrun() {
   } catch (...) {
   }
   if (python != nullptr) PyEval_RestoreThread(python);
+}
+
+uint64_t ProcessGroupDrun::reform(std::chrono::milliseconds timeout) {
+  // Through the queue: nothing of the old generation runs beside the reform.
+  auto done = std::make_shared<std::promise<void>>();
+  auto future = done->get_future();
+  const uint64_t id = queue_->push([this, done, timeout] {
+    try {
+      comm_->reform(timeout);
+      done->set_value();
+    } catch (...) {
+      done->set_exception(std::current_exception());
+    }
+  });
+  if (!queue_->runIfNext(id)) future.wait();  // the tasks before it are each bounded
+  future.get();
+  return comm_->generation();
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDrun::enqueue(OpType type, const char* call,

@@ -35,12 +35,23 @@ class ProcessGroupDrun final : public c10d::ProcessGroup {
   static c10::intrusive_ptr<c10d::ProcessGroup> create(const c10::intrusive_ptr<c10d::Store>& store,
                                                        int rank, int size,
                                                        std::chrono::milliseconds timeout);
+  // The default group under in-process recovery: libdrun_comm's own env:// init, which uses the
+  // workers' store and this process's generation (docs/recovery.md). No heartbeat: the workers'
+  // store names a dead rank (its will), and its keys must not follow torch's per-generation
+  // store prefix.
+  static c10::intrusive_ptr<c10d::ProcessGroup> createWorld(int rank, int size,
+                                                            std::chrono::milliseconds timeout);
   // `heartbeat` may be null (a group of one, or DRUN_TORCH_HEARTBEAT_MS=0).
   ProcessGroupDrun(std::shared_ptr<comm::Communicator> comm, std::shared_ptr<Heartbeat> heartbeat,
                    int rank, int size);
   ~ProcessGroupDrun() override;
 
   const std::string getBackendName() const override { return "drun"; }
+  // In-process recovery, the default group only (createWorld): moves its communicator to the
+  // newest generation in place (Communicator::reform), after the collectives queued before it
+  // (they fail at once: their generation ended). Returns the generation it now belongs to.
+  // Throws what reform throws (TimeoutError: the ranks did not all come within `timeout`).
+  uint64_t reform(std::chrono::milliseconds timeout);
   // How this group's ranks talk: "shm", "tcp" or "hierarchical".
   std::string transport() const { return comm_->transport(); }
 

@@ -118,6 +118,7 @@ std::unique_ptr<Rendezvous> makeC10dRendezvous(const RendezvousOptions& options)
   client.progressInterval = options.progressInterval;
 
   access.endpoint = HostPort{options.endpoint.host, client.port}.toString();
+  access.workerEndpoint = access.endpoint;
   access.selfAddress = !options.localAddr.empty() ? options.localAddr
                        : access.server          ? options.endpoint.host
                                                 : routeSourceAddress(options.endpoint.host,

@@ -56,6 +56,7 @@ class C10dRendezvous final : public Rendezvous {
       : store_(std::move(access.store)),
         connect_(std::move(access.connectWatcher)),
         server_(std::move(access.server)),
+        workerEndpoint_(std::move(access.workerEndpoint)),
         slot_(std::make_shared<EventSlot>()),
         barrier_(node_) {
     node_.options = options;
@@ -133,8 +134,8 @@ class C10dRendezvous final : public Rendezvous {
     const uint64_t r = *lastRound_;
     FailureRecord mine = failure;
     mine.node = node_.self.displayName();  // how the other nodes know this one
-    // The budget every node agreed on (checkJobConfig).
-    mine.final = failure.final || restartCount_ >= options().maxRestarts;
+    // The budget every node agreed on (checkJobConfig), less the round's in-process recoveries.
+    mine.final = failure.final || restartCount_ + recoveriesOf(r) >= options().maxRestarts;
     const Bytes stored = store_->compareSet(keys::failure(id(), r), "", keys::encodeFailure(mine));
     FailureRecord cause = mine;
     try {
@@ -200,6 +201,29 @@ class C10dRendezvous final : public Rendezvous {
     throw Error("the shared value " + key + " kept changing (16 tries)");
   }
 
+  std::optional<std::string> workerStoreEndpoint() const override {
+    if (workerEndpoint_.empty()) return std::nullopt;
+    return workerEndpoint_;
+  }
+
+  // The round's `recoveries` counter: add(1) gives this recovery its place; past the budget it
+  // is taken off again (a node that raced past the budget too takes its own off).
+  std::optional<int> spendRecovery() override {
+    if (!lastRound_) throw InvalidArgument("spendRecovery() before a round formed");
+    const std::string key = keys::recoveries(id(), *lastRound_);
+    const int64_t n = store_->add(key, 1);
+    if (restartCount_ + n > options().maxRestarts) {
+      store_->add(key, -1);
+      return std::nullopt;
+    }
+    return restartCount_ + static_cast<int>(n);
+  }
+
+  void refundRecovery() override {
+    if (!lastRound_) throw InvalidArgument("refundRecovery() before a round formed");
+    store_->add(keys::recoveries(id(), *lastRound_), -1);
+  }
+
   std::unique_ptr<LivenessStore> connectSideStore() override {
     return connect_ ? connect_() : nullptr;
   }
@@ -218,6 +242,17 @@ class C10dRendezvous final : public Rendezvous {
 
  private:
   const std::string& id() const { return node_.runId(); }
+
+  // The in-process recoveries of round r so far (0 when none or unreadable: a corrupt counter
+  // neither ends nor prolongs the job by itself).
+  int recoveriesOf(uint64_t r) {
+    try {
+      return static_cast<int>(std::max<int64_t>(0, keys::parseCounter(store_->tryGet(keys::recoveries(id(), r))).value_or(0)));
+    } catch (const ProtocolError& e) {
+      spdlog::warn("rendezvous '{}': {}", id(), e.what());
+      return 0;
+    }
+  }
   const RendezvousOptions& options() const { return node_.options; }
 
   keys::JobConfig myConfig() const {
@@ -411,6 +446,7 @@ class C10dRendezvous final : public Rendezvous {
   std::unique_ptr<LivenessStore> store_;
   std::function<std::unique_ptr<LivenessStore>()> connect_;
   std::unique_ptr<StoreServer> server_;
+  std::string workerEndpoint_;  // the store as the workers reach it ("" = they cannot)
   std::shared_ptr<EventSlot> slot_;
   ExitBarrier barrier_;
   std::unique_ptr<MembershipWatcher> watcher_;

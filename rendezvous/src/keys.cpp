@@ -103,6 +103,10 @@ std::string config(std::string_view runId) { return cat(job(runId), "config"); }
 std::string present(std::string_view runId) { return cat(job(runId), "present"); }
 std::string refill(std::string_view runId) { return cat(job(runId), "refill"); }
 std::string lastDead(std::string_view runId, uint64_t r) { return cat(round(runId, r), "last_dead"); }
+std::string recoveries(std::string_view runId, uint64_t r) {
+  return cat(round(runId, r), "recoveries");
+}
+std::string workerStore(std::string_view runId, uint64_t r) { return cat(round(runId, r), "workers/"); }
 std::string eventCount(std::string_view runId) { return cat(job(runId), "events/next"); }
 std::string eventSlot(std::string_view runId, uint64_t n) {
   return cat(job(runId), "events/" + std::to_string(n % kEventSlots));

@@ -1,5 +1,5 @@
 // LocalJob: the job-wide part of a rendezvous that has no store (single node, static backend).
-// This node alone keeps the restart count, and a failure or success is known only here: with
+// This node alone keeps the restart count (restarts and in-process recoveries), and a failure or success is known only here: with
 // the static backend every node counts its own restarts, as torchrun's static backend does.
 //
 // Threading: the agent's rendezvous thread calls everything; finish() delivers the Succeeded
@@ -19,9 +19,18 @@ class LocalJob : public Rendezvous {
 
   FailureRecord reportFailure(const FailureRecord& failure) override {
     FailureRecord cause = failure;
-    cause.final = failure.final || restartCount_ >= maxRestarts_;
+    cause.final = failure.final || restartCount_ + recoveries_ >= maxRestarts_;
     failedRound_ = true;
     return cause;
+  }
+
+  std::optional<int> spendRecovery() override {
+    if (restartCount_ + recoveries_ >= maxRestarts_) return std::nullopt;
+    return restartCount_ + ++recoveries_;
+  }
+
+  void refundRecovery() override {
+    if (recoveries_ > 0) --recoveries_;
   }
 
   // Nobody waits to join a job without a store: there is no scale-up to race with.
@@ -51,7 +60,8 @@ class LocalJob : public Rendezvous {
  protected:
   // Called by next(): the round number and restart count of the round it returns.
   void beginRound(RoundResult& result) {
-    if (failedRound_) ++restartCount_;
+    restartCount_ += recoveries_ + (failedRound_ ? 1 : 0);
+    recoveries_ = 0;
     failedRound_ = false;
     result.round = lastRound_ = nextRound_++;
     result.restartCount = restartCount_;
@@ -64,6 +74,7 @@ class LocalJob : public Rendezvous {
   uint64_t nextRound_ = 0;
   uint64_t lastRound_ = 0;
   int restartCount_ = 0;
+  int recoveries_ = 0;  // in-process recoveries of the current round (each a unit of the budget)
   bool failedRound_ = false;
 };
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "drun/common/error.hpp"
+#include "drun/store/store_batch.hpp"
 #include "drun/rendezvous/round_planner.hpp"
 #include "store_refill.hpp"
 
@@ -130,8 +131,8 @@ void RoundCloser::publish(const RoundDecision& d) {
   }
 }
 
-// The job's restart count as of round `round`: the previous round's, plus one when it ended in
-// a failure. Advanced here, by the closer, once per restart.
+// The job's restart count as of round `round`: the previous round's, plus its in-process
+// recoveries, plus one when it ended in a failure. Advanced here, by the closer, once per restart.
 int RoundCloser::restartCountFor(uint64_t round) {
   // No previous round in the store: a first round, or the one the survivors re-form in a
   // restarted store (store_refill.hpp), which carries the job's count on.
@@ -142,8 +143,17 @@ int RoundCloser::restartCountFor(uint64_t round) {
   if (round == 0) return carried();
   auto state = closedRound(round - 1);
   if (!state) return carried();
-  const bool failed = store_.check({keys::failure(node_.runId(), round - 1)});
-  return state->restartCount + (failed ? 1 : 0);
+  StoreBatch batch;
+  const size_t failure = batch.tryGet(keys::failure(node_.runId(), round - 1));
+  const size_t recoveries = batch.tryGet(keys::recoveries(node_.runId(), round - 1));
+  store_.runBatch(batch);
+  int64_t recovered = 0;
+  try {
+    recovered = std::max<int64_t>(0, keys::parseCounter(batch.value(recoveries)).value_or(0));
+  } catch (const ProtocolError& e) {
+    spdlog::warn("rendezvous '{}': {}", node_.runId(), e.what());
+  }
+  return state->restartCount + static_cast<int>(recovered) + (batch.value(failure) ? 1 : 0);
 }
 
 // Once round r is decided nobody reads round r-2 any more (re-forming and the restart count

@@ -14,6 +14,7 @@
 #define DRUN_COMM_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -64,6 +65,11 @@ int drun_comm_size(const drun_comm_t* comm);
 /* Every rank of comm calls it with the same ranks; a non-member gets a group it cannot use. */
 int drun_comm_new_group(drun_comm_t* comm, const int* ranks, int nranks, drun_comm_t** group);
 void drun_comm_destroy(drun_comm_t* comm);
+/* In-process recovery (docs/recovery.md): the generation of comm (0 without recovery), and the
+   move of the world communicator to the newest generation (DRUN_EINVAL on a group, without a
+   workers' store, or with no recovery in progress). timeout_ms <= 0: the communicator's. */
+int drun_comm_generation(const drun_comm_t* comm, uint64_t* generation);
+int drun_comm_reform(drun_comm_t* comm, int64_t timeout_ms);
 
 /* Point to point (tag >= 0). recv's *source (may be NULL) receives the sender's rank. */
 int drun_send(drun_comm_t* comm, const void* buf, size_t count, drun_dtype_t dtype, int dst,

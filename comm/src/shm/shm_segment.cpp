@@ -321,7 +321,7 @@ void ShmSegment::waitAll(uint64_t value, const OpDeadline& opDeadline, const cha
     if (spinEnded) spinBudget_ = std::min<std::chrono::nanoseconds>(kSpinFirst, std::max<std::chrono::nanoseconds>(2 * budget, kSpinFloor));
     else spinBudget_ = budget > std::chrono::nanoseconds(0) ? budget / 2 : std::chrono::nanoseconds(kSpinFloor);
   };
-  while (Clock::now() - start < options_.busyWait) {
+  while (Clock::now() - start < options_.busyWait && !abortedHere_.load(std::memory_order_relaxed)) {
     if (Clock::now() - start < budget) {
       for (int k = 0; k < 64; ++k, cpuRelax())  // ~1 us of pauses per clock read (Zen: ~60 cycles each)
         if (ready()) return adapt(true);
@@ -346,6 +346,8 @@ void ShmSegment::waitAll(uint64_t value, const OpDeadline& opDeadline, const cha
     }
     if (int by = h.abortedBy.load(std::memory_order_acquire); by > 0 && by != rank_ + 1)
       throw CommError(std::string("shm ") + what + ": " + peerFailure(by - 1));
+    if (abortedHere_.load(std::memory_order_acquire))
+      throw CommError(std::string("shm ") + what + ": this rank aborted the communicator");
     if (deadline.expired())
       throw TimeoutError(std::string("shm ") + what + " timed out waiting for rank " + std::to_string(nameOf(behind)));
   }
@@ -377,6 +379,7 @@ void ShmSegment::sleepOnBell(uint32_t seen, milliseconds timeout) {
 
 void ShmSegment::abort() {
   if (!base_) return;
+  abortedHere_.store(true, std::memory_order_release);
   Header& h = header();
   int32_t none = 0;
   h.abortedBy.compare_exchange_strong(none, rank_ + 1);

@@ -146,7 +146,8 @@ class ShmSegment {
   int nameOf(int r) const {
     return static_cast<size_t>(r) < options_.rankNames.size() ? options_.rankNames[static_cast<size_t>(r)] : r;
   }
-  // After a failure: every rank's waits fail at once naming this rank.
+  // After a failure (or when a new generation began): every rank's waits fail at once, this
+  // rank's own too (an abort from another thread of this process: the watcher's).
   void abort();
   // "" while rank r lives, else "rank r (pid N) is gone" / "... aborted ...".
   std::string peerFailure(int r) const;
@@ -169,6 +170,7 @@ class ShmSegment {
   std::vector<int> pidfds_;  // per peer, -1 for self or where pidfd_open is refused
   std::vector<int> pids_;
   std::chrono::nanoseconds spinBudget_{std::chrono::microseconds(50)};  // waitAll's (collectives' thread)
+  std::atomic<bool> abortedHere_{false};  // abort() was called in this process
   std::vector<uint64_t> seenFlags_;  // per rank, the highest flag waitAll loaded (collectives' thread)
 };
 

@@ -6,6 +6,11 @@ Gloo across hosts). Importing this module registers it; then one word changes:
     dist.init_process_group("drun", init_method="env://")   # or tcp://, file://, store=...
     dist.all_reduce(tensor)
 
+In-process recovery (`drun --recovery in-process`, docs/recovery.md): `@drun.torch.resilient` and
+`drun.torch.State` (resilient.py, state.py). With DRUN_WORKER_STORE set, importing this module
+makes torch's env:// rendezvous use the workers' store (worker_store.py), so that rank 0's death
+does not take the store along.
+
 CPU tensors of float32/64, float16, bfloat16, int8, uint8, int32, int64 and bool (contiguous or
 not); reduce ops SUM, PRODUCT, MIN, MAX, AVG, BAND, BOR, BXOR; new_group; timeouts from
 init_process_group's `timeout`; drun's errors as RuntimeError (a dead peer named). CUDA tensors
@@ -19,10 +24,21 @@ except ImportError as e:  # the build found no libtorch-dev / pybind11-dev / pyt
     raise ImportError(f"drun.torch: the compiled backend is missing or unloadable ({e}); build "
                       "drun with libtorch-dev, pybind11-dev and python3-dev installed") from e
 
+import os as _os
+
+from .resilient import resilient
+from .state import State
+
 BACKEND = "drun"
 
 
+def _in_process():
+    return _os.environ.get("DRUN_RECOVERY") == "in-process" and bool(_os.environ.get("DRUN_WORKER_STORE"))
+
+
 def _create(store, rank, size, timeout):
+    if _in_process() and _dist.GroupMember.WORLD is None:  # the default group being made
+        return _backend.create_world_process_group(rank, size, timeout)
     return _backend.create_process_group(store, rank, size, timeout)
 
 
@@ -33,3 +49,19 @@ def transport(group=None):
 
 if not hasattr(_dist.Backend, BACKEND.upper()):  # importing twice (reload) registers once
     _dist.Backend.register_backend(BACKEND, _create)
+
+
+def _install_env_rendezvous():
+    from . import worker_store
+    if _in_process():
+        from . import recovery
+        handler = worker_store.EnvRendezvous(lambda: recovery.coordinator().generation(),
+                                             lambda *a: recovery.coordinator().on_torch_store(*a))
+    else:
+        generation = int(_os.environ.get(worker_store.GENERATION, "0") or "0")
+        handler = worker_store.EnvRendezvous(lambda: generation, lambda *a: None)
+    worker_store.install_env_rendezvous(handler)
+
+
+if _os.environ.get("DRUN_WORKER_STORE"):
+    _install_env_rendezvous()

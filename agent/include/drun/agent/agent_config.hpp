@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "drun/agent/hang_options.hpp"
+#include "drun/agent/recovery_options.hpp"
 #include "drun/agent/worker_group.hpp"
 #include "drun/rendezvous/rendezvous.hpp"
 
@@ -41,6 +42,8 @@ struct AgentConfig {
   std::vector<int> signalsToHandle = {SIGTERM, SIGINT, SIGHUP, SIGQUIT};
   // Hang detection (--hang-timeout, --hang-idle): off unless given; docs/hangs.md.
   HangOptions hangs;
+  // A worker's failure: restart the job, or replace the worker in place (--recovery).
+  RecoveryOptions recovery;
   // Events (docs/observe.md): --events / DRUN_EVENTS ("" = none, "-" = stderr), and the
   // job's history in the store (DRUN_JOB_HISTORY; only with a shared store).
   std::string eventsPath;

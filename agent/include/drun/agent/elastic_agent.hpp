@@ -20,6 +20,7 @@ enum class AgentState {
   Init,
   Rendezvous,          // joining a round (off the loop)
   Running,             // this node's workers run
+  Recovering,          // --recovery in-process: a generation is open, the workers run
   StoppingForFailure,  // a local worker failed: stopping the others, then report it
   Reporting,           // telling the job about the failure: the store says restart or end
   StoppingForReform,   // the job re-forms (a failure elsewhere, a lost or new node, fencing)

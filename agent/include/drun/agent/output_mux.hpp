@@ -130,6 +130,12 @@ class OutputMux {
   void attach(int localRank, int globalRank, int stdoutFd, int stderrFd,
               std::function<void()> onClosed);
 
+  // attach() for a new worker of a local rank whose earlier worker was attached (an in-process
+  // recovery's replacement): the earlier one's pipes are read to their end as before, the rank's
+  // tails and closed() are the new worker's from now on, and its log files go on (appended).
+  void reattach(int localRank, int globalRank, int stdoutFd, int stderrFd,
+                std::function<void()> onClosed);
+
   // Reads at once what the rank's pipes paused by back-pressure hold (bounded): call it when the
   // worker exited, so that its stderr tail is complete and its last lines are queued before
   // anything reports its exit. EOF is still found by the asynchronous read (onClosed never runs

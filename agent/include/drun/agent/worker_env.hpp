@@ -24,6 +24,12 @@ struct AttemptContext {
   std::vector<std::filesystem::path> channels;
   std::filesystem::path pythonPackageDir;
   std::filesystem::path timerFile;
+  // --recovery in-process (docs/recovery.md): the workers' store ("host:port"), this round's key
+  // prefix in it, and the generation the worker starts in (0 at the round's start, g for a
+  // replacement). Empty store: DRUN_RECOVERY and its variables are not given.
+  std::string workerStore;
+  std::string workerStorePrefix;
+  uint64_t generation = 0;
 };
 
 // <dir of the drun binary>/../lib/drun/python when it exists (the build tree and an installed
@@ -37,5 +43,8 @@ std::filesystem::path errorFilePath(const std::filesystem::path& attemptDir, int
 
 std::vector<WorkerSpec> buildWorkerSpecs(const AgentConfig& config, const rdzv::RoundResult& round,
                                          const AttemptContext& attempt);
+// The spec of one local rank (buildWorkerSpecs' element): an in-process recovery's replacement.
+WorkerSpec buildWorkerSpec(const AgentConfig& config, const rdzv::RoundResult& round,
+                           const AttemptContext& attempt, int localRank);
 
 }  // namespace drun::agent

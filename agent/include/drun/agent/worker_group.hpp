@@ -102,6 +102,13 @@ class WorkerGroup {
   // Call once per group.
   void start(const std::vector<WorkerSpec>& workers);
 
+  // Starts one more worker into the running group (an in-process recovery's replacement: the
+  // same local and global rank as a worker already reported through onExit, a new environment).
+  // Its output takes the rank's place in the OutputMux (its log files go on). Returns its pid.
+  // Throws drun::Error as start() does, std::logic_error before start(), while stopping, or
+  // while a worker of that local rank is still running.
+  pid_t add(const WorkerSpec& worker);
+
   // Sends `signal` to the process group of every live worker, then SIGKILL to the groups still
   // alive after `grace`. `done` runs (on the io_context) once every worker was reported through
   // onExit. A second stop() while stopping sends its signal too and keeps the earlier deadline

@@ -12,7 +12,16 @@
 // non-member's or a destroyed communicator's operation), TimeoutError when an operation's
 // deadline passes, CommError when a peer fails; a failure names the peer when it is known
 // ("rank 2 (host:pid) is gone"). After a TimeoutError or CommError the communicator is broken:
-// every later operation fails at once with the first error (restart the job, as torchrun does).
+// every later operation fails at once with the first error (restart the job, as torchrun does,
+// or, under drun's in-process recovery, reform() the world communicator).
+//
+// In-process recovery (docs/recovery.md): started by drun with DRUN_WORKER_STORE, init()
+// connects to the workers' store (it outlives every rank) and the world communicator belongs to
+// a generation (DRUN_GENERATION, or the store's newer recovery/generation). A watcher thread
+// follows recovery/generation: when a newer generation begins, every pending and later
+// operation fails at once with a CommError naming the lost ranks, and reform() moves the world
+// to the new generation in place (same ranks, new transports). Groups belong to their
+// generation: after reform() make them again.
 // Every operation takes a timeout; kDefaultTimeout means the communicator's (InitOptions).
 //
 // Signals: with the gloo backend, init sets SIGPIPE to SIG_IGN when it is still at its default
@@ -29,6 +38,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -112,6 +122,19 @@ class Communicator {
   // "hierarchical" (shared memory within each host, Gloo across), "nccl"; "" for a non-member.
   // Chosen at init / newGroup by DRUN_COMM_TRANSPORT (shm | tcp | auto, default auto).
   std::string transport() const;
+  // The generation this communicator belongs to (0 without in-process recovery); a group's is
+  // the world's when the group was made.
+  uint64_t generation() const;
+
+  // World only, started with a workers' store (DRUN_WORKER_STORE): moves to the newest
+  // generation in place. Closes this generation's transports (shared-memory segments, Gloo
+  // connections, their threads), then connects new ones among the same ranks, every rank
+  // keeping its number; a generation that is superseded while forming is abandoned for the
+  // newest. Afterwards the communicator is usable again and its old groups fail (make them
+  // again). Throws InvalidArgument on a group, without a workers' store, or when no newer
+  // generation began ("no recovery in progress"); TimeoutError when the ranks did not all come
+  // within `timeout` (the communicator stays broken).
+  void reform(milliseconds timeout = kDefaultTimeout);
 
   // Every rank calls newGroup with the same ranks, in the same order relative to other groups.
   // Members get a usable communicator; the others get one whose operations throw InvalidArgument.

@@ -33,8 +33,11 @@ struct CliResult {
 // alike.)
 void parseEndpoint(const std::string& text, rdzv::RendezvousOptions& out);
 
-// --rdzv-conf's KEY=VALUE,... into `out` (drun status takes the etcd keys alike). Throws UsageError.
-void parseRendezvousConf(const std::string& text, rdzv::RendezvousOptions& out);
+// --rdzv-conf's KEY=VALUE,... into `out` and, for recovery_timeout, into `recovery` (drun status
+// takes the etcd keys alike, and passes no `recovery`: the key is checked, not kept). Throws
+// UsageError.
+void parseRendezvousConf(const std::string& text, rdzv::RendezvousOptions& out,
+                         agent::RecoveryOptions* recovery = nullptr);
 
 // argv[0] is the program name. Throws UsageError.
 CliResult parseCommandLine(const std::vector<std::string>& args);

@@ -50,6 +50,9 @@ struct C10dStoreAccess {
   std::function<std::unique_ptr<LivenessStore>()> connectWatcher;
   std::string selfAddress;       // this node's address as the others reach it
   std::string endpoint;          // "host:port", for messages
+  // "host:port" the workers may reach the store at (drun's protocol: --recovery in-process);
+  // "" when they cannot (the store is etcd)
+  std::string workerEndpoint;
   std::unique_ptr<StoreServer> server;  // embedded server this agent hosts, or null
 };
 

@@ -57,12 +57,18 @@
 //                                    them (JobConfig):
 //                                    compare_set("" -> it); a node started with other values
 //                                    fails at once, naming both
+//   rdzv/<id>/<r>/recoveries         counter: in-process recoveries opened in round r, each one
+//                                    unit of the job's restart budget (a recovery that fell back
+//                                    is taken off again: the restart that follows pays with it)
+//   rdzv/<id>/<r>/workers/           the workers' store of round r under --recovery in-process
+//                                    (DRUN_WORKER_STORE_PREFIX; its keys: recovery_keys.hpp)
 //   rdzv/<id>/events/next            counter: events appended to the job's history
 //   rdzv/<id>/events/<n % kEventSlots>  the n-th event (0-based), one JSON object with "seq": n;
 //                                    a ring: the last kEventSlots events are kept
 //
 // Job-wide state: the restart count lives in each closed round's state (RoundState::restartCount):
-// the closer of round r sets it to r-1's count, plus one when r-1 has a failure record. Every
+// the closer of round r sets it to r-1's count, plus r-1's recoveries, plus one when r-1 has a
+// failure record. Every
 // node of a round therefore reads the same TORCHELASTIC_RESTART_COUNT.
 //
 // Values are text; every value read from the store is untrusted and parsed with a clear error
@@ -116,6 +122,8 @@ std::string config(std::string_view runId);
 std::string present(std::string_view runId);
 std::string refill(std::string_view runId);  // "<round>\t<restarts>": store_refill.hpp
 std::string lastDead(std::string_view runId, uint64_t round);
+std::string recoveries(std::string_view runId, uint64_t round);
+std::string workerStore(std::string_view runId, uint64_t round);  // "rdzv/<id>/<r>/workers/"
 std::string sharedValue(std::string_view runId, std::string_view name);  // "rdzv/<id>/shared/<hex name>"
 
 // The job's history (docs/observe.md): `add(eventCount, 1) - 1` is an event's

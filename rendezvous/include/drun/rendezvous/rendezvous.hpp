@@ -175,6 +175,19 @@ class Rendezvous {
   // must not queue behind a blocking join: the agent's job history. Null without a
   // shared store. Callable from any thread.
   virtual std::unique_ptr<LivenessStore> connectSideStore() { return nullptr; }
+
+  // In-process recovery (docs/recovery.md). The store the workers share: "host:port" as this
+  // node reaches it (drun's store protocol; connect with connectSideStore() from here), or
+  // nullopt when the rendezvous has none the workers can use (single node, static, etcd).
+  virtual std::optional<std::string> workerStoreEndpoint() const { return std::nullopt; }
+  // Spends one unit of the job's restart budget on a recovery in the current round: returns the
+  // job's restart count including it (what every node reports), or nullopt when the budget is
+  // spent (the failure then takes the restart path, which ends the job). Blocks on the store
+  // (with its deadline); throws on a store error.
+  virtual std::optional<int> spendRecovery() = 0;
+  // A recovery of the current round fell back to a restart (or could not be opened): its unit
+  // pays for the restart the failure report then asks for, which does not spend a second one.
+  virtual void refundRecovery() = 0;
 };
 
 // The single-node rendezvous: no network; reserves a free MASTER_PORT on `masterAddr`.

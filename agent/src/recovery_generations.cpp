@@ -1,0 +1,125 @@
+#include "recovery_generations.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "drun/common/deadline.hpp"
+#include "drun/common/error.hpp"
+#include "drun/common/safe_text.hpp"
+#include "drun/rendezvous/recovery_keys.hpp"
+#include "drun/store/store_batch.hpp"
+
+namespace drun::agent::detail {
+
+namespace keys = rdzv::recovery;
+using rdzv::StoreBatch;
+
+std::string encodeLost(const LostWorker& l) {
+  return nlohmann::json{{"rank", l.rank},     {"local_rank", l.localRank}, {"node", l.node},
+                        {"exit_code", l.exitCode}, {"signal", l.signal},   {"pid", l.pid},
+                        {"time_ms", l.timeMs}}
+      .dump();
+}
+
+LostWorker parseLost(const std::string& value) {
+  try {
+    const nlohmann::json j = nlohmann::json::parse(value);
+    LostWorker l;
+    l.rank = j.at("rank").get<int>();
+    l.localRank = j.at("local_rank").get<int>();
+    l.node = text::printable(j.at("node").get<std::string>(), {.maxBytes = 256});
+    l.exitCode = j.at("exit_code").get<int>();
+    l.signal = j.at("signal").get<int>();
+    l.pid = j.at("pid").get<int64_t>();
+    l.timeMs = j.at("time_ms").get<int64_t>();
+    return l;
+  } catch (const nlohmann::json::exception& e) {
+    throw ProtocolError("a recovery's lost rank is not what drun writes (" + std::string(e.what()) + "): '" +
+                        text::printable(value, {.maxBytes = 200}) + "'");
+  }
+}
+
+uint64_t openGeneration(rdzv::LivenessStore& store, const std::string& prefix, const LostWorker& lost,
+                        int restartCount, std::chrono::milliseconds timeout) {
+  const Deadline deadline(timeout);
+  const std::string key = keys::generation(prefix);
+  const std::string me = lost.node + " pid " + std::to_string(::getpid()) + " rank " + std::to_string(lost.rank);
+  // Claim the first generation after the current one that nobody claimed.
+  uint64_t g = keys::parseGeneration(store.tryGet(key)) + 1;
+  for (int attempt = 0; store.compareSet(keys::opener(prefix, g), "", me) != me; ++attempt, ++g)
+    if (attempt >= 64) throw Error("could not claim a recovery generation after " + std::to_string(g) + " (64 tries)");
+  store.multiSet({keys::lost(prefix, g, lost.rank), keys::lostRanks(prefix, g), keys::restartCount(prefix, g)},
+                 {encodeLost(lost), keys::encodeRanks({lost.rank}), std::to_string(restartCount)});
+  // Then g-1 -> g; an earlier generation's opener may not have moved it to g-1 yet: wait for it.
+  const std::string desired = std::to_string(g);
+  for (;;) {
+    const std::string expected = g == 1 ? "" : std::to_string(g - 1);
+    if (store.compareSet(key, expected, desired) == desired) return g;
+    const std::optional<std::string> now = store.tryGet(key);
+    if (keys::parseGeneration(now) >= g)
+      throw Error(key + " moved past generation " + desired + ", which this agent claimed");
+    if (deadline.expired())
+      throw TimeoutError("recovery generation " + std::to_string(g - 1) + " was claimed but did not begin within " +
+                         std::to_string(timeout.count()) + "ms");
+    try {
+      store.watch(key, now, deadline.remaining());
+    } catch (const TimeoutError&) {
+    }
+  }
+}
+
+Generation readGeneration(rdzv::LivenessStore& store, const std::string& prefix, uint64_t g) {
+  Generation out;
+  out.number = g;
+  StoreBatch batch;
+  const size_t ranks = batch.tryGet(keys::lostRanks(prefix, g));
+  const size_t count = batch.tryGet(keys::restartCount(prefix, g));
+  store.runBatch(batch);
+  if (auto c = batch.value(count)) {
+    try {
+      out.restartCount = std::stoi(*c);
+    } catch (const std::exception&) {
+      throw ProtocolError("recovery/" + std::to_string(g) + "/restart_count holds '" +
+                          text::printable(*c, {.maxBytes = 64}) + "'");
+    }
+  }
+  if (!batch.value(ranks)) return out;
+  for (int rank : keys::parseRanks(*batch.value(ranks)))
+    if (auto value = store.tryGet(keys::lost(prefix, g, rank))) out.lost.push_back(parseLost(*value));
+  return out;
+}
+
+std::string fallbackReason(rdzv::LivenessStore& store, const std::string& prefix, uint64_t g, int worldSize,
+                           const std::vector<int>& replaced) {
+  std::vector<int> missing;
+  bool survivorJoined = false;
+  for (int first = 0; first < worldSize; first += static_cast<int>(StoreBatch::kMaxOps)) {
+    StoreBatch batch;
+    const int last = std::min(worldSize, first + static_cast<int>(StoreBatch::kMaxOps));
+    for (int r = first; r < last; ++r) batch.tryGet(keys::joined(prefix, g, r));
+    store.runBatch(batch);
+    for (int r = first; r < last; ++r) {
+      const bool joined = batch.value(static_cast<size_t>(r - first)).has_value();
+      const bool isReplacement = std::find(replaced.begin(), replaced.end(), r) != replaced.end();
+      if (!joined) missing.push_back(r);
+      if (joined && !isReplacement) survivorJoined = true;
+    }
+  }
+  if (!survivorJoined) return "the survivors never joined the recovery";
+  std::string list;
+  constexpr size_t kNamed = 8;
+  for (size_t i = 0; i < missing.size() && i < kNamed; ++i)
+    list += (i ? ", " : "") + std::to_string(missing[i]);
+  if (missing.size() > kNamed) list += ", ... (" + std::to_string(missing.size()) + " in all)";
+  if (missing.empty()) return "generation " + std::to_string(g) + " did not form in time";
+  return (missing.size() == 1 ? "rank " : "ranks ") + list + " never joined";
+}
+
+std::string decideFallback(rdzv::LivenessStore& store, const std::string& prefix, uint64_t g,
+                           const std::string& reason) {
+  return store.compareSet(keys::outcome(prefix, g), "", keys::encodeFallback(reason));
+}
+
+}  // namespace drun::agent::detail

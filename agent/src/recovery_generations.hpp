@@ -1,0 +1,59 @@
+// The agent's store calls of an in-process recovery (docs/recovery.md; key names:
+// drun/rendezvous/recovery_keys.hpp): opening a generation, reading one that began, and the
+// fallback's reason and decision at recovery_timeout. Every call blocks on the workers' store
+// with that store's deadlines: run them off the loop.
+//
+// Threading: free functions; the store's rules. Values read are untrusted: ProtocolError.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "drun/store/store.hpp"
+
+namespace drun::agent::detail {
+
+// A rank lost to a generation: the value of recovery/<g>/lost/<rank>.
+struct LostWorker {
+  int rank = 0;
+  int localRank = 0;
+  std::string node;
+  int exitCode = 0;
+  int signal = 0;
+  int64_t pid = 0;
+  int64_t timeMs = 0;  // wall clock of the death, ms since the epoch
+};
+std::string encodeLost(const LostWorker& lost);  // JSON
+LostWorker parseLost(const std::string& value);  // throws ProtocolError
+
+// What every agent reads of a generation that began.
+struct Generation {
+  uint64_t number = 0;
+  std::vector<LostWorker> lost;
+  int restartCount = 0;
+};
+
+// Opens a generation for `lost`: claims the first one after the current generation that nobody
+// claimed (opener), writes its lost/<rank>, lost_ranks and restart_count, then moves
+// `generation` from g-1 to g (waiting, up to `timeout`, for an earlier claimer to move it to g-1
+// first). Returns the generation opened.
+uint64_t openGeneration(rdzv::LivenessStore& store, const std::string& prefix, const LostWorker& lost,
+                        int restartCount, std::chrono::milliseconds timeout);
+
+// Reads generation g's lost ranks and restart count (written before g began).
+Generation readGeneration(rdzv::LivenessStore& store, const std::string& prefix, uint64_t g);
+
+// Why generation g has not formed, from who joined it: "the survivors never joined the
+// recovery" when no rank but the replacements did, else "rank 3 never joined" / "ranks 1, 2
+// never joined".
+std::string fallbackReason(rdzv::LivenessStore& store, const std::string& prefix, uint64_t g, int worldSize,
+                           const std::vector<int>& replaced);
+
+// compare_set(outcome, absent -> "fallback: <reason>"): returns the outcome now stored (another
+// writer's "formed" may have come first).
+std::string decideFallback(rdzv::LivenessStore& store, const std::string& prefix, uint64_t g,
+                           const std::string& reason);
+
+}  // namespace drun::agent::detail

@@ -1,0 +1,205 @@
+"""The process side of an in-process recovery (docs/recovery.md): which generation this process is
+in, the watcher of `recovery/generation`, and moving the default process group to a new
+generation.
+
+The watcher is a thread of this module (one per process, started by the first resilient call,
+stopped and joined at exit): it watches `recovery/generation` over a connection of its own and,
+when a new generation begins, fails what the old group is waiting for at once: a gloo group's
+sockets are shut down (abort_gloo), an nccl group is aborted where torch has an abort (torch 1.13
+has none: its work ends at the group's timeout, NCCL_ASYNC_ERROR_HANDLING), a "drun" group needs
+nothing (libdrun_comm's own watcher fails its operations). A store still waiting for the peers of
+a superseded generation is abandoned.
+
+Moving on (rejoin): "drun" re-forms the default group's communicator in place; gloo and nccl
+destroy the default group and call init_process_group again with env://, which recovery's
+rendezvous handler points at the workers' store under `torch/g<g>/`; each rank then sets
+`recovery/<g>/joined/<rank>` before connecting and adds to `recovery/<g>/formed` once connected
+(the rank whose add reaches the world size sets `recovery/<g>/outcome` = formed).
+"""
+import atexit
+import datetime
+import os
+import threading
+import time
+
+import torch.distributed as dist
+
+from . import _backend, worker_store
+
+GENERATION_KEY = "recovery/generation"
+# How long an exception waits for the generation to move before it counts as not a recovery: a
+# peer's death reaches a collective through its sockets at once, the agent's compareSet follows.
+RECOVERY_GRACE = datetime.timedelta(seconds=10)
+# A watch's slice: the watcher ends within it after close().
+_WATCH_SLICE = datetime.timedelta(seconds=5)
+# Re-forming the "drun" group: the deadline when the group's own timeout is not known.
+_REFORM_TIMEOUT = datetime.timedelta(seconds=300)
+
+
+def _parse_generation(value):
+    try:
+        return int(value) if value is not None else 0
+    except ValueError:
+        return 0  # not a generation: nothing began
+
+
+class Coordinator:
+    """One per process: see the module's doc."""
+
+    def __init__(self):
+        self._generation = int(os.environ.get(worker_store.GENERATION, "0") or "0")
+        self._pg_timeout = dist.constants.default_pg_timeout
+        self._lock = threading.Condition()
+        self._newest = self._generation
+        self._torch_stores = []  # (generation, WorkerStore) handed to torch's env://
+        self._formed = set()
+        self._stopping = False
+        self._root = worker_store.connect("")
+        self._watch_store = worker_store.connect("")
+        known = self._watch_store.try_get(GENERATION_KEY)
+        self._newest = max(self._newest, _parse_generation(known))
+        self._thread = threading.Thread(target=self._watch, args=(known,),
+                                        name="drun-generation-watcher", daemon=True)
+        self._thread.start()
+        atexit.register(self.close)
+
+    def generation(self):
+        """The generation this process is in (its group was formed for it)."""
+        return self._generation
+
+    def newest(self):
+        with self._lock:
+            return self._newest
+
+    # torch's env:// handler hands out a store for this process's generation.
+    def on_torch_store(self, store, generation, rank, timeout):
+        self._pg_timeout = timeout
+        with self._lock:
+            self._torch_stores = [(g, s) for g, s in self._torch_stores if g >= generation]
+            self._torch_stores.append((generation, store))
+        if generation > 0:
+            self._root.set(f"recovery/{generation}/joined/{rank}", worker_store.joined_value())
+
+    def entered(self):
+        """resilient calls this as the function is first entered: a replacement's gloo/nccl group
+        is connected by now (the program made it), so its rank counts as formed."""
+        if self._generation > 0 and dist.is_initialized() and dist.get_backend() != "drun":
+            self._mark_formed(self._generation)
+
+    def began(self, error):
+        """The generation that began if `error` came from a recovery, else None (waits up to
+        RECOVERY_GRACE for the generation to move: a collective may fail first)."""
+        if not isinstance(error, RuntimeError):
+            return None
+        deadline = time.monotonic() + RECOVERY_GRACE.total_seconds()
+        with self._lock:
+            while self._newest <= self._generation and not self._stopping:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                self._lock.wait(left)
+            return self._newest if self._newest > self._generation else None
+
+    def rejoin(self):
+        """Moves the default process group to the newest generation (see the module's doc)."""
+        if not dist.is_initialized():
+            self._generation = self.newest()
+            return
+        backend = dist.get_backend()
+        if backend == "drun":
+            group = dist.distributed_c10d._get_default_group()
+            self._generation = _backend.reform(group, self._pg_timeout or _REFORM_TIMEOUT)
+            self._count_in_torch_barrier(self._generation)
+            return
+        dist.destroy_process_group()
+        while True:
+            target = self.newest()
+            self._generation = target
+            try:
+                dist.init_process_group(backend, init_method="env://", timeout=self._pg_timeout)
+            except RuntimeError:
+                if self.newest() == target:
+                    raise
+                if dist.is_initialized():
+                    dist.destroy_process_group()
+                continue  # superseded while forming: form the newer one
+            break
+        self._mark_formed(target)
+
+    def _count_in_torch_barrier(self, generation):
+        """A replacement's init_process_group ends in torch's store-based barrier, which waits for
+        every rank of the world under the store it was given (the workers' store under
+        torch/g<g>/); the survivors of a "drun" group re-form it in place and never call
+        init_process_group, so each counts itself in that barrier instead (torch's key: the
+        default group's, created first: default_pg/store_based_barrier_key:1)."""
+        store = dist.PrefixStore("default_pg", worker_store.connect(f"torch/g{generation}/", self._pg_timeout))
+        store.add(f"{dist.distributed_c10d.STORE_BASED_BARRIER_PREFIX}:1", 1)
+
+    def _mark_formed(self, generation):
+        if generation in self._formed:
+            return
+        self._formed.add(generation)
+        count = self._root.add(f"recovery/{generation}/formed", 1)
+        if count == dist.get_world_size():
+            self._root.compare_set(f"recovery/{generation}/outcome", "", "formed")
+
+    def _watch(self, known):
+        while True:
+            try:
+                value = self._watch_store.watch(GENERATION_KEY, known, _WATCH_SLICE)
+            except Exception as e:  # noqa: BLE001 (the connection ended: closed, or the store lost)
+                with self._lock:
+                    if not self._stopping:
+                        print(f"drun.torch: the generation watcher stopped: {e}", flush=True)
+                    self._stopping = True
+                    self._lock.notify_all()
+                return
+            if value == known:
+                continue
+            known = value
+            generation = _parse_generation(value)
+            with self._lock:
+                if generation <= self._newest:
+                    continue
+                self._newest = generation
+                superseded = [s for g, s in self._torch_stores if g < generation]
+                self._lock.notify_all()
+            for store in superseded:
+                store.abandon(f"generation {generation} began")
+            self._abort_group(generation)
+
+    def _abort_group(self, generation):
+        if not dist.is_initialized():
+            return
+        try:
+            group = dist.distributed_c10d._get_default_group()
+            backend = dist.get_backend()
+        except RuntimeError:
+            return  # destroyed meanwhile
+        if backend == "gloo":
+            _backend.abort_gloo(group)
+        elif backend == "nccl" and hasattr(group, "abort"):
+            group.abort()
+
+    def close(self):
+        with self._lock:
+            self._stopping = True
+            self._lock.notify_all()
+        self._watch_store.interrupt()
+        self._thread.join(timeout=_WATCH_SLICE.total_seconds() + 1)
+
+
+_coordinator = None
+_coordinator_lock = threading.Lock()
+
+
+def coordinator():
+    """This process's Coordinator (made on first use; needs DRUN_WORKER_STORE)."""
+    global _coordinator
+    with _coordinator_lock:
+        if _coordinator is None:
+            if not worker_store.configured():
+                raise RuntimeError("drun.torch: DRUN_RECOVERY=in-process without DRUN_WORKER_STORE: "
+                                   "start the program with drun --recovery in-process")
+            _coordinator = Coordinator()
+        return _coordinator

@@ -1,0 +1,63 @@
+"""@drun.torch.resilient: a training function that a peer's failure does not end.
+
+    @drun.torch.resilient
+    def train(state):          # drun.torch.State
+        ...
+    model = train()
+
+Under `drun --recovery in-process` (DRUN_RECOVERY=in-process) the function is entered again after
+each recovery: when an exception leaves it and the workers' store says a new generation began
+(recovery.py: the watcher), the process group moves to that generation (re-formed in place for
+"drun", re-created for "gloo" and "nccl"), the state goes back to its last commit and the function
+runs again; the first track() brings every rank to the newest committed state. Any other exception
+propagates. Under `--recovery restart`, or outside drun (one warning), the function runs once as
+an ordinary function.
+"""
+import functools
+import gc
+import os
+import sys
+import warnings
+
+from .state import State
+
+
+def _mode():
+    return os.environ.get("DRUN_RECOVERY", "")
+
+
+def _say(message):
+    print(f"drun.torch: rank {os.environ.get('RANK', '?')}: {message}", file=sys.stderr, flush=True)
+
+
+def resilient(fn):
+    """Decorates fn(state, *args, **kwargs); the wrapper takes (*args, **kwargs)."""
+
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        if _mode() != "in-process":
+            if "TORCHELASTIC_RUN_ID" not in os.environ:
+                warnings.warn("drun.torch.resilient: not started by drun: "
+                              f"{getattr(fn, '__qualname__', fn)} runs once, without recovery",
+                              RuntimeWarning, stacklevel=2)
+            return fn(State(), *args, **kwargs)
+        from . import recovery
+        coordinator = recovery.coordinator()
+        state = State(generation=coordinator.generation)
+        coordinator.entered()
+        while True:
+            try:
+                return fn(state, *args, **kwargs)
+            except Exception as e:  # noqa: BLE001 (a recovery is told apart below)
+                began = coordinator.began(e)
+                if began is None:
+                    raise
+                _say(f"generation {began} began ({type(e).__name__}: {e}); "
+                     f"going back to step {state._snapshot.step if state._snapshot else 0}")
+            # Out of the except block: the exception, its traceback and the frames of the failed
+            # entry (holding the old model, DDP's reducer, the old process group) are gone.
+            gc.collect()
+            coordinator.rejoin()
+            state._rewind()
+
+    return run

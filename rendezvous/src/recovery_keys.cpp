@@ -1,0 +1,78 @@
+// The in-process recovery's key names and value codecs (recovery_keys.hpp).
+#include "drun/rendezvous/recovery_keys.hpp"
+
+#include <charconv>
+
+#include "drun/common/error.hpp"
+#include "drun/common/safe_text.hpp"
+
+namespace drun::rdzv::recovery {
+namespace {
+
+std::string inGeneration(std::string_view prefix, uint64_t g, std::string_view name) {
+  return std::string(prefix) + "recovery/" + std::to_string(g) + "/" + std::string(name);
+}
+
+template <typename Int>
+std::optional<Int> parseDecimal(std::string_view text) {
+  Int value{};
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return value;
+}
+
+}  // namespace
+
+std::string generation(std::string_view prefix) { return std::string(prefix) + "recovery/generation"; }
+std::string opener(std::string_view prefix, uint64_t g) { return inGeneration(prefix, g, "opener"); }
+std::string lost(std::string_view prefix, uint64_t g, int rank) {
+  return inGeneration(prefix, g, "lost/" + std::to_string(rank));
+}
+std::string lostRanks(std::string_view prefix, uint64_t g) { return inGeneration(prefix, g, "lost_ranks"); }
+std::string restartCount(std::string_view prefix, uint64_t g) {
+  return inGeneration(prefix, g, "restart_count");
+}
+std::string joined(std::string_view prefix, uint64_t g, int rank) {
+  return inGeneration(prefix, g, "joined/" + std::to_string(rank));
+}
+std::string formed(std::string_view prefix, uint64_t g) { return inGeneration(prefix, g, "formed"); }
+std::string outcome(std::string_view prefix, uint64_t g) { return inGeneration(prefix, g, "outcome"); }
+
+uint64_t parseGeneration(const std::optional<std::string>& value) {
+  if (!value) return 0;
+  auto g = parseDecimal<uint64_t>(*value);
+  if (!g) throw ProtocolError("recovery/generation holds '" + text::printable(*value) + "', not a generation");
+  return *g;
+}
+
+std::string encodeRanks(const std::vector<int>& ranks) {
+  std::string out;
+  for (int r : ranks) out += (out.empty() ? "" : ",") + std::to_string(r);
+  return out;
+}
+
+std::vector<int> parseRanks(std::string_view value) {
+  std::vector<int> out;
+  size_t start = 0;
+  while (start <= value.size()) {
+    size_t comma = value.find(',', start);
+    std::string_view item = value.substr(start, comma == std::string_view::npos ? value.npos : comma - start);
+    auto rank = parseDecimal<int>(item);
+    if (!rank || *rank < 0)
+      throw ProtocolError("recovery lost_ranks holds '" + text::printable(value) + "', not a list of ranks");
+    out.push_back(*rank);
+    if (comma == std::string_view::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+std::string encodeFallback(std::string_view reason) { return std::string(kFallbackPrefix) + std::string(reason); }
+
+Outcome parseOutcome(std::string_view value) {
+  if (value == kFormed) return {true, ""};
+  if (value.starts_with(kFallbackPrefix)) return {false, std::string(value.substr(kFallbackPrefix.size()))};
+  throw ProtocolError("recovery outcome holds '" + text::printable(value) + "', neither formed nor a fallback");
+}
+
+}  // namespace drun::rdzv::recovery

@@ -1,0 +1,86 @@
+#!/usr/bin/python3
+"""The DDP tutorial's model (pytorch/examples: ToyModel, Linear(10,10) ReLU Linear(10,5), SGD)
+trained under @drun.torch.resilient, the data of each step a function of (step, rank) only, so
+that a run through recoveries must end with the parameters of a run without a failure.
+
+    TRAIN_BACKEND   drun (default) | gloo
+    TRAIN_STEPS     steps to train (default 40)
+    TRAIN_KILL      "R:S[,R:S...]": rank R SIGKILLs itself as step S begins; only a process of
+                    the job's first attempt (TORCHELASTIC_RESTART_COUNT=0, DRUN_GENERATION=0)
+
+Prints, on every (re-)entry of the training function once the state is tracked,
+`ENTER rank=R generation=G step=S sum=H equal=E` (H: a hash of the parameters, E: 1 when every
+rank's hash is the same), and at the end `FINAL rank=R step=S sum=H`.
+"""
+import datetime
+import hashlib
+import os
+import signal
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import drun.torch
+
+BACKEND = os.environ.get("TRAIN_BACKEND", "drun")
+STEPS = int(os.environ.get("TRAIN_STEPS", "40"))
+FIRST_ATTEMPT = (os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
+                 and os.environ.get("DRUN_GENERATION", "0") == "0")
+KILLS = {tuple(int(n) for n in kill.split(":")) for kill in os.environ.get("TRAIN_KILL", "").split(",") if kill}
+
+
+class ToyModel(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net1 = nn.Linear(10, 10)
+        self.relu = nn.ReLU()
+        self.net2 = nn.Linear(10, 5)
+
+    def forward(self, x):
+        return self.net2(self.relu(self.net1(x)))
+
+
+def digest(model):
+    flat = torch.cat([p.detach().flatten() for p in model.parameters()]).numpy().tobytes()
+    return hashlib.sha256(flat).hexdigest()[:16]
+
+
+def same_everywhere(text):
+    mine = torch.tensor([int(text, 16) & ((1 << 62) - 1)], dtype=torch.int64)
+    gathered = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
+    dist.all_gather(gathered, mine)
+    return int(all(torch.equal(g, mine) for g in gathered))
+
+
+@drun.torch.resilient
+def train(state):
+    torch.manual_seed(0)
+    model = DDP(ToyModel())
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    state.track(model=model, optimizer=opt)
+    rank = state.rank
+    generation = os.environ.get("DRUN_GENERATION", "0")
+    if dist.is_initialized():
+        from drun.torch import recovery
+        generation = recovery.coordinator().generation() if os.environ.get("DRUN_RECOVERY") == "in-process" else 0
+    print(f"ENTER rank={rank} generation={generation} step={state.step} sum={digest(model.module)} "
+          f"equal={same_everywhere(digest(model.module))}", flush=True)
+    while state.step < STEPS:
+        if FIRST_ATTEMPT and (rank, state.step) in KILLS:
+            os.kill(os.getpid(), signal.SIGKILL)
+        data = torch.Generator().manual_seed(1000 * state.step + rank)
+        x, y = torch.randn(20, 10, generator=data), torch.randn(20, 5, generator=data)
+        opt.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+        state.commit()
+    return model.module, state.step
+
+
+if __name__ == "__main__":
+    dist.init_process_group(BACKEND, init_method="env://", timeout=datetime.timedelta(seconds=60))
+    model, steps = train()
+    print(f"FINAL rank={dist.get_rank()} step={steps} sum={digest(model)}", flush=True)
+    dist.destroy_process_group()

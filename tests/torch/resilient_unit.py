@@ -1,0 +1,168 @@
+#!/usr/bin/python3
+"""drun.torch.State and @drun.torch.resilient outside drun, in one process (no process group):
+
+- a resilient function runs once, as an ordinary function, with exactly one warning;
+- state.track(x=<no state_dict>) raises TypeError naming x and its type;
+- commit()/track() of a model, an optimizer with state (momentum) and plain values: after more
+  steps, going back (what a recovery does) restores the committed parameters, optimizer state,
+  step and values into new objects; a commit reuses its buffers (no allocation);
+- a snapshot survives encode()/decode() (the bytes a replacement receives).
+
+Prints `RESILIENT_UNIT ok checks=N` or exits non-zero naming what failed.
+"""
+import copy
+import os
+import sys
+import warnings
+
+import torch
+import torch.nn as nn
+
+import drun.torch
+from drun.torch.snapshot import Snapshot
+from resilient_train import ToyModel  # pytorch/examples' DDP tutorial model
+
+checks = 0
+
+
+def check(condition, what):
+    global checks
+    if not condition:
+        sys.exit(f"RESILIENT_UNIT failed: {what}")
+    checks += 1
+
+
+def make():
+    torch.manual_seed(0)
+    model = ToyModel()
+    return model, torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+
+def step(model, opt, n):
+    g = torch.Generator().manual_seed(n)
+    opt.zero_grad()
+    loss = ((model(torch.randn(20, 10, generator=g)) - torch.randn(20, 5, generator=g)) ** 2).mean()
+    loss.backward()
+    opt.step()
+
+
+def params(model):
+    return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+
+def runs_once_with_one_warning():
+    for name in ("DRUN_RECOVERY", "TORCHELASTIC_RUN_ID"):
+        os.environ.pop(name, None)
+    calls = []
+
+    @drun.torch.resilient
+    def train(state, x, y=0):
+        calls.append((x, y))
+        check(isinstance(state, drun.torch.State), "the function gets a State")
+        check(state.step == 0 and state.rank == 0 and state.world_size == 1, f"a fresh state: {state}")
+        return x + y
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = train(2, y=3)
+    check(result == 5 and calls == [(2, 3)], f"ran once with its arguments: {calls} -> {result}")
+    mine = [w for w in caught if "drun.torch.resilient" in str(w.message)]
+    check(len(mine) == 1, f"one warning outside drun, got {[str(w.message) for w in caught]}")
+    check("runs once" in str(mine[0].message), f"the warning says what happens: {mine[0].message}")
+    # Started by drun under --recovery restart: no warning.
+    os.environ["TORCHELASTIC_RUN_ID"] = "unit"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        train(1)
+    check(not [w for w in caught if "drun.torch.resilient" in str(w.message)],
+          "no warning under drun --recovery restart")
+    del os.environ["TORCHELASTIC_RUN_ID"]
+
+
+def track_refuses_what_has_no_state_dict():
+    state = drun.torch.State()
+
+    class Plain:
+        pass
+
+    try:
+        state.track(model=nn.Linear(2, 2), counter=Plain())
+    except TypeError as e:
+        check("counter" in str(e) and "Plain" in str(e), f"the TypeError names the object and its type: {e}")
+    else:
+        check(False, "track() of an object without state_dict() raised nothing")
+    check(state._tracked == {}, "nothing was tracked from a refused call")
+
+
+def commit_and_go_back():
+    model, opt = make()
+    state = drun.torch.State()
+    state.best = 1.0
+    state.history = []
+    state.track(model=model, optimizer=opt)
+    for n in range(3):
+        step(model, opt, n)
+        state.history.append(n)
+        state.best = float(n)
+        state.commit()
+    check(state.step == 3, f"three commits: step {state.step}")
+    committed = params(model).clone()
+    committed_momentum = [opt.state[p]["momentum_buffer"].clone() for p in model.parameters()]
+    buffers = [b.data_ptr() for e in state._snapshot.entries.values() for b in e.buffers]
+    for n in range(3, 5):  # steps after the commit, then a failure
+        step(model, opt, n)
+        state.history.append(n)
+        state.best = -1.0
+    state.extra = "set after the commit"
+    state._rewind()
+    check(state.step == 3, f"back to the committed step: {state.step}")
+    check(state.history == [0, 1, 2] and state.best == 2.0, f"plain values back: {state}")
+    check(not hasattr(state, "extra"), "a value set after the commit is gone")
+    model2, opt2 = make()
+    state.track(model=model2, optimizer=opt2)
+    check(torch.equal(params(model2), committed), "the new model holds the committed parameters")
+    check(all(torch.equal(opt2.state[p]["momentum_buffer"], m)
+              for p, m in zip(model2.parameters(), committed_momentum)),
+          "the new optimizer holds the committed momentum")
+    # Going on from the restored state gives what the uninterrupted run gives.
+    reference, ref_opt = make()
+    for n in range(5):
+        step(reference, ref_opt, n)
+    for n in range(3, 5):
+        step(model2, opt2, n)
+        state.commit()
+    check(torch.equal(params(model2), params(reference)), "steps redone from the commit match")
+    again = [b.data_ptr() for e in state._snapshot.entries.values() for b in e.buffers]
+    check(again == buffers, "commits reuse their buffers")
+    # What was restored is a copy: training on does not change the snapshot.
+    snap = params(model2).clone()
+    step(model2, opt2, 9)
+    state._rewind()
+    model3, opt3 = make()
+    state.track(model=model3, optimizer=opt3)
+    check(torch.equal(params(model3), snap), "the snapshot did not follow the model after a restore")
+    return state
+
+
+def encode_decode(state):
+    data = state._snapshot.encode()
+    back = Snapshot.decode(data)
+    check(back.step == state.step and back.values == state._snapshot.values, "step and values decode")
+    model, opt = make()
+    back.load_into("model", model)
+    back.load_into("optimizer", opt)
+    mine, _ = make()
+    state._snapshot.load_into("model", mine)
+    check(torch.equal(params(model), params(mine)), "decoded parameters equal the snapshot's")
+    try:
+        Snapshot.decode(data[: len(data) // 2])
+    except ValueError as e:
+        check("unreadable" in str(e), f"a truncated snapshot is named: {e}")
+    else:
+        check(False, "a truncated snapshot decoded")
+
+
+runs_once_with_one_warning()
+track_refuses_what_has_no_state_dict()
+encode_decode(commit_and_go_back())
+print(f"RESILIENT_UNIT ok checks={checks}", flush=True)
