@@ -131,8 +131,8 @@ class InProcessChecksTest(unittest.TestCase):
     def test_a_restart_must_say_why_the_recovery_fell_back(self):
         s = self.restarted("drun: rank 1 failed\n")
         self.assertEqual(kinds(s), ["restart without a reason"])
-        s = self.restarted("drun: recovery 1 fell back to a restart: rank 1 never joined\n"
-                           "drun: fallback: rank 1 never joined\n")
+        s = self.restarted("drun: generation 1 did not form: rank 1 never joined; restarting "
+                           "the job\n")
         self.assertEqual(kinds(s), [])
         self.assertEqual(s.recoveries, ["restart"])
 

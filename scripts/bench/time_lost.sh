@@ -21,9 +21,11 @@
 #          drawn step in 85..99
 # Each (scenario, mode) is a fresh job, --max-restarts 3, otherwise default flags (torchrun:
 # c10d on the same endpoint, monitor_interval 5 s, through scripts/bench/torchrun_compat.py).
-# Columns: time lost = from the SIGKILL to the first step committed by a process that did not
-# exist before it (workers log their own wall time; the namespaces share the clock); steps
-# redone = the last step the old processes committed minus the step before that one; outcome =
+# Columns: time lost = from the SIGKILL to the first step committed by a process that entered
+# the training function after it (a replacement, a restarted rank, a survivor back from the
+# recovery; workers log their own wall time, the namespaces share the clock); steps redone = the
+# last step committed by a process that had not entered again since, minus the step before that
+# first one; outcome =
 # "in place" (every survivor kept its process) or "restarted" (with a fallback's reason), and
 # the agents' exit codes; params = the sha1 of the parameters at the end (the same on every
 # rank; the same in every row of one backend when the recovery lost nothing).
@@ -57,7 +59,8 @@ PYTHONPATH=$pythonpath "$PYTHON" -c 'import drun.torch' 2>/dev/null \
 in_process=""
 if ! "$DRUN_BIN_DIR/drun" --help 2>/dev/null | grep -q -- '--recovery'; then
   in_process="this drun has no --recovery"
-elif ! PYTHONPATH=$pythonpath "$PYTHON" -c 'import drun.torch; drun.torch.resilient' 2>/dev/null; then
+elif ! PYTHONPATH=$pythonpath "$PYTHON" -c 'import drun.torch; drun.torch.resilient' \
+    2>/dev/null; then
   in_process="this drun.torch has no resilient"
 fi
 
@@ -74,7 +77,8 @@ status=0
 echo "# time lost to a failure, $(date -u +%FT%TZ), $(getconf _NPROCESSORS_ONLN) cores, $(uname -r)"
 # What a restarted rank pays before its first line on this machine now (a loaded machine pays
 # more): the restart rows depend on it, the in-process ones do not (survivors keep their imports).
-import_s=$("$PYTHON" -c 'import time; t = time.time(); import torch.distributed; print(f"{time.time() - t:.2f}")')
+import_s=$("$PYTHON" -c \
+  'import time; t = time.time(); import torch.distributed; print(f"{time.time() - t:.2f}")')
 echo "# load average $(cut -d' ' -f1-3 /proc/loadavg); import torch.distributed: ${import_s} s"
 if [[ "${TABLE:-1}" != 0 ]]; then
   "$PYTHON" scripts/bench/time_lost_bench.py "${common[@]}" --work-dir "$work/table" \

@@ -6,12 +6,14 @@ by scripts/bench/time_lost.sh (which checks the prerequisites and documents the 
 For each scenario and mode: a fresh job of time_lost_train.py on namespace hosts
 (time_lost_job.py); once every rank commits, the fault falls at the scenario's step (drawn from
 --seed, the same for every mode) plus a drawn fraction of a step; then the harness waits for the
-first step committed after the fault by a process that did not exist before it (a replacement or
-a restarted rank: its commit means the job as a whole got past a collective again), and for the
-job's end. Reported: that wall time, the steps redone (the last step the old processes committed
-minus the step before that first new commit), the outcome (in place: every survivor kept its
-process; restarted; or the fallback's reason) and the parameters' sha1 at the end (the same on
-every rank, and the same in every row of one backend when the recovery is exact).
+first step committed after the fault by a process that entered the training function after it (a
+replacement, a restarted rank, or a survivor back from the recovery: a step commits after its
+DDP all-reduce, so the job as a whole got past a collective again), and for the job's end.
+Reported: that wall time, the steps redone (the last step committed by a process that had not
+entered again since the fault, minus the step before that first commit), the outcome (in place:
+every survivor kept its process; restarted; or the fallback's reason) and the parameters' sha1
+at the end (the same on every rank, and the same in every row of one backend when the recovery
+is exact).
 """
 import argparse
 import os
@@ -21,6 +23,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from chaos_inprocess_checks import FALLBACK_PHRASES  # noqa: E402
 from time_lost_job import MODES, Interrupted, Job, harness_arguments  # noqa: E402
 
 FORM_CAP_S = 120.0      # the first round: python and torch start on a loaded 2-core machine
@@ -111,18 +114,12 @@ def run_job(args, job, sc, mode, fault):
         killed_at = job.kill_agent(fault.victim)
     cap = args.torch_cap if mode.launcher == "torchrun" else args.drun_cap
 
-    def first_new(lines):
-        new = [ln for ln in lines if ln.kind == "STEP" and ln.pid not in before
-               and ln.t > killed_at]
-        return min(new, key=lambda ln: ln.t) if new else None
-    first = job.wait_for(first_new, killed_at + cap)
+    first = job.wait_for(job.first_commit_after(killed_at), killed_at + cap)
     if first is None:
         job.reap()
         return Result(f"no step committed within {cap:.0f} s of the fault "
                       f"(agent exit codes {job.codes}){fallback_reason(job)}")
-    old_steps = [ln.step for ln in job.lines if ln.kind == "STEP" and ln.pid in before
-                 and ln.t < first.t]
-    redone = max(0, max(old_steps, default=0) - first.step + 1)
+    redone = max(0, max(job.old_generation_steps(killed_at), default=0) - first.step + 1)
     job.wait_agents(time.time() + END_CAP_S)
     job.read_log()
     survivors = {ln.rank: ln.pid in before for ln in job.lines
@@ -137,7 +134,7 @@ def run_job(args, job, sc, mode, fault):
 def fallback_reason(job):
     for host in sorted(job.agents):
         for line in job.agent_output(host).splitlines():
-            if "fallback" in line or "fall back" in line or "falls back" in line:
+            if any(phrase in line.lower() for phrase in FALLBACK_PHRASES):
                 return f" ({line.strip()[-90:]})"
     return ""
 

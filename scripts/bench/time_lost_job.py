@@ -251,6 +251,30 @@ class Job:
             return len(ranks) >= world
         return cond
 
+    def first_commit_after(self, t):
+        """A condition for wait_for: the first step committed after `t` by a process that
+        entered train() after `t` (a replacement, a restarted rank, or a survivor back from a
+        recovery): the job's next committed step."""
+        def cond(lines):
+            entered = {}
+            for ln in sorted(lines, key=lambda ln: ln.t):
+                if ln.kind == "ENTER":
+                    entered[ln.pid] = ln.t
+                elif ln.kind == "STEP" and ln.t > t and entered.get(ln.pid, 0.0) > t:
+                    return ln
+            return None
+        return cond
+
+    def old_generation_steps(self, t):
+        """Steps committed by processes whose last entry into train() was before `t`."""
+        entered, steps = {}, []
+        for ln in sorted(self.lines, key=lambda ln: ln.t):
+            if ln.kind == "ENTER":
+                entered[ln.pid] = ln.t
+            elif ln.kind == "STEP" and entered.get(ln.pid, 0.0) <= t:
+                steps.append(ln.step)
+        return steps
+
     def agent_output(self, host):
         try:
             with open(os.path.join(self.dir, f"agent{host}.log"), errors="replace") as f:

@@ -4,9 +4,10 @@ time_lost_train.py on the drun backend under drun --recovery in-process. Called 
 scripts/bench/time_lost.sh (which documents the run).
 
 Recovery i SIGKILLs rank 1 + i % 3 (rank 0's process is the survivor watched) once every rank
-has committed two steps since the last recovery; it ends at the first step committed by the
-replacement. Rank 0's open fds, threads, RSS and shared-memory mappings (memfd or /dev/shm),
-and the /dev/shm entries made since the job began (by anything on the machine), are taken before the first recovery, after it and after the last.
+has committed two steps since the last recovery; it ends at the job's next committed step
+(time_lost_job.Job.first_commit_after). Rank 0's open fds, threads, RSS and shared-memory
+mappings (memfd or /dev/shm), and the /dev/shm entries made since the job began (by anything on
+the machine), are taken before the first recovery, after it and after the last.
 A survivor that lost its process (a fallback to a restart) or a recovery past --cap ends the loop
 early, saying so. Every wait is bounded; the job is one time_lost_job.Job, cleaned up whatever
 happens.
@@ -70,14 +71,9 @@ def recover_in_a_row(args, job, shm_before):
         victim = latest_pid(job, 1 + i % 3)
         if victim is None or not job.is_ours(victim):
             return samples, times, f"recovery {i + 1}: rank {1 + i % 3} has no live process"
-        before = {ln.pid for ln in job.lines if ln.kind == "START"}
         killed_at = time.time()
         os.kill(victim, signal.SIGKILL)
-
-        def first_new(lines):
-            new = [ln for ln in lines if ln.kind == "STEP" and ln.pid not in before]
-            return min(new, key=lambda ln: ln.t) if new else None
-        first = job.wait_for(first_new, killed_at + args.cap)
+        first = job.wait_for(job.first_commit_after(killed_at), killed_at + args.cap)
         if first is None:
             return samples, times, (f"recovery {i + 1}: no step committed within "
                                     f"{args.cap:.0f} s (agent exit codes {job.codes})")
