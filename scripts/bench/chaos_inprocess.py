@@ -264,7 +264,7 @@ def run(args):
               f"  {it.codes()}  | {plan.describe()}", flush=True)
         for v in it.summary.violations:
             print(f"    [{v.kind}] {v.text}", flush=True)
-        if it.summary.violations:
+        if outcome in ("violation", "failed, unexpected"):
             print(f"  logs in {it.dir}", flush=True)
         elif not args.keep_logs:
             shutil.rmtree(it.dir, ignore_errors=True)

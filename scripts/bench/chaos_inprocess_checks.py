@@ -19,8 +19,10 @@ from dataclasses import dataclass, field
 from chaos_checks import Violation
 
 # What drun prints when an in-process recovery ends in a restart ("generation 2 did not form:
-# rank 3 never joined; restarting the job", "no in-process recovery: ..."); any one will do.
-FALLBACK_PHRASES = ("did not form", "no in-process recovery", "fallback", "fall back")
+# rank 3 never joined; restarting the job", "no in-process recovery: ...", or a node or the store
+# lost: "...; stopping the workers and re-forming the job"); any one will do.
+FALLBACK_PHRASES = ("did not form", "no in-process recovery", "re-forming the job", "fallback",
+                    "fall back")
 
 
 @dataclass
