@@ -47,6 +47,14 @@
 # Exit status: 0 no violation; 1 violations (or the time budget ended the run early); 2 usage;
 # 77 cannot run here (not root, no `ip netns`, drun not built).
 # Environment: DRUN_BIN_DIR (build/bin), KEEP_LOGS (0: keep only violating iterations' logs).
+#
+#   sudo scripts/bench/chaos.sh --recovery in-process [--iterations N] [--seed S] [--kind KIND]
+#
+# runs jobs under drun --recovery in-process whose workers use drun.torch.resilient
+# (scripts/bench/time_lost_train.py), with faults during their recoveries and the invariants of
+# in-process recovery (one generation at a time, equal parameters across ranks after each
+# recovery, every recovery formed or fallen back to a restart): scripts/bench/chaos_inprocess.py
+# describes them. It exits 77 (skipped) where drun has no --recovery or drun.torch no resilient.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 repo=$(pwd)
@@ -59,6 +67,13 @@ ip netns list >/dev/null 2>&1 || skip "'ip netns' is not available"
 [[ -x "$DRUN_BIN_DIR/drun" && -x "$DRUN_BIN_DIR/drun-rendezvous" ]] \
   || skip "no $DRUN_BIN_DIR/drun or drun-rendezvous (build first, or set DRUN_BIN_DIR)"
 [[ -x /usr/bin/python3 ]] || skip "no /usr/bin/python3"
+if [[ " $* " == *" in-process "* || " $* " == *" --recovery=in-process "* ]]; then
+  "$DRUN_BIN_DIR/drun" --help 2>/dev/null | grep -q -- '--recovery' \
+    || skip "this drun has no --recovery (in-process recovery is not built)"
+  PYTHONPATH="$DRUN_BIN_DIR/../lib/drun/python" /usr/bin/python3 -c \
+    'import drun.torch; drun.torch.resilient' >/dev/null 2>&1 \
+    || skip "drun.torch does not import or has no resilient (torch, drun_torch_backend)"
+fi
 probe="dchaosprobe$$"
 if ! scripts/netns.sh -p "$probe" up 1 >/dev/null 2>&1; then
   scripts/netns.sh -p "$probe" down >/dev/null 2>&1 || true

@@ -8,7 +8,8 @@ one agent beyond MAX as a spare, or MIN agents when arrivals are the fault) with
 one kind at random times; chaos_iteration.py runs it and chaos_checks.py checks it. Prints one
 line per iteration, the violations with their seed, timeline and logs, then a table of fault
 kind x outcome. Exit status: 0 with no violation, 1 otherwise (also when the time budget ended
-the run early), 2 on a usage error.
+the run early), 2 on a usage error. `--recovery in-process` runs chaos_inprocess.py instead:
+jobs whose workers use drun.torch.resilient, under drun --recovery in-process.
 """
 import argparse
 import os
@@ -22,6 +23,7 @@ import chaos_checks as checks  # noqa: E402
 from chaos_cluster import Cluster  # noqa: E402
 from chaos_iteration import Iteration  # noqa: E402
 from chaos_plan import HEARTBEAT_TIMEOUT_S, HOSTS, KINDS, MAX_RESTARTS, make_plan  # noqa: E402
+import chaos_inprocess  # noqa: E402
 
 OUTCOMES = ("succeeded", "failed, expected", "failed, unexpected", "violation")
 
@@ -82,8 +84,10 @@ def main():
     p.add_argument("--work-dir")
     p.add_argument("--iterations", type=int, default=20)
     p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--kind", choices=KINDS, help="only this fault kind (seeds of other kinds "
-                   "are skipped)")
+    p.add_argument("--recovery", choices=("restart", "in-process"), default="restart",
+                   help="in-process: jobs under drun --recovery in-process (chaos_inprocess.py)")
+    p.add_argument("--kind", choices=KINDS + chaos_inprocess.KINDS,
+                   help="only this fault kind (seeds of other kinds are skipped)")
     p.add_argument("--hang-bound", type=float, default=30.0,
                    help="every agent must have exited this long after the last fault (s)")
     p.add_argument("--time-budget", type=float, default=0,
@@ -98,6 +102,19 @@ def main():
         p.error("--drun-bin, --netns and --work-dir are needed (unless --recheck)")
     if args.iterations < 1 or args.iterations > 100000:
         p.error("--iterations must be in 1..100000")
+    if args.recovery == "in-process":
+        if args.kind and args.kind not in chaos_inprocess.KINDS:
+            p.error(f"--kind {args.kind} is not a kind of --recovery in-process "
+                    f"({', '.join(chaos_inprocess.KINDS)})")
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, on_signal)
+        try:
+            return chaos_inprocess.run(args)
+        except (Interrupted, KeyboardInterrupt) as e:
+            print(f"chaos: interrupted ({e})")
+            return 1
+    if args.kind and args.kind not in KINDS:
+        p.error(f"--kind {args.kind} is a kind of --recovery in-process only")
     seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(3), "big")
     args.worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "chaos_worker.sh")
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
