@@ -93,7 +93,7 @@ json summarizeJob(std::string_view runId, const std::vector<json>& events) {
             {"world_size", 0}, {"node_count", 0}, {"nodes", json::array()}, {"restarts", 0},
             {"max_restarts", nullptr}, {"budget_left", nullptr}, {"last_root_cause", nullptr},
             {"waiting", json::array()}, {"hung", json::array()}, {"rounds", json::array()},
-            {"events", events.size()}, {"last_ts_ms", nullptr}};
+            {"events", events.size()}, {"last_ts_ms", nullptr}, {"recoveries", json::array()}};
   std::map<int64_t, json> rounds;
   std::map<std::string, std::pair<bool, std::string>> joining;  // agent -> (its latest word is
                                                                 // "joining", its node)
@@ -104,8 +104,15 @@ json summarizeJob(std::string_view runId, const std::vector<json>& events) {
     if (R.is_null())
       R = {{"round", r}, {"ts_ms", nullptr}, {"world_size", 0}, {"node_count", 0}, {"nodes", json::array()},
            {"failure", nullptr}, {"restart", false}, {"lost", json::array()},
-           {"taken_in", json::array()}};
+           {"taken_in", json::array()}, {"recoveries", json::array()}};
     return R;
+  };
+  auto recoveryOf = [](json& R, int64_t generation) -> json& {
+    for (json& r : R["recoveries"])
+      if (r["generation"] == generation) return r;
+    R["recoveries"].push_back({{"generation", generation}, {"lost_ranks", json::array()},
+                               {"outcome", "recovering"}, {"ms", nullptr}});
+    return R["recoveries"].back();
   };
   for (const json& e : events) {
     if (!isJobEvent(e)) continue;
@@ -143,6 +150,28 @@ json summarizeJob(std::string_view runId, const std::vector<json>& events) {
       if (auto b = number(e, "budget_left")) s["budget_left"] = *b;
     }
     if (kind == "node_lost" && round) roundOf(*round)["lost"].push_back(text(e, "reason"));
+    // In-process recoveries: every agent notes each generation; the first note makes the entry.
+    if ((kind == "recovery_started" || kind == "recovery_formed" || kind == "recovery_fallback") && round) {
+      const auto generation = number(e, "generation");
+      if (!generation) continue;
+      json& recovery = recoveryOf(roundOf(*round), *generation);
+      if (kind == "recovery_started") {
+        if (e.contains("lost") && e["lost"].is_array())
+          for (const json& l : e["lost"])
+            if (auto rank = number(l, "rank"); rank && recovery["lost_ranks"].size() < 64 &&
+                                                std::find(recovery["lost_ranks"].begin(),
+                                                          recovery["lost_ranks"].end(), *rank) ==
+                                                    recovery["lost_ranks"].end())
+              recovery["lost_ranks"].push_back(*rank);
+        if (auto count = number(e, "restart_count"); count && current && *round == *current)
+          s["restarts"] = std::max(number(s, "restarts").value_or(0), *count);
+      }
+      if (kind == "recovery_formed") {
+        recovery["outcome"] = "formed";
+        recovery["ms"] = number(e, "ms").value_or(-1);
+      }
+      if (kind == "recovery_fallback") recovery["outcome"] = "fallback: " + text(e, "reason");
+    }
     if ((kind == "spare_taken_in" || kind == "replacement") && round)
       roundOf(*round)["taken_in"].push_back(kind == "replacement" ? e.value("new", json::array()) : json(node));
     if (kind == "hang_detected")
@@ -164,6 +193,9 @@ json summarizeJob(std::string_view runId, const std::vector<json>& events) {
     s["node_count"] = R["node_count"];
     s["nodes"] = R["nodes"];
     s["state"] = R["failure"].is_null() && R["lost"].empty() ? "running" : "restarting";
+    if (s["state"] == "running" && !R["recoveries"].empty() && R["recoveries"].back()["outcome"] == "recovering")
+      s["state"] = "recovering";
+    s["recoveries"] = R["recoveries"];
     json hung = json::array();
     for (const json& h : s["hung"])
       if (h["round"] == *current) hung.push_back(h);
@@ -188,6 +220,15 @@ std::string describeJob(const json& s) {
   }
   out += "  restarts: " + show(s["restarts"]) + " of " +
          (s["max_restarts"].is_null() ? std::string("?") : show(s["max_restarts"])) + "\n";
+  if (s.contains("recoveries") && s["recoveries"].is_array() && !s["recoveries"].empty()) {
+    const json& last = s["recoveries"].back();
+    std::string ranks;
+    for (const json& r : last["lost_ranks"]) ranks += (ranks.empty() ? "" : ", ") + show(r);
+    out += "  recoveries in place this round: " + std::to_string(s["recoveries"].size()) +
+           " (last: generation " + show(last["generation"]) + ", rank(s) " +
+           (ranks.empty() ? std::string("?") : ranks) + ", " + show(last["outcome"]) +
+           (last["ms"].is_number() ? " in " + show(last["ms"]) + " ms" : std::string()) + ")\n";
+  }
   const json& f = s["last_root_cause"];
   if (f.is_object()) {
     out += "  last root cause: rank " + show(f.value("rank", json(-1))) + " on " +

@@ -103,6 +103,39 @@ TEST_CASE("job history: the summary of a job that failed once and restarted", "[
   CHECK(summarizeJob("j", events)["waiting"].empty());
 }
 
+TEST_CASE("job history: in-process recoveries count as restarts and show in the summary", "[history]") {
+  std::vector<json> events = {
+      event("round_formed", {{"round", 0}, {"world_size", 4}, {"node_count", 2}, {"node_rank", 0},
+                             {"ranks", {0, 1}}, {"restart_count", 0}, {"max_restarts", 3}}),
+      // Every agent notes a generation that begins; the summary keeps one entry per generation.
+      event("recovery_started", {{"round", 0}, {"generation", 1}, {"restart_count", 1},
+                                 {"lost", json::array({{{"rank", 3}}})}}),
+      event("recovery_started", {{"round", 0}, {"generation", 1}, {"restart_count", 1},
+                                 {"lost", json::array({{{"rank", 3}}})}}),
+  };
+  json s = summarizeJob("j", events);
+  CHECK(s["state"] == "recovering");
+  CHECK(s["restarts"] == 1);
+  REQUIRE(s["recoveries"].size() == 1);
+  CHECK(s["recoveries"][0]["lost_ranks"] == json::array({3}));
+  events.push_back(event("recovery_formed", {{"round", 0}, {"generation", 1}, {"ms", 310}}));
+  s = summarizeJob("j", events);
+  CHECK(s["state"] == "running");
+  CHECK(s["recoveries"][0]["outcome"] == "formed");
+  CHECK(describeJob(s).find("recoveries in place this round: 1 (last: generation 1, rank(s) 3, formed in 310 ms)") !=
+        std::string::npos);
+  events.push_back(event("recovery_started", {{"round", 0}, {"generation", 2}, {"restart_count", 2},
+                                              {"lost", "not a list"}}));
+  events.push_back(event("recovery_fallback", {{"round", 0}, {"generation", 2},
+                                               {"reason", "the survivors never joined the recovery"}}));
+  events.push_back(event("recovery_formed", {{"round", 0}, {"generation", "x"}}));  // skipped
+  s = summarizeJob("j", events);
+  CHECK(s["restarts"] == 2);
+  REQUIRE(s["recoveries"].size() == 2);
+  CHECK(s["recoveries"][1]["outcome"] == "fallback: the survivors never joined the recovery");
+  CHECK(s["rounds"][0]["recoveries"].size() == 2);
+}
+
 TEST_CASE("ListJobs: the run ids with keys, refused to a client of one job", "[history]") {
   const std::string token(32, 't');
   auto server = startServer([&](StoreServerOptions& o) {
