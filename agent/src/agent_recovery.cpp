@@ -162,7 +162,13 @@ void ElasticAgent::Impl::startStandbys() {
   options.dir = attemptDir;
   standbys = std::make_unique<detail::StandbyPool>(*group, options, buildStandbySpec(config, round, attemptContext));
   group->onStandbyExit([this](int slot, const WorkerExit& exit) { onStandbyExit(slot, exit); });
-  standbys->fill();
+  fillStandbys();
+}
+
+void ElasticAgent::Impl::fillStandbys() {
+  if (!standbys) return;
+  for (const auto& s : standbys->fill())
+    note("standby_started", {{"round", round.round}, {"slot", s.slot}, {"pid", s.pid}});
 }
 
 // A standby ended before it was assigned: a program that did not wait in `import drun`, or one
@@ -179,7 +185,7 @@ void ElasticAgent::Impl::onStandbyExit(int slot, const WorkerExit& exit) {
     standbys->stop();
     return;
   }
-  standbys->fill();
+  fillStandbys();
 }
 
 void ElasticAgent::Impl::stopStandbys() {
@@ -266,7 +272,7 @@ void ElasticAgent::Impl::startReplacement(const Input& in) {
     if (standbys && config.output.stdinRank != exit.globalRank) standby = standbys->assign(spec);
     fromStandby = standby.has_value();
     opened->replacement = standby ? *standby : group->add(spec);
-    if (fromStandby) onLoop([this] { if (standbys) standbys->fill(); });  // after the recovery's start
+    if (fromStandby) onLoop([this] { fillStandbys(); });  // after the recovery's start
   } catch (const std::exception& e) {
     failedToStart = e.what();
   }

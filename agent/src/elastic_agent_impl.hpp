@@ -184,6 +184,7 @@ struct ElasticAgent::Impl {
   void onRecoveryOutcome(uint64_t forRound, uint64_t g, const std::string& value);
   void startStandbys();
   void onStandbyExit(int slot, const WorkerExit& exit);
+  void fillStandbys();  // a standby_started event for each one started
   void stopStandbys();
   void openRecovery(const Input& in);
   void startReplacement(const Input& in);

@@ -51,7 +51,8 @@ StandbyPool::~StandbyPool() {
   }
 }
 
-void StandbyPool::fill() {
+std::vector<StandbyPool::Started> StandbyPool::fill() {
+  std::vector<Started> started;
   int live = 0;
   for (const auto& [slot, s] : slots_) live += s.live;
   for (; !stopped_ && live < options_.count; ++live) {
@@ -69,12 +70,13 @@ void StandbyPool::fill() {
       spec.env.push_back("DRUN_STANDBY=" + s.path.string());
       s.pid = group_.startStandby(slot, spec);
       s.live = true;
-      spdlog::debug("agent: standby {} started: pid {}", slot, s.pid);
+      started.push_back({slot, s.pid});
     } catch (const std::exception& e) {
       spdlog::debug("agent: no standby workers from now on: standby {}: {}", slot, e.what());
       stop();
     }
   }
+  return started;
 }
 
 std::optional<pid_t> StandbyPool::assign(const WorkerSpec& replacement) {

@@ -20,6 +20,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "drun/agent/worker_group.hpp"
 
@@ -41,9 +42,13 @@ class StandbyPool {
   StandbyPool(const StandbyPool&) = delete;
   StandbyPool& operator=(const StandbyPool&) = delete;
 
-  // Starts standbys until `count` are alive. One that cannot start (no FIFO, the group
-  // stopping): logged at debug, and the pool stops.
-  void fill();
+  struct Started {
+    int slot = 0;
+    pid_t pid = 0;
+  };
+  // Starts standbys until `count` are alive; returns those it started. One that cannot start
+  // (no FIFO, the group stopping): logged at debug, and the pool stops.
+  std::vector<Started> fill();
   // The oldest live standby becomes the worker of `replacement`'s ranks (WorkerGroup::assign)
   // and is sent its assignment. nullopt when none is alive or the pool stopped. Throws
   // drun::Error when the assignment cannot be written (the process is then SIGKILLed).

@@ -9,7 +9,7 @@ that a run through recoveries must end with the parameters of a run without a fa
                     the job's first attempt (TORCHELASTIC_RESTART_COUNT=0, DRUN_GENERATION=0)
 
 Prints, on every (re-)entry of the training function once the state is tracked,
-`ENTER rank=R generation=G step=S sum=H equal=E` (H: a hash of the parameters, E: 1 when every
+`ENTER rank=R generation=G step=S sum=H equal=E pid=P` (H: a hash of the parameters, E: 1 when every
 rank's hash is the same), and at the end `FINAL rank=R step=S sum=H`.
 """
 import datetime
@@ -66,7 +66,7 @@ def train(state):
         from drun.torch import recovery
         generation = recovery.coordinator().generation() if os.environ.get("DRUN_RECOVERY") == "in-process" else 0
     print(f"ENTER rank={rank} generation={generation} step={state.step} sum={digest(model.module)} "
-          f"equal={same_everywhere(digest(model.module))}", flush=True)
+          f"equal={same_everywhere(digest(model.module))} pid={os.getpid()}", flush=True)
     while state.step < STEPS:
         if FIRST_ATTEMPT and (rank, state.step) in KILLS:
             os.kill(os.getpid(), signal.SIGKILL)
