@@ -178,7 +178,7 @@ TEST_CASE("a standby worker takes a SIGKILLed rank: its pid, the rank's prefix a
                               << *cold.formedMs << " ms without");
 }
 
-TEST_CASE("standby workers of a program that never imports drun end; after two the job keeps none and "
+TEST_CASE("standby workers of a program that never imports drun end, after two the job keeps none and "
           "succeeds", "[torch]") {
   skipWithoutPythonModule("standby workers", "os", "python3");
   MarkerScope marker;

@@ -76,7 +76,7 @@ TEST_CASE_METHOD(CapturedConsole, "a standby becomes a dead rank's worker: its e
   CHECK(group.standbyPids().empty());
 }
 
-TEST_CASE_METHOD(CapturedConsole, "a standby that ends unassigned is reported apart; a stopped pool ends its "
+TEST_CASE_METHOD(CapturedConsole, "a standby that ends unassigned is reported apart, a stopped pool ends its "
                  "standbys and starts none", "[agent]") {
   TempDir dir;
   WorkerGroup group(io, options);
