@@ -267,9 +267,8 @@ void ElasticAgent::Impl::startReplacement(const Input& in) {
   std::string failedToStart;
   try {
     const WorkerSpec spec = buildWorkerSpec(config, round, context, exit.localRank);
-    // The rank that reads drun's stdin gets it through a pipe made at its start: a new process.
     std::optional<pid_t> standby;
-    if (standbys && config.output.stdinRank != exit.globalRank) standby = standbys->assign(spec);
+    if (standbys) standby = standbys->assign(spec);
     fromStandby = standby.has_value();
     opened->replacement = standby ? *standby : group->add(spec);
     if (fromStandby) onLoop([this] { fillStandbys(); });  // after the recovery's start

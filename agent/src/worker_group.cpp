@@ -77,6 +77,7 @@ struct WorkerGroup::Impl {
     bool reported = false;
     bool groupGone = false;  // its process group was empty once it was reported
     std::unique_ptr<detail::StdinForwarder> stdinForwarder;  // drun's stdin, while it runs
+    Pipe stdinHeld{Pipe::Closed{}};  // a standby's stdin pipe: forwarded to if it takes the stdin rank
     int ptyControl[2] = {-1, -1};  // dups of its stdout / stderr pty masters: window sizes
     std::optional<asio::steady_timer> drainTimer;  // the bound on pipes held by descendants
   };
@@ -232,6 +233,10 @@ struct WorkerGroup::Impl {
     standby->localRank = localRank;
     standby->globalRank = globalRank;
     standby->standbySlot = -1;
+    // Its stdin: drun's when it is the rank that reads it, else the end of the file, as /dev/null.
+    if (standby->stdinHeld.write >= 0 && options.output.stdinRank == globalRank)
+      forwardStdin(*standby, standby->stdinHeld.releaseWrite());
+    standby->stdinHeld.closeWrite();
     spdlog::debug("standby {} pid {} is now worker local rank {} rank {}", slot, standby->pid, localRank,
                   globalRank);
     return standby->pid;
@@ -281,6 +286,12 @@ struct WorkerGroup::Impl {
 
   enum class Attach { Fresh, Replacing, Standby };
 
+  void forwardStdin(Worker& w, int pipeWrite) {
+    auto console = options.output.console ? options.output.console : ConsoleWriter::standard();
+    w.stdinForwarder = std::make_unique<detail::StdinForwarder>(io, options.output.stdinFd, pipeWrite,
+                                                                [console] { console->lineEndedOutside(); });
+  }
+
   void startOne(const WorkerSpec& spec, Attach how = Attach::Fresh, int slot = -1) {
     if (spec.argv.empty())
       throw InvalidArgument("worker local rank " + std::to_string(spec.localRank) + ": empty argv");
@@ -293,7 +304,9 @@ struct WorkerGroup::Impl {
     // drun's stdin goes to one rank (through a pipe even when stdout is a pty: drun's terminal
     // already does the line editing and echo); every other worker reads /dev/null.
     std::optional<Pipe> in;
-    if (how != Attach::Standby && options.output.stdinRank == spec.globalRank) in.emplace();
+    // A standby may become that rank: its stdin is a pipe kept until its assignment.
+    if (how == Attach::Standby ? options.output.stdinRank.has_value() : options.output.stdinRank == spec.globalRank)
+      in.emplace();
 
     detail::SpawnRequest request;
     int resolveError = 0;
@@ -345,10 +358,10 @@ struct WorkerGroup::Impl {
     if (err) err->closeWrite();
     if (in) {
       in->closeRead();
-      auto console = options.output.console ? options.output.console : ConsoleWriter::standard();
-      w->stdinForwarder = std::make_unique<detail::StdinForwarder>(
-          io, options.output.stdinFd, in->releaseWrite(),
-          [console] { console->lineEndedOutside(); });
+      if (how == Attach::Standby)
+        w->stdinHeld = std::move(*in);
+      else
+        forwardStdin(*w, in->releaseWrite());
     }
     if (ttyOut) w->ptyControl[0] = ::fcntl(out.read, F_DUPFD_CLOEXEC, 3);
     if (ttyErr && err) w->ptyControl[1] = ::fcntl(err->read, F_DUPFD_CLOEXEC, 3);
@@ -391,6 +404,7 @@ struct WorkerGroup::Impl {
     spdlog::debug("worker local rank {} pid {} exited: code {} signal {}", w.localRank, pid,
                   w.exitCode, w.signal);
     w.stdinForwarder.reset();  // the worker reads no more: neither does drun
+    w.stdinHeld.closeWrite();
     mux.sweep(w.localRank);  // its last lines, even from pipes paused by back-pressure
     if (mux.closed(w.localRank)) return report(w);
     // A descendant may hold the pipes open: report after a short bound anyway (reading goes on).

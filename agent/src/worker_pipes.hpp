@@ -36,6 +36,17 @@ struct Pipe {
     }
     return Pipe();
   }
+  struct Closed {};
+  explicit Pipe(Closed) {}  // no fds (yet)
+  Pipe& operator=(Pipe&& other) noexcept {
+    if (this != &other) {
+      closeRead();
+      closeWrite();
+      read = std::exchange(other.read, -1);
+      write = std::exchange(other.write, -1);
+    }
+    return *this;
+  }
   Pipe(Pipe&& other) noexcept
       : read(std::exchange(other.read, -1)), write(std::exchange(other.write, -1)) {}
   ~Pipe() {

@@ -6,6 +6,7 @@
 #include <signal.h>
 
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
@@ -117,6 +118,35 @@ TEST_CASE_METHOD(CapturedConsole, "a standby that ends unassigned is reported ap
   stopped = false;
   second.stop(SIGKILL, std::chrono::milliseconds(0), [&] { stopped = true; });
   REQUIRE(runUntil(io, [&] { return stopped; }));
+}
+
+TEST_CASE_METHOD(CapturedConsole, "a standby assigned the --stdin rank reads drun's stdin, one assigned another "
+                 "rank reads EOF", "[agent]") {
+  TempDir dir;
+  int input[2];
+  REQUIRE(::pipe2(input, O_CLOEXEC) == 0);
+  options.output.stdinRank = 11;
+  options.output.stdinFd = input[0];
+  options.output.prefixTemplate = "${rank}|";
+  WorkerGroup group(io, options);
+  std::vector<WorkerExit> exits;
+  group.onExit([&](const WorkerExit& e) { exits.push_back(e); });
+  group.start({shellWorker(0, "exit 3", 10), shellWorker(1, "exit 3", 11)});
+  StandbyPool pool(group, {2, dir.path()}, shellStandby("read -r line < \"$DRUN_STANDBY\"; "
+                                                        "while read l; do echo \"got:$l\"; done; echo eof"));
+  REQUIRE(pool.fill().size() == 2);
+  REQUIRE(runUntil(io, [&] { return exits.size() == 2; }));
+  REQUIRE(pool.assign(shellWorker(0, "unused", 10)));
+  REQUIRE(runUntil(io, [&] { return exits.size() == 3; }));  // rank 10: EOF at once
+  REQUIRE(pool.assign(shellWorker(1, "unused", 11)));
+  REQUIRE(::write(input[1], "hello\n", 6) == 6);
+  ::close(input[1]);
+  REQUIRE(runUntil(io, [&] { return exits.size() == 4; }));
+  ::close(input[0]);
+  auto lines = splitLines(out.waitAll());
+  CHECK(std::count(lines.begin(), lines.end(), "10|eof") == 1);
+  CHECK(std::count(lines.begin(), lines.end(), "11|got:hello") == 1);
+  CHECK(std::count(lines.begin(), lines.end(), "11|eof") == 1);
 }
 
 TEST_CASE("a standby's assignment: the variables the rank has otherwise or in addition, and those it lacks",
