@@ -49,7 +49,8 @@ StandbyRun trainWith(const TempDir& dir, const std::string& name, const std::str
       {"--standalone", "--nproc-per-node", std::to_string(kStandbyWorld), "--recovery", "in-process", "--max-restarts",
        "3", "--rdzv-conf", "standby_workers=" + std::to_string(standbys), "--events", events.string(),
        "--log-dir", (dir / name).string(), torchProgram("resilient_train.py").string()},
-      {drunPythonPath(), "TRAIN_STEPS=" + std::to_string(kStandbySteps), "TRAIN_KILL=" + kill}));
+      {drunPythonPath(), "TRAIN_STEPS=" + std::to_string(kStandbySteps), "TRAIN_KILL=" + kill,
+       "TRAIN_KILL_READY=" + std::string(standbys ? "1" : "0")}));
   t.events = readEvents(events);
   t.enters = tagged(t.result.out, "ENTER");
   for (const auto& l : tagged(t.result.out, "FINAL")) t.final[l.rank()] = l.fields.at("sum");

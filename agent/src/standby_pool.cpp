@@ -45,7 +45,6 @@ StandbyPool::StandbyPool(WorkerGroup& group, Options options, WorkerSpec spec)
 
 StandbyPool::~StandbyPool() {
   for (auto& [slot, s] : slots_) {
-    if (s.fd >= 0) ::close(s.fd);
     std::error_code ignored;
     std::filesystem::remove(s.path, ignored);
   }
@@ -64,8 +63,6 @@ std::vector<StandbyPool::Started> StandbyPool::fill() {
       std::filesystem::remove(s.path, ignored);  // a FIFO an earlier run of this --rdzv-id left
       if (::mkfifo(s.path.c_str(), 0600) != 0)
         throw Error("cannot make " + s.path.string() + ": " + std::strerror(errno));
-      s.fd = ::open(s.path.c_str(), O_RDWR | O_NONBLOCK | O_CLOEXEC);
-      if (s.fd < 0) throw Error("cannot open " + s.path.string() + ": " + std::strerror(errno));
       WorkerSpec spec = spec_;
       spec.env.push_back("DRUN_STANDBY=" + s.path.string());
       s.pid = group_.startStandby(slot, spec);
@@ -83,23 +80,32 @@ std::optional<pid_t> StandbyPool::assign(const WorkerSpec& replacement) {
   if (stopped_) return std::nullopt;
   for (auto& [slot, s] : slots_) {
     if (!s.live) continue;
+    // Opens at once only while the standby waits on it for reading (ENXIO: it does not yet).
+    const int fd = ::open(s.path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+      spdlog::debug("agent: standby {} is not ready: {}", slot, std::strerror(errno));
+      continue;
+    }
     WorkerSpec standby = spec_;
     standby.env.push_back("DRUN_STANDBY=" + s.path.string());
     const std::string line = standbyAssignment(standby, replacement);
-    s.live = false;
     pid_t pid = 0;
     try {
       pid = group_.assign(slot, replacement.localRank, replacement.globalRank);
     } catch (const std::logic_error& e) {  // it ended, its exit not reported yet
+      ::close(fd);
       spdlog::debug("agent: standby {}: {}", slot, e.what());
       continue;
     }
+    s.live = false;
     // Far below the pipe's capacity, into an empty pipe: written whole or not at all.
-    const ssize_t n = ::write(s.fd, line.data(), line.size());
+    const ssize_t n = ::write(fd, line.data(), line.size());
+    const int error = errno;
+    ::close(fd);
     if (n != static_cast<ssize_t>(line.size())) {
-      const std::string why = n < 0 ? std::strerror(errno) : "a short write";
       ::kill(-pid, SIGKILL);
-      throw Error("cannot send standby " + std::to_string(slot) + " its assignment: " + why);
+      throw Error("cannot send standby " + std::to_string(slot) + " its assignment: " +
+                  (n < 0 ? std::strerror(error) : "a short write"));
     }
     return pid;
   }

@@ -3,12 +3,13 @@
 // wait inside `import drun` (python/drun/_standby.py) until the agent assigns one a failed rank.
 //
 // Each standby has a slot (numbered from 0 in the round) and a FIFO of its own,
-// <dir>/standby_<slot>, named in its DRUN_STANDBY. The pool holds the FIFO open for reading and
-// writing from before the standby starts until the pool ends, so that an assignment written
-// before the standby opened it waits in the pipe, and the standby sees end-of-file once the
-// agent is gone (its cue to exit, beside the parent-death signal). The assignment is one line
+// <dir>/standby_<slot>, named in its DRUN_STANDBY. A standby is ready once it holds its FIFO
+// open for reading (it waits in `import drun`): only then does the FIFO open for writing
+// without blocking, which is how the pool tells a ready standby from one still importing or
+// one running a program that never imports drun (neither is taken). The assignment is one line
 // of JSON, {"env": {NAME: VALUE...}, "unset": [NAME...]}: what the replacement's environment
-// has that the standby's lacks or has otherwise, and what it lacks.
+// has that the standby's lacks or has otherwise, and what it lacks; written whole (far below
+// the pipe's capacity), after which the pool closes its end.
 //
 // Threading: the agent's loop thread. Ownership: owns the FIFOs (closed and removed by the
 // destructor); the processes are the WorkerGroup's, which must outlive the pool.
@@ -49,8 +50,8 @@ class StandbyPool {
   // Starts standbys until `count` are alive; returns those it started. One that cannot start
   // (no FIFO, the group stopping): logged at debug, and the pool stops.
   std::vector<Started> fill();
-  // The oldest live standby becomes the worker of `replacement`'s ranks (WorkerGroup::assign)
-  // and is sent its assignment. nullopt when none is alive or the pool stopped. Throws
+  // The oldest ready standby becomes the worker of `replacement`'s ranks (WorkerGroup::assign)
+  // and is sent its assignment. nullopt when none is ready or the pool stopped. Throws
   // drun::Error when the assignment cannot be written (the process is then SIGKILLed).
   std::optional<pid_t> assign(const WorkerSpec& replacement);
   // The standby in `slot` ended unassigned (WorkerGroup::onStandbyExit).
@@ -61,7 +62,6 @@ class StandbyPool {
 
  private:
   struct Slot {
-    int fd = -1;  // the FIFO, read-write
     std::filesystem::path path;
     pid_t pid = 0;
     bool live = false;  // started, neither assigned nor ended

@@ -1,8 +1,8 @@
 // Standby workers (standby_pool.hpp, WorkerGroup's standbys): a standby started beside the
 // workers becomes a dead rank's worker (its exit, prefix and log files the rank's) and reads its
-// assignment from its FIFO; one that ends unassigned is reported apart; stop() waits for the
-// standbys and the pool's stop() ends them; the assignment line is the difference of the two
-// environments.
+// assignment from its FIFO once it is ready (one not reading its FIFO is not taken); one that
+// ends unassigned is reported apart; stop() waits for the standbys and the pool's stop() ends
+// them; the assignment line is the difference of the two environments.
 #include <signal.h>
 
 #include <catch2/catch.hpp>
@@ -19,6 +19,13 @@ using namespace drun::agent::test;
 using drun::agent::detail::StandbyPool;
 
 namespace {
+
+// Assigns `replacement` once a standby is ready (it opened its FIFO), within a hang bound.
+std::optional<pid_t> assignWhenReady(boost::asio::io_context& io, StandbyPool& pool, const WorkerSpec& replacement) {
+  std::optional<pid_t> pid;
+  runUntil(io, [&] { return (pid = pool.assign(replacement)).has_value(); });
+  return pid;
+}
 
 // A standby that says it waits, then prints the line its FIFO gives it and ends.
 WorkerSpec shellStandby(const std::string& script = "") {
@@ -51,7 +58,7 @@ TEST_CASE_METHOD(CapturedConsole, "a standby becomes a dead rank's worker: its e
 
   WorkerSpec replacement = shellWorker(1, "unused", 11);
   replacement.env.push_back("RANK=11");
-  const auto pid = pool.assign(replacement);
+  const auto pid = assignWhenReady(io, pool, replacement);
   REQUIRE(pid);
   CHECK(*pid == started[0].pid);
   CHECK(group.standbyPids().empty());
@@ -107,6 +114,10 @@ TEST_CASE_METHOD(CapturedConsole, "a standby that ends unassigned is reported ap
   second.start({shellWorker(0, "exec sleep 30")});
   StandbyPool waiting(second, {2, dir.path()}, shellStandby("exec sleep 30"));
   REQUIRE(waiting.fill().size() == 2);
+  // Not ready (neither opened its FIFO): not taken, still standbys.
+  runUntil(io, [] { return false; }, std::chrono::milliseconds(300));
+  CHECK(waiting.assign(shellWorker(0, "unused")) == std::nullopt);
+  CHECK(second.standbyPids().size() == 2);
   waiting.stop();
   CHECK(waiting.stopped());
   REQUIRE(runUntil(io, [&] { return standbyExits.size() == 3; }));
@@ -136,9 +147,9 @@ TEST_CASE_METHOD(CapturedConsole, "a standby assigned the --stdin rank reads dru
                                                         "while read l; do echo \"got:$l\"; done; echo eof"));
   REQUIRE(pool.fill().size() == 2);
   REQUIRE(runUntil(io, [&] { return exits.size() == 2; }));
-  REQUIRE(pool.assign(shellWorker(0, "unused", 10)));
+  REQUIRE(assignWhenReady(io, pool, shellWorker(0, "unused", 10)));
   REQUIRE(runUntil(io, [&] { return exits.size() == 3; }));  // rank 10: EOF at once
-  REQUIRE(pool.assign(shellWorker(1, "unused", 11)));
+  REQUIRE(assignWhenReady(io, pool, shellWorker(1, "unused", 11)));
   REQUIRE(::write(input[1], "hello\n", 6) == 6);
   ::close(input[1]);
   REQUIRE(runUntil(io, [&] { return exits.size() == 4; }));

@@ -2,11 +2,12 @@
 
 Under `drun --recovery in-process` the agent keeps processes of the program started ahead of
 need, DRUN_STANDBY naming each one's FIFO. `import drun` (drun/__init__.py) calls wait() in
-them: it blocks until the agent writes the assignment, one line of JSON
+them: it opens the FIFO for reading (which tells the agent this standby is ready) and blocks
+until the agent writes the assignment, one line of JSON
 {"env": {NAME: VALUE, ...}, "unset": [NAME, ...]}, puts it in os.environ and returns, so the
 program goes on as the rank it was given (a replacement in the generation its DRUN_GENERATION
-names). When the agent is gone (the FIFO's end-of-file, or this process re-parented) the standby
-exits. Standard library only.
+names). When the agent is gone (this process re-parented; the parent-death signal usually ends
+it first) the standby exits. Standard library only.
 """
 import json
 import os
@@ -44,7 +45,7 @@ def _read_line(path):
             except BlockingIOError:
                 continue
             if not chunk:
-                _leave(None, 0)  # every writer closed: the agent is gone
+                _leave(None, 0)  # the writer closed before a whole line: the agent is gone
             line += chunk
             if len(line) > _MAX_LINE:
                 _leave(f"an assignment of more than {_MAX_LINE} bytes in {path}", 1)
