@@ -94,6 +94,7 @@ void ElasticAgent::Impl::startWorkers(const Input& in) {
   rootCause.reset();
   otherFailures = 0;
   scaleUpTimer.cancel();
+  standbys.reset();
   group.reset();
   group = std::make_unique<WorkerGroup>(io, std::move(options));
   group->onExit([this](const WorkerExit& exit) { onWorkerExit(exit); });
@@ -106,6 +107,7 @@ void ElasticAgent::Impl::startWorkers(const Input& in) {
   hangMonitor->start(group->pids(), config.isPython,
                      [this](const detail::HangReport& r) { sayHung(r); });
   startRecoveryWatch();
+  startStandbys();
   notes->roundStarted(round, group->pids(), attempt);
   shareLearnedTimeouts();
   // Events of this round that arrived while it was forming.
@@ -123,6 +125,7 @@ void ElasticAgent::Impl::sayHung(const detail::HangReport& r) {
 
 void ElasticAgent::Impl::stopGroup(int signal) {
   hangMonitor->stop();
+  stopStandbys();
   stopRecoveryWatch();
   scaleUpTimer.cancel();
   group->stop(signal, config.shutdownTimeout, [this] { dispatch(Event::WorkersStopped); });
@@ -281,6 +284,7 @@ void ElasticAgent::Impl::sayStillFinishing(Clock::time_point since) {
 
 void ElasticAgent::Impl::reportFinished(const Input&) {
   hangMonitor->stop();
+  stopStandbys();  // the workers are done: nothing left to take a place in
   if (round.nodeCount > 1 && !rdzv::capabilities(config.rendezvous.backend).sharedStore) {
     // No store, no exit barrier: nothing to wait for (torchrun's static backend alike).
     console.say("drun: this node's workers succeeded; with the static rendezvous each node ends on its "

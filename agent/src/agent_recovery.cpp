@@ -146,6 +146,52 @@ rdzv::LivenessStore& ElasticAgent::Impl::recoveryStore() {
   return *recoveryConnection;
 }
 
+// ---- standby workers --------------------------------------------------------------------------
+
+// After the round's workers started: the pool of standbys, when the job keeps any.
+void ElasticAgent::Impl::startStandbys() {
+  standbys.reset();
+  const int count = config.recovery.standbys(runsPython(config));
+  if (count <= 0 || standbyExits >= kStandbyExitsBeforeOff) return;
+  if (argvNamesLocalRank(config)) {
+    spdlog::debug("agent: no standby workers: the program's arguments name ${{local_rank}}");
+    return;
+  }
+  detail::StandbyPool::Options options;
+  options.count = count;
+  options.dir = attemptDir;
+  standbys = std::make_unique<detail::StandbyPool>(*group, options, buildStandbySpec(config, round, attemptContext));
+  group->onStandbyExit([this](int slot, const WorkerExit& exit) { onStandbyExit(slot, exit); });
+  fillStandbys();
+}
+
+void ElasticAgent::Impl::fillStandbys() {
+  if (!standbys) return;
+  for (const auto& s : standbys->fill())
+    note("standby_started", {{"round", round.round}, {"slot", s.slot}, {"pid", s.pid}});
+}
+
+// A standby ended before it was assigned: a program that did not wait in `import drun`, or one
+// that failed before it got there. Replaced, unless it is the job's kStandbyExitsBeforeOff-th.
+void ElasticAgent::Impl::onStandbyExit(int slot, const WorkerExit& exit) {
+  if (!standbys) return;
+  standbys->exited(slot);
+  if (exit.afterStop || standbys->stopped()) return;
+  spdlog::debug("agent: standby {} (pid {}) ended before it was assigned: {}", slot, exit.pid,
+                statusText(exit.exitCode, exit.signal));
+  if (++standbyExits >= kStandbyExitsBeforeOff) {
+    console.say("drun: note: {} standby workers ended before they were assigned a rank (does the program "
+                "import drun?); the job keeps none from now on\n", standbyExits);
+    standbys->stop();
+    return;
+  }
+  fillStandbys();
+}
+
+void ElasticAgent::Impl::stopStandbys() {
+  if (standbys) standbys->stop();
+}
+
 // ---- actions ----------------------------------------------------------------------------------
 
 void ElasticAgent::Impl::openRecovery(const Input& in) {
@@ -213,26 +259,37 @@ void ElasticAgent::Impl::startReplacement(const Input& in) {
   const uint64_t g = in.generation;
   opened = Opened{g, exit.globalRank, 0};
   jobRestarts = std::max(jobRestarts, in.restartCount);
-  console.say("drun: rank {} (local_rank {}) on {} failed ({}); replacing it in place: generation {} "
-              "(restart {} of {})\n",
-              exit.globalRank, exit.localRank, config.hostname, statusText(exit.exitCode, exit.signal), g,
-              in.restartCount, config.rendezvous.maxRestarts);
   AttemptContext context = attemptContext;
   context.restartCount = in.restartCount;
   context.generation = g;
   hangMonitor->replacing(exit.localRank);
+  bool fromStandby = false;
+  std::string failedToStart;
   try {
-    opened->replacement = group->add(buildWorkerSpec(config, round, context, exit.localRank));
+    const WorkerSpec spec = buildWorkerSpec(config, round, context, exit.localRank);
+    std::optional<pid_t> standby;
+    if (standbys) standby = standbys->assign(spec);
+    fromStandby = standby.has_value();
+    opened->replacement = standby ? *standby : group->add(spec);
+    if (fromStandby) onLoop([this] { fillStandbys(); });  // after the recovery's start
   } catch (const std::exception& e) {
+    failedToStart = e.what();
+  }
+  console.say("drun: rank {} (local_rank {}) on {} failed ({}); replacing it in place: generation {} "
+              "(restart {} of {}){}\n",
+              exit.globalRank, exit.localRank, config.hostname, statusText(exit.exitCode, exit.signal), g,
+              in.restartCount, config.rendezvous.maxRestarts,
+              fromStandby ? "; a standby took rank " + std::to_string(exit.globalRank) : "");
+  if (!failedToStart.empty()) {
     Input failed;
     failed.generation = g;
-    failed.reason = "the replacement of rank " + std::to_string(exit.globalRank) + " did not start: " + e.what();
+    failed.reason = "the replacement of rank " + std::to_string(exit.globalRank) + " did not start: " + failedToStart;
     fallBack(failed);
     return;
   }
   hangMonitor->replaced(exit.localRank, opened->replacement);
   note("worker_started", {{"round", round.round}, {"rank", exit.globalRank}, {"local_rank", exit.localRank},
-                          {"pid", opened->replacement}, {"generation", g}});
+                          {"pid", opened->replacement}, {"generation", g}, {"standby", fromStandby}});
   // recovery_timeout counts from the death.
   const auto since = std::chrono::system_clock::now() - exit.when;
   recoveryTimer.expires_after(std::max(std::chrono::milliseconds(0),

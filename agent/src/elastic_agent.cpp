@@ -143,6 +143,7 @@ void ElasticAgent::Impl::internalError(const std::string& what) {
   transition(AgentState::Failed, std::string(toString(Event::InternalError)) + ": " + what);
   exitCode = 1;
   if (hangMonitor) hangMonitor->stop();
+  stopStandbys();
   if (group && group->running() > 0)
     group->stop(SIGKILL, std::chrono::milliseconds(0),
                 [this, joinInFlight] { leaveAndStop(false, joinInFlight); });
@@ -264,6 +265,7 @@ int ElasticAgent::Impl::run() {
   notes->flush();
   notes->detachStore();
   hangMonitor.reset();
+  standbys.reset();
   group.reset();  // SIGKILLs and reaps whatever is left; the guard's destructor sweeps the rest
   // Daemons of the workers that left their groups and cleared their environment are drun's
   // children now (the subreaper): the guard's marker cannot find them.

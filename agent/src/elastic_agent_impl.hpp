@@ -33,6 +33,7 @@
 #include "job_notes.hpp"
 #include "off_loop.hpp"
 #include "recovery_watch.hpp"
+#include "standby_pool.hpp"
 #include "worker_store.hpp"
 
 namespace drun::agent {
@@ -101,6 +102,12 @@ struct ElasticAgent::Impl {
   int opensInFlight = 0;  // generations being opened off the loop (a formed outcome waits for them)
   int jobRestarts = 0;    // the job's restarts and recoveries as this node knows them
   std::optional<uint64_t> fellBack;  // the generation whose fallback restarts the job
+  // Standby workers (standby_pool.hpp): the round's pool (destroyed before `group`, declared
+  // earlier), and how many standbys of the job ended unassigned: at kStandbyExitsBeforeOff the
+  // job keeps none any more (a program that never imports drun runs to its end in each).
+  std::unique_ptr<detail::StandbyPool> standbys;
+  int standbyExits = 0;
+  static constexpr int kStandbyExitsBeforeOff = 2;
 
   Impl();
 
@@ -175,6 +182,10 @@ struct ElasticAgent::Impl {
   rdzv::LivenessStore& recoveryStore();  // OffLoop thread only
   void onGenerationBegan(uint64_t forRound, const detail::Generation& began);
   void onRecoveryOutcome(uint64_t forRound, uint64_t g, const std::string& value);
+  void startStandbys();
+  void onStandbyExit(int slot, const WorkerExit& exit);
+  void fillStandbys();  // a standby_started event for each one started
+  void stopStandbys();
   void openRecovery(const Input& in);
   void startReplacement(const Input& in);
   void refuseRecovery(const Input& in);

@@ -163,34 +163,80 @@ struct OutputMux::Impl {
   Source& prepare(int localRank, int globalRank, const Source* continuing = nullptr) {
     if (auto it = sources.find(localRank); it != sources.end()) return *it->second;
     auto src = std::make_unique<Source>();
-    src->localRank = localRank;
-    src->globalRank = globalRank;
-    src->prefix = expandPrefix(options.prefixTemplate, options, localRank, globalRank);
-    src->out.line.prefix = src->err.line.prefix = src->prefix;
     src->out.source = src->err.source = src.get();
     src->err.isStderr = true;
     src->err.tailInto = &src->tail;
     src->out.tailInto = &src->outTail;
+    label(*src, localRank, globalRank, continuing);
+    // Entered only now: a rank whose files could not be opened leaves no empty entry behind.
+    return *sources.emplace(localRank, std::move(src)).first->second;
+  }
+
+  // The rank's prefix, routing and log files (a continuing source's files go on).
+  void label(Source& src, int localRank, int globalRank, const Source* continuing) {
+    src.localRank = localRank;
+    src.globalRank = globalRank;
+    src.prefix = expandPrefix(options.prefixTemplate, options, localRank, globalRank);
+    src.out.line.prefix = src.err.line.prefix = src.prefix;
     StdRouting routing = options.defaultRouting;
     if (auto it = options.routing.find(localRank); it != options.routing.end())
       routing = it->second;
     bool console = consoleAllowed(localRank);
-    src->out.toConsole = console;
-    src->err.toConsole = console;
+    src.out.toConsole = console;
+    src.err.toConsole = console;
     if (options.attemptDir) {
       std::filesystem::path dir = *options.attemptDir / std::to_string(localRank);
       std::error_code ec;
       std::filesystem::create_directories(dir, ec);
       if (ec)
         throw Error("cannot create worker log directory " + dir.string() + ": " + ec.message());
-      src->out.file = continuing ? continuing->out.file : files->open(dir / "stdout.log");
-      src->err.file = continuing ? continuing->err.file : files->open(dir / "stderr.log");
+      src.out.file = continuing ? continuing->out.file : files->open(dir / "stdout.log");
+      src.err.file = continuing ? continuing->err.file : files->open(dir / "stderr.log");
       // A redirected stream stays off the console unless it is also tee'd (torchrun: tee wins).
-      src->out.toConsole = console && (!(routing.redirect & 1) || (routing.tee & 1));
-      src->err.toConsole = console && (!(routing.redirect & 2) || (routing.tee & 2));
+      src.out.toConsole = console && (!(routing.redirect & 1) || (routing.tee & 1));
+      src.err.toConsole = console && (!(routing.redirect & 2) || (routing.tee & 2));
     }
-    // Entered only now: a rank whose files could not be opened leaves no empty entry behind.
-    return *sources.emplace(localRank, std::move(src)).first->second;
+  }
+
+  // A standby's source: no log files; the console when no rank is filtered off it, prefixed as
+  // the template would prefix a rank named "standby <slot>".
+  Source& prepareStandby(int slot) {
+    auto src = std::make_unique<Source>();
+    src->out.source = src->err.source = src.get();
+    src->err.isStderr = true;
+    src->err.tailInto = &src->tail;
+    src->out.tailInto = &src->outTail;
+    src->localRank = src->globalRank = standbySource(slot);
+    src->prefix = options.prefixTemplate;
+    for (const char* macro : {"${rank}", "${local_rank}"})
+      replaceAll(src->prefix, macro, "standby " + std::to_string(slot));
+    src->prefix = expandPrefix(src->prefix, options, 0, 0);
+    src->out.line.prefix = src->err.line.prefix = src->prefix;
+    src->out.toConsole = src->err.toConsole = !options.consoleLocalRanks;
+    return *sources.emplace(standbySource(slot), std::move(src)).first->second;
+  }
+
+  // Starts reading a source's pipes; stderrFd -1: both streams come through stdoutFd.
+  void startSource(Source& src, int stdoutFd, int stderrFd, std::function<void()> onClosed) {
+    if (src.attached) throw std::logic_error("OutputMux: local rank attached twice");
+    src.attached = true;
+    src.onClosed = std::move(onClosed);
+    startReading(src.out, stdoutFd);
+    if (stderrFd >= 0) {
+      startReading(src.err, stderrFd);
+    } else {
+      src.err.eof = true;  // merged into stdout's pipe
+      src.out.tailInto = &src.tail;
+    }
+  }
+
+  // The rank's source moves to `retired` (its pipes are read to their end); returns it, or null.
+  const Source* retire(int localRank) {
+    auto it = sources.find(localRank);
+    if (it == sources.end()) return nullptr;
+    retired.push_back(std::move(it->second));
+    sources.erase(it);
+    return retired.back().get();
   }
 
   void startReading(Stream& stream, int fd) {
@@ -485,29 +531,28 @@ void OutputMux::prepare(int localRank, int globalRank) { impl_->prepare(localRan
 
 void OutputMux::attach(int localRank, int globalRank, int stdoutFd, int stderrFd,
                        std::function<void()> onClosed) {
-  Impl::Source& src = impl_->prepare(localRank, globalRank);
-  if (src.attached) throw std::logic_error("OutputMux: local rank attached twice");
-  src.attached = true;
-  src.onClosed = std::move(onClosed);
-  impl_->startReading(src.out, stdoutFd);
-  if (stderrFd >= 0) {
-    impl_->startReading(src.err, stderrFd);
-  } else {
-    src.err.eof = true;  // merged into stdout's pipe
-    src.out.tailInto = &src.tail;
-  }
+  impl_->startSource(impl_->prepare(localRank, globalRank), stdoutFd, stderrFd, std::move(onClosed));
 }
 
 void OutputMux::reattach(int localRank, int globalRank, int stdoutFd, int stderrFd,
                          std::function<void()> onClosed) {
-  auto it = impl_->sources.find(localRank);
-  if (it != impl_->sources.end()) {
-    std::unique_ptr<Impl::Source> old = std::move(it->second);
-    impl_->sources.erase(it);
-    impl_->prepare(localRank, globalRank, old.get());
-    impl_->retired.push_back(std::move(old));
-  }
-  attach(localRank, globalRank, stdoutFd, stderrFd, std::move(onClosed));
+  const Impl::Source* previous = impl_->retire(localRank);
+  impl_->startSource(impl_->prepare(localRank, globalRank, previous), stdoutFd, stderrFd, std::move(onClosed));
+}
+
+void OutputMux::attachStandby(int slot, int stdoutFd, int stderrFd, std::function<void()> onClosed) {
+  if (impl_->sources.count(standbySource(slot))) throw std::logic_error("OutputMux: standby slot attached twice");
+  impl_->startSource(impl_->prepareStandby(slot), stdoutFd, stderrFd, std::move(onClosed));
+}
+
+void OutputMux::adopt(int slot, int localRank, int globalRank) {
+  auto it = impl_->sources.find(standbySource(slot));
+  if (it == impl_->sources.end()) throw std::logic_error("OutputMux::adopt: no standby in that slot");
+  std::unique_ptr<Impl::Source> src = std::move(it->second);
+  impl_->sources.erase(it);
+  const Impl::Source* previous = impl_->retire(localRank);
+  impl_->label(*src, localRank, globalRank, previous);
+  impl_->sources.emplace(localRank, std::move(src));
 }
 
 void OutputMux::sweep(int localRank) { impl_->sweepRank(localRank); }

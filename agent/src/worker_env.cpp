@@ -124,4 +124,26 @@ WorkerSpec buildWorkerSpec(const AgentConfig& config, const rdzv::RoundResult& r
   return specFor(config, round, attempt, commonEnvironment(config, round, attempt), localRank);
 }
 
+bool runsPython(const AgentConfig& config) {
+  if (config.isPython) return true;
+  if (config.program.empty()) return false;
+  return std::filesystem::path(config.program.front()).filename().string().rfind("python", 0) == 0;
+}
+
+bool argvNamesLocalRank(const AgentConfig& config) {
+  for (const std::string& arg : config.program)
+    if (substituteLocalRank(arg, 0) != arg) return true;
+  return false;
+}
+
+WorkerSpec buildStandbySpec(const AgentConfig& config, const rdzv::RoundResult& round,
+                            const AttemptContext& attempt) {
+  std::map<std::string, std::string> common = commonEnvironment(config, round, attempt);
+  for (const char* name : {"TORCHELASTIC_RESTART_COUNT", "DRUN_GENERATION", "DRUN_STANDBY"}) common.erase(name);
+  WorkerSpec spec;
+  spec.argv = config.program;
+  for (const auto& [key, value] : common) spec.env.push_back(key + "=" + value);
+  return spec;
+}
+
 }  // namespace drun::agent

@@ -20,12 +20,14 @@
 #include "drun/common/error.hpp"
 #include "process_spawn.hpp"
 #include "pty.hpp"
+#include "worker_pipes.hpp"
 #include "stdin_forwarder.hpp"
 
 namespace drun::agent {
 
 namespace asio = boost::asio;
 using namespace std::chrono_literals;
+using detail::Pipe;
 
 namespace {
 
@@ -54,44 +56,6 @@ void restartSyscallsOnSigchld() {
   ::sigaction(SIGCHLD, &sa, nullptr);
 }
 
-// A worker's stdio channel: a pipe, or a pseudo-terminal (read = master, write = slave).
-struct Pipe {
-  int read = -1;
-  int write = -1;
-  Pipe() {
-    int fds[2];
-    if (::pipe2(fds, O_CLOEXEC) != 0)
-      throw Error(std::string("pipe2 failed: ") + std::strerror(errno));
-    read = fds[0];
-    write = fds[1];
-  }
-  // A pty when `tty` and the system gives one, else a pipe.
-  static Pipe output(bool tty, const std::optional<winsize>& size) {
-    if (tty) {
-      if (auto pty = detail::openPty(size)) return Pipe(pty->master, pty->slave);
-      spdlog::debug("no pseudo-terminal for a worker ({}): a pipe instead", std::strerror(errno));
-    }
-    return Pipe();
-  }
-  Pipe(Pipe&& other) noexcept
-      : read(std::exchange(other.read, -1)), write(std::exchange(other.write, -1)) {}
-  ~Pipe() {
-    closeRead();
-    closeWrite();
-  }
-  int releaseRead() { return std::exchange(read, -1); }
-  int releaseWrite() { return std::exchange(write, -1); }
-  void closeRead() {
-    if (read >= 0) ::close(std::exchange(read, -1));
-  }
-  void closeWrite() {
-    if (write >= 0) ::close(std::exchange(write, -1));
-  }
-
- private:
-  Pipe(int r, int w) : read(r), write(w) {}
-};
-
 bool hasJobToken(const std::vector<std::string>& env) {
   for (const auto& entry : env)
     if (entry.rfind("DRUN_JOB_TOKEN=", 0) == 0) return true;
@@ -104,6 +68,7 @@ struct WorkerGroup::Impl {
   struct Worker {
     int localRank = 0;
     int globalRank = 0;
+    int standbySlot = -1;  // >= 0: a standby not assigned yet (local/global rank: its mux source)
     pid_t pid = -1;
     bool exited = false;
     int exitCode = 0;
@@ -112,6 +77,7 @@ struct WorkerGroup::Impl {
     bool reported = false;
     bool groupGone = false;  // its process group was empty once it was reported
     std::unique_ptr<detail::StdinForwarder> stdinForwarder;  // drun's stdin, while it runs
+    Pipe stdinHeld{Pipe::Closed{}};  // a standby's stdin pipe: forwarded to if it takes the stdin rank
     int ptyControl[2] = {-1, -1};  // dups of its stdout / stderr pty masters: window sizes
     std::optional<asio::steady_timer> drainTimer;  // the bound on pipes held by descendants
   };
@@ -169,6 +135,7 @@ struct WorkerGroup::Impl {
   std::vector<std::unique_ptr<Worker>> workers;
   std::unordered_map<pid_t, Worker*> byPid;
   ExitHandler onExit;
+  StandbyExitHandler onStandbyExit;
   std::vector<std::function<void()>> stopDone;
   bool stopping = false;
   std::chrono::steady_clock::time_point killAt;
@@ -200,7 +167,7 @@ struct WorkerGroup::Impl {
       if (alive.expired() || ec) return;
       detail::guarded("the reap sweep", [&] {
         detail::ChildReaper::instance().reapAll();
-        if (running() > 0) sweepReaps();
+        if (live() > 0) sweepReaps();
       });
     });
   }
@@ -233,9 +200,46 @@ struct WorkerGroup::Impl {
       if (w->localRank == spec.localRank && !w->reported)
         throw std::logic_error("WorkerGroup::add: local rank " + std::to_string(spec.localRank) +
                                " still runs");
-    startOne(spec, /*replacing=*/true);
+    startOne(spec, Attach::Replacing);
     sweepReaps();
     return workers.back()->pid;
+  }
+
+  pid_t startStandby(int slot, const WorkerSpec& spec) {
+    if (!started) throw std::logic_error("WorkerGroup::startStandby before start");
+    if (stopping) throw std::logic_error("WorkerGroup::startStandby while the group stops");
+    if (slot < 0 || findStandby(slot)) throw std::logic_error("WorkerGroup::startStandby: slot in use");
+    WorkerSpec standby = spec;
+    standby.localRank = standby.globalRank = OutputMux::standbySource(slot);
+    startOne(standby, Attach::Standby, slot);
+    sweepReaps();
+    return workers.back()->pid;
+  }
+
+  Worker* findStandby(int slot) const {
+    for (const auto& w : workers)
+      if (w->standbySlot == slot) return w.get();
+    return nullptr;
+  }
+
+  pid_t assign(int slot, int localRank, int globalRank) {
+    Worker* standby = findStandby(slot);
+    if (!standby || standby->exited) throw std::logic_error("WorkerGroup::assign: no live standby in that slot");
+    if (stopping) throw std::logic_error("WorkerGroup::assign while the group stops");
+    for (const auto& w : workers)
+      if (w->localRank == localRank && !w->reported)
+        throw std::logic_error("WorkerGroup::assign: local rank " + std::to_string(localRank) + " still runs");
+    mux.adopt(slot, localRank, globalRank);
+    standby->localRank = localRank;
+    standby->globalRank = globalRank;
+    standby->standbySlot = -1;
+    // Its stdin: drun's when it is the rank that reads it, else the end of the file, as /dev/null.
+    if (standby->stdinHeld.write >= 0 && options.output.stdinRank == globalRank)
+      forwardStdin(*standby, standby->stdinHeld.releaseWrite());
+    standby->stdinHeld.closeWrite();
+    spdlog::debug("standby {} pid {} is now worker local rank {} rank {}", slot, standby->pid, localRank,
+                  globalRank);
+    return standby->pid;
   }
 
   ConsoleWriter& console() const {
@@ -280,10 +284,18 @@ struct WorkerGroup::Impl {
     });
   }
 
-  void startOne(const WorkerSpec& spec, bool replacing = false) {
+  enum class Attach { Fresh, Replacing, Standby };
+
+  void forwardStdin(Worker& w, int pipeWrite) {
+    auto console = options.output.console ? options.output.console : ConsoleWriter::standard();
+    w.stdinForwarder = std::make_unique<detail::StdinForwarder>(io, options.output.stdinFd, pipeWrite,
+                                                                [console] { console->lineEndedOutside(); });
+  }
+
+  void startOne(const WorkerSpec& spec, Attach how = Attach::Fresh, int slot = -1) {
     if (spec.argv.empty())
       throw InvalidArgument("worker local rank " + std::to_string(spec.localRank) + ": empty argv");
-    mux.prepare(spec.localRank, spec.globalRank);  // log files exist before the worker runs
+    if (how != Attach::Standby) mux.prepare(spec.localRank, spec.globalRank);  // log files before it runs
     const auto size = ttyOut || ttyErr ? windowSize() : std::nullopt;
     Pipe out = Pipe::output(ttyOut, size);
     std::optional<Pipe> err;  // none: stderr shares stdout's pipe, in the order written
@@ -292,7 +304,9 @@ struct WorkerGroup::Impl {
     // drun's stdin goes to one rank (through a pipe even when stdout is a pty: drun's terminal
     // already does the line editing and echo); every other worker reads /dev/null.
     std::optional<Pipe> in;
-    if (options.output.stdinRank == spec.globalRank) in.emplace();
+    // A standby may become that rank: its stdin is a pipe kept until its assignment.
+    if (how == Attach::Standby ? options.output.stdinRank.has_value() : options.output.stdinRank == spec.globalRank)
+      in.emplace();
 
     detail::SpawnRequest request;
     int resolveError = 0;
@@ -308,6 +322,7 @@ struct WorkerGroup::Impl {
     auto worker = std::make_unique<Worker>();
     worker->localRank = spec.localRank;
     worker->globalRank = spec.globalRank;
+    worker->standbySlot = slot;
     Worker* w = worker.get();
     detail::SpawnResult result;
     auto executor = io.get_executor();
@@ -343,10 +358,10 @@ struct WorkerGroup::Impl {
     if (err) err->closeWrite();
     if (in) {
       in->closeRead();
-      auto console = options.output.console ? options.output.console : ConsoleWriter::standard();
-      w->stdinForwarder = std::make_unique<detail::StdinForwarder>(
-          io, options.output.stdinFd, in->releaseWrite(),
-          [console] { console->lineEndedOutside(); });
+      if (how == Attach::Standby)
+        w->stdinHeld = std::move(*in);
+      else
+        forwardStdin(*w, in->releaseWrite());
     }
     if (ttyOut) w->ptyControl[0] = ::fcntl(out.read, F_DUPFD_CLOEXEC, 3);
     if (ttyErr && err) w->ptyControl[1] = ::fcntl(err->read, F_DUPFD_CLOEXEC, 3);
@@ -355,12 +370,17 @@ struct WorkerGroup::Impl {
       if (!alive.expired() && w->exited) report(*w);
     };
     const int stderrRead = err ? err->releaseRead() : -1;
-    if (replacing)
+    if (how == Attach::Standby)
+      mux.attachStandby(slot, out.releaseRead(), stderrRead, std::move(onClosed));
+    else if (how == Attach::Replacing)
       mux.reattach(spec.localRank, spec.globalRank, out.releaseRead(), stderrRead, std::move(onClosed));
     else
       mux.attach(spec.localRank, spec.globalRank, out.releaseRead(), stderrRead, std::move(onClosed));
-    spdlog::debug("started worker local rank {} rank {} pid {}: {}", spec.localRank,
-                  spec.globalRank, w->pid, spec.argv[0]);
+    if (how == Attach::Standby)
+      spdlog::debug("started standby {} pid {}: {}", slot, w->pid, spec.argv[0]);
+    else
+      spdlog::debug("started worker local rank {} rank {} pid {}: {}", spec.localRank,
+                    spec.globalRank, w->pid, spec.argv[0]);
   }
 
   // A worker's stdout and stderr share one pipe (or pty) when drun's console is one destination
@@ -384,6 +404,7 @@ struct WorkerGroup::Impl {
     spdlog::debug("worker local rank {} pid {} exited: code {} signal {}", w.localRank, pid,
                   w.exitCode, w.signal);
     w.stdinForwarder.reset();  // the worker reads no more: neither does drun
+    w.stdinHeld.closeWrite();
     mux.sweep(w.localRank);  // its last lines, even from pipes paused by back-pressure
     if (mux.closed(w.localRank)) return report(w);
     // A descendant may hold the pipes open: report after a short bound anyway (reading goes on).
@@ -413,12 +434,22 @@ struct WorkerGroup::Impl {
     exit.stderrTail = mux.stderrTail(w.localRank);
     exit.stdoutTail = mux.stdoutTail(w.localRank);
     auto alive = guard();
-    if (onExit) onExit(exit);  // may destroy the group
+    if (w.standbySlot >= 0) {
+      if (onStandbyExit) onStandbyExit(w.standbySlot, exit);  // may destroy the group
+    } else if (onExit) {
+      onExit(exit);  // may destroy the group
+    }
     if (alive.expired()) return;
     maybeStopDone();
   }
 
   size_t running() const {
+    size_t n = 0;
+    for (const auto& w : workers) n += !w->reported && w->standbySlot < 0;
+    return n;
+  }
+
+  size_t live() const {  // workers and standbys not yet reported
     size_t n = 0;
     for (const auto& w : workers) n += !w->reported;
     return n;
@@ -443,7 +474,7 @@ struct WorkerGroup::Impl {
           }
       });
     }
-    if (running() == 0) {
+    if (live() == 0) {
       // Nothing to wait for: still complete asynchronously, like every other path.
       asio::post(io, [this, alive = guard()] {
         if (!alive.expired()) detail::guarded("stopping the workers", [&] { maybeStopDone(); });
@@ -452,7 +483,7 @@ struct WorkerGroup::Impl {
   }
 
   void maybeStopDone() {
-    if (!stopping || running() != 0 || stopDone.empty()) return;
+    if (!stopping || live() != 0 || stopDone.empty()) return;
     killTimer.cancel();
     auto callbacks = std::move(stopDone);
     stopDone.clear();
@@ -485,11 +516,32 @@ void WorkerGroup::signalAll(int signal) {
     if (!w->reported) impl_->killGroup(*w, signal);
 }
 
+void WorkerGroup::onStandbyExit(StandbyExitHandler handler) { impl_->onStandbyExit = std::move(handler); }
+
+pid_t WorkerGroup::startStandby(int slot, const WorkerSpec& spec) { return impl_->startStandby(slot, spec); }
+
+pid_t WorkerGroup::assign(int slot, int localRank, int globalRank) {
+  return impl_->assign(slot, localRank, globalRank);
+}
+
+void WorkerGroup::stopStandbys() {
+  for (auto& w : impl_->workers)
+    if (w->standbySlot >= 0 && !w->reported) impl_->killGroup(*w, SIGKILL);
+}
+
+std::vector<pid_t> WorkerGroup::standbyPids() const {
+  std::vector<pid_t> out;
+  for (const auto& w : impl_->workers)
+    if (w->standbySlot >= 0 && !w->reported) out.push_back(w->pid);
+  return out;
+}
+
 size_t WorkerGroup::running() const { return impl_->running(); }
 
 std::vector<pid_t> WorkerGroup::pids() const {
   std::vector<pid_t> out;
-  for (const auto& w : impl_->workers) out.push_back(w->pid);
+  for (const auto& w : impl_->workers)
+    if (w->standbySlot < 0) out.push_back(w->pid);
   return out;
 }
 

@@ -21,6 +21,7 @@ struct ConfKey {
   std::chrono::milliseconds rdzv::RendezvousOptions::*duration;  // null: not a duration
   std::string rdzv::RendezvousOptions::*path = nullptr;          // a file name
   std::chrono::milliseconds agent::RecoveryOptions::*recoveryDuration = nullptr;  // the agent's
+  std::optional<int> agent::RecoveryOptions::*recoveryCount = nullptr;             // the agent's
 };
 const ConfKey kConfKeys[] = {
     {"join_timeout", "how long a node waits for the job to form (alias: timeout)",
@@ -42,6 +43,8 @@ const ConfKey kConfKeys[] = {
      &rdzv::RendezvousOptions::progressInterval},
     {"recovery_timeout", "--recovery in-process: a recovery not formed this long after the death "
      "falls back to a restart of the job", nullptr, nullptr, &agent::RecoveryOptions::timeout},
+    {"standby_workers", "--recovery in-process: processes per node started ahead of need, that take a "
+     "failed rank's place (0: none)", nullptr, nullptr, nullptr, &agent::RecoveryOptions::standbyWorkers},
     {"is_host", "this node hosts the store (default: when the endpoint is one of its addresses)", nullptr},
     {"token_file", "the store's shared secret, a file of mode 600 (also DRUN_RDZV_TOKEN_FILE)",
      nullptr, &rdzv::RendezvousOptions::tokenFile},
@@ -69,6 +72,7 @@ std::string cli::rendezvousConfHelp() {
               ")";
     else if (key.recoveryDuration)
       line += "=DURATION (" + durationText(agent::RecoveryOptions{}.*key.recoveryDuration) + ")";
+    else if (key.recoveryCount) line += "=N (1 for a Python program, else 0)";
     else if (key.path) line += "=PATH";
     else line += "=BOOL";
     line.resize(std::max<size_t>(line.size() + 1, 36), ' ');
@@ -95,11 +99,17 @@ void parseRendezvousConf(const std::string& text, rdzv::RendezvousOptions& out,
     }
     const ConfKey* known = nullptr;
     for (const ConfKey& k : kConfKeys)
-      if (key == k.name && (k.duration || k.path || k.recoveryDuration)) known = &k;
+      if (key == k.name && (k.duration || k.path || k.recoveryDuration || k.recoveryCount)) known = &k;
     if (!known) {
       std::string names;
       for (const ConfKey& k : kConfKeys) names += (names.empty() ? "" : ", ") + std::string(k.name);
       throw UsageError("--rdzv-conf: unknown key '" + key + "' (known: " + names + ")");
+    }
+    if (known->recoveryCount) {
+      const int count = static_cast<int>(
+          usage([&] { return env::parseInt(value, what, 0, agent::RecoveryOptions::kMaxStandbyWorkers); }));
+      if (recovery) recovery->*(known->recoveryCount) = count;
+      continue;
     }
     if (known->path) {
       if (value.empty()) throw UsageError(what + ": needs a file name");

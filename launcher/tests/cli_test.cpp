@@ -310,6 +310,16 @@ TEST_CASE("recovery: --recovery, PET_RECOVERY and recovery_timeout, and the back
   CHECK(parse({"--recovery", "in-process", "--nnodes", "2", "--rdzv-endpoint", "h:1", "hostname"})
             .recovery.inProcess());
   CHECK_THAT(usageError({"--recovery", "inprocess", "hostname"}), Catch::Contains("'inprocess'"));
+  // standby_workers: unset (by the program's kind) unless given, 0..64.
+  CHECK_FALSE(c.recovery.standbyWorkers);
+  CHECK(c.recovery.standbys(true) == 1);
+  CHECK(c.recovery.standbys(false) == 0);
+  CHECK(parse({"hostname"}).recovery.standbys(true) == 0);  // --recovery restart keeps none
+  auto two = parse({"--recovery", "in-process", "--rdzv-conf", "standby_workers=2", "hostname"});
+  CHECK(two.recovery.standbys(false) == 2);
+  CHECK(parse({"--recovery", "in-process", "--rdzv-conf", "standby_workers=0", "hostname"}).recovery.standbys(true) == 0);
+  for (const char* bad : {"standby_workers=-1", "standby_workers=65", "standby_workers=one", "standby_workers="})
+    CHECK_THAT(usageError({"--rdzv-conf", bad, "hostname"}), Catch::Contains("standby_workers"));
   CHECK_THAT(usageError({"--rdzv-conf", "recovery_timeout=0", "--recovery", "in-process", "hostname"}),
              Catch::Contains("recovery_timeout"));
   CHECK_THAT(usageError({"--recovery", "in-process", "--nnodes", "2", "--node-rank", "0", "hostname"}),

@@ -15,6 +15,7 @@
 #include <set>
 
 #include "drun/common/test_skip.hpp"
+#include "event_lines.hpp"
 #include "netns.hpp"
 #include "process.hpp"
 
@@ -23,20 +24,8 @@ namespace drun::test::observe {
 using nlohmann::json;
 
 
-inline std::vector<json> readEvents(const std::filesystem::path& path) {
-  std::vector<json> out;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty()) out.push_back(json::parse(line));  // a bad line fails the test here
-  return out;
-}
-
-inline std::vector<json> ofKind(const std::vector<json>& events, const std::string& kind) {
-  std::vector<json> out;
-  for (const json& e : events)
-    if (e["event"] == kind) out.push_back(e);
-  return out;
-}
+using drun::test::ofKind;
+using drun::test::readEvents;
 
 // The fields every event carries.
 inline void checkCommon(const json& e, const std::string& runId) {

@@ -5,17 +5,21 @@ that a run through recoveries must end with the parameters of a run without a fa
 
     TRAIN_BACKEND   drun (default) | gloo
     TRAIN_STEPS     steps to train (default 40)
+    TRAIN_KILL_READY  1: before it SIGKILLs itself, a rank waits (60 s at most) until a standby
+                    worker of its node is ready (a process holds a standby_* FIFO of the attempt
+                    open: docs/recovery.md, "Standby workers")
     TRAIN_KILL      "R:S[,R:S...]": rank R SIGKILLs itself as step S begins; only a process of
                     the job's first attempt (TORCHELASTIC_RESTART_COUNT=0, DRUN_GENERATION=0)
 
 Prints, on every (re-)entry of the training function once the state is tracked,
-`ENTER rank=R generation=G step=S sum=H equal=E` (H: a hash of the parameters, E: 1 when every
+`ENTER rank=R generation=G step=S sum=H equal=E pid=P` (H: a hash of the parameters, E: 1 when every
 rank's hash is the same), and at the end `FINAL rank=R step=S sum=H`.
 """
 import datetime
 import hashlib
 import os
 import signal
+import time
 
 import torch
 import torch.distributed as dist
@@ -28,7 +32,22 @@ BACKEND = os.environ.get("TRAIN_BACKEND", "drun")
 STEPS = int(os.environ.get("TRAIN_STEPS", "40"))
 FIRST_ATTEMPT = (os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
                  and os.environ.get("DRUN_GENERATION", "0") == "0")
+KILL_READY = os.environ.get("TRAIN_KILL_READY") == "1"
 KILLS = {tuple(int(n) for n in kill.split(":")) for kill in os.environ.get("TRAIN_KILL", "").split(",") if kill}
+
+
+def wait_for_standby():
+    attempt = os.path.dirname(os.path.dirname(os.environ["TORCHELASTIC_ERROR_FILE"]))
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        fifos = {os.path.join(attempt, n) for n in os.listdir(attempt) if n.startswith("standby_")}
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                if any(os.readlink(f"/proc/{pid}/fd/{fd}") in fifos for fd in os.listdir(f"/proc/{pid}/fd")):
+                    return
+            except OSError:
+                continue
+        time.sleep(0.05)
 
 
 class ToyModel(nn.Module):
@@ -66,9 +85,11 @@ def train(state):
         from drun.torch import recovery
         generation = recovery.coordinator().generation() if os.environ.get("DRUN_RECOVERY") == "in-process" else 0
     print(f"ENTER rank={rank} generation={generation} step={state.step} sum={digest(model.module)} "
-          f"equal={same_everywhere(digest(model.module))}", flush=True)
+          f"equal={same_everywhere(digest(model.module))} pid={os.getpid()}", flush=True)
     while state.step < STEPS:
         if FIRST_ATTEMPT and (rank, state.step) in KILLS:
+            if KILL_READY:
+                wait_for_standby()
             os.kill(os.getpid(), signal.SIGKILL)
         data = torch.Generator().manual_seed(1000 * state.step + rank)
         x, y = torch.randn(20, 10, generator=data), torch.randn(20, 5, generator=data)

@@ -136,6 +136,17 @@ class OutputMux {
   void reattach(int localRank, int globalRank, int stdoutFd, int stderrFd,
                 std::function<void()> onClosed);
 
+  // A standby worker (an in-process recovery's process started ahead of need, docs/recovery.md):
+  // its output goes to the console with a prefix of its own (the template's ${rank} and
+  // ${local_rank} read "standby <slot>"), to no log file, and nowhere when consoleLocalRanks is
+  // set. sweep(), closed() and the tails name it standbySource(slot) until adopt().
+  void attachStandby(int slot, int stdoutFd, int stderrFd, std::function<void()> onClosed);
+  // The standby becomes the rank's worker (as reattach() would make a new one): the rank's
+  // prefix, routing and log files (appended) from now on; its pipes, tails and onClosed go on.
+  // Throws std::logic_error when no standby is attached in `slot`.
+  void adopt(int slot, int localRank, int globalRank);
+  static constexpr int standbySource(int slot) { return -1 - slot; }
+
   // Reads at once what the rank's pipes paused by back-pressure hold (bounded): call it when the
   // worker exited, so that its stderr tail is complete and its last lines are queued before
   // anything reports its exit. EOF is still found by the asynchronous read (onClosed never runs

@@ -47,4 +47,16 @@ std::vector<WorkerSpec> buildWorkerSpecs(const AgentConfig& config, const rdzv::
 WorkerSpec buildWorkerSpec(const AgentConfig& config, const rdzv::RoundResult& round,
                            const AttemptContext& attempt, int localRank);
 
+// Standby workers (docs/recovery.md): the spec of a process started ahead of need, before its
+// rank is known: the workers' argv and the environment every local rank shares (no RANK,
+// LOCAL_RANK, ROLE_RANK, TORCHELASTIC_ERROR_FILE, DRUN_WORKER_CHANNEL, DRUN_GENERATION,
+// TORCHELASTIC_RESTART_COUNT); its ranks are 0. Its assignment carries the rest.
+WorkerSpec buildStandbySpec(const AgentConfig& config, const rdzv::RoundResult& round,
+                            const AttemptContext& attempt);
+// Whether the workers run Python: drun starts the interpreter (`script.py`, -m) or the program is
+// one whose name begins with "python" (`/usr/bin/python3 script.py`).
+bool runsPython(const AgentConfig& config);
+// Whether the program's argv names the local rank (${local_rank}): no standby can run it.
+bool argvNamesLocalRank(const AgentConfig& config);
+
 }  // namespace drun::agent

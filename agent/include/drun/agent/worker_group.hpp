@@ -85,6 +85,7 @@ struct GroupOptions {
 class WorkerGroup {
  public:
   using ExitHandler = std::function<void(const WorkerExit&)>;
+  using StandbyExitHandler = std::function<void(int slot, const WorkerExit&)>;
 
   WorkerGroup(boost::asio::io_context& io, GroupOptions options);
   ~WorkerGroup();
@@ -109,6 +110,24 @@ class WorkerGroup {
   // while a worker of that local rank is still running.
   pid_t add(const WorkerSpec& worker);
 
+  // Standby workers (docs/recovery.md): processes started ahead of need under an in-process
+  // recovery, each in a slot of its own, that become a rank's worker when assigned. A standby is
+  // a worker in everything but its ranks: the JobGuard covers it, stop() and signalAll() reach
+  // it, stop()'s `done` waits for it; its output has a prefix of its own (OutputMux::
+  // attachStandby); running() and pids() leave it out, and its exit (unassigned) is reported
+  // through onStandbyExit, not onExit (WorkerExit's ranks are then OutputMux::standbySource).
+  void onStandbyExit(StandbyExitHandler handler);
+  // Starts a standby in `slot` with spec's argv and env (its ranks are ignored). Throws as add().
+  pid_t startStandby(int slot, const WorkerSpec& spec);
+  // The standby in `slot` becomes the worker of (localRank, globalRank), as add() would start
+  // one: exits through onExit, the rank's output prefix and log files. What tells the process
+  // its ranks is the caller's. Returns its pid. Throws std::logic_error when the slot holds no
+  // live standby, while stopping, or while a worker of that local rank still runs.
+  pid_t assign(int slot, int localRank, int globalRank);
+  // SIGKILL to every standby not assigned (a job whose workers ended needs none).
+  void stopStandbys();
+  std::vector<pid_t> standbyPids() const;  // the standbys not yet reported
+
   // Sends `signal` to the process group of every live worker, then SIGKILL to the groups still
   // alive after `grace`. `done` runs (on the io_context) once every worker was reported through
   // onExit. A second stop() while stopping sends its signal too and keeps the earlier deadline
@@ -120,7 +139,8 @@ class WorkerGroup {
   void signalAll(int signal);
 
   size_t running() const;  // workers not yet reported through onExit
-  std::vector<pid_t> pids() const;  // every worker's pid (= its process group id), start order
+  std::vector<pid_t> pids() const;  // every worker's pid (= its process group id), start order;
+                                    // an assigned standby in its start's place
 
  private:
   struct Impl;
