@@ -24,8 +24,8 @@ class Log:
     def add(self, *words):
         self.lines.append(Line([str(w) for w in words]))
 
-    def start(self, t, rank, pid, restart=0):
-        self.add("START", rank, pid, T0 + t, restart, "-")
+    def start(self, t, rank, pid, restart=0, generation="-"):
+        self.add("START", rank, pid, T0 + t, restart, generation)
         self.add("ENTER", rank, pid, T0 + t + 0.01, 0, "-")
 
     def enter(self, t, rank, pid, step):
@@ -142,6 +142,14 @@ class InProcessChecksTest(unittest.TestCase):
         self.assertIn("restart count", kinds(run(log, kills)))
         log, kills = formed_recovery()
         log.start(2.5, 0, 30, restart=4)
+        self.assertIn("restart count", kinds(run(log, kills)))
+
+    def test_an_older_generations_replacement_may_start_after_a_newer_ones(self):
+        log, kills = formed_recovery()
+        log.start(2.5, 0, 30, restart=2, generation=2)
+        log.start(2.6, 1, 31, restart=1, generation=1)
+        self.assertNotIn("restart count", kinds(run(log, kills)))
+        log.start(2.7, 1, 32, restart=1, generation=2)  # a replacement of 2 with 1's count
         self.assertIn("restart count", kinds(run(log, kills)))
 
     def test_exit_codes_follow_the_job(self):
