@@ -121,9 +121,13 @@ def check_recoveries(steps, kills, entries, world, bound, job_end, agents, t0, s
         done_at = max(s.t for s in resolved.values()) if len(resolved) >= world else None
         later = kills[i + 1].t if i + 1 < len(kills) else None
         if done_at is not None and done_at <= kill.t + bound:
-            before = {s.rank: s.pid for s in steps if s.t < kill.t}
-            kept = all(resolved[r].pid == pid for r, pid in before.items()
-                       if r not in kill.ranks and r in resolved)
+            before = {s.rank: s for s in steps if s.t < kill.t}
+            # A rank whose process then was killed (by this kill, or by another one before the
+            # recovery resolved: a second death during it) is replaced, not kept.
+            lost = {r for k in kills if k.t <= done_at for r in k.ranks
+                    if r in before and before[r].t <= k.t}
+            kept = all(resolved[r].pid == s.pid for r, s in before.items()
+                       if r not in lost and r in resolved)
             summary.recoveries.append("formed" if kept else "restart")
             if not kept and kill.kind == "worker_kill" and not explained:
                 summary.add("restart without a reason",
