@@ -150,6 +150,10 @@ class Coordinator:
                     raise
                 if dist.is_initialized():
                     dist.destroy_process_group()
+                # The failed init counted a group (its name, its barrier key: "0", ":1" for
+                # the default group); the other ranks' init of the newer one counts from 0, as
+                # after destroy_process_group.
+                dist.distributed_c10d._group_count = 0
                 continue  # superseded while forming: form the newer one
             break
         self._mark_formed(self._generation)
