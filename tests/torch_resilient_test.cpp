@@ -30,7 +30,8 @@ struct Training {
   std::map<int, std::string> final;  // rank -> hash of its final parameters
 };
 
-Training train(const std::string& backend, const std::string& recovery, const std::string& kill) {
+Training train(const std::string& backend, const std::string& recovery, const std::string& kill,
+               const std::string& killInRecovery = "") {
   MarkerScope marker;
   Training t;
   t.result = run(singleNode(
@@ -38,7 +39,7 @@ Training train(const std::string& backend, const std::string& recovery, const st
       {"--standalone", "--nproc-per-node", std::to_string(kWorld), "--recovery", recovery,
        "--max-restarts", "3", torchProgram("resilient_train.py").string()},
       {drunPythonPath(), "TRAIN_BACKEND=" + backend, "TRAIN_STEPS=" + std::to_string(kSteps),
-       "TRAIN_KILL=" + kill}));
+       "TRAIN_KILL=" + kill, "TRAIN_KILL_IN_RECOVERY=" + killInRecovery}));
   t.enters = tagged(t.result.out, "ENTER");
   for (const auto& l : tagged(t.result.out, "FINAL")) {
     CHECK(l.fields.at("step") == std::to_string(kSteps));
@@ -75,7 +76,9 @@ std::multiset<std::string> entries(std::vector<std::string> generations) {
   return all;
 }
 
-void recoversInProcess(const std::string& backend, const std::string& kill, int recoveries) {
+// `generations`: those the ranks enter after the first (each rank enters each once).
+void recoversInProcess(const std::string& backend, const std::string& kill, std::vector<std::string> generations,
+                       const std::string& killInRecovery = "") {
   auto reference = train(backend, "in-process", "");
   INFO("--- without a failure: " << reference.result.describe());
   REQUIRE(reference.result.status() == 0);
@@ -83,12 +86,11 @@ void recoversInProcess(const std::string& backend, const std::string& kill, int 
   const std::string expected = reference.final.begin()->second;
   checkFinal(reference, expected);
 
-  auto failing = train(backend, "in-process", kill);
-  INFO("--- with " << kill << " SIGKILLed: " << failing.result.describe());
+  auto failing = train(backend, "in-process", kill, killInRecovery);
+  INFO("--- with " << kill << " SIGKILLed (and " << killInRecovery << " in the recovery): " << failing.result.describe());
   REQUIRE(failing.result.status() == 0);
   checkFinal(failing, expected);
-  std::vector<std::string> generations;
-  for (int g = 0; g <= recoveries; ++g) generations.push_back(std::to_string(g));
+  generations.insert(generations.begin(), "0");
   checkEntries(failing, entries(generations));
   // A recovery went back to the last commit, never to step 0.
   for (const auto& l : failing.enters)
@@ -113,13 +115,28 @@ TEST_CASE("drun.torch.resilient outside drun: runs once with one warning, TypeEr
 TEST_CASE("drun.torch.resilient on the drun backend: ranks 1 and 0 SIGKILLed, two recoveries in place, "
           "the parameters of a run without a failure", "[torch]") {
   skipWithoutDrunTorch("in-process recovery on the drun backend");
-  recoversInProcess("drun", "1:8,0:20", 2);
+  recoversInProcess("drun", "1:8,0:20", {"1", "2"});
 }
 
 TEST_CASE("drun.torch.resilient on gloo: rank 0 SIGKILLed, its group re-created over the workers' store, "
           "the parameters of a run without a failure", "[torch]") {
   skipWithoutDrunTorch("in-process recovery on gloo");
-  recoversInProcess("gloo", "0:12", 1);
+  recoversInProcess("gloo", "0:12", {"1"});
+}
+
+// Rank 0 dies (generation 1), rank 2 as it sees generation 1 begin (generation 2, while rank 0's
+// replacement still imports torch): the replacements of generation 1 and of generation 2 both get
+// through init_process_group, and every rank enters generation 2, with no restart.
+TEST_CASE("drun.torch.resilient on the drun backend: rank 2 SIGKILLed during the recovery of rank 0, the "
+          "replacements of both generations join generation 2", "[torch]") {
+  skipWithoutDrunTorch("a second death during an in-process recovery on the drun backend");
+  recoversInProcess("drun", "0:12", {"2"}, "2");
+}
+
+TEST_CASE("drun.torch.resilient on gloo: rank 2 SIGKILLed during the recovery of rank 0, the replacements "
+          "of both generations join generation 2", "[torch]") {
+  skipWithoutDrunTorch("a second death during an in-process recovery on gloo");
+  recoversInProcess("gloo", "0:12", {"2"}, "2");
 }
 
 TEST_CASE("drun.torch.resilient under --recovery restart runs again from step 0", "[torch]") {

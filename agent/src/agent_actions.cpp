@@ -285,6 +285,9 @@ void ElasticAgent::Impl::sayStillFinishing(Clock::time_point since) {
 void ElasticAgent::Impl::reportFinished(const Input&) {
   hangMonitor->stop();
   stopStandbys();  // the workers are done: nothing left to take a place in
+  // No recovery of this round concerns a node whose workers all succeeded; the workers' store
+  // closes as the job ends, which the watch must not report as lost.
+  stopRecoveryWatch();
   if (round.nodeCount > 1 && !rdzv::capabilities(config.rendezvous.backend).sharedStore) {
     // No store, no exit barrier: nothing to wait for (torchrun's static backend alike).
     console.say("drun: this node's workers succeeded; with the static rendezvous each node ends on its "

@@ -27,6 +27,13 @@ std::optional<py::bytes> bytesOrNone(const std::optional<std::string>& value) {
   return py::bytes(*value);
 }
 
+// The drun group behind a torch ProcessGroup; ValueError for another backend's.
+ProcessGroupDrun& drunGroup(const c10::intrusive_ptr<c10d::ProcessGroup>& group) {
+  auto* drun = dynamic_cast<ProcessGroupDrun*>(group.get());
+  if (!drun) throw py::value_error("not a drun process group: " + group->getBackendName());
+  return *drun;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_backend, m) {
@@ -41,21 +48,24 @@ PYBIND11_MODULE(_backend, m) {
   m.def(
       "transport",
       [](const c10::intrusive_ptr<c10d::ProcessGroup>& group) {
-        auto* drun = dynamic_cast<ProcessGroupDrun*>(group.get());
-        if (!drun) throw py::value_error("not a drun process group: " + group->getBackendName());
-        return drun->transport();
+        return drunGroup(group).transport();
       },
       py::arg("group"), "How a drun group's ranks talk: 'shm', 'tcp' or 'hierarchical'.");
   m.def(
       "reform",
       [](const c10::intrusive_ptr<c10d::ProcessGroup>& group, std::chrono::milliseconds timeout) {
-        auto* drun = dynamic_cast<ProcessGroupDrun*>(group.get());
-        if (!drun) throw py::value_error("not a drun process group: " + group->getBackendName());
+        ProcessGroupDrun& drun = drunGroup(group);
         py::gil_scoped_release release;
-        return drun->reform(timeout);
+        return drun.reform(timeout);
       },
       py::arg("group"), py::arg("timeout"),
       "Moves the default drun group to the newest generation in place; returns that generation.");
+  m.def(
+      "generation",
+      [](const c10::intrusive_ptr<c10d::ProcessGroup>& group) {
+        return drunGroup(group).generation();
+      },
+      py::arg("group"), "The generation a drun group's communicator formed (0 without recovery).");
   m.def("abort_gloo", &drun::torch_backend::abortGloo, py::arg("group"),
         py::call_guard<py::gil_scoped_release>(),
         "Shuts down the sockets of a gloo group's pairs: its pending work fails at once.");
@@ -102,5 +112,7 @@ PYBIND11_MODULE(_backend, m) {
            "Ends the connection: a watch in another thread returns at once.")
       .def("abandon", &WorkerStore::abandon, py::arg("reason"),
            "Every blocking call now and later fails within 200 ms, naming the reason.")
+      .def("settle", &WorkerStore::settle, py::arg("key"), py::arg("count"),
+           "add() on the key returns `count` from now on, without the store (a barrier passed).")
       .def_property_readonly("endpoint", &WorkerStore::endpoint);
 }

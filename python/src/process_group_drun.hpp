@@ -54,6 +54,8 @@ class ProcessGroupDrun final : public c10d::ProcessGroup {
   uint64_t reform(std::chrono::milliseconds timeout);
   // How this group's ranks talk: "shm", "tcp" or "hierarchical".
   std::string transport() const { return comm_->transport(); }
+  // The generation of in-process recovery the group's communicator is at (0 without recovery).
+  uint64_t generation() const { return comm_->generation(); }
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override;

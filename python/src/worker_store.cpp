@@ -39,7 +39,7 @@ WorkerStore::WorkerStore(const WorkerStoreOptions& options) : c10d::Store(option
 
 void WorkerStore::abandon(const std::string& reason) {
   {
-    std::lock_guard<std::mutex> lock(reasonMutex_);
+    std::lock_guard<std::mutex> lock(mutex_);
     reason_ = reason;
   }
   abandoned_ = true;
@@ -47,7 +47,7 @@ void WorkerStore::abandon(const std::string& reason) {
 
 void WorkerStore::checkAbandoned() const {
   if (!abandoned_) return;
-  std::lock_guard<std::mutex> lock(reasonMutex_);
+  std::lock_guard<std::mutex> lock(mutex_);
   throw Error("workers' store at " + endpoint_ + ": " + reason_);
 }
 
@@ -66,7 +66,19 @@ std::vector<uint8_t> WorkerStore::get(const std::string& key) {
   return vectorOf(store_->get(key, kSlice));
 }
 
-int64_t WorkerStore::add(const std::string& key, int64_t value) { return store_->add(key, value); }
+void WorkerStore::settle(const std::string& key, int64_t count) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  settled_[key] = count;
+}
+
+int64_t WorkerStore::add(const std::string& key, int64_t value) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (auto it = settled_.find(key); it != settled_.end()) return it->second;
+  }
+  checkAbandoned();  // torch's store-based barrier polls add(): it ends too
+  return store_->add(key, value);
+}
 
 bool WorkerStore::deleteKey(const std::string& key) { return store_->deleteKey(key); }
 

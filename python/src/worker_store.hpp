@@ -7,7 +7,10 @@
 // wait in slices of at most kSlice so that abandon() ends them early: the recovery that this
 // store's generation belongs to was superseded, and a rank still waiting for a peer of that
 // generation must give up (drun::Error naming the reason) instead of waiting out its timeout.
-// watch() and interrupt() are the LivenessStore's, for the generation watcher.
+// add() fails once abandoned too: torch's store-based barrier waits by polling it.
+// watch() and interrupt() are the LivenessStore's, for the generation watcher. settle() makes a
+// counter this process's own: torch's store-based barrier over it passes at once (the default
+// "drun" group's barrier, which its communicator's forming already was).
 //
 // Threading: thread-safe (TcpStore serialises the calls on its one connection; a watch holds it
 // until it returns, so a watcher uses a WorkerStore of its own). Owns the connection.
@@ -16,6 +19,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -60,6 +64,8 @@ class WorkerStore final : public c10d::Store {
   void interrupt();
   // Every blocking call now and later fails within kSlice, naming `reason`.
   void abandon(const std::string& reason);
+  // add() on `key` returns `count` from now on and never reaches the store.
+  void settle(const std::string& key, int64_t count);
   const std::string& endpoint() const { return endpoint_; }
 
  private:
@@ -68,8 +74,9 @@ class WorkerStore final : public c10d::Store {
   std::shared_ptr<rdzv::LivenessStore> store_;  // a PrefixStore over the TcpStore
   std::string endpoint_;
   std::atomic<bool> abandoned_{false};
-  mutable std::mutex reasonMutex_;
+  mutable std::mutex mutex_;
   std::string reason_;
+  std::map<std::string, int64_t> settled_;  // guarded by mutex_, as reason_ is
 };
 
 }  // namespace drun::torch_backend

@@ -10,7 +10,8 @@ agents' exits. Standard library only; chaos_inprocess_checks_test.py tests each 
   recovery     within `bound` of each kill, every rank commits a step from a process that
                entered after it (the generation formed, or the job restarted), or the job ends;
                a restart after a worker's death is explained on some node (FALLBACK_PHRASES).
-  restarts     TORCHELASTIC_RESTART_COUNT never goes back nor beyond --max-restarts.
+  restarts     TORCHELASTIC_RESTART_COUNT never goes back nor beyond --max-restarts (a
+               replacement of an older generation may start after one of a newer).
   exits        when every rank ended, every agent not killed exits 0; an agent exits 0 only then.
 """
 import bisect
@@ -120,9 +121,13 @@ def check_recoveries(steps, kills, entries, world, bound, job_end, agents, t0, s
         done_at = max(s.t for s in resolved.values()) if len(resolved) >= world else None
         later = kills[i + 1].t if i + 1 < len(kills) else None
         if done_at is not None and done_at <= kill.t + bound:
-            before = {s.rank: s.pid for s in steps if s.t < kill.t}
-            kept = all(resolved[r].pid == pid for r, pid in before.items()
-                       if r not in kill.ranks and r in resolved)
+            before = {s.rank: s for s in steps if s.t < kill.t}
+            # A rank whose process then was killed (by this kill, or by another one before the
+            # recovery resolved: a second death during it) is replaced, not kept.
+            lost = {r for k in kills if k.t <= done_at for r in k.ranks
+                    if r in before and before[r].t <= k.t}
+            kept = all(resolved[r].pid == s.pid for r, s in before.items()
+                       if r not in lost and r in resolved)
             summary.recoveries.append("formed" if kept else "restart")
             if not kept and kill.kind == "worker_kill" and not explained:
                 summary.add("restart without a reason",
@@ -140,15 +145,20 @@ def check_recoveries(steps, kills, entries, world, bound, job_end, agents, t0, s
 
 
 def check_restart_counts(starts, max_restarts, t0, summary):
-    seen = 0
+    """A process of the job's (re)start must not start below any count seen before it; a
+    replacement of generation g only below none of a process of generation g or lower (the
+    replacements of two generations start together, and the older one may log its START later)."""
+    seen = {}  # generation -> the highest count started in it
     for s in sorted(starts, key=lambda s: s.t):
         count = int(s.restart) if s.restart.isdigit() else 0
-        if count < seen or count > max_restarts:
-            summary.add("restart count", f"rank {s.rank} (pid {s.pid}) started at "
-                        f"{rel(s.t, t0)} with TORCHELASTIC_RESTART_COUNT {s.restart} after "
-                        f"{seen} was seen (--max-restarts {max_restarts})")
+        g = int(s.generation) if s.generation.isdigit() else 0
+        floor = max((c for gen, c in seen.items() if g == 0 or gen <= g), default=0)
+        if count < floor or count > max_restarts:
+            summary.add("restart count", f"rank {s.rank} (pid {s.pid}, generation {g}) started "
+                        f"at {rel(s.t, t0)} with TORCHELASTIC_RESTART_COUNT {s.restart} after "
+                        f"{floor} was seen (--max-restarts {max_restarts})")
             return
-        seen = count
+        seen[g] = max(seen.get(g, 0), count)
 
 
 def check_exits(agents, ended, summary):

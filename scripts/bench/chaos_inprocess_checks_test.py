@@ -24,8 +24,8 @@ class Log:
     def add(self, *words):
         self.lines.append(Line([str(w) for w in words]))
 
-    def start(self, t, rank, pid, restart=0):
-        self.add("START", rank, pid, T0 + t, restart, "-")
+    def start(self, t, rank, pid, restart=0, generation="-"):
+        self.add("START", rank, pid, T0 + t, restart, generation)
         self.add("ENTER", rank, pid, T0 + t + 0.01, 0, "-")
 
     def enter(self, t, rank, pid, step):
@@ -142,6 +142,33 @@ class InProcessChecksTest(unittest.TestCase):
         self.assertIn("restart count", kinds(run(log, kills)))
         log, kills = formed_recovery()
         log.start(2.5, 0, 30, restart=4)
+        self.assertIn("restart count", kinds(run(log, kills)))
+
+    def test_a_second_death_during_a_recovery_is_a_replacement_not_a_restart(self):
+        # Ranks 0-2; rank 1 killed at 1.0, rank 2 at 1.2 during its recovery; both replaced
+        # (pids 21, 22), rank 0 kept: both recoveries formed.
+        log = Log()
+        for rank in range(3):
+            log.start(0.0, rank, 10 + rank)
+            log.steps(0.5, rank, 10 + rank, 1, 10)
+        log.start(1.5, 1, 21, restart=1, generation=1)
+        log.start(1.6, 2, 22, restart=2, generation=2)
+        for rank, pid in ((0, 10), (1, 21), (2, 22)):
+            log.enter(2.0, rank, pid, 10)
+            log.steps(2.1, rank, pid, 11, 20)
+            log.end(3.2, rank, pid, 20)
+        kills = [Kill(T0 + 1.0, "worker_kill", "rank 1 pid 11", (1,)),
+                 Kill(T0 + 1.2, "worker_kill", "rank 2 pid 12", (2,))]
+        s = check(log.lines, kills, agents(), 3, 3, BOUND, T0 + 10, T0)
+        self.assertEqual(kinds(s), [])
+        self.assertEqual(s.recoveries, ["formed", "formed"])
+
+    def test_an_older_generations_replacement_may_start_after_a_newer_ones(self):
+        log, kills = formed_recovery()
+        log.start(2.5, 0, 30, restart=2, generation=2)
+        log.start(2.6, 1, 31, restart=1, generation=1)
+        self.assertNotIn("restart count", kinds(run(log, kills)))
+        log.start(2.7, 1, 32, restart=1, generation=2)  # a replacement of 2 with 1's count
         self.assertIn("restart count", kinds(run(log, kills)))
 
     def test_exit_codes_follow_the_job(self):

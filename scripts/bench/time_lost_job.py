@@ -48,6 +48,7 @@ class Line:
         if self.kind == "START":     # START rank pid time restart generation
             self.pid, self.t, self.step = int(words[2]), float(words[3]), 0
             self.restart = words[4]
+            self.generation = words[5] if len(words) > 5 else "0"
         elif self.kind == "ENTER":   # ENTER rank pid time step generation
             self.pid, self.t, self.step = int(words[2]), float(words[3]), int(words[4])
             self.generation = words[5]

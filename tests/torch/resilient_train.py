@@ -10,6 +10,8 @@ that a run through recoveries must end with the parameters of a run without a fa
                     open: docs/recovery.md, "Standby workers")
     TRAIN_KILL      "R:S[,R:S...]": rank R SIGKILLs itself as step S begins; only a process of
                     the job's first attempt (TORCHELASTIC_RESTART_COUNT=0, DRUN_GENERATION=0)
+    TRAIN_KILL_IN_RECOVERY  "R[,R...]": rank R SIGKILLs itself as soon as it sees generation 1
+                    begin (a second death during the first recovery); first attempt only
 
 Prints, on every (re-)entry of the training function once the state is tracked,
 `ENTER rank=R generation=G step=S sum=H equal=E pid=P` (H: a hash of the parameters, E: 1 when every
@@ -19,6 +21,7 @@ import datetime
 import hashlib
 import os
 import signal
+import threading
 import time
 
 import torch
@@ -34,6 +37,21 @@ FIRST_ATTEMPT = (os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
                  and os.environ.get("DRUN_GENERATION", "0") == "0")
 KILL_READY = os.environ.get("TRAIN_KILL_READY") == "1"
 KILLS = {tuple(int(n) for n in kill.split(":")) for kill in os.environ.get("TRAIN_KILL", "").split(",") if kill}
+KILLS_IN_RECOVERY = {int(r) for r in os.environ.get("TRAIN_KILL_IN_RECOVERY", "").split(",") if r}
+_killer = []
+
+
+def kill_when_recovery_begins():
+    """SIGKILLs this process within 5 ms of generation 1 beginning (once per process)."""
+    from drun.torch import recovery
+
+    def watch():
+        while recovery.coordinator().newest() < 1:
+            time.sleep(0.005)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    _killer.append(threading.Thread(target=watch, daemon=True))
+    _killer[0].start()
 
 
 def wait_for_standby():
@@ -80,6 +98,8 @@ def train(state):
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     state.track(model=model, optimizer=opt)
     rank = state.rank
+    if FIRST_ATTEMPT and rank in KILLS_IN_RECOVERY and not _killer:
+        kill_when_recovery_begins()
     generation = os.environ.get("DRUN_GENERATION", "0")
     if dist.is_initialized():
         from drun.torch import recovery

@@ -38,7 +38,10 @@ def _in_process():
 
 def _create(store, rank, size, timeout):
     if _in_process() and _dist.GroupMember.WORLD is None:  # the default group being made
-        return _backend.create_world_process_group(rank, size, timeout)
+        from . import recovery
+        group = _backend.create_world_process_group(rank, size, timeout)
+        recovery.coordinator().world_formed(_backend.generation(group), size)
+        return group
     return _backend.create_process_group(store, rank, size, timeout)
 
 
@@ -55,7 +58,7 @@ def _install_env_rendezvous():
     from . import worker_store
     if _in_process():
         from . import recovery
-        handler = worker_store.EnvRendezvous(lambda: recovery.coordinator().generation(),
+        handler = worker_store.EnvRendezvous(lambda: recovery.coordinator().joining(),
                                              lambda *a: recovery.coordinator().on_torch_store(*a))
     else:
         generation = int(_os.environ.get(worker_store.GENERATION, "0") or "0")

@@ -15,6 +15,14 @@ destroy the default group and call init_process_group again with env://, which r
 rendezvous handler points at the workers' store under `torch/g<g>/`; each rank then sets
 `recovery/<g>/joined/<rank>` before connecting and adds to `recovery/<g>/formed` once connected
 (the rank whose add reaches the world size sets `recovery/<g>/outcome` = formed).
+
+A replacement joins the newest generation it knows of when its init_process_group asks for the
+store (joining()), not the one it was started for: a generation that began while it started
+(a second death during the recovery) supersedes its own. On "drun", the world group's
+communicator forms the newest generation itself; torch's store-based barrier that ends
+init_process_group is then passed at once (world_formed()): forming was the barrier, as every rank
+of the world connected, and counting ranks in the store cannot be right when replacements of
+several generations and survivors that never call init_process_group meet.
 """
 import atexit
 import datetime
@@ -52,6 +60,7 @@ class Coordinator:
         self._lock = threading.Condition()
         self._newest = self._generation
         self._torch_stores = []  # (generation, WorkerStore) handed to torch's env://
+        self._init_store = None  # the last of them, until a "drun" world group is formed over it
         self._formed = set()
         self._stopping = False
         self._root = worker_store.connect("")
@@ -67,6 +76,24 @@ class Coordinator:
         """The generation this process is in (its group was formed for it)."""
         return self._generation
 
+    def joining(self):
+        """The generation a group made now joins (torch's env:// asks): the newest known."""
+        with self._lock:
+            self._generation = max(self._generation, self._newest)
+            return self._generation
+
+    def world_formed(self, generation, size):
+        """A "drun" default group was formed for `generation` (init_process_group, in _create):
+        this process is in it, and torch's store-based barrier after it passes at once (the
+        module's doc says why) on the store torch's env:// was handed for this init."""
+        with self._lock:
+            self._generation = generation
+            store, self._init_store = self._init_store, None
+        c10d = dist.distributed_c10d
+        count = getattr(c10d, "_group_count", None)  # the default group's, counted already
+        if store is not None and count is not None:
+            store.settle(f"default_pg/{c10d.STORE_BASED_BARRIER_PREFIX}:{count}", size)
+
     def newest(self):
         with self._lock:
             return self._newest
@@ -77,6 +104,10 @@ class Coordinator:
         with self._lock:
             self._torch_stores = [(g, s) for g, s in self._torch_stores if g >= generation]
             self._torch_stores.append((generation, store))
+            self._init_store = store
+            newest = self._newest  # a generation the watcher saw begin before this store was listed
+        if newest > generation:
+            store.abandon(f"generation {newest} began")
         if generation > 0:
             self._root.set(f"recovery/{generation}/joined/{rank}", worker_store.joined_value())
 
@@ -109,31 +140,23 @@ class Coordinator:
         if backend == "drun":
             group = dist.distributed_c10d._get_default_group()
             self._generation = _backend.reform(group, self._pg_timeout or _REFORM_TIMEOUT)
-            self._count_in_torch_barrier(self._generation)
             return
         dist.destroy_process_group()
         while True:
-            target = self.newest()
-            self._generation = target
-            try:
+            try:  # env:// asks joining() for the generation: the newest
                 dist.init_process_group(backend, init_method="env://", timeout=self._pg_timeout)
             except RuntimeError:
-                if self.newest() == target:
+                if self.newest() == self._generation:
                     raise
                 if dist.is_initialized():
                     dist.destroy_process_group()
+                # The failed init counted a group (its name, its barrier key: "0", ":1" for
+                # the default group); the other ranks' init of the newer one counts from 0, as
+                # after destroy_process_group.
+                dist.distributed_c10d._group_count = 0
                 continue  # superseded while forming: form the newer one
             break
-        self._mark_formed(target)
-
-    def _count_in_torch_barrier(self, generation):
-        """A replacement's init_process_group ends in torch's store-based barrier, which waits for
-        every rank of the world under the store it was given (the workers' store under
-        torch/g<g>/); the survivors of a "drun" group re-form it in place and never call
-        init_process_group, so each counts itself in that barrier instead (torch's key: the
-        default group's, created first: default_pg/store_based_barrier_key:1)."""
-        store = dist.PrefixStore("default_pg", worker_store.connect(f"torch/g{generation}/", self._pg_timeout))
-        store.add(f"{dist.distributed_c10d.STORE_BASED_BARRIER_PREFIX}:1", 1)
+        self._mark_formed(self._generation)
 
     def _mark_formed(self, generation):
         if generation in self._formed:
