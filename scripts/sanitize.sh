@@ -50,7 +50,7 @@ case $kind in
     # their own, minutes of unoptimised reductions), nor the copy helpers' byte-by-byte check
     # (one thread: nothing for TSan to see, and long under TSan's instrumented loads).
     select=(-L '^(store_tests|etcd_tests|rendezvous_tests|agent_tests|comm_tests)$'
-            -E '^comm: (every op|a peer SIGKILLed|every rank SIGKILLed|two hosts|example|an installed|shm copyBytes)|^interleavings over etcd: ')
+            -E '^comm: (every op|a peer SIGKILLed|every rank SIGKILLed|two hosts|example|an installed|shm copyBytes)|^comm recovery: hierarchical|^interleavings over etcd: ')
     ;;
   *) echo "scripts/sanitize.sh: unknown sanitizer '$kind' (address or thread)" >&2; exit 2 ;;
 esac

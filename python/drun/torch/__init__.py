@@ -68,3 +68,6 @@ def _install_env_rendezvous():
 
 if _os.environ.get("DRUN_WORKER_STORE"):
     _install_env_rendezvous()
+if _in_process() and _dist.init_process_group.__module__ == "torch.distributed.distributed_c10d":
+    from . import recovery as _recovery
+    _dist.init_process_group = _recovery.retrying_init  # a program calls it as dist.init_process_group

@@ -18,7 +18,9 @@ rendezvous handler points at the workers' store under `torch/g<g>/`; each rank t
 
 A replacement joins the newest generation it knows of when its init_process_group asks for the
 store (joining()), not the one it was started for: a generation that began while it started
-(a second death during the recovery) supersedes its own. On "drun", the world group's
+(a second death during the recovery) supersedes its own, and one that begins while it connects
+makes its init fail and run again for the newer one (drun.torch wraps init_process_group:
+retrying_init). On "drun", the world group's
 communicator forms the newest generation itself; torch's store-based barrier that ends
 init_process_group is then passed at once (world_formed()): forming was the barrier, as every rank
 of the world connected, and counting ranks in the store cannot be right when replacements of
@@ -42,6 +44,18 @@ RECOVERY_GRACE = datetime.timedelta(seconds=10)
 _WATCH_SLICE = datetime.timedelta(seconds=5)
 # Re-forming the "drun" group: the deadline when the group's own timeout is not known.
 _REFORM_TIMEOUT = datetime.timedelta(seconds=300)
+# Inits in a row that newer generations may supersede before one forms (each a death meanwhile,
+# so the job's restart budget ends it first).
+_MAX_SUPERSEDED = 64
+# torch's own init_process_group (drun.torch wraps the module's under --recovery in-process).
+_ORIGINAL_INIT = dist.init_process_group
+
+
+def retrying_init(*args, **kwargs):
+    """torch.distributed.init_process_group under --recovery in-process: a replacement's init
+    that a newer generation superseded while it connected is made again for the newest one
+    (Coordinator.init_newest), as a survivor's rejoin() does."""
+    return coordinator().init_newest(_ORIGINAL_INIT, *args, **kwargs)
 
 
 def _parse_generation(value):
@@ -142,11 +156,19 @@ class Coordinator:
             self._generation = _backend.reform(group, self._pg_timeout or _REFORM_TIMEOUT)
             return
         dist.destroy_process_group()
-        while True:
-            try:  # env:// asks joining() for the generation: the newest
-                dist.init_process_group(backend, init_method="env://", timeout=self._pg_timeout)
+        self.init_newest(_ORIGINAL_INIT, backend, init_method="env://", timeout=self._pg_timeout)
+        self._mark_formed(self._generation)
+
+    def init_newest(self, init, *args, **kwargs):
+        """Runs torch's init_process_group `init` until it forms the newest generation: an init
+        that a newer generation superseded while it connected (its store abandoned, a peer gone)
+        is made again for the newer one (env:// asks joining(): the newest)."""
+        for _ in range(_MAX_SUPERSEDED):
+            tried = self.joining()
+            try:
+                return init(*args, **kwargs)
             except RuntimeError:
-                if self.newest() == self._generation:
+                if self.newest() <= tried:
                     raise
                 if dist.is_initialized():
                     dist.destroy_process_group()
@@ -154,9 +176,8 @@ class Coordinator:
                 # the default group); the other ranks' init of the newer one counts from 0, as
                 # after destroy_process_group.
                 dist.distributed_c10d._group_count = 0
-                continue  # superseded while forming: form the newer one
-            break
-        self._mark_formed(self._generation)
+        raise RuntimeError(f"drun.torch: init_process_group was superseded {_MAX_SUPERSEDED} times "
+                           "in a row by new generations")
 
     def _mark_formed(self, generation):
         if generation in self._formed:
