@@ -135,7 +135,8 @@ def fallback_reason(job):
     for host in sorted(job.agents):
         for line in job.agent_output(host).splitlines():
             if any(phrase in line.lower() for phrase in FALLBACK_PHRASES):
-                return f" ({line.strip()[-90:]})"
+                text = line.strip()
+                return f" ({text if len(text) <= 140 else text[:137] + '...'})"
     return ""
 
 
