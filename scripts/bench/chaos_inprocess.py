@@ -105,6 +105,7 @@ class Iteration:
         self.kills = []          # checks.Kill
         self.killed_agents = set()
         self.stopped = []        # (due, pids)
+        self.frozen = set()      # ranks of the survivors SIGSTOPped
         self.violations = []
         self.t0 = 0.0
         self.summary = checks.Summary()
@@ -149,8 +150,10 @@ class Iteration:
         elif action.kind in ("stop", "store_stop"):
             if action.kind == "stop":
                 survivors = [(r, p) for r, p in live if all(r not in k.ranks for k in self.kills)]
-                pids = [survivors[min(int(action.pick * len(survivors)), len(survivors) - 1)][1]] \
+                chosen = [survivors[min(int(action.pick * len(survivors)), len(survivors) - 1)]] \
                     if survivors else []
+                self.frozen.update(r for r, _ in chosen)
+                pids = [p for _, p in chosen]
             else:
                 pids = [self.job.agents[0].pid]
             for pid in pids:
@@ -217,7 +220,7 @@ class Iteration:
         agents = [checks.AgentExit(str(h), job.codes.get(h), h in self.killed_agents,
                                    job.agent_output(h)) for h in sorted(job.agents)]
         self.summary = checks.check(job.read_log(), self.kills, agents, 4, MAX_RESTARTS,
-                                    RECOVERY_BOUND_S, job_end, self.t0)
+                                    RECOVERY_BOUND_S, job_end, self.t0, self.frozen)
         self.summary.violations[:0] = self.violations
 
     def outcome(self):

@@ -109,8 +109,10 @@ def check_parameters(steps, ends, summary):
                     "at the end: " + ", ".join(f"rank {e.rank} {e.sha1}" for e in ends))
 
 
-def check_recoveries(steps, kills, entries, world, bound, job_end, agents, t0, summary):
-    """job_end: the wall time the last agent exited (None: some agent never did)."""
+def check_recoveries(steps, kills, entries, world, bound, job_end, agents, t0, summary, frozen=()):
+    """job_end: the wall time the last agent exited (None: some agent never did). frozen: ranks
+    whose process was SIGSTOPped for a while: one frozen past the store's liveness is fenced and
+    replaced (its own death), so it may come back as a new process without a restart."""
     explained = any(phrase in a.output.lower() for a in agents for phrase in FALLBACK_PHRASES)
     for i, kill in enumerate(kills):
         resolved = {}
@@ -127,7 +129,7 @@ def check_recoveries(steps, kills, entries, world, bound, job_end, agents, t0, s
             lost = {r for k in kills if k.t <= done_at for r in k.ranks
                     if r in before and before[r].t <= k.t}
             kept = all(resolved[r].pid == s.pid for r, s in before.items()
-                       if r not in lost and r in resolved)
+                       if r not in lost and r not in frozen and r in resolved)
             summary.recoveries.append("formed" if kept else "restart")
             if not kept and kill.kind == "worker_kill" and not explained:
                 summary.add("restart without a reason",
@@ -171,8 +173,9 @@ def check_exits(agents, ended, summary):
             summary.add("exit codes", f"agent {a.name} exited 0 though not every rank ended")
 
 
-def check(lines, kills, agents, world, max_restarts, bound, job_end, t0):
-    """lines: time_lost_job.Line; kills: Kill by time; agents: AgentExit. Returns a Summary."""
+def check(lines, kills, agents, world, max_restarts, bound, job_end, t0, frozen=()):
+    """lines: time_lost_job.Line; kills: Kill by time; agents: AgentExit; frozen: ranks that were
+    SIGSTOPped (check_recoveries). Returns a Summary."""
     summary = Summary()
     steps = sorted((ln for ln in lines if ln.kind == "STEP"), key=lambda ln: ln.t)
     ends = {ln.rank: ln for ln in lines if ln.kind == "END"}
@@ -181,7 +184,7 @@ def check(lines, kills, agents, world, max_restarts, bound, job_end, t0):
     kills = sorted(kills, key=lambda k: k.t)
     check_generations(steps, kills, entries, t0, summary)
     check_parameters(steps, list(ends.values()), summary)
-    check_recoveries(steps, kills, entries, world, bound, job_end, agents, t0, summary)
+    check_recoveries(steps, kills, entries, world, bound, job_end, agents, t0, summary, frozen)
     check_restart_counts([ln for ln in lines if ln.kind == "START"], max_restarts, t0, summary)
     check_exits(agents, summary.ended, summary)
     return summary

@@ -163,6 +163,26 @@ class InProcessChecksTest(unittest.TestCase):
         self.assertEqual(kinds(s), [])
         self.assertEqual(s.recoveries, ["formed", "formed"])
 
+    def test_a_frozen_survivor_replaced_in_place_is_not_a_restart(self):
+        # Ranks 0-2; rank 1 killed at 1.0; rank 2 SIGSTOPped during the recovery past the store's
+        # liveness, fenced and replaced (pid 22); rank 0 kept: formed, when rank 2 was frozen.
+        log = Log()
+        for rank in range(3):
+            log.start(0.0, rank, 10 + rank)
+            log.steps(0.5, rank, 10 + rank, 1, 10)
+        log.start(1.5, 1, 21, restart=1, generation=1)
+        log.start(8.0, 2, 22, restart=2, generation=2)
+        for rank, pid in ((0, 10), (1, 21), (2, 22)):
+            log.enter(9.0, rank, pid, 10)
+            log.steps(9.1, rank, pid, 11, 20)
+            log.end(10.2, rank, pid, 20)
+        kills = [Kill(T0 + 1.0, "worker_kill", "rank 1 pid 11", (1,))]
+        s = check(log.lines, kills, agents(), 3, 3, BOUND, T0 + 11, T0)
+        self.assertEqual(kinds(s), ["restart without a reason"])
+        s = check(log.lines, kills, agents(), 3, 3, BOUND, T0 + 11, T0, frozen={2})
+        self.assertEqual(kinds(s), [])
+        self.assertEqual(s.recoveries, ["formed"])
+
     def test_an_older_generations_replacement_may_start_after_a_newer_ones(self):
         log, kills = formed_recovery()
         log.start(2.5, 0, 30, restart=2, generation=2)
