@@ -88,6 +88,7 @@ void ElasticAgent::Impl::startWorkers(const Input& in) {
   context.pythonPackageDir = pythonPackageDir;
   context.timerFile = hangMonitor->timerFile();
   prepareRecovery(context);
+  prepareNodeRecovery(context);
   attemptContext = context;
   std::vector<WorkerSpec> specs = buildWorkerSpecs(config, round, context);
 

@@ -301,6 +301,7 @@ void ElasticAgent::Impl::fallBack(const Input& in) {
   // Superseded: a newer generation's opener decides. (Not begun here yet is fine: the watch
   // reports g, then its outcome.)
   if (!opened || opened->generation != in.generation || in.generation < generation) return;
+  if (offered && offered->generation == in.generation && !offered->withdrawn) return fallBackLostNode(in);
   const uint64_t r = round.round, g = in.generation;
   const std::string prefix = workerStore->prefix(r);
   const int world = round.worldSize;

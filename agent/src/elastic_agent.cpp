@@ -98,6 +98,11 @@ constexpr ElasticAgent::Impl::Rule ElasticAgent::Impl::kRules[] = {
     {Rec, Event::MemberLost, SR, &Impl::stopToReform},
     {Rec, Event::StoreLost, SR, &Impl::stopToReform},
     {Rec, Event::Signal, SX, &Impl::stopForSignal},
+    // a lost node replaced in place (docs/recovery.md "A lost node"; agent_node_recovery.cpp)
+    {Run, Event::NodeLost, Rec, &Impl::claimLostNode},
+    {Rec, Event::NodeRecoveryOpened, Rec, &Impl::offerLostPlaces},
+    {Run, Event::LossUnrecovered, SR, &Impl::stopToReform},
+    {Rec, Event::LossUnrecovered, SR, &Impl::stopToReform},
 };
 
 // ---- the machine ----------------------------------------------------------------------------
@@ -211,7 +216,7 @@ void ElasticAgent::Impl::onJobEvent(const JobEvent& e) {
       dispatch(e.failure && e.failure->final ? Event::JobFailedFinal : Event::JobFailed, in);
       break;
     case JobEvent::Kind::Succeeded: dispatch(Event::JobSucceeded, in); break;
-    case JobEvent::Kind::MemberLost: dispatch(Event::MemberLost, in); break;
+    case JobEvent::Kind::MemberLost: dispatch(memberLostEvent(), in); break;
     case JobEvent::Kind::NodeWaiting: dispatch(Event::NodeWaiting, in); break;
     case JobEvent::Kind::StoreLost: dispatch(Event::StoreLost, in); break;
   }

@@ -101,6 +101,15 @@ struct ElasticAgent::Impl {
   int opensInFlight = 0;  // generations being opened off the loop (a formed outcome waits for them)
   int jobRestarts = 0;    // the job's restarts and recoveries as this node knows them
   std::optional<uint64_t> fellBack;  // the generation whose fallback restarts the job
+  // A lost node replaced in place (agent_node_recovery.cpp), reset with the round: the places
+  // this node offered and their generation; the loss watched for a recovery that never began.
+  struct OfferedPlaces {
+    uint64_t generation = 0;
+    std::vector<rdzv::Vacancy> places;
+    bool withdrawn = false;  // at recovery_timeout: no spare can take them any more
+  };
+  std::optional<OfferedPlaces> offered;
+  boost::asio::steady_timer lossTimer{io};  // recovery_timeout from a loss
 
   Impl();
 
@@ -182,6 +191,13 @@ struct ElasticAgent::Impl {
   void recoveryFormed(const Input& in);
   void fallBack(const Input& in);
   void stopAfterFallback(const Input& in);
+
+  // ---- a lost node replaced in place (agent_node_recovery.cpp) -----------------------------
+  Event memberLostEvent() const;  // NodeLost under in-process while running, else MemberLost
+  void prepareNodeRecovery(AttemptContext& context);
+  void claimLostNode(const Input& in);
+  void offerLostPlaces(const Input& in);
+  void fallBackLostNode(const Input& in);
 };
 
 }  // namespace drun::agent
