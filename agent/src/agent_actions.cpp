@@ -282,7 +282,9 @@ void ElasticAgent::Impl::sayStillFinishing(Clock::time_point since) {
 
 void ElasticAgent::Impl::reportFinished(const Input&) {
   hangMonitor->stop();
-  stopRecoveryWatch();  // no worker of this node joins a generation any more
+  // No worker of this node joins a generation any more; unless a lost node's recovery is open
+  // (its fallback re-forms this node too: agent_node_recovery.cpp).
+  if (!lossOpen) stopRecoveryWatch();
   if (round.nodeCount > 1 && !rdzv::capabilities(config.rendezvous.backend).sharedStore) {
     // No store, no exit barrier: nothing to wait for (torchrun's static backend alike).
     console.say("drun: this node's workers succeeded; with the static rendezvous each node ends on its "

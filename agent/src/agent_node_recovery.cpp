@@ -56,6 +56,7 @@ Event ElasticAgent::Impl::memberLostEvent() const {
 
 void ElasticAgent::Impl::prepareNodeRecovery(AttemptContext& context) {
   offered.reset();
+  lossOpen = false;
   lossTimer.cancel();
   if (!config.recovery.inProcess() || round.generation == 0) return;
   // A spare that took a lost node's place: its workers join the generation the others re-form in.
@@ -78,6 +79,7 @@ void ElasticAgent::Impl::claimLostNode(const Input& in) {
   const uint64_t generationAtLoss = generation;
   const std::string prefix = workerStore->prefix(r);
   const std::string reason = in.reason;
+  lossOpen = true;
   // recovery_timeout from the loss: the claimer decides its generation's fallback (RecoveryDue);
   // any other survivor re-forms unless a recovery began meanwhile.
   lossTimer.expires_after(config.recovery.timeout);

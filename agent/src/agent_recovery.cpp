@@ -290,6 +290,7 @@ void ElasticAgent::Impl::recoveryFormed(const Input& in) {
               rankList(formed.lost));
   recoveryTimer.cancel();
   opened.reset();
+  lossOpen = false;
   rootCause.reset();  // recovered: not a cause of anything any more
   otherFailures = 0;
   if (group && group->running() == 0) onLoop([this] { dispatch(Event::WorkersSucceeded); });

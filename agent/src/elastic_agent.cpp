@@ -103,6 +103,10 @@ constexpr ElasticAgent::Impl::Rule ElasticAgent::Impl::kRules[] = {
     {Rec, Event::NodeRecoveryOpened, Rec, &Impl::offerLostPlaces},
     {Run, Event::LossUnrecovered, SR, &Impl::stopToReform},
     {Rec, Event::LossUnrecovered, SR, &Impl::stopToReform},
+    // this node's workers succeeded while a lost node's place was open: its fallback re-forms
+    {Fin, Event::RecoveryDue, Fin, &Impl::fallBack},
+    {Fin, Event::PeerRecoveryFellBack, R, &Impl::rejoinToReform},
+    {Fin, Event::LossUnrecovered, R, &Impl::rejoinToReform},
 };
 
 // ---- the machine ----------------------------------------------------------------------------

@@ -109,6 +109,7 @@ struct ElasticAgent::Impl {
     bool withdrawn = false;  // at recovery_timeout: no spare can take them any more
   };
   std::optional<OfferedPlaces> offered;
+  bool lossOpen = false;  // a lost node's recovery began here and has not formed (Finishing waits for it)
   boost::asio::steady_timer lossTimer{io};  // recovery_timeout from a loss
 
   Impl();
