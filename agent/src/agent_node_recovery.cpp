@@ -71,6 +71,18 @@ void ElasticAgent::Impl::prepareNodeRecovery(AttemptContext& context) {
   console.say("drun: taking a lost node's place in the running job: {}, generation {} (restart {} of {})\n",
               describePlace(place), round.generation, round.generationRestartCount,
               config.rendezvous.maxRestarts);
+  // Its claimer decides the fallback; should it be gone too (its loss is not news to this node:
+  // it may have died before this node took the place), this node re-forms by itself.
+  lossOpen = true;
+  const uint64_t r = round.round, g = round.generation;
+  lossTimer.expires_after(config.recovery.timeout);
+  lossTimer.async_wait([this, r, g](const boost::system::error_code& ec) {
+    if (ec || r != round.round || !lossOpen) return;
+    Input due;
+    due.reason = "generation " + std::to_string(g) + ", which this node joined in a lost node's place, did not form "
+                 "within " + humanDuration(config.recovery.timeout) + " (--rdzv-conf recovery_timeout)";
+    dispatch(Event::LossUnrecovered, due);
+  });
 }
 
 // A member node was lost: claim its place off the loop; the claimer opens the generation.

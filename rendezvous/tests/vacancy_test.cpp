@@ -200,3 +200,26 @@ TEST_CASE("vacancy: malformed offers are skipped, never taken", "[rendezvous][va
   for (auto& m : job.members) m->leave();
   CHECK_THROWS_AS(getWithin(fc), TimeoutError);  // nobody left to replace: it gives up
 }
+
+TEST_CASE("vacancy: a place offered while the round is finishing: the spare that takes it finishes in "
+          "the lost member's place and the job succeeds",
+          "[rendezvous][vacancy]") {
+  RunningJob job(2);
+  auto c = job.spare("spareC");
+  auto fc = startNext(*c);
+  job.awaitWaiting(1);
+  job.lose(1, 0);
+  FirstChange end(*job.members[0], "succeeded");
+  CHECK(job.members[0]->finish());  // hostA's workers succeeded: it waits in the exit barrier
+  std::vector<Vacancy> claimed = job.members[0]->claimLostMembers();
+  REQUIRE(claimed.size() == 1);
+  job.members[0]->postVacancy(claimed[0], 1, 1);
+  const RoundResult took = getWithin(fc);
+  CHECK(took.nodeRank == job.rounds[1].nodeRank);
+  CHECK_FALSE(end.reportedWithin(200ms));  // the lost member never finished: not yet
+  CHECK(c->finish());
+  end.get();
+  job.members[0]->leave();
+  c->leave();
+  CHECK(keysBesidesTombstone(job.cluster.store(), "job") == 0);
+}
