@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <future>
+#include <set>
 
 #include "c10d_test_support.hpp"
 #include "hook_store.hpp"
@@ -25,10 +26,10 @@ struct HookedAgent {
 };
 
 HookedAgent hookedAgent(const std::shared_ptr<MemoryStore::Shared>& shared, const std::string& name,
-                        NodeLink::Hook hook) {
+                        NodeLink::Hook hook, int minNodes = 1, int maxNodes = 2) {
   HookedAgent agent;
   agent.link = std::make_shared<NodeLink>(name, std::move(hook), nullptr);
-  RendezvousOptions o = shortOptions(1, 2, "vac");
+  RendezvousOptions o = shortOptions(minNodes, maxNodes, "vac");
   o.localAddr = name;
   C10dStoreAccess access;
   Connector connect = MemoryBackend(shared).connector(agent.link, o);
@@ -136,7 +137,74 @@ PointOutcome spareDiesAt(int point) {
   return outcome;
 }
 
+// hostA claims hostC's loss and posts its place, dying before its `point`-th store operation of
+// the two calls; hostB, told of hostA's loss, claims what is left. Returns whether hostA died.
+bool claimerDiesAt(int point) {
+  auto shared = MemoryStore::makeShared();
+  MemoryStore observer(shared);
+  std::atomic<int> counted{0};
+  std::atomic<bool> killed{false};
+  HookedAgent a;
+  a = hookedAgent(shared, "hostA", [&](const StoreOp& op) {
+    if (op.call == "claim" && counted.fetch_add(1) == point && !killed.exchange(true)) a.link->dropAll(true);
+  }, 1, 3);
+  HookedAgent b = hookedAgent(shared, "hostB", nullptr, 1, 3);
+  HookedAgent c = hookedAgent(shared, "hostC", nullptr, 1, 3);
+  std::vector<std::future<RoundResult>> joins;
+  for (HookedAgent* n : {&a, &b, &c}) joins.push_back(startNext(*n->rendezvous));
+  std::vector<RoundResult> rounds;
+  for (auto& f : joins) rounds.push_back(getWithin(f));
+  REQUIRE(rounds[0].nodeCount == 3);
+  {
+    FirstChange lost(*b.rendezvous, "member lost");
+    c.link->dropAll(true);
+    lost.get();
+  }
+  FirstChange lostA(*b.rendezvous, "member lost");
+  std::string cId;
+  a.link->beginCall("claim");
+  try {
+    std::vector<Vacancy> claimed = a.rendezvous->claimLostMembers();
+    REQUIRE(claimed.size() == 1);
+    cId = claimed[0].lostId;
+    a.rendezvous->postVacancy(claimed[0], 1, 1);
+  } catch (const NetworkError&) {
+    CHECK(killed.load());
+  }
+  a.link->endCall();
+  if (!killed.load()) {
+    CHECK(observer.tryGet(keys::vacancy("vac", 0, cId)).has_value());
+    return false;
+  }
+  lostA.get();
+  std::vector<Vacancy> byB = b.rendezvous->claimLostMembers();
+  // hostA's place always; hostC's only when hostA's claim on it never arrived. Never twice.
+  std::set<int> ranks;
+  for (const Vacancy& v : byB) CHECK(ranks.insert(v.nodeRank).second);
+  CHECK(ranks.count(rounds[0].nodeRank) == 1);
+  const bool cToB = ranks.count(rounds[2].nodeRank) == 1;
+  CHECK(b.rendezvous->claimLostMembers().empty());
+  // hostC's loss is claimed: by hostB now, or by hostA (which may have offered it before dying).
+  for (const Vacancy& v : byB)
+    if (v.nodeRank == rounds[2].nodeRank) cId = v.lostId;
+  if (cToB) CHECK_FALSE(observer.tryGet(keys::vacancy("vac", 0, cId)).has_value());
+  if (!cId.empty()) CHECK(observer.tryGet(keys::vacancyClaim("vac", 0, cId)).has_value());
+  // hostB re-forms alone (the second loss: the restart path).
+  auto next = startNext(*b.rendezvous);
+  CHECK(getWithin(next).nodeCount == 1);
+  b.rendezvous->leave();
+  CHECK(keys::parseCounter(observer.tryGet(keys::present("vac"))).value_or(0) == 0);
+  return true;
+}
+
 }  // namespace
+
+TEST_CASE("vacancy interleavings: the claimer dies at each point of claiming and offering a lost member's place",
+          "[rendezvous][vacancy][v2]") {
+  int points = 0;
+  for (int point = 0; point < 40 && claimerDiesAt(point); ++point) ++points;
+  CHECK(points >= 4);  // the look at the members, the claim, the offer
+}
 
 TEST_CASE("vacancy interleavings: the spare dies at each point of taking a lost member's place",
           "[rendezvous][vacancy][v2]") {
