@@ -181,6 +181,20 @@ void ElasticAgent::Impl::offerLostPlaces(const Input& in) {
   // lossTimer, armed at the loss, brings RecoveryDue at recovery_timeout.
 }
 
+// The places were offered after this node began stopping: nobody decides their deadline now, so
+// they are withdrawn at once and their unit goes back to the budget (the job re-forms anyway).
+void ElasticAgent::Impl::withdrawLostPlaces(const Input& in) {
+  offLoop->post([this, places = in.places] {
+    try {
+      bool withdrawn = false;
+      for (const rdzv::Vacancy& v : places) withdrawn = rendezvous->withdrawVacancy(v) || withdrawn;
+      if (withdrawn) rendezvous->refundRecovery();
+    } catch (const std::exception& e) {
+      spdlog::debug("agent: withdrawing the lost node's place: {}", e.what());
+    }
+  });
+}
+
 // recovery_timeout passed for a generation opened for lost nodes: the offers are withdrawn and
 // the generation's unit goes back to the budget (a membership change spends no restart); then
 // fallBack records the fallback as for a worker death (the reason: no spare came, or who did

@@ -107,6 +107,11 @@ constexpr ElasticAgent::Impl::Rule ElasticAgent::Impl::kRules[] = {
     {Fin, Event::RecoveryDue, Fin, &Impl::fallBack},
     {Fin, Event::PeerRecoveryFellBack, R, &Impl::rejoinToReform},
     {Fin, Event::LossUnrecovered, R, &Impl::rejoinToReform},
+    // the place was offered after this node began stopping (a second loss, a failure, a signal)
+    {SR, Event::NodeRecoveryOpened, SR, &Impl::withdrawLostPlaces},
+    {SF, Event::NodeRecoveryOpened, SF, &Impl::withdrawLostPlaces},
+    {SX, Event::NodeRecoveryOpened, SX, &Impl::withdrawLostPlaces},
+    {R, Event::NodeRecoveryOpened, R, &Impl::withdrawLostPlaces},
 };
 
 // ---- the machine ----------------------------------------------------------------------------

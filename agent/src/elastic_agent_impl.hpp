@@ -199,6 +199,7 @@ struct ElasticAgent::Impl {
   void claimLostNode(const Input& in);
   void offerLostPlaces(const Input& in);
   void fallBackLostNode(const Input& in);
+  void withdrawLostPlaces(const Input& in);
 };
 
 }  // namespace drun::agent
