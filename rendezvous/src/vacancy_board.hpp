@@ -54,8 +54,8 @@ struct TakenPlace {
   int64_t lostSeen = 0;       // members lost so far (the place it took among them): not news to it
 };
 // Looks at the offers of round `running` and takes the first open one of this node's local world
-// size. `waitingIn` is the round this node waits in (running + 1) under its current id: its
-// registration there is given up in the same batch that makes it a member of `running`.
+// size: a member of `running` under `memberId` from then on. Its registration in the round it
+// waits in (running + 1, under its current id) is given up in the same batch.
 std::optional<TakenPlace> takeVacancy(LivenessStore& store, const C10dNode& node, uint64_t running,
                                       const std::string& memberId);
 
