@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <future>
+#include <thread>
 #include <set>
 
 #include "c10d_test_support.hpp"
@@ -197,6 +198,84 @@ bool claimerDiesAt(int point) {
   return true;
 }
 
+// Spares hostC and hostD wait for hostB's place; hostD looks at the offers (woken) before hostC's
+// `point`-th store operation of its take. Returns whether the point was reached.
+bool spareRacesAt(int point) {
+  auto shared = MemoryStore::makeShared();
+  MemoryStore observer(shared);
+  HookedAgent a = hookedAgent(shared, "hostA", nullptr);
+  HookedAgent b = hookedAgent(shared, "hostB", nullptr);
+  auto fa = startNext(*a.rendezvous);
+  auto fb = startNext(*b.rendezvous);
+  getWithin(fa);
+  const RoundResult rb = getWithin(fb);
+  std::atomic<int> dLooks{0};
+  std::atomic<bool> dDone{false};
+  HookedAgent d = hookedAgent(shared, "spareD", [&](const StoreOp& op) {
+    if (op.call == "join" && op.key.ends_with("/vacancies")) ++dLooks;
+  });
+  auto fd = std::async(std::launch::async, [&] {
+    d.link->beginCall("join");
+    try {
+      RoundResult r = d.rendezvous->next();
+      dDone = true;
+      return r;
+    } catch (...) {
+      dDone = true;
+      throw;
+    }
+  });
+  awaitArrivals(observer, "vac", 1, 1);
+  {
+    FirstChange lost(*a.rendezvous, "member lost");
+    b.link->dropAll(true);
+    lost.get();
+  }
+  std::vector<Vacancy> claimed = a.rendezvous->claimLostMembers();
+  REQUIRE(claimed.size() == 1);
+  std::atomic<int> counted{-1};
+  std::atomic<bool> reached{false};
+  // hostD takes its look now: woken, it reads the offers and goes back to its wait (or has a seat).
+  auto letDLook = [&] {
+    const int before = dLooks.load();
+    observer.add(keys::status("vac", 1), 1);
+    const Deadline bound(2s);
+    while (!bound.expired() && !(dLooks.load() > before && (d.link->blockedInWatch() || dDone.load())))
+      std::this_thread::sleep_for(1ms);
+  };
+  HookedAgent c = hookedAgent(shared, "spareC", [&](const StoreOp& op) {
+    if (op.call != "join") return;
+    if (counted.load() < 0 && op.key.ends_with("/vacancies") && observer.check({keys::vacancies("vac", 0)}))
+      counted = 0;
+    if (counted.load() >= 0 && counted.fetch_add(1) == point && !reached.exchange(true)) letDLook();
+  });
+  auto fc = std::async(std::launch::async, [&] {
+    c.link->beginCall("join");
+    return c.rendezvous->next();
+  });
+  awaitArrivals(observer, "vac", 1, 2);
+  a.rendezvous->postVacancy(claimed[0], 1, 1);
+  // Exactly one spare gets the place; the other waits on.
+  const bool cTook = fc.wait_for(5s) == std::future_status::ready;
+  const bool dTook = fd.wait_for(cTook ? 300ms : 5s) == std::future_status::ready;
+  INFO("point " << point << ": hostC took " << cTook << ", hostD took " << dTook);
+  CHECK(cTook != dTook);
+  CHECK(keys::parseCounter(observer.tryGet(keys::replaced("vac", 0))).value_or(0) == 1);
+  auto& winner = cTook ? fc : fd;
+  auto& loser = cTook ? fd : fc;
+  CHECK(getWithin(winner).nodeRank == rb.nodeRank);
+  Rendezvous& member = cTook ? *c.rendezvous : *d.rendezvous;
+  // The job ends with the winner as the lost member; the other spare learns it.
+  CHECK(a.rendezvous->finish());
+  CHECK(member.finish());
+  a.rendezvous->leave();
+  member.leave();
+  CHECK_THROWS_AS(getWithin(loser), JobEnded);
+  (cTook ? d : c).rendezvous->leave();
+  CHECK(keys::parseCounter(observer.tryGet(keys::present("vac"))).value_or(0) == 0);
+  return reached.load();
+}
+
 }  // namespace
 
 TEST_CASE("vacancy interleavings: the claimer dies at each point of claiming and offering a lost member's place",
@@ -215,4 +294,11 @@ TEST_CASE("vacancy interleavings: the spare dies at each point of taking a lost 
     ++points;
   }
   CHECK(points >= 5);  // the offers read, the taker's compare_set, the take's batch, the wake
+}
+
+TEST_CASE("vacancy interleavings: a second spare takes its look at each point of the first's take",
+          "[rendezvous][vacancy][v2]") {
+  int points = 0;
+  for (int point = 0; point < 40 && spareRacesAt(point); ++point) ++points;
+  CHECK(points >= 5);
 }
