@@ -211,3 +211,110 @@ TEST_CASE("recovery: a worker dying on one namespace host is replaced there whil
   CHECK(done[3] == byRank[3][1].pid);
   CHECK(marker.leftovers(5s).empty());
 }
+
+namespace {
+
+// drun --recovery in-process with recovery_worker on the hosts of a namespace cluster (host 0
+// serves the store): the options of one job, and a process of it on a host.
+struct NamespaceJob {
+  NetnsCluster& cluster;
+  MarkerScope& marker;
+  std::vector<std::string> args;
+
+  NamespaceJob(NetnsCluster& c, MarkerScope& m, const std::string& nnodes, const std::string& conf, int steps)
+      : cluster(c), marker(m) {
+    args = {drunPath().string(), "--nnodes", nnodes, "--nproc-per-node", "2", "--rdzv-endpoint",
+            cluster.address(0) + ":29400", "--rdzv-id", "node-" + randomHex(8), "--max-restarts", "1",
+            "--recovery", "in-process", "--rdzv-conf", conf, helperPath("recovery_worker").string(),
+            "--steps", std::to_string(steps), "--step-ms", "20"};
+  }
+  RunOptions on(int host) const {
+    RunOptions o;
+    o.argv = cluster.exec(host, args);
+    o.env = {marker.env(), "OMP_NUM_THREADS=1"};
+    o.timeout = scaled(90s);
+    return o;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("recovery: a member node SIGKILLed is replaced by a spare that takes its node rank and ranks "
+          "while the other host's workers keep running", "[multinode]") {
+  skipWithoutNetns("multi-node recovery test");
+  NetnsCluster cluster(3);
+  MarkerScope marker;
+  // host 0 serves the store (the endpoint); host 1 is lost; host 2 arrives once the job runs with
+  // its MAX of 2 nodes: a spare.
+  const NamespaceJob job(cluster, marker, "2", "recovery_timeout=30", 400);
+  Process host0(job.on(0));
+  Process host1(job.on(1));
+  REQUIRE(host0.waitForLines("RW start", 2, scaled(30s)));
+  REQUIRE(host1.waitForLines("RW start", 2, scaled(30s)));
+  Process spare(job.on(2));
+  REQUIRE(spare.waitForOutput([](const std::string&, const std::string& err) { return contains(err, "spare"); },
+                              scaled(30s)));
+  host1.signal(SIGKILL);  // its workers die with it (parent-death signal)
+  const RunResult lost = host1.wait();
+  const std::vector<RunResult> runs = {host0.wait(), spare.wait()};
+  for (const RunResult& r : runs) {
+    INFO(r.describe());
+    REQUIRE_FALSE(r.timedOut);
+    CHECK(r.status() == 0);
+    CHECK_FALSE(contains(r.err, "re-forming the job"));
+    CHECK_FALSE(contains(r.err, "restarting the job"));
+    CHECK(contains(r.err, "generation 1 formed"));
+  }
+  INFO(runs[0].describe());
+  INFO(runs[1].describe());
+  CHECK(contains(runs[0].err, "was lost; the other nodes' workers go on, and its place is offered to a spare: "
+                              "generation 1 (restart 1 of 1)"));
+  CHECK(contains(runs[1].err, "taking a lost node's place in the running job"));
+  // Host 0's workers kept their processes; the spare's took the lost node's ranks in generation 1.
+  std::map<int, std::vector<Start>> kept, took, gone;
+  for (const Start& s : starts(runs[0].out)) kept[s.rank].push_back(s);
+  for (const Start& s : starts(runs[1].out)) took[s.rank].push_back(s);
+  for (const Start& s : starts(lost.out)) gone[s.rank].push_back(s);
+  REQUIRE(kept.size() == 2);
+  REQUIRE(took.size() == 2);
+  for (auto& [rank, s] : kept) {
+    REQUIRE(s.size() == 1);
+    CHECK(donePids(runs[0].out)[rank] == s[0].pid);
+  }
+  for (auto& [rank, s] : took) {
+    CHECK(gone.count(rank) == 1);  // the lost node's ranks
+    CHECK(kept.count(rank) == 0);
+    REQUIRE(s.size() == 1);
+    CHECK(s[0].gen == 1);
+    CHECK(s[0].restart == 1);
+    CHECK(donePids(runs[1].out)[rank] == s[0].pid);
+  }
+  CHECK(marker.leftovers(5s).empty());
+}
+
+TEST_CASE("recovery: a member node SIGKILLed with no spare to take its place: the job re-forms without it "
+          "after recovery_timeout, and every node says why", "[multinode]") {
+  skipWithoutNetns("multi-node recovery test");
+  NetnsCluster cluster(2);
+  MarkerScope marker;
+  const NamespaceJob job(cluster, marker, "1:2", "recovery_timeout=2,last_call_timeout=1", 200);
+  Process host0(job.on(0));
+  Process host1(job.on(1));
+  REQUIRE(host0.waitForLines("RW start", 2, scaled(30s)));
+  REQUIRE(host1.waitForLines("RW start", 2, scaled(30s)));
+  host1.signal(SIGKILL);
+  host1.wait();
+  const RunResult r = host0.wait();
+  INFO(r.describe());
+  REQUIRE_FALSE(r.timedOut);
+  CHECK(r.status() == 0);
+  CHECK(contains(r.err, "its place is offered to a spare: generation 1"));
+  CHECK(contains(r.err, "generation 1 did not form: no spare took the place of node"));
+  CHECK(contains(r.err, "within 2s (--rdzv-conf recovery_timeout); restarting the job"));
+  // Re-formed alone as a membership change: the recovery's unit went back to the budget.
+  const auto started = starts(r.out);
+  REQUIRE(started.size() == 4);  // ranks 0, 1 of round 0, then of the re-formed round
+  CHECK(started[2].restart == 0);
+  CHECK(started[3].restart == 0);
+  CHECK(marker.leftovers(5s).empty());
+}

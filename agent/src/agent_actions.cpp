@@ -88,6 +88,7 @@ void ElasticAgent::Impl::startWorkers(const Input& in) {
   context.pythonPackageDir = pythonPackageDir;
   context.timerFile = hangMonitor->timerFile();
   prepareRecovery(context);
+  prepareNodeRecovery(context);
   attemptContext = context;
   std::vector<WorkerSpec> specs = buildWorkerSpecs(config, round, context);
 
@@ -285,9 +286,10 @@ void ElasticAgent::Impl::sayStillFinishing(Clock::time_point since) {
 void ElasticAgent::Impl::reportFinished(const Input&) {
   hangMonitor->stop();
   stopStandbys();  // the workers are done: nothing left to take a place in
-  // No recovery of this round concerns a node whose workers all succeeded; the workers' store
-  // closes as the job ends, which the watch must not report as lost.
-  stopRecoveryWatch();
+  // No worker of this node joins a generation any more, and the workers' store closes as the job
+  // ends, which the watch must not report as lost; unless a lost node's recovery is open (its
+  // fallback re-forms this node too: agent_node_recovery.cpp).
+  if (!lossOpen) stopRecoveryWatch();
   if (round.nodeCount > 1 && !rdzv::capabilities(config.rendezvous.backend).sharedStore) {
     // No store, no exit barrier: nothing to wait for (torchrun's static backend alike).
     console.say("drun: this node's workers succeeded; with the static rendezvous each node ends on its "

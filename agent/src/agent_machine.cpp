@@ -51,6 +51,9 @@ const char* toString(Event e) {
     case Event::ReplacementFailed: return "replacement failed";
     case Event::RecoveryFellBack: return "recovery fell back";
     case Event::PeerRecoveryFellBack: return "recovery fell back elsewhere";
+    case Event::NodeLost: return "node lost";
+    case Event::NodeRecoveryOpened: return "node recovery opened";
+    case Event::LossUnrecovered: return "loss unrecovered";
     case Event::Signal: return "signal";
     case Event::InternalError: return "internal error";
   }

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "drun/agent/elastic_agent.hpp"
 #include "drun/agent/worker_group.hpp"
@@ -46,6 +47,10 @@ enum class Event {
   ReplacementFailed,     // the replacement this node started ended before its generation formed
   RecoveryFellBack,      // the generation this node opened fell back: stop, report, restart
   PeerRecoveryFellBack,  // a generation another node opened fell back: stop and re-form
+  // A lost node replaced in place (agent_node_recovery.cpp)
+  NodeLost,              // a member node was lost while this node runs: its place goes to a spare
+  NodeRecoveryOpened,    // this node claimed the lost node's place, opened its generation, offered it
+  LossUnrecovered,       // no recovery of the loss began within recovery_timeout: stop and re-form
   Signal,
   InternalError,     // an exception escaped an action
 };
@@ -61,6 +66,7 @@ struct Input {
   int code = 0;
   uint64_t generation = 0;  // the recovery's generation
   int restartCount = 0;     // the job's restart count including it
+  std::vector<rdzv::Vacancy> places;  // NodeRecoveryOpened: the lost nodes' places offered
 };
 
 // One rule of the machine: in `from`, `event` moves to `to` and runs `action` (may be null).

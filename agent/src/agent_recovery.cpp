@@ -347,6 +347,7 @@ void ElasticAgent::Impl::recoveryFormed(const Input& in) {
               rankList(formed.lost));
   recoveryTimer.cancel();
   opened.reset();
+  lossOpen = false;
   rootCause.reset();  // recovered: not a cause of anything any more
   otherFailures = 0;
   if (group && group->running() == 0) onLoop([this] { dispatch(Event::WorkersSucceeded); });
@@ -358,6 +359,7 @@ void ElasticAgent::Impl::fallBack(const Input& in) {
   // Superseded: a newer generation's opener decides. (Not begun here yet is fine: the watch
   // reports g, then its outcome.)
   if (!opened || opened->generation != in.generation || in.generation < generation) return;
+  if (offered && offered->generation == in.generation && !offered->withdrawn) return fallBackLostNode(in);
   const uint64_t r = round.round, g = in.generation;
   const std::string prefix = workerStore->prefix(r);
   const int world = round.worldSize;

@@ -98,6 +98,20 @@ constexpr ElasticAgent::Impl::Rule ElasticAgent::Impl::kRules[] = {
     {Rec, Event::MemberLost, SR, &Impl::stopToReform},
     {Rec, Event::StoreLost, SR, &Impl::stopToReform},
     {Rec, Event::Signal, SX, &Impl::stopForSignal},
+    // a lost node replaced in place (docs/recovery.md "A lost node"; agent_node_recovery.cpp)
+    {Run, Event::NodeLost, Rec, &Impl::claimLostNode},
+    {Rec, Event::NodeRecoveryOpened, Rec, &Impl::offerLostPlaces},
+    {Run, Event::LossUnrecovered, SR, &Impl::stopToReform},
+    {Rec, Event::LossUnrecovered, SR, &Impl::stopToReform},
+    // this node's workers succeeded while a lost node's place was open: its fallback re-forms
+    {Fin, Event::RecoveryDue, Fin, &Impl::fallBack},
+    {Fin, Event::PeerRecoveryFellBack, R, &Impl::rejoinToReform},
+    {Fin, Event::LossUnrecovered, R, &Impl::rejoinToReform},
+    // the place was offered after this node began stopping (a second loss, a failure, a signal)
+    {SR, Event::NodeRecoveryOpened, SR, &Impl::withdrawLostPlaces},
+    {SF, Event::NodeRecoveryOpened, SF, &Impl::withdrawLostPlaces},
+    {SX, Event::NodeRecoveryOpened, SX, &Impl::withdrawLostPlaces},
+    {R, Event::NodeRecoveryOpened, R, &Impl::withdrawLostPlaces},
 };
 
 // ---- the machine ----------------------------------------------------------------------------
@@ -212,7 +226,7 @@ void ElasticAgent::Impl::onJobEvent(const JobEvent& e) {
       dispatch(e.failure && e.failure->final ? Event::JobFailedFinal : Event::JobFailed, in);
       break;
     case JobEvent::Kind::Succeeded: dispatch(Event::JobSucceeded, in); break;
-    case JobEvent::Kind::MemberLost: dispatch(Event::MemberLost, in); break;
+    case JobEvent::Kind::MemberLost: dispatch(memberLostEvent(), in); break;
     case JobEvent::Kind::NodeWaiting: dispatch(Event::NodeWaiting, in); break;
     case JobEvent::Kind::StoreLost: dispatch(Event::StoreLost, in); break;
   }

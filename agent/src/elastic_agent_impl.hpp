@@ -108,6 +108,16 @@ struct ElasticAgent::Impl {
   std::unique_ptr<detail::StandbyPool> standbys;
   int standbyExits = 0;
   static constexpr int kStandbyExitsBeforeOff = 2;
+  // A lost node replaced in place (agent_node_recovery.cpp), reset with the round: the places
+  // this node offered and their generation; the loss watched for a recovery that never began.
+  struct OfferedPlaces {
+    uint64_t generation = 0;
+    std::vector<rdzv::Vacancy> places;
+    bool withdrawn = false;  // at recovery_timeout: no spare can take them any more
+  };
+  std::optional<OfferedPlaces> offered;
+  bool lossOpen = false;  // a lost node's recovery began here and has not formed (Finishing waits for it)
+  boost::asio::steady_timer lossTimer{io};  // recovery_timeout from a loss
 
   Impl();
 
@@ -193,6 +203,14 @@ struct ElasticAgent::Impl {
   void recoveryFormed(const Input& in);
   void fallBack(const Input& in);
   void stopAfterFallback(const Input& in);
+
+  // ---- a lost node replaced in place (agent_node_recovery.cpp) -----------------------------
+  Event memberLostEvent() const;  // NodeLost under in-process while running, else MemberLost
+  void prepareNodeRecovery(AttemptContext& context);
+  void claimLostNode(const Input& in);
+  void offerLostPlaces(const Input& in);
+  void fallBackLostNode(const Input& in);
+  void withdrawLostPlaces(const Input& in);
 };
 
 }  // namespace drun::agent

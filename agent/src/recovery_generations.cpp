@@ -43,15 +43,29 @@ LostWorker parseLost(const std::string& value) {
 
 uint64_t openGeneration(rdzv::LivenessStore& store, const std::string& prefix, const LostWorker& lost,
                         int restartCount, std::chrono::milliseconds timeout) {
+  const std::string me = lost.node + " pid " + std::to_string(::getpid()) + " rank " + std::to_string(lost.rank);
+  return openGeneration(store, prefix, std::vector<LostWorker>{lost}, me, restartCount, timeout);
+}
+
+uint64_t openGeneration(rdzv::LivenessStore& store, const std::string& prefix, const std::vector<LostWorker>& lost,
+                        const std::string& me, int restartCount, std::chrono::milliseconds timeout) {
+  if (lost.empty() || lost.size() + 2 > StoreBatch::kMaxOps) throw InvalidArgument("a generation for " +
+                                                                                   std::to_string(lost.size()) + " ranks");
   const Deadline deadline(timeout);
   const std::string key = keys::generation(prefix);
-  const std::string me = lost.node + " pid " + std::to_string(::getpid()) + " rank " + std::to_string(lost.rank);
   // Claim the first generation after the current one that nobody claimed.
   uint64_t g = keys::parseGeneration(store.tryGet(key)) + 1;
   for (int attempt = 0; store.compareSet(keys::opener(prefix, g), "", me) != me; ++attempt, ++g)
     if (attempt >= 64) throw Error("could not claim a recovery generation after " + std::to_string(g) + " (64 tries)");
-  store.multiSet({keys::lost(prefix, g, lost.rank), keys::lostRanks(prefix, g), keys::restartCount(prefix, g)},
-                 {encodeLost(lost), keys::encodeRanks({lost.rank}), std::to_string(restartCount)});
+  std::vector<std::string> names = {keys::lostRanks(prefix, g), keys::restartCount(prefix, g)};
+  std::vector<int> ranks;
+  for (const LostWorker& l : lost) ranks.push_back(l.rank);
+  std::vector<std::string> values = {keys::encodeRanks(ranks), std::to_string(restartCount)};
+  for (const LostWorker& l : lost) {
+    names.push_back(keys::lost(prefix, g, l.rank));
+    values.push_back(encodeLost(l));
+  }
+  store.multiSet(names, values);
   // Then g-1 -> g; an earlier generation's opener may not have moved it to g-1 yet: wait for it.
   const std::string desired = std::to_string(g);
   for (;;) {

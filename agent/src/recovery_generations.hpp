@@ -41,6 +41,9 @@ struct Generation {
 // first). Returns the generation opened.
 uint64_t openGeneration(rdzv::LivenessStore& store, const std::string& prefix, const LostWorker& lost,
                         int restartCount, std::chrono::milliseconds timeout);
+// The same for several ranks lost at once (a lost node's): `opener` names the claiming agent.
+uint64_t openGeneration(rdzv::LivenessStore& store, const std::string& prefix, const std::vector<LostWorker>& lost,
+                        const std::string& opener, int restartCount, std::chrono::milliseconds timeout);
 
 // Reads generation g's lost ranks and restart count (written before g began).
 Generation readGeneration(rdzv::LivenessStore& store, const std::string& prefix, uint64_t g);

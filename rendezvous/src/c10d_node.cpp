@@ -1,12 +1,26 @@
 #include "c10d_node.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdio>
+#include <random>
 
 #include "drun/common/error.hpp"
 #include "drun/rendezvous/c10d_rendezvous.hpp"
 #include "drun/store/store_batch.hpp"
 
 namespace drun::rdzv {
+
+std::string newNodeId() {
+  std::random_device rd;
+  std::mt19937_64 gen((uint64_t(rd()) << 32) ^ rd() ^
+                      uint64_t(Clock::now().time_since_epoch().count()));
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%x-%016llx", unsigned(::getpid()),
+                static_cast<unsigned long long>(gen()));
+  return buf;
+}
 
 milliseconds watchSlice(milliseconds heartbeatTimeout) {
   return std::max<milliseconds>(200ms, heartbeatTimeout / 2);

@@ -25,6 +25,9 @@ struct C10dNode {
   const std::string& runId() const { return options.runId; }
 };
 
+// A fresh node id: "<pid hex>-<64 random bits hex>" (keys::isValidNodeId).
+std::string newNodeId();
+
 // How many node names a message lists.
 inline constexpr size_t kMaxNamesInMessage = 32;
 

@@ -20,7 +20,6 @@
 #include <algorithm>
 #include <atomic>
 #include <mutex>
-#include <random>
 
 #include <spdlog/spdlog.h>
 
@@ -36,19 +35,10 @@
 #include "round_closer.hpp"
 #include "round_join.hpp"
 #include "store_refill.hpp"
+#include "vacancy_board.hpp"
 
 namespace drun::rdzv {
 namespace {
-
-std::string newNodeId() {
-  std::random_device rd;
-  std::mt19937_64 gen((uint64_t(rd()) << 32) ^ rd() ^
-                      uint64_t(Clock::now().time_since_epoch().count()));
-  char buf[48];
-  std::snprintf(buf, sizeof buf, "%x-%016llx", unsigned(::getpid()),
-                static_cast<unsigned long long>(gen()));
-  return buf;
-}
 
 class C10dRendezvous final : public Rendezvous {
  public:
@@ -224,6 +214,17 @@ class C10dRendezvous final : public Rendezvous {
     store_->add(keys::recoveries(id(), *lastRound_), -1);
   }
 
+  std::vector<Vacancy> claimLostMembers() override {
+    if (!lastRound_) throw InvalidArgument("claimLostMembers() before a round formed");
+    return rdzv::claimLostMembers(*store_, id(), *lastRound_, node_.self.id);
+  }
+
+  void postVacancy(const Vacancy& vacancy, uint64_t generation, int restartCount) override {
+    rdzv::postVacancy(*store_, id(), vacancy, generation, restartCount);
+  }
+
+  bool withdrawVacancy(const Vacancy& vacancy) override { return rdzv::withdrawVacancy(*store_, id(), vacancy); }
+
   std::unique_ptr<LivenessStore> connectSideStore() override {
     return connect_ ? connect_() : nullptr;
   }
@@ -362,7 +363,11 @@ class C10dRendezvous final : public Rendezvous {
       }
       if (seat) {
         const RoundResult& result = seat->result;
-        lastRound_ = round;
+        if (seat->memberId) {  // a spare that took a lost member's place in the running round
+          node_.self.id = *seat->memberId;
+          node_.descriptorLine = keys::encodeDescriptor(node_.self);
+        }
+        lastRound_ = result.round;
         restartCount_ = result.restartCount;
         lastNodeCount_ = result.nodeCount;
         lastNodeRank_ = result.nodeRank;
@@ -435,6 +440,7 @@ class C10dRendezvous final : public Rendezvous {
     w.nodeCount = seat.result.nodeCount;
     w.changesAtClose = seat.changesAtClose;
     w.leftAtClose = seat.leftAtClose;
+    w.lostSeen = seat.lostSeen;
     w.endpoint = node_.endpoint;
     w.slice = watchSlice(options().heartbeatTimeout);
     watcher_ = std::make_unique<MembershipWatcher>(connect_(), std::move(w), slot_);

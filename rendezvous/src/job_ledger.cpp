@@ -5,7 +5,7 @@
 
 namespace drun::rdzv {
 
-// One batch: one round trip, and on etcd one transaction (a snapshot of the six).
+// One batch: one round trip, and on etcd one transaction (a snapshot of the seven).
 JobLedger readLedger(LivenessStore& store, const RoundBaseline& base) {
   StoreBatch reads;
   const size_t failure = reads.tryGet(keys::failure(base.runId, base.round));
@@ -14,6 +14,7 @@ JobLedger readLedger(LivenessStore& store, const RoundBaseline& base) {
   const size_t finished = reads.tryGet(keys::finished(base.runId, base.round));
   const size_t waiting = reads.tryGet(keys::waiting(base.runId, base.round));
   const size_t ending = reads.tryGet(keys::ending(base.runId, base.round));
+  const size_t replaced = reads.tryGet(keys::replaced(base.runId, base.round));
   store.runBatch(reads);
   auto counter = [&](size_t op) { return keys::parseCounter(reads.value(op)).value_or(0); };
   JobLedger ledger;
@@ -23,14 +24,20 @@ JobLedger readLedger(LivenessStore& store, const RoundBaseline& base) {
   ledger.lost = counter(lost);
   ledger.finished = counter(finished);
   ledger.waiting = counter(waiting);
+  ledger.replaced = counter(replaced);
   ledger.ending = keys::parseEnding(reads.value(ending));
   return ledger;
 }
 
-int64_t survivorsOf(Store& store, const RoundBaseline& base) {
+int64_t survivorsOf(LivenessStore& store, const RoundBaseline& base) {
   JobLedger ledger;
   ledger.base = base;
-  ledger.left = keys::parseCounter(store.tryGet(keys::left(base.runId, base.round))).value_or(0);
+  StoreBatch reads;
+  const size_t left = reads.tryGet(keys::left(base.runId, base.round));
+  const size_t replaced = reads.tryGet(keys::replaced(base.runId, base.round));
+  store.runBatch(reads);
+  ledger.left = keys::parseCounter(reads.value(left)).value_or(0);
+  ledger.replaced = keys::parseCounter(reads.value(replaced)).value_or(0);
   return ledger.survivors();
 }
 

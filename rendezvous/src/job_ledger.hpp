@@ -32,10 +32,16 @@ struct JobLedger {
   int64_t lost = 0;       // wills only (plus leftAtClose)
   int64_t finished = 0;   // members whose workers all succeeded
   int64_t waiting = 0;    // nodes that announced they wait to join the next round
+  int64_t replaced = 0;   // members gone whose place a spare took (docs/recovery.md "A lost node")
   bool failed = false;    // the round has a failure record
   keys::RoundEnding ending = keys::RoundEnding::Open;  // finish or scale-up, whichever came first
 
-  int64_t membersGone() const { return clampedSince(left); }
+  // A member whose place a spare took is not gone: the spare is that member now.
+  int64_t membersGone() const {
+    const int64_t gone = clampedSince(left) - replaced;
+    return gone > 0 ? gone : 0;
+  }
+  // Every loss, replaced or not: each is news once (the watchers count them).
   int64_t membersLost() const { return clampedSince(lost); }
   // Members of the round that can still come back to re-form it.
   int64_t survivors() const {
@@ -59,8 +65,8 @@ struct JobLedger {
 // something other than an agent).
 JobLedger readLedger(LivenessStore& store, const RoundBaseline& base);
 
-// The members of `base`'s round that can still come back (one tryGet): what a re-forming join
-// asks at every event.
-int64_t survivorsOf(Store& store, const RoundBaseline& base);
+// The members of `base`'s round that can still come back (one batch of two tryGets): what a
+// re-forming join asks at every event.
+int64_t survivorsOf(LivenessStore& store, const RoundBaseline& base);
 
 }  // namespace drun::rdzv

@@ -107,6 +107,17 @@ std::string recoveries(std::string_view runId, uint64_t r) {
   return cat(round(runId, r), "recoveries");
 }
 std::string workerStore(std::string_view runId, uint64_t r) { return cat(round(runId, r), "workers/"); }
+std::string vacancy(std::string_view runId, uint64_t r, std::string_view lostNode) {
+  return cat(round(runId, r), cat("vacancy/", lostNode));
+}
+std::string vacancyClaim(std::string_view runId, uint64_t r, std::string_view lostNode) {
+  return cat(vacancy(runId, r, lostNode), "/claim");
+}
+std::string vacancyTaker(std::string_view runId, uint64_t r, std::string_view lostNode) {
+  return cat(vacancy(runId, r, lostNode), "/taker");
+}
+std::string vacancies(std::string_view runId, uint64_t r) { return cat(round(runId, r), "vacancies"); }
+std::string replaced(std::string_view runId, uint64_t r) { return cat(round(runId, r), "replaced"); }
 std::string eventCount(std::string_view runId) { return cat(job(runId), "events/next"); }
 std::string eventSlot(std::string_view runId, uint64_t n) {
   return cat(job(runId), "events/" + std::to_string(n % kEventSlots));

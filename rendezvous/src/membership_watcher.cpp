@@ -153,6 +153,7 @@ void run(LivenessStore& store, const WatchedRound& w, EventSlot& slot, std::atom
   std::optional<Bytes> known;
   if (w.changesAtClose > 0) known = std::to_string(w.changesAtClose);
   Reported seen;
+  seen.gone = w.lostSeen;
   try {
     while (!stopped.load()) {
       bool changed = true;

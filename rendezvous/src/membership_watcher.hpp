@@ -41,6 +41,8 @@ struct WatchedRound {
   int nodeCount = 1;
   int64_t changesAtClose = 0;  // the watch starts here: every later change is looked at
   int64_t leftAtClose = 0;     // members lost = lost - leftAtClose (equal to left at the close)
+  int64_t lostSeen = 0;        // members lost already known at the start (a spare that took a
+                               // lost member's place: that loss is not news to it)
   std::string endpoint;        // for messages
   milliseconds slice{2000};    // the longest single watch
 };

@@ -8,6 +8,7 @@
 #include "drun/common/progress.hpp"
 #include "drun/store/store_batch.hpp"
 #include "store_refill.hpp"
+#include "vacancy_board.hpp"
 
 namespace drun::rdzv {
 namespace {
@@ -41,6 +42,7 @@ const char* RoundJoin::toString(Event event) {
     case Event::ShortOfMin: return "short of MIN";
     case Event::Closed: return "closed";
     case Event::ClosedWithoutMe: return "closed without this node";
+    case Event::VacancyTaken: return "a lost member's place taken";
     case Event::Error: return "error";
   }
   return "?";
@@ -57,6 +59,8 @@ const RoundJoin::Rule RoundJoin::kRules[] = {
     {P::Joining, Event::ClosedWithoutMe, P::NotTaken},
     {P::LastCall, Event::ClosedWithoutMe, P::NotTaken},
     {P::Replacing, Event::ClosedWithoutMe, P::NotTaken},
+    {P::Joining, Event::VacancyTaken, P::Decided},
+    {P::Replacing, Event::VacancyTaken, P::Decided},
     {P::Joining, Event::Error, P::Failed},
     {P::LastCall, Event::Error, P::Failed},
     {P::Replacing, Event::Error, P::Failed},
@@ -148,6 +152,7 @@ std::optional<Seat> RoundJoin::run(Deadline& deadline, const Announcement& annou
   const bool elastic = o.minNodes < o.maxNodes && !reform_.active;
   spdlog::debug("rendezvous '{}': joined round {} as arrival {} (need {}..{}{})", id, round_,
                 arrivals, o.minNodes, o.maxNodes, reform_.active ? ", re-forming" : "");
+  if (auto place = takePlace()) return place;
   if (!closeIfComplete(arrivals) && elastic && arrivals >= o.minNodes) startLastCall(armLastCall());
 
   std::optional<Bytes> known;  // status as last seen (nullopt: absent)
@@ -162,6 +167,7 @@ std::optional<Seat> RoundJoin::run(Deadline& deadline, const Announcement& annou
         // The decision can exist before status shows it (its closer died in between).
         if (auto decided = store_.tryGet(keys::state(id, round_)))
           if (auto state = keys::parseState(*decided)) return seat(*state);
+        if (auto place = takePlace()) return place;
         // A newcomer in round 0 of a store the survivors refilled (it restarted): the job
         // re-forms in their round (store_refill.hpp).
         if (round_ == 0 && !node_.self.rejoining)
@@ -367,6 +373,24 @@ std::optional<Seat> RoundJoin::seat(const keys::RoundState& state) {
   seat.changesAtClose = state.changesAtClose;
   seat.leftAtClose = state.leftAtClose;
   on(Event::Closed, "node rank " + std::to_string(r.nodeRank) + " of " + std::to_string(r.nodeCount));
+  return seat;
+}
+
+// A waiting node (not a member of the running round) takes a lost member's place there when one
+// is offered (vacancy_board.hpp): under a new id, its registration in this round given up.
+std::optional<Seat> RoundJoin::takePlace() {
+  if (!forRunningJob_ || !reform_.active || node_.self.rejoining) return std::nullopt;
+  auto taken = takeVacancy(store_, node_, reform_.previous.round, newNodeId());
+  if (!taken) return std::nullopt;
+  Seat seat;
+  seat.result = std::move(taken->result);
+  seat.changesAtClose = taken->changesAtTake;
+  seat.leftAtClose = taken->leftAtClose;
+  seat.lostSeen = taken->lostSeen;
+  seat.memberId = taken->memberId;
+  on(Event::VacancyTaken, "node rank " + std::to_string(seat.result.nodeRank) + " of round " +
+                              std::to_string(seat.result.round) + ", generation " +
+                              std::to_string(seat.result.generation));
   return seat;
 }
 

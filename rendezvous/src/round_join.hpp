@@ -5,6 +5,7 @@
 //   Joining | LastCall | Replacing --decision with this node--> Decided
 //   Joining | LastCall | Replacing --decision without it-----> NotTaken   (waits in the next round)
 //   Joining | LastCall | Replacing --error decision, join or replace timeout--> Failed (throws)
+//   Joining | Replacing --a lost member's place taken in the running round--> Decided
 //
 // A first round closes at MAX arrivals or at the end of its last call. A re-forming round (the
 // previous round closed and its job runs) closes only once every survivor of the previous round
@@ -12,6 +13,11 @@
 // one — with every alive joiner up to MAX, members first; short of MIN it waits replace_timeout
 // for newcomers to take the lost nodes' places. Every transition is logged at debug with its
 // reason and the time spent in the phase before.
+//
+// A node waiting for the next round while the job runs (a spare, a newcomer) also looks, at
+// every wake, at the places of lost members the running round offers under --recovery
+// in-process (vacancy_board.hpp) and takes one when it can: its seat is then in the running
+// round (docs/recovery.md "A lost node").
 //
 // Per joiner: one batch of setWill, add(present) (its first join only), append(joined),
 // add(count) (+ add(rejoined) for a member of the previous round), then watch(status) until the
@@ -36,6 +42,10 @@ struct Seat {
   RoundResult result;
   int64_t changesAtClose = 0;
   int64_t leftAtClose = 0;
+  int64_t lostSeen = 0;  // members of the round lost before this node got its seat
+  // A spare that took a lost member's place in the running round: its id as that member
+  // (result.round is then the running round, not the one it waited in).
+  std::optional<std::string> memberId;
 };
 
 // A running round to tell that this node waits to join the next one (empty: tell nobody).
@@ -63,7 +73,7 @@ class RoundJoin {
   std::optional<uint64_t> movedTo() const { return movedTo_; }
 
  private:
-  enum class Event { LastCallArmed, LastCallDisarmed, ShortOfMin, Closed, ClosedWithoutMe, Error };
+  enum class Event { LastCallArmed, LastCallDisarmed, ShortOfMin, Closed, ClosedWithoutMe, VacancyTaken, Error };
   struct Rule {
     JoinPhase from;
     Event event;
@@ -78,6 +88,7 @@ class RoundJoin {
   bool armLastCall();
   void disarmLastCall();
   std::optional<Seat> seat(const keys::RoundState& state);
+  std::optional<Seat> takePlace();
   [[noreturn]] void timedOut();
   void giveUpPlace(const std::string& reason);
   bool jobRunsWithout();

@@ -124,6 +124,18 @@ std::string refill(std::string_view runId);  // "<round>\t<restarts>": store_ref
 std::string lastDead(std::string_view runId, uint64_t round);
 std::string recoveries(std::string_view runId, uint64_t round);
 std::string workerStore(std::string_view runId, uint64_t round);  // "rdzv/<id>/<r>/workers/"
+// A lost member's place offered to a spare under --recovery in-process (docs/recovery.md "A lost
+// node"; values: src/vacancy_board.hpp), keyed by the lost member's node id:
+//   <r>/vacancy/<lost id>/claim   compare_set(absent -> survivor's id): who handles the loss
+//   <r>/vacancy/<lost id>         the offer: generation, restart count, node rank, rank offset, ...
+//   <r>/vacancy/<lost id>/taker   compare_set(absent -> spare's member id | "-" withdrawn)
+//   <r>/vacancies                 append-only: one "<lost id>\n" per offer
+//   <r>/replaced                  counter: members gone whose place a spare took
+std::string vacancyClaim(std::string_view runId, uint64_t round, std::string_view lostNode);
+std::string vacancy(std::string_view runId, uint64_t round, std::string_view lostNode);
+std::string vacancyTaker(std::string_view runId, uint64_t round, std::string_view lostNode);
+std::string vacancies(std::string_view runId, uint64_t round);
+std::string replaced(std::string_view runId, uint64_t round);
 std::string sharedValue(std::string_view runId, std::string_view name);  // "rdzv/<id>/shared/<hex name>"
 
 // The job's history (docs/observe.md): `add(eventCount, 1) - 1` is an event's

@@ -82,8 +82,24 @@ struct RoundResult {
   // every agent reading an O(N) list makes a round O(N^2) bytes (10,000 nodes: 2 GB through
   // the store); larger rounds leave it empty (the list stays in the store, keys::hosts).
   std::vector<std::string> hosts;
+  // A spare that took a lost member's place in a running round (docs/recovery.md "A lost
+  // node"): the recovery generation its workers join, and the job's restart count including that
+  // recovery. 0 for a node that starts its workers with the round.
+  uint64_t generation = 0;
+  int generationRestartCount = 0;
 };
 inline constexpr int kMaxHostsInResult = 1024;
+
+// A lost member's place in the running round, claimed by one survivor and offered to a spare
+// (docs/recovery.md "A lost node").
+struct Vacancy {
+  uint64_t round = 0;
+  std::string lostId;      // the lost member's node id (the vacancy's keys)
+  std::string node;        // its name, for messages
+  int nodeRank = 0;
+  int rankOffset = 0;
+  int localWorldSize = 1;
+};
 
 // The root cause of a failed round, as every node prints it.
 struct FailureRecord {
@@ -188,6 +204,17 @@ class Rendezvous {
   // A recovery of the current round fell back to a restart (or could not be opened): its unit
   // pays for the restart the failure report then asks for, which does not spend a second one.
   virtual void refundRecovery() = 0;
+  // A lost node replaced in place (docs/recovery.md "A lost node"; none without a shared store).
+  // Claims the places of the current round's members that were lost and that no other node
+  // claimed, and returns them (each claimed by exactly one node). Blocks on the store (with its
+  // deadline); throws on a store error.
+  virtual std::vector<Vacancy> claimLostMembers() { return {}; }
+  // Offers a claimed place to the spares: the one that takes it joins `generation` (whose restart
+  // count is `restartCount`) with the lost member's node rank and ranks.
+  virtual void postVacancy(const Vacancy& vacancy, uint64_t generation, int restartCount) {}
+  // Withdraws an offer at its deadline: true when no spare took it (none can now), false when
+  // one did first.
+  virtual bool withdrawVacancy(const Vacancy& vacancy) { return true; }
 };
 
 // The single-node rendezvous: no network; reserves a free MASTER_PORT on `masterAddr`.

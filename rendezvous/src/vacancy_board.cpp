@@ -1,0 +1,245 @@
+#include "vacancy_board.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <charconv>
+
+#include "drun/common/error.hpp"
+#include "drun/common/safe_text.hpp"
+#include "drun/store/store_batch.hpp"
+
+namespace drun::rdzv {
+namespace {
+
+constexpr std::string_view kWithdrawn = "-";
+
+template <typename Int>
+Int decimalField(std::string_view text, std::string_view value) {
+  Int out{};
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size() || out < 0)
+    throw ProtocolError("a vacancy holds '" + text::printable(value, {.maxBytes = 200}) +
+                        "', not what drun writes");
+  return out;
+}
+
+std::vector<std::string> offeredIds(const std::optional<Bytes>& blob) {
+  std::vector<std::string> out;
+  if (!blob) return out;
+  size_t start = 0;
+  while (start < blob->size()) {
+    size_t end = blob->find('\n', start);
+    if (end == std::string::npos) end = blob->size();
+    std::string line = blob->substr(start, end - start);
+    if (keys::isValidNodeId(line) && std::find(out.begin(), out.end(), line) == out.end())
+      out.push_back(std::move(line));
+    start = end + 1;
+  }
+  return out;
+}
+
+// One offer as read: its value and its taker (absent: open; "-": withdrawn; else the spare).
+struct Posted {
+  std::string lostId;
+  std::optional<VacancyOffer> offer;  // nullopt: malformed (skipped)
+  std::optional<Bytes> taker;
+};
+
+// Every offer of the round, in the order they were posted.
+std::vector<Posted> readOffers(LivenessStore& store, const std::string& runId, uint64_t round,
+                               const std::optional<Bytes>& list) {
+  std::vector<Posted> out;
+  const std::vector<std::string> ids = offeredIds(list);
+  constexpr size_t kPerBatch = StoreBatch::kMaxOps / 2;
+  for (size_t first = 0; first < ids.size(); first += kPerBatch) {
+    StoreBatch batch;
+    const size_t last = std::min(ids.size(), first + kPerBatch);
+    for (size_t i = first; i < last; ++i) {
+      batch.tryGet(keys::vacancy(runId, round, ids[i]));
+      batch.tryGet(keys::vacancyTaker(runId, round, ids[i]));
+    }
+    store.runBatch(batch);
+    for (size_t i = first; i < last; ++i) {
+      Posted p;
+      p.lostId = ids[i];
+      const size_t at = 2 * (i - first);
+      if (const auto& value = batch.value(at)) try {
+          p.offer = parseOffer(*value);
+        } catch (const ProtocolError& e) {
+          spdlog::warn("rendezvous '{}' round {}: {}", runId, round, e.what());
+        }
+      p.taker = batch.value(at + 1);
+      out.push_back(std::move(p));
+    }
+  }
+  return out;
+}
+
+// A taker's value: "<member id>\t<name>".
+std::string takerId(const Bytes& taker) { return taker.substr(0, taker.find('\t')); }
+
+struct Member {
+  std::string id;
+  std::string name;
+  int rankOffset = 0;
+  int localWorldSize = 1;
+};
+
+// The round's members now: the decision's roster, each place a spare took held by that spare.
+std::vector<Member> currentMembers(LivenessStore& store, const std::string& runId, uint64_t round) {
+  StoreBatch batch;
+  const size_t state = batch.tryGet(keys::state(runId, round));
+  const size_t list = batch.tryGet(keys::vacancies(runId, round));
+  store.runBatch(batch);
+  auto decided = batch.value(state) ? keys::parseState(*batch.value(state)) : std::nullopt;
+  if (!decided || !decided->ok || decided->roster.empty())
+    throw ProtocolError("rendezvous '" + runId + "' round " + std::to_string(round) +
+                        ": no decision with a roster to find the lost members in");
+  std::vector<Member> members;
+  int offset = 0;
+  for (const auto& entry : decided->roster) {
+    members.push_back({entry.id, entry.name, offset, entry.localWorldSize});
+    offset += entry.localWorldSize;
+  }
+  for (const Posted& p : readOffers(store, runId, round, batch.value(list))) {
+    if (!p.offer || !p.taker || *p.taker == kWithdrawn) continue;
+    if (p.offer->nodeRank < 0 || size_t(p.offer->nodeRank) >= members.size()) continue;
+    const std::string id = takerId(*p.taker);
+    if (!keys::isValidNodeId(id)) continue;
+    Member& m = members[size_t(p.offer->nodeRank)];
+    m.id = id;
+    m.name = text::printable(p.taker->substr(std::min(p.taker->size(), id.size() + 1)), {.maxBytes = 256});
+  }
+  return members;
+}
+
+}  // namespace
+
+std::string encodeOffer(const VacancyOffer& o) {
+  return std::to_string(o.generation) + "\t" + std::to_string(o.restartCount) + "\t" + std::to_string(o.nodeRank) +
+         "\t" + std::to_string(o.rankOffset) + "\t" + std::to_string(o.localWorldSize) + "\t" + o.node;
+}
+
+VacancyOffer parseOffer(std::string_view value) {
+  std::vector<std::string_view> fields;
+  size_t start = 0;
+  for (int i = 0; i < 5; ++i) {
+    const size_t tab = value.find('\t', start);
+    if (tab == std::string_view::npos)
+      throw ProtocolError("a vacancy holds '" + text::printable(value, {.maxBytes = 200}) + "', not what drun writes");
+    fields.push_back(value.substr(start, tab - start));
+    start = tab + 1;
+  }
+  VacancyOffer o;
+  o.generation = decimalField<uint64_t>(fields[0], value);
+  o.restartCount = decimalField<int>(fields[1], value);
+  o.nodeRank = decimalField<int>(fields[2], value);
+  o.rankOffset = decimalField<int>(fields[3], value);
+  o.localWorldSize = decimalField<int>(fields[4], value);
+  o.node = text::printable(value.substr(start), {.maxBytes = 256});
+  if (o.generation == 0 || o.localWorldSize < 1)
+    throw ProtocolError("a vacancy holds '" + text::printable(value, {.maxBytes = 200}) + "', not what drun writes");
+  return o;
+}
+
+std::vector<Vacancy> claimLostMembers(LivenessStore& store, const std::string& runId, uint64_t round,
+                                      const std::string& me) {
+  const std::vector<Member> members = currentMembers(store, runId, round);
+  std::vector<Vacancy> claimed;
+  for (size_t first = 0; first < members.size(); first += StoreBatch::kMaxOps / 2) {
+    // Per member: its dead flag and the claim on its place (absent: nobody claimed it yet).
+    constexpr size_t kPerBatch = StoreBatch::kMaxOps / 2;
+    StoreBatch look;
+    const size_t last = std::min(members.size(), first + kPerBatch);
+    for (size_t i = first; i < last; ++i) {
+      look.tryGet(keys::dead(runId, round, members[i].id));
+      look.tryGet(keys::vacancyClaim(runId, round, members[i].id));
+    }
+    store.runBatch(look);
+    for (size_t i = first; i < last; ++i) {
+      const Member& m = members[i];
+      const size_t at = 2 * (i - first);
+      if (m.id == me || !look.value(at) || look.value(at + 1)) continue;
+      if (store.compareSet(keys::vacancyClaim(runId, round, m.id), "", me) != me) continue;  // another's
+      claimed.push_back({round, m.id, m.name, static_cast<int>(i), m.rankOffset, m.localWorldSize});
+    }
+  }
+  return claimed;
+}
+
+void postVacancy(LivenessStore& store, const std::string& runId, const Vacancy& v, uint64_t generation,
+                 int restartCount) {
+  const VacancyOffer offer{generation, restartCount, v.nodeRank, v.rankOffset, v.localWorldSize, v.node};
+  StoreBatch batch;
+  batch.set(keys::vacancy(runId, v.round, v.lostId), encodeOffer(offer));
+  batch.append(keys::vacancies(runId, v.round), v.lostId + "\n");
+  store.runBatch(batch);
+  bumpStatus(store, runId, v.round + 1);  // the spares wait there
+}
+
+bool withdrawVacancy(LivenessStore& store, const std::string& runId, const Vacancy& v) {
+  const std::string withdrawn(kWithdrawn);
+  return store.compareSet(keys::vacancyTaker(runId, v.round, v.lostId), "", withdrawn) == withdrawn;
+}
+
+std::optional<TakenPlace> takeVacancy(LivenessStore& store, const C10dNode& node, uint64_t running,
+                                      const std::string& memberId) {
+  const std::string& id = node.runId();
+  const auto list = store.tryGet(keys::vacancies(id, running));
+  if (!list) return std::nullopt;
+  auto header = store.tryGet(keys::status(id, running));
+  auto state = header ? keys::parseState(*header) : std::nullopt;
+  if (!state || !state->ok) return std::nullopt;
+  const std::string name = node.self.displayName();
+  for (const Posted& p : readOffers(store, id, running, list)) {
+    if (!p.offer || p.taker || p.offer->localWorldSize != node.options.localWorldSize) continue;
+    const VacancyOffer& o = *p.offer;
+    if (o.nodeRank >= state->nodeCount || int64_t{o.rankOffset} + o.localWorldSize > state->worldSize) continue;
+    const std::string taker = memberId + "\t" + name;
+    if (store.compareSet(keys::vacancyTaker(id, running, p.lostId), "", taker) != taker) continue;
+    // Exactly this node has the place: a member of `running` from here on, one batch (the
+    // assignment before the will: a will never names a node without its place), and its
+    // registration in the next round given up (the closer must never take that id).
+    StoreBatch batch;
+    batch.set(keys::assign(id, running, memberId), keys::encodeAssignment({o.nodeRank, o.rankOffset}));
+    batch.add(keys::replaced(id, running), 1);
+    batch.setWill(keys::joinWill(id, running, memberId, name));
+    batch.set(keys::dead(id, running + 1, node.self.id), "1");
+    signalChange(batch, id, running + 1,
+                 "node " + name + " took node rank " + std::to_string(o.nodeRank) + "'s place in round " +
+                     std::to_string(running));
+    const size_t changes = batch.tryGet(keys::changes(id, running));
+    const size_t lost = batch.tryGet(keys::lost(id, running));
+    const size_t hosts = batch.tryGet(keys::hosts(id, running));
+    store.runBatch(batch);
+    bumpStatus(store, id, running + 1);
+    TakenPlace t;
+    t.memberId = memberId;
+    RoundResult& r = t.result;
+    r.round = running;
+    r.nodeRank = o.nodeRank;
+    r.nodeCount = state->nodeCount;
+    r.worldSize = state->worldSize;
+    r.rankOffset = o.rankOffset;
+    r.restartCount = state->restartCount;
+    r.masterAddr = state->masterAddr;
+    r.masterPort = state->masterPort;
+    r.storePrefix = keys::round(id, running);
+    r.generation = o.generation;
+    r.generationRestartCount = o.restartCount;
+    if (r.nodeCount <= kMaxHostsInResult) {
+      r.hosts = keys::parseHostList(batch.value(hosts).value_or(""), size_t(r.nodeCount));
+      r.hosts[size_t(o.nodeRank)] = name;
+    }
+    t.changesAtTake = keys::parseCounter(batch.value(changes)).value_or(0);
+    t.leftAtClose = state->leftAtClose;
+    t.lostSeen = std::max<int64_t>(0, keys::parseCounter(batch.value(lost)).value_or(0) - state->leftAtClose);
+    spdlog::info("rendezvous '{}': {} takes node rank {} ({}'s place) in the running round {}: generation {}", id,
+                 name, o.nodeRank, o.node, running, o.generation);
+    return t;
+  }
+  return std::nullopt;
+}
+
+}  // namespace drun::rdzv

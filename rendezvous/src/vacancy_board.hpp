@@ -1,0 +1,62 @@
+// VacancyBoard: a lost member's place in a running round, offered to a spare under --recovery
+// in-process (docs/recovery.md "A lost node"; key names in keys.hpp). Survivors claim the
+// places of lost members (one claimer per loss), post them with the recovery generation their
+// workers re-form in, and withdraw them at the deadline; a spare waiting in the next round takes
+// one (exactly one spare per place: compare_set on its taker) and becomes a member of the
+// running round under a new node id, with the lost member's node rank and ranks.
+//
+// A place is keyed by the lost member's id: a spare that took one and is lost in turn leaves a
+// place of its own (the round's current members are the roster with each taken place's taker in
+// its node rank).
+//
+// Threading: free functions of one store connection (the caller's); each call blocks on the
+// store with its deadlines. Values read are untrusted: malformed offers are skipped (ProtocolError
+// only where nothing else can be done).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "c10d_node.hpp"
+#include "drun/rendezvous/rendezvous.hpp"
+#include "drun/store/store.hpp"
+
+namespace drun::rdzv {
+
+// The value of vacancy/<lost id>:
+//   "<generation>\t<restart count>\t<node rank>\t<rank offset>\t<local world size>\t<lost node's name>"
+struct VacancyOffer {
+  uint64_t generation = 0;
+  int restartCount = 0;
+  int nodeRank = 0;
+  int rankOffset = 0;
+  int localWorldSize = 1;
+  std::string node;
+};
+std::string encodeOffer(const VacancyOffer& offer);
+VacancyOffer parseOffer(std::string_view value);  // throws ProtocolError
+
+// The survivors' side (the caller is a member of `round`, `me` its node id).
+std::vector<Vacancy> claimLostMembers(LivenessStore& store, const std::string& runId, uint64_t round,
+                                      const std::string& me);
+void postVacancy(LivenessStore& store, const std::string& runId, const Vacancy& vacancy, uint64_t generation,
+                 int restartCount);
+bool withdrawVacancy(LivenessStore& store, const std::string& runId, const Vacancy& vacancy);
+
+// The spare's side: the place this node took in round `running`, as a member under `memberId`.
+struct TakenPlace {
+  RoundResult result;
+  std::string memberId;       // this node's id as the member
+  int64_t changesAtTake = 0;  // the membership watcher starts here
+  int64_t leftAtClose = 0;
+  int64_t lostSeen = 0;       // members lost so far (the place it took among them): not news to it
+};
+// Looks at the offers of round `running` and takes the first open one of this node's local world
+// size: a member of `running` under `memberId` from then on. Its registration in the round it
+// waits in (running + 1, under its current id) is given up in the same batch.
+std::optional<TakenPlace> takeVacancy(LivenessStore& store, const C10dNode& node, uint64_t running,
+                                      const std::string& memberId);
+
+}  // namespace drun::rdzv

@@ -1,0 +1,225 @@
+// A lost member's place offered to a spare under --recovery in-process (docs/recovery.md "A lost
+// node"; rendezvous/src/vacancy_board.*): one survivor claims each loss, exactly one spare takes
+// the place (with the lost node's node rank and ranks, in the running round), a withdrawn place
+// cannot be taken, the ledger counts the spare as the member it replaced (the exit barrier, a
+// re-forming round), and a spare lost in turn leaves a place of its own.
+#include <catch2/catch.hpp>
+
+#include "c10d_test_support.hpp"
+#include "drun/rendezvous/keys.hpp"
+
+using namespace drun::rdzv;
+using namespace drun::rdzv::test;
+
+namespace {
+
+struct RunningJob {
+  MemoryCluster cluster;
+  std::vector<std::unique_ptr<Rendezvous>> members;
+  std::vector<RoundResult> rounds;
+  std::vector<MemoryStore*> handles;
+
+  // `n` members of an n:n job (hostA, hostB, ...), round 0 formed.
+  explicit RunningJob(int n, int maxRestarts = 2) {
+    RendezvousOptions o = options(n, n);
+    o.maxRestarts = maxRestarts;
+    handles.resize(size_t(n));
+    for (int i = 0; i < n; ++i)
+      members.push_back(cluster.agent(withNode(o, std::string("host") + char('A' + i)), &handles[size_t(i)]));
+    std::vector<std::future<RoundResult>> joins;
+    for (auto& m : members) joins.push_back(startNext(*m));
+    for (auto& f : joins) rounds.push_back(getWithin(f));
+  }
+  std::unique_ptr<Rendezvous> spare(const std::string& host) {
+    RendezvousOptions o = options(int(members.size()), int(members.size()));
+    o.maxRestarts = 2;
+    return cluster.agent(withNode(o, host));
+  }
+  // Member i dies: its connection closes, its will runs.
+  void kill(size_t i) { handles[i]->closeForTest(); }
+  // Member i dies, and member `witness` is told (MemberLost).
+  void lose(size_t i, size_t witness) {
+    FirstChange lost(*members[witness], "member lost");
+    kill(i);
+    lost.get();
+  }
+  // Blocks until `n` nodes joined round 1 (spares waiting there).
+  void awaitWaiting(int64_t n) { awaitArrivals(cluster.store(), "job", 1, n); }
+};
+
+bool readyWithin(std::future<RoundResult>& f, std::chrono::milliseconds bound) {
+  return f.wait_for(bound) == std::future_status::ready;
+}
+
+}  // namespace
+
+TEST_CASE("vacancy: one survivor claims a lost member's place, exactly one of two spares takes it, "
+          "and the job ends with the spare as that member",
+          "[rendezvous][vacancy]") {
+  RunningJob job(3);
+  auto c = job.spare("spareC");
+  auto d = job.spare("spareD");
+  auto fc = startNext(*c);
+  auto fd = startNext(*d);
+  job.awaitWaiting(2);
+  job.lose(1, 0);
+  // Both survivors claim: the place is claimed by exactly one of them.
+  std::vector<Vacancy> byA = job.members[0]->claimLostMembers();
+  std::vector<Vacancy> byC = job.members[2]->claimLostMembers();
+  REQUIRE(byA.size() + byC.size() == 1);
+  Rendezvous& claimer = byA.empty() ? *job.members[2] : *job.members[0];
+  const Vacancy v = byA.empty() ? byC[0] : byA[0];
+  CHECK(v.round == 0);
+  CHECK(v.nodeRank == job.rounds[1].nodeRank);
+  CHECK(v.rankOffset == job.rounds[1].rankOffset);
+  CHECK(v.node == "hostB");
+  CHECK(claimer.claimLostMembers().empty());  // claimed once
+
+  claimer.postVacancy(v, /*generation=*/4, /*restartCount=*/1);
+  // Exactly one spare takes it.
+  const bool cTook = readyWithin(fc, 5s) || !readyWithin(fd, 5s);
+  auto& taker = cTook ? fc : fd;
+  auto& other = cTook ? fd : fc;
+  RoundResult took = getWithin(taker);
+  CHECK(took.round == 0);
+  CHECK(took.nodeRank == job.rounds[1].nodeRank);
+  CHECK(took.rankOffset == job.rounds[1].rankOffset);
+  CHECK(took.nodeCount == 3);
+  CHECK(took.worldSize == 3);
+  CHECK(took.masterPort == job.rounds[0].masterPort);
+  CHECK(took.storePrefix == job.rounds[0].storePrefix);
+  CHECK(took.generation == 4);
+  CHECK(took.generationRestartCount == 1);
+  CHECK(took.hosts[size_t(took.nodeRank)] == (cTook ? "spareC" : "spareD"));
+  CHECK_FALSE(readyWithin(other, 300ms));
+  CHECK_FALSE(claimer.withdrawVacancy(v));  // taken first: the offer stays the spare's
+
+  // The exit barrier counts the spare as the member it replaced.
+  Rendezvous& spare = cTook ? *c : *d;
+  FirstChange endOnA(*job.members[0], "succeeded");
+  CHECK(job.members[0]->finish());
+  CHECK(job.members[2]->finish());
+  CHECK_FALSE(endOnA.reportedWithin(200ms));
+  CHECK(spare.finish());
+  endOnA.get();
+  for (Rendezvous* r : {job.members[0].get(), job.members[2].get(), &spare}) r->leave();
+  // The other spare learns the job's end (0) and leaves.
+  try {
+    getWithin(other);
+    FAIL("the other spare got a seat");
+  } catch (const JobEnded& e) {
+    CHECK(e.exitCode() == 0);
+  }
+  (cTook ? d : c)->leave();
+  CHECK(keysBesidesTombstone(job.cluster.store(), "job") == 0);
+}
+
+TEST_CASE("vacancy: a withdrawn place cannot be taken, and the survivors re-form with the spare",
+          "[rendezvous][vacancy]") {
+  RunningJob job(2);
+  job.lose(1, 0);
+  std::vector<Vacancy> claimed = job.members[0]->claimLostMembers();
+  REQUIRE(claimed.size() == 1);
+  job.members[0]->postVacancy(claimed[0], 1, 1);
+  CHECK(job.members[0]->withdrawVacancy(claimed[0]));
+  auto c = job.spare("spareC");
+  auto fc = startNext(*c);
+  job.awaitWaiting(1);
+  CHECK_FALSE(readyWithin(fc, 300ms));
+  // The survivor re-forms (the restart path): round 1 takes the spare in.
+  auto fa = startNext(*job.members[0]);
+  std::vector<RoundResult> next = {getWithin(fa), getWithin(fc)};
+  checkRound(next, {1, 1});
+  CHECK(next[1].generation == 0);
+}
+
+TEST_CASE("vacancy: a spare lost after it took a place leaves a place of its own, and a re-forming "
+          "round counts it as the member it replaced",
+          "[rendezvous][vacancy]") {
+  RunningJob job(2);
+  MemoryStore* spareHandle = nullptr;
+  RendezvousOptions o = options(2, 2);
+  o.maxRestarts = 2;
+  auto c = job.cluster.agent(withNode(o, "spareC"), &spareHandle);
+  auto fc = startNext(*c);
+  job.awaitWaiting(1);
+  job.lose(1, 0);
+  std::vector<Vacancy> first = job.members[0]->claimLostMembers();
+  REQUIRE(first.size() == 1);
+  job.members[0]->postVacancy(first[0], 1, 1);
+  RoundResult took = getWithin(fc);
+  CHECK(took.nodeRank == job.rounds[1].nodeRank);
+
+  SECTION("lost in turn: its own place, the same node rank") {
+    FirstChange lostAgain(*job.members[0], "member lost");
+    spareHandle->closeForTest();
+    CHECK_THAT(lostAgain.get(), Catch::Contains("spareC"));
+    std::vector<Vacancy> second = job.members[0]->claimLostMembers();
+    REQUIRE(second.size() == 1);
+    CHECK(second[0].lostId != first[0].lostId);
+    CHECK(second[0].nodeRank == took.nodeRank);
+    CHECK(second[0].node == "spareC");
+  }
+  SECTION("the job re-forms (a failure): the spare comes back as a member, nobody waits for the lost one") {
+    FailureRecord f;
+    f.node = "hostA";
+    f.exitCode = 1;
+    CHECK_FALSE(job.members[0]->reportFailure(f).final);
+    auto fa = startNext(*job.members[0]);
+    auto fc2 = startNext(*c);
+    std::vector<RoundResult> next = {getWithin(fa), getWithin(fc2)};
+    checkRound(next, {1, 1});
+    CHECK(next[1].nodeRank == took.nodeRank);  // its node rank kept
+  }
+}
+
+TEST_CASE("vacancy: a place whose claimer died stays claimed, and the other survivor claims the claimer's",
+          "[rendezvous][vacancy]") {
+  RunningJob job(3);
+  job.lose(2, 1);
+  std::vector<Vacancy> byA = job.members[0]->claimLostMembers();
+  REQUIRE(byA.size() == 1);
+  job.lose(0, 1);  // the claimer dies before it posts the place
+  std::vector<Vacancy> byB = job.members[1]->claimLostMembers();
+  REQUIRE(byB.size() == 1);
+  CHECK(byB[0].node == "hostA");  // hostC's loss is hostA's claim: no second generation for it
+}
+
+TEST_CASE("vacancy: malformed offers are skipped, never taken", "[rendezvous][vacancy]") {
+  RunningJob job(2);
+  job.cluster.store().append(keys::vacancies("job", 0), "bogus-id\nnot an id!\n");
+  job.cluster.store().set(keys::vacancy("job", 0, "bogus-id"), "x\ty");
+  RendezvousOptions o = options(2, 2);
+  o.maxRestarts = 2;
+  o.joinTimeout = 300ms;
+  auto c = job.cluster.agent(withNode(o, "spareC"));
+  auto fc = startNext(*c);
+  job.awaitWaiting(1);
+  job.cluster.store().add(keys::status("job", 1), 1);  // a wake: the spare looks again
+  CHECK_FALSE(readyWithin(fc, 300ms));
+  for (auto& m : job.members) m->leave();
+  CHECK_THROWS_AS(getWithin(fc), TimeoutError);  // nobody left to replace: it gives up
+}
+
+TEST_CASE("vacancy: a place offered while the round is finishing: the spare that takes it finishes in "
+          "the lost member's place and the job succeeds",
+          "[rendezvous][vacancy]") {
+  RunningJob job(2);
+  auto c = job.spare("spareC");
+  auto fc = startNext(*c);
+  job.awaitWaiting(1);
+  job.lose(1, 0);
+  FirstChange end(*job.members[0], "succeeded");
+  CHECK(job.members[0]->finish());  // hostA's workers succeeded: it waits in the exit barrier
+  std::vector<Vacancy> claimed = job.members[0]->claimLostMembers();
+  REQUIRE(claimed.size() == 1);
+  job.members[0]->postVacancy(claimed[0], 1, 1);
+  const RoundResult took = getWithin(fc);
+  CHECK(took.nodeRank == job.rounds[1].nodeRank);
+  CHECK_FALSE(end.reportedWithin(200ms));  // the lost member never finished: not yet
+  CHECK(c->finish());
+  end.get();
+  job.members[0]->leave();
+  c->leave();
+  CHECK(keysBesidesTombstone(job.cluster.store(), "job") == 0);
+}
