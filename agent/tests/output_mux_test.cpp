@@ -126,8 +126,8 @@ TEST_CASE_METHOD(CapturedConsole,
   CHECK(consoleErr == std::set<std::string>{"1:err-1", "2:err-2", "3:err-3"});
   for (int r = 0; r < 6; ++r) {
     auto rankDir = dir.path() / "attempt_0" / std::to_string(r);
-    CHECK(readFile(rankDir / "stdout.log") == "out-" + std::to_string(r) + "\n");  // raw, no prefix
-    CHECK(readFile(rankDir / "stderr.log") == "err-" + std::to_string(r) + "\n");
+    CHECK(readLogFile(rankDir / "stdout.log") == "out-" + std::to_string(r) + "\n");  // raw, no prefix
+    CHECK(readLogFile(rankDir / "stderr.log") == "err-" + std::to_string(r) + "\n");
   }
 }
 
@@ -170,8 +170,8 @@ TEST_CASE_METHOD(CapturedConsole,
   for (size_t i = 0; i + 1 < rank1.size(); ++i) joined += rank1[i];
   CHECK(joined.size() == kLong);
   CHECK(joined.find_first_not_of('x') == std::string::npos);
-  CHECK(readFile(dir.path() / "0" / "stdout.log") == "abc");  // the file keeps the raw bytes
-  CHECK(readFile(dir.path() / "1" / "stdout.log").size() == kLong + 5);
+  CHECK(readLogFile(dir.path() / "0" / "stdout.log") == "abc");  // the file keeps the raw bytes
+  CHECK(readLogFile(dir.path() / "1" / "stdout.log").size() == kLong + 5);
 }
 
 TEST_CASE_METHOD(CapturedConsole,
@@ -215,9 +215,9 @@ TEST_CASE("a closed console: its workers get SIGPIPE and the other console and f
   group.reset();
   options.output.console.reset();  // the writer goes before its fd
   ::close(fds[1]);
-  auto file0 = readFile(dir.path() / "0" / "stdout.log");
+  auto file0 = readLogFile(dir.path() / "0" / "stdout.log");
   CHECK(std::count(file0.begin(), file0.end(), '\n') < 100000);
-  auto file2 = readFile(dir.path() / "2" / "stdout.log");
+  auto file2 = readLogFile(dir.path() / "2" / "stdout.log");
   CHECK(std::count(file2.begin(), file2.end(), '\n') == 200);
 }
 

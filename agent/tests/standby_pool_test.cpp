@@ -72,7 +72,7 @@ TEST_CASE_METHOD(CapturedConsole, "a standby becomes a dead rank's worker: its e
   const std::string assigned = R"(got {"env":{"RANK":"11"},"unset":["DRUN_STANDBY"]})";
   REQUIRE(runUntil(io, [&] { return out.text().find("[11]:" + assigned) != std::string::npos; }));
   // Rank 1's log file goes on with the standby's lines from its assignment on.
-  CHECK(readFile(dir.path() / "1" / "stdout.log") == "first\n" + assigned + "\n");
+  CHECK(readLogFile(dir.path() / "1" / "stdout.log") == "first\n" + assigned + "\n");
   CHECK(pool.assign(replacement) == std::nullopt);  // none left
 
   // A new standby in its place; stop() waits for it too.

@@ -2,6 +2,7 @@
 // (with a deadline), capturing the console through a pipe, temporary directories, /proc scans.
 #pragma once
 
+#include "log_file_writer.hpp"
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -178,6 +179,15 @@ inline std::string readFile(const std::filesystem::path& path) {
   std::ostringstream out;
   out << in.rdbuf();
   return out.str();
+}
+
+// A worker's log file once the process-wide log writer has written everything queued so far:
+// a worker is reported when its pipes reach EOF, while its bytes may still wait in the writer's
+// queue (log_file_writer.hpp).
+inline std::string readLogFile(const std::filesystem::path& path) {
+  if (!detail::LogFileWriter::standard()->drain(std::chrono::seconds(10)))
+    throw std::runtime_error("the log writer did not drain within 10 s");
+  return readFile(path);
 }
 
 class TempDir {

@@ -41,7 +41,7 @@ TEST_CASE_METHOD(CapturedConsole, "a worker added for a dead rank runs beside th
   REQUIRE(runUntil(io, [&] { return stopped; }));
   REQUIRE(runUntil(io, [&] { return out.text().find("[11]:second") != std::string::npos; }));
   CHECK(out.text().find("[11]:first") != std::string::npos);
-  CHECK(readFile(dir.path() / "1" / "stdout.log") == "first\nsecond\n");  // appended, not truncated
+  CHECK(readLogFile(dir.path() / "1" / "stdout.log") == "first\nsecond\n");  // appended, not truncated
 }
 
 TEST_CASE_METHOD(CapturedConsole, "a worker is not added to a group that stops or has not started", "[agent]") {
