@@ -10,7 +10,7 @@
 #
 # Left out of the address pass: the fuzz targets (already built with ASan+UBSan by clang), the
 # [slurm] tests (one test cluster per machine: the main build's), the etcd end-to-end jobs (lease
-# timing of a 3 s TTL against a 5x slower agent; the [etcd] store and client tests do run), the [torch] tests (the same
+# timing of a 3 s TTL against a 5x slower agent; the [etcd] store and client tests do run), the [torch] tests and resilient_tests (torch programs under drun --recovery in-process: the same
 # agent paths as the e2e tests, with minutes of `import torch` under a loaded machine), the soaks
 # (they measure growth, which ASan's quarantine makes meaningless; 300 restarts take minutes) and
 # the multi-process comm matrix (megabytes of unoptimised reductions: minutes; the in-process
@@ -28,10 +28,10 @@ case $kind in
   address)
     sanitize=address,undefined
     targets=(common_tests store_tests etcd_tests rendezvous_tests agent_tests launcher_tests comm_tests
-             e2e_tests hang_tests observe_tests)  # not slurm_tests, not etcd_e2e_tests
+             e2e_tests hang_tests observe_tests)  # not slurm_tests, etcd_e2e_tests, resilient_tests
     # A binary not built here leaves a failing "<name>_NOT_BUILT" entry (Catch's discovery):
     # every binary is either in targets or excluded by name below.
-    select=(-LE 'fuzz|gpu' -E '^(torch|torchrun compat|soak|interleavings over etcd|install): |^comm: every op|^slurm_|^etcd_e2e_tests')
+    select=(-LE 'fuzz|gpu|resilient_tests' -E '^(torch|torchrun compat|soak|interleavings over etcd|install): |^comm: every op|^slurm_|^etcd_e2e_tests|^resilient_tests')
     # UBSan's vptr check (a member call or downcast on an object of the wrong dynamic type) costs
     # the address build much of its compile time (docs/benchmarks/build.md); such a call on a
     # freed object is ASan's use-after-free, which stays.
