@@ -27,6 +27,9 @@ constexpr milliseconds kReconnect{2000};
 // Lost ranks are named from at most this many generations back (a message, not a history).
 constexpr uint64_t kGenerationsNamed = 8;
 
+// Generation g's transport keys: drun_comm/g<g>/ (docs/recovery.md, keys).
+std::string generationPrefix(uint64_t g) { return "drun_comm/g" + std::to_string(g) + "/"; }
+
 std::string recoveryKey(uint64_t g, const std::string& what) {
   return "recovery/" + std::to_string(g) + "/" + what;
 }
@@ -101,7 +104,7 @@ std::pair<uint64_t, std::string> Recovery::waitNewerThan(uint64_t from, millisec
 }
 
 std::shared_ptr<rdzv::LivenessStore> Recovery::generationStore(uint64_t g) const {
-  return std::make_shared<rdzv::PrefixStore>("drun_comm/g" + std::to_string(g) + "/", store_);
+  return std::make_shared<rdzv::PrefixStore>(generationPrefix(g), store_);
 }
 
 std::shared_ptr<rdzv::LivenessStore> Recovery::formingStore(uint64_t g, milliseconds connectTimeout) {
@@ -110,7 +113,7 @@ std::shared_ptr<rdzv::LivenessStore> Recovery::formingStore(uint64_t g, millisec
   watch_->forming = conn;
   watch_->formingGeneration = g;
   if (watch_->latest > g) conn->interrupt();  // superseded already
-  return std::make_shared<rdzv::PrefixStore>("drun_comm/g" + std::to_string(g) + "/", conn);
+  return std::make_shared<rdzv::PrefixStore>(generationPrefix(g), conn);
 }
 
 void Recovery::endForming() {
