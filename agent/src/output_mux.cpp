@@ -20,6 +20,7 @@
 #include "drun/common/error.hpp"
 #include "fd_write.hpp"
 #include "handler_guard.hpp"
+#include "line_segments.hpp"
 #include "log_file_writer.hpp"
 
 namespace drun::agent {
@@ -62,23 +63,16 @@ struct OutputMux::Impl {
     std::deque<std::string>* tailInto = nullptr;  // its last lines, for the failure summary
     std::optional<asio::posix::stream_descriptor> pipe;
     std::vector<char> buffer;
-    std::string partial;  // the segment being assembled across reads, not sent yet
-    LineSource line;      // this stream's identity and prefix for the console
-    bool segmentOpen = false;  // the prefix and part of the current segment were sent
-    bool afterReturn = false;  // the last segment sent ended with '\r'
-    size_t pendingReturns = 0;  // lone '\r's at a segment's start, sent before its prefix
+    detail::LineSegments text;  // the segments and tail lines its bytes make
+    LineSource line;            // this stream's identity and prefix for the console
     std::optional<asio::steady_timer> partialTimer;
     bool timerArmed = false;
     std::chrono::steady_clock::time_point lastBytes;  // the last read that left a partial line
-    std::string tailLine;       // the stderr tail's line being assembled
-    bool tailRedrawn = false;   // a '\r' ended it: new text replaces it
     std::shared_ptr<detail::LogFileWriter::File> file;  // raw bytes, as the worker wrote them
     bool toConsole = true;
     bool eof = false;
     bool paused = false;  // waiting for the console to drain (back-pressure)
     ConsoleStream target() const { return isStderr ? ConsoleStream::Err : ConsoleStream::Out; }
-    ~Stream() {
-    }
   };
 
   struct Source {
@@ -118,9 +112,8 @@ struct OutputMux::Impl {
       for (Source* src : allSources())
         for (Stream* stream : {&src->out, &src->err}) {
           sweep(*stream);
-          if (!stream->eof && !stream->partial.empty()) {
-            emitSegment(*stream, stream->partial, '\n');
-            stream->partial.clear();
+          if (!stream->eof && stream->text.holdsPartial()) {
+            stream->text.flushPartial('\n', sinkOf(*stream));
             flushBatch(*stream);
           }
           console->endLine(stream->target(), &stream->line);  // the source goes away
@@ -343,47 +336,10 @@ struct OutputMux::Impl {
         }
   }
 
-  // One segment of a line: `text` then `end`, which is '\n', '\r' (a redraw: the console gets it
-  // too, so a progress bar redraws in place, each redraw prefixed) or '\0' (a piece of a line
-  // that is still open: the partial-line timer flushed it, the rest comes later, unprefixed).
-  void emitSegment(Stream& stream, std::string_view text, char end) {
-    // "\r\n" (or a lone '\r' before the line end): the '\n' ends the segment the '\r' ended.
-    const bool lineEndAfterReturn = end == '\n' && text.empty() && stream.afterReturn;
-    // An empty piece at the start of a segment: nothing to send.
-    const bool nothing = text.empty() && !stream.segmentOpen && end == '\0';
-    // A lone '\r' at the start of a segment (tqdm's "\r" before each bar) is kept, in front of
-    // the next segment's prefix: no empty prefixed segment, and with --prefix '' the console
-    // gets the worker's bytes exactly.
-    const bool loneReturn = text.empty() && !stream.segmentOpen && end == '\r';
-    if (loneReturn) {
-      ++stream.pendingReturns;
-    } else if (stream.toConsole && !nothing) {
-      batch.append(std::exchange(stream.pendingReturns, 0), '\r');
-      if (!stream.segmentOpen && !lineEndAfterReturn) batch += stream.line.prefix;
-      batch += text;
-      if (end) batch += end;
-    }
-    if (!nothing && !loneReturn) {
-      stream.segmentOpen = end == '\0';
-      stream.afterReturn = end == '\r';
-    }
-    if (stream.tailInto && options.stderrTailLines > 0) addToTail(stream, text, end);
-  }
-
-  // The stderr tail holds lines as a terminal would show them: the last redraw of a '\r' line.
-  void addToTail(Stream& stream, std::string_view text, char end) {
-    if (stream.tailRedrawn && !text.empty()) {
-      stream.tailLine.clear();
-      stream.tailRedrawn = false;
-    }
-    stream.tailLine.append(text.substr(0, kMaxTailLineBytes - std::min(kMaxTailLineBytes, stream.tailLine.size())));
-    if (end == '\r') stream.tailRedrawn = true;
-    if (end != '\n') return;
-    auto& tail = *stream.tailInto;
-    tail.push_back(std::move(stream.tailLine));
-    stream.tailLine.clear();
-    stream.tailRedrawn = false;
-    while (tail.size() > options.stderrTailLines) tail.pop_front();
+  // Where the stream's segments go: the batch (sent by flushBatch) and its tail.
+  detail::SegmentSink sinkOf(Stream& stream) {
+    return {batch, stream.line.prefix, stream.toConsole, stream.tailInto,
+            options.stderrTailLines, kMaxTailLineBytes};
   }
 
   void flushBatch(Stream& stream) {
@@ -417,15 +373,14 @@ struct OutputMux::Impl {
           if (life.expired()) return;
           stream.timerArmed = false;
           // Paused by back-pressure: the stream is not quiet, we are; the next read arms again.
-          if (ec || stream.partial.empty() || stream.paused || stream.eof) return;
+          if (ec || !stream.text.holdsPartial() || stream.paused || stream.eof) return;
           detail::guarded("worker output", [&] {
             auto idle = std::chrono::steady_clock::now() - stream.lastBytes;
             Stream& sibling = &stream == &stream.source->out ? stream.source->err : stream.source->out;
             if (holdsBytes(stream) || holdsBytes(sibling))
               return armPartialTimer(stream, delayOf(stream));
             if (idle < delayOf(stream)) return armPartialTimer(stream, delayOf(stream) - idle);
-            emitSegment(stream, stream.partial, '\0');
-            stream.partial.clear();
+            stream.text.flushPartial('\0', sinkOf(stream));
             flushBatch(stream);
           });
         });
@@ -470,32 +425,13 @@ struct OutputMux::Impl {
       spdlog::warn("worker output: writing a log file failed: {}", failure);
   }
 
-  // Cuts [data, data+size) into segments ending in '\n' or '\r'; they go out now, the rest waits
-  // for more bytes (or for the partial-line timer).
+  // The bytes go to the log file as they are, and as segments to the console now; a partial
+  // line waits for more bytes or for the partial-line timer.
   void consume(Stream& stream, const char* data, size_t size) {
     writeFile(stream, data, size);
-    std::string_view bytes(data, size);
-    size_t pos = 0;
-    while (pos < size) {
-      size_t found = bytes.find_first_of("\n\r", pos);
-      size_t lineEnd = found == std::string_view::npos ? size : found;
-      size_t take = std::min(lineEnd - pos, kMaxLineBytes - stream.partial.size());
-      bool complete = found != std::string_view::npos && take == lineEnd - pos;
-      if (complete && stream.partial.empty()) {
-        emitSegment(stream, bytes.substr(pos, take), data[lineEnd]);
-      } else {
-        stream.partial.append(data + pos, take);
-        if (complete || stream.partial.size() >= kMaxLineBytes) {
-          // Longer than kMaxLineBytes: this piece goes out as an open line, the rest follows
-          // on it unprefixed (on a fresh prefixed line only if another line came in between).
-          emitSegment(stream, stream.partial, complete ? data[lineEnd] : '\0');
-          stream.partial.clear();
-        }
-      }
-      pos += take + (complete ? 1 : 0);
-    }
+    stream.text.consume(std::string_view(data, size), kMaxLineBytes, sinkOf(stream));
     flushBatch(stream);
-    if (!stream.partial.empty()) {
+    if (stream.text.holdsPartial()) {
       stream.lastBytes = std::chrono::steady_clock::now();
       armPartialTimer(stream, delayOf(stream));
     }
@@ -504,11 +440,8 @@ struct OutputMux::Impl {
   void finish(Stream& stream) {
     if (stream.eof) return;
     stream.eof = true;
-    if (!stream.partial.empty()) {
-      emitSegment(stream, stream.partial, '\n');  // the newline the worker did not write
-      stream.partial.clear();
-    }
-    if (stream.toConsole) batch.append(std::exchange(stream.pendingReturns, 0), '\r');
+    stream.text.flushPartial('\n', sinkOf(stream));  // the newline the worker did not write
+    stream.text.flushReturns(sinkOf(stream));
     flushBatch(stream);
     console->endLine(stream.target(), &stream.line);  // a flushed piece or a '\r' left open
     if (stream.partialTimer) stream.partialTimer->cancel();
