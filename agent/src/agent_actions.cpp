@@ -234,7 +234,7 @@ void ElasticAgent::Impl::reportFailure(const Input&) {
   record.final = console.gone();
   offLoopCall([this, record] { return rendezvous->reportFailure(record); },
               [this, record](const FailureRecord& verdict) {
-                notes->verdict(record, verdict, round);
+                notes->rootCause(verdict, round);
                 Input in;
                 in.failure = verdict;
                 dispatch(verdict.final ? Event::VerdictFinal : Event::VerdictRestart, in);
