@@ -85,20 +85,27 @@ TEST_CASE("events: a single-node job writes one line per thing that happened, fi
   CHECK(ofKind(events, "job_failed").empty());
 }
 
-TEST_CASE("events: a hung rank and a job that fails for good, DRUN_EVENTS=- writes to stderr", "[observe]") {
+TEST_CASE("events: a hung rank and a job that fails for good, DRUN_EVENTS=- writes to stdout (nothing "
+          "else there: the workers' stdout in their log files)", "[observe]") {
   MarkerScope marker;
+  TempDir logs;
   RunResult r = run({.argv = {drunPath().string(), "--nnodes", "1", "--rdzv-endpoint",
                               "127.0.0.1:" + std::to_string(freeLoopbackPort()), "--rdzv-id", "obs2",
-                              "--nproc-per-node", "2", "--hang-idle", "1", "/bin/sh", "-c",
-                              "[ $RANK = 1 ] && exec sleep 1000; exit 0"},
+                              "--nproc-per-node", "2", "--hang-idle", "1", "--redirects", "1",
+                              "--log-dir", logs.path().string(), "/bin/sh", "-c",
+                              "echo not an event; [ $RANK = 1 ] && exec sleep 1000; exit 0"},
                      .env = {marker.env(), "DRUN_EVENTS=-"},
                      .timeout = 60s});
   INFO(r.describe());
   REQUIRE(!r.timedOut);
   CHECK(r.status() != 0);
   std::vector<json> events;
-  for (const std::string& line : splitLines(r.err))
-    if (!line.empty() && line[0] == '{') events.push_back(json::parse(line));
+  for (const std::string& line : splitLines(r.out)) {
+    if (line.empty()) continue;
+    events.push_back(json::parse(line, nullptr, false));
+    CHECK_FALSE(events.back().is_discarded());  // every line on stdout is an event
+  }
+  CHECK_FALSE(contains(r.err, "{\"v\":1"));
   for (const json& e : events) checkCommon(e, "obs2");
   const auto hangs = ofKind(events, "hang_detected");
   REQUIRE(hangs.size() == 1);
@@ -118,6 +125,66 @@ TEST_CASE("events: a hung rank and a job that fails for good, DRUN_EVENTS=- writ
   CHECK(events.back()["event"] == "job_failed");
   CHECK(events.back()["code"] == r.status());
   CHECK(events.back()["root_cause"]["rank"] == 1);
+}
+
+TEST_CASE("events: --events - and DRUN_EVENTS=- are refused while workers write to stdout, naming "
+          "--events FILE", "[observe]") {
+  for (const bool fromEnv : {false, true}) {
+    std::vector<std::string> argv = {drunPath().string(), "--nproc-per-node", "2"};
+    if (!fromEnv) argv.insert(argv.end(), {"--events", "-"});
+    // Rank 1's stdout on the console; both teed; no routing at all.
+    for (const std::vector<std::string>& routing :
+         std::vector<std::vector<std::string>>{{}, {"--redirects", "0:1,1:0"}, {"--redirects", "1", "--tee", "1"}}) {
+      std::vector<std::string> withRouting = argv;
+      withRouting.insert(withRouting.end(), routing.begin(), routing.end());
+      withRouting.push_back("/bin/true");
+      RunResult r = run({.argv = withRouting, .env = {fromEnv ? "DRUN_EVENTS=-" : "DRUN_EVENTS="},
+                         .timeout = 20s});
+      INFO(r.describe());
+      CHECK(r.status() == 2);
+      CHECK(contains(r.err, "drun: error: --events - (or DRUN_EVENTS=-) writes the events to stdout"));
+      CHECK(contains(r.err, "--events FILE"));
+    }
+  }
+}
+
+TEST_CASE("events: two nodes, a rank of one fails once: both nodes' events have the root cause and "
+          "the restart", "[observe]") {
+  Daemon daemon;
+  MarkerScope marker;
+  TempDir dir;
+  const std::string go = (dir / "go").string();
+  auto node = [&](int i) {
+    std::vector<std::string> argv = {drunPath().string(), "--nnodes", "2", "--rdzv-endpoint",
+                                     "127.0.0.1:" + std::to_string(daemon.storePort), "--rdzv-id", "obs7",
+                                     "--max-restarts", "1", "--events",
+                                     (dir / ("events" + std::to_string(i))).string()};
+    for (const auto& a : failOnceThenWait(1, 7, go)) argv.push_back(a);
+    return std::make_unique<Process>(RunOptions{.argv = argv, .env = {marker.env()}, .timeout = 90s});
+  };
+  auto a = node(0);
+  auto b = node(1);
+  REQUIRE(eventually([&] {
+    return ofKind(readEvents(dir / "events0"), "round_formed").size() == 2 &&
+           ofKind(readEvents(dir / "events1"), "round_formed").size() == 2;
+  }, 60s));
+  std::ofstream(go).put('\n');
+  RunResult ra = a->wait(), rb = b->wait();
+  INFO(ra.describe() << rb.describe());
+  CHECK(ra.status() == 0);
+  CHECK(rb.status() == 0);
+  for (const auto& events : {readEvents(dir / "events0"), readEvents(dir / "events1")}) {
+    const auto failures = ofKind(events, "failure_recorded");
+    REQUIRE(failures.size() == 1);
+    CHECK(failures[0]["round"] == 0);
+    CHECK(failures[0]["failure"]["rank"] == 1);
+    CHECK(failures[0]["failure"]["exit_code"] == 7);
+    const auto restarts = ofKind(events, "restart");
+    REQUIRE(restarts.size() == 1);
+    CHECK(restarts[0]["round"] == 0);
+    CHECK(restarts[0]["count"] == 1);
+    CHECK(restarts[0]["budget_left"] == 0);
+  }
 }
 
 TEST_CASE("events: namespace hosts: a node waiting, a node taken in, one history in the store on every node, drun status", "[observe][multinode]") {

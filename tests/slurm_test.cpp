@@ -213,6 +213,9 @@ TEST_CASE("slurm: scancel of a running job leaves nothing behind", "[slurm]") {
   INFO(r.describe());
   REQUIRE_FALSE(r.timedOut);
   CHECK(r.status() != 0);
+  // slurmstepd signals the workers and drun: a cancel, not a failure with a root cause.
+  CHECK(contains(r.err, "drun: job cancelled: SIGTERM to "));
+  CHECK_FALSE(contains(r.err, "root cause"));
   // KillWait=5: SLURM SIGKILLs what ignored SIGTERM after 5 s; drun stops its workers at once.
   checkNothingLeft(marker, 15s);
   RunOptions queue;

@@ -129,6 +129,8 @@ void ElasticAgent::Impl::stopGroup(int signal) {
   stopStandbys();
   stopRecoveryWatch();
   scaleUpTimer.cancel();
+  cancelWindow.reset();  // the exits it held are consequences of this stop now
+  cancelTimer.cancel();
   group->stop(signal, config.shutdownTimeout, [this] { dispatch(Event::WorkersStopped); });
 }
 
@@ -152,6 +154,7 @@ void ElasticAgent::Impl::stopForRemoteFailure(const Input& in) {
 void ElasticAgent::Impl::noteFinalCause(const Input& in) { finalCause = *in.failure; }
 
 void ElasticAgent::Impl::stopForSignal(const Input& in) {
+  noteCancelBy(in.signal);
   signalled = in.signal;
   signalledAt = Clock::now();
   const std::string name = signalName(in.signal);
@@ -231,7 +234,7 @@ void ElasticAgent::Impl::reportFailure(const Input&) {
   record.final = console.gone();
   offLoopCall([this, record] { return rendezvous->reportFailure(record); },
               [this, record](const FailureRecord& verdict) {
-                notes->verdict(record, verdict, round);
+                notes->rootCause(verdict, round);
                 Input in;
                 in.failure = verdict;
                 dispatch(verdict.final ? Event::VerdictFinal : Event::VerdictRestart, in);
@@ -328,7 +331,7 @@ void ElasticAgent::Impl::exitSucceeded(const Input&) {
 void ElasticAgent::Impl::exitFailed(const Input& in) {
   if (signalled) {
     exitCode = 128 + signalled;
-    note("job_failed", {{"code", exitCode}, {"reason", "received " + signalName(signalled)}});
+    noteSignalledEnd();
     leaveAndStop(false);
     return;
   }
@@ -367,18 +370,21 @@ void ElasticAgent::Impl::exitJobEnded(const Input& in) {
 }
 
 void ElasticAgent::Impl::exitSignalled(const Input& in) {
+  noteCancelBy(in.signal);
   signalled = in.signal;
   console.say("drun: received {}; leaving the job\n", signalName(in.signal));
   exitCode = 128 + in.signal;
-  note("job_failed", {{"code", exitCode}, {"reason", "received " + signalName(in.signal)}});
+  noteSignalledEnd();
   leaveAndStop(false);
 }
 
 // A signal while the join blocks (it may block up to the join timeout): not waited for.
 void ElasticAgent::Impl::exitSignalledWhileJoining(const Input& in) {
+  noteCancelBy(in.signal);
   signalled = in.signal;
   console.say("drun: received {}; leaving the job\n", signalName(in.signal));
   exitCode = 128 + in.signal;
+  noteSignalledEnd();
   leaveAndStop(false, /*joinInFlight=*/true);
 }
 

@@ -55,6 +55,7 @@ const char* toString(Event e) {
     case Event::NodeRecoveryOpened: return "node recovery opened";
     case Event::LossUnrecovered: return "loss unrecovered";
     case Event::Signal: return "signal";
+    case Event::WorkersSignalled: return "workers signalled";
     case Event::InternalError: return "internal error";
   }
   return "?";

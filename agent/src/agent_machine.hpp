@@ -51,7 +51,8 @@ enum class Event {
   NodeLost,              // a member node was lost while this node runs: its place goes to a spare
   NodeRecoveryOpened,    // this node claimed the lost node's place, opened its generation, offered it
   LossUnrecovered,       // no recovery of the loss began within recovery_timeout: stop and re-form
-  Signal,
+  Signal,            // drun itself received a signal that ends the job
+  WorkersSignalled,  // every local worker ended by one SIGTERM/SIGINT from outside drun (scancel)
   InternalError,     // an exception escaped an action
 };
 const char* toString(Event e);

@@ -63,6 +63,7 @@ constexpr ElasticAgent::Impl::Rule ElasticAgent::Impl::kRules[] = {
     {Run, Event::ScaleUpClaimed, SR, &Impl::stopToReform},
     {Run, Event::ScaleUpRefused, Run, &Impl::keepRunning},
     {Run, Event::Signal, SX, &Impl::stopForSignal},
+    {Run, Event::WorkersSignalled, SX, &Impl::stopCancelled},
     {SF, Event::WorkersStopped, Rep, &Impl::reportFailure},
     {SF, Event::Signal, SX, &Impl::stopForSignal},
     {Rep, Event::VerdictRestart, R, &Impl::restartAfterFailure},
@@ -199,10 +200,15 @@ void ElasticAgent::Impl::onWorkerExit(const WorkerExit& reported) {
     } else {
       ++otherFailures;
     }
+    if (holdForCancel(exit)) return;  // maybe a cancel: decided when its window closes
     Input in;
     in.exit = exit;
     in.reason = "rank " + std::to_string(exit.globalRank);
     dispatch(recoveryEventFor(exit, in), in);
+    return;
+  }
+  if (cancelWindow) {
+    holdForCancel(exit);  // a success in the window: not a cancel of every worker
     return;
   }
   if (group->running() == 0 && !rootCause) dispatch(Event::WorkersSucceeded);

@@ -80,6 +80,17 @@ struct ElasticAgent::Impl {
   int signalled = 0;                              // the signal that ends drun
   Clock::time_point signalledAt;  // when it came (a repeat within kRepeatWindow is one)
   std::optional<detail::JobControl> jobControl;  // Ctrl-Z: stops the workers with drun
+  // A cancel (agent_cancel.cpp): SIGTERM/SIGINT to drun, or to every local worker at once from
+  // outside (scancel: slurmstepd signals the workers). `cancelledBy` says who was signalled; the
+  // window holds the workers' exits while it is open, to tell a cancel from a failure.
+  std::string cancelledBy;
+  struct CancelWindow {
+    int signal = 0;
+    bool mixed = false;  // an exit in the window ended otherwise: a failure after all
+    std::vector<WorkerExit> exits;
+  };
+  std::optional<CancelWindow> cancelWindow;
+  boost::asio::steady_timer cancelTimer{io};
   int exitCode = 0;
   bool leftRunning = false;  // run() left a rendezvous call running on offLoop (see run())
 
@@ -182,6 +193,13 @@ struct ElasticAgent::Impl {
   void exitJobEnded(const Input& in);
   void exitSignalled(const Input& in);
   void exitSignalledWhileJoining(const Input& in);
+  // ---- a cancel (agent_cancel.cpp) --------------------------------------------------------
+  bool holdForCancel(const WorkerExit& exit);  // true: the exit waits for the window to close
+  void closeCancelWindow();
+  void closeCancelWindowSoon();
+  void stopCancelled(const Input& in);
+  void noteCancelBy(int signal);  // a signal to drun: who was signalled, when it is a cancel
+  void noteSignalledEnd();        // job_cancelled or job_failed, with the console's line
   void leaveAndStop(bool clean, bool joinInFlight = false);
 
   // ---- in-process recovery (agent_recovery.cpp) -------------------------------------------

@@ -1,4 +1,4 @@
-// The EventLog's sinks: --events' file or stderr, and the job's history in the store.
+// The EventLog's sinks: --events' file or stdout (`-`), and the job's history in the store.
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -21,7 +21,7 @@ std::string lineOf(const json& event) {
 class ConsoleEventSink final : public EventSink {
  public:
   explicit ConsoleEventSink(std::shared_ptr<ConsoleWriter> console) : console_(std::move(console)) {}
-  void write(const json& event) override { console_->write(ConsoleStream::Err, lineOf(event)); }
+  void write(const json& event) override { console_->write(ConsoleStream::Out, lineOf(event)); }
   bool flush(std::chrono::milliseconds) override { return true; }  // drained at exit
 
  private:

@@ -65,6 +65,7 @@ void JobNotes::roundStarted(const rdzv::RoundResult& round, const std::vector<pi
                            {"lost", namesNotIn(previousHosts_, round.hosts)}});
   }
   previousHosts_ = round.hosts;
+  restartCount_ = round.restartCount;
   memberLostSinceRound_ = false;
 }
 
@@ -73,11 +74,12 @@ void JobNotes::workerExited(const WorkerExit& exit, uint64_t round, const HangRe
   if (hang && !exit.succeeded()) note("hang_detected", hangFields(*hang, exit.globalRank, round));
 }
 
-void JobNotes::verdict(const rdzv::FailureRecord& mine, const rdzv::FailureRecord& verdict,
-                       const rdzv::RoundResult& round) {
-  if (verdict.rank != mine.rank || verdict.pid != mine.pid || verdict.timeMs != mine.timeMs) return;
-  note("failure_recorded", {{"round", round.round}, {"failure", failureJson(verdict)}});
-  if (!verdict.final)
+void JobNotes::rootCause(const rdzv::FailureRecord& cause, const rdzv::RoundResult& round) {
+  const auto key = std::make_tuple(round.round, cause.rank, int64_t{cause.pid}, cause.timeMs);
+  if (lastCause_ == key) return;
+  lastCause_ = key;
+  note("failure_recorded", {{"round", round.round}, {"failure", failureJson(cause)}});
+  if (!cause.final)
     note("restart", {{"round", round.round}, {"count", round.restartCount + 1},
                      {"max_restarts", maxRestarts_},
                      {"budget_left", maxRestarts_ - round.restartCount - 1}});
@@ -91,6 +93,12 @@ void JobNotes::jobEvent(const rdzv::JobEvent& e) {
   }
   if (e.kind == Kind::NodeWaiting) note("node_waiting", {{"round", e.round}, {"reason", e.reason}});
   if (e.kind == Kind::StoreLost) note("store_lost", {{"round", e.round}, {"reason", e.reason}});
+  if (e.kind == Kind::Failed && e.failure) {
+    rdzv::RoundResult round;
+    round.round = e.round;
+    round.restartCount = restartCount_;
+    rootCause(*e.failure, round);
+  }
 }
 
 }  // namespace drun::agent::detail

@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <sys/types.h>
 #include <vector>
 
@@ -43,10 +44,11 @@ class JobNotes {
   void roundStarted(const rdzv::RoundResult& round, const std::vector<pid_t>& pids, int attempt);
   // worker_exited, and hang_detected for a failed worker that hung.
   void workerExited(const WorkerExit& exit, uint64_t round, const HangReport* hang);
-  // failure_recorded and restart, written only by the node whose record became the verdict.
-  void verdict(const rdzv::FailureRecord& mine, const rdzv::FailureRecord& verdict,
-               const rdzv::RoundResult& round);
-  // node_lost, node_waiting, store_lost.
+  // failure_recorded and restart (unless final): the round's root cause this node acted on,
+  // written by every node, once each: from its own report's verdict, or from the job's failure
+  // it learned of (jobEvent), whichever comes first.
+  void rootCause(const rdzv::FailureRecord& cause, const rdzv::RoundResult& round);
+  // node_lost, node_waiting, store_lost; failure_recorded and restart for a failure (rootCause).
   void jobEvent(const rdzv::JobEvent& e);
 
   void flush() { log_.flush(kFlushDeadline); }
@@ -61,6 +63,9 @@ class JobNotes {
   std::shared_ptr<StoreSource> store_;
   std::vector<std::string> previousHosts_;  // of the last round this node ran
   bool memberLostSinceRound_ = false;       // a member was lost since this node's last round
+  int restartCount_ = 0;                    // of the last round this node ran
+  // The last root cause written: (round, rank, pid, time), each written once.
+  std::optional<std::tuple<uint64_t, int, int64_t, int64_t>> lastCause_;
 };
 
 }  // namespace drun::agent::detail

@@ -33,7 +33,7 @@ constexpr VarDoc kDrunEnvVars[] = {
      "hierarchical across hosts)"},
     {"DRUN_EVENTS", VarType::String, "",
      "drun: where the job's events go, one JSON object per line (as --events: a file, or - for "
-     "stderr; docs/observe.md)"},
+     "stdout when the workers' stdout goes to their log files; docs/observe.md)"},
     {"DRUN_GENERATION", VarType::Int, "0",
      "set by drun in each worker under --recovery in-process: the generation the process was "
      "started in (0 at the round's start, g for a replacement; docs/recovery.md)"},

@@ -2,6 +2,7 @@
 // SLURM step, then read one concern at a time (cli_parts.hpp says which file holds which).
 #include "drun/launcher/cli.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -30,6 +31,19 @@ void checkCompatibilityOptions(const cli::CliText& t) {
   usage([&] { return env::parseDuration(t.monitorInterval, "--monitor-interval"); });
 }
 
+// Whether some local rank's stdout reaches drun's stdout (not redirected to its log file only,
+// or teed, and not filtered out by --local-ranks-filter).
+bool workersStdoutOnConsole(const AgentConfig& c) {
+  for (int rank = 0; rank < c.nprocPerNode; ++rank) {
+    const auto& shown = c.output.consoleLocalRanks;
+    if (shown && std::find(shown->begin(), shown->end(), rank) == shown->end()) continue;
+    auto routed = c.output.routing.find(rank);
+    const StdRouting& r = routed == c.output.routing.end() ? c.output.defaultRouting : routed->second;
+    if (!(r.redirect & 1) || (r.tee & 1)) return true;
+  }
+  return false;
+}
+
 // The workers' output: log files, the console, the terminal, hangs, events.
 void fillOutput(const cli::CliText& t, AgentConfig& c) {
   cli::parseStdSpec(t.redirects, "--redirects", c.nprocPerNode, &StdRouting::redirect, c.output);
@@ -48,6 +62,11 @@ void fillOutput(const cli::CliText& t, AgentConfig& c) {
   if (!t.hangTimeout.empty()) usage([&] { agent::parseHangTimeout(t.hangTimeout, c.hangs); return 0; });
   if (!t.hangIdle.empty()) usage([&] { agent::parseHangIdle(t.hangIdle, c.hangs); return 0; });
   c.eventsPath = t.eventsPath;
+  // `-` is drun's stdout: one JSON object per line there, so no worker's stdout may share it.
+  if (t.eventsPath == "-" && workersStdoutOnConsole(c))
+    throw UsageError("--events - (or DRUN_EVENTS=-) writes the events to stdout, which carries the "
+                     "workers' output here; write them to a file with --events FILE, or keep the "
+                     "workers' stdout in their log files (--redirects 1 --log-dir DIR)");
   if (!t.eventsPath.empty() && t.eventsPath != "-") {  // said now, before anything is set up
     std::FILE* f = std::fopen(t.eventsPath.c_str(), "a");
     if (!f) throw UsageError("--events " + t.eventsPath + ": cannot open it: " + std::strerror(errno));

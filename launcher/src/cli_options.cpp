@@ -96,7 +96,8 @@ void declareOptions(CLI::App& app, CliText& t) {
       "idles too, is hung (default off)");
   t.eventsPath = env::getString("DRUN_EVENTS");
   app.add_option("--events", t.eventsPath,
-                 "the job's events, one JSON object per line, appended to PATH; - = stderr "
+                 "the job's events, one JSON object per line, appended to PATH; - = stdout, when the "
+                 "workers' stdout goes to their log files (--redirects 1) "
                  "(docs/observe.md; default DRUN_EVENTS)")
       ->type_name("PATH|-");
   opt("signals-to-handle", t.signalsToHandle, "SIG,SIG,...",

@@ -40,6 +40,23 @@ void fitEvent(json& event) {
   }
 }
 
+// A cancelled node leaves as a lost one (its will): that loss is the cancel, not a lost node.
+void forgetCancelledLosses(std::map<int64_t, json>& rounds, const json& cancelled) {
+  for (auto& [r, R] : rounds) {
+    json kept = json::array();
+    for (const json& reason : R["lost"]) {
+      bool cancel = false;
+      for (const json& c : cancelled) {
+        const std::string& name = c["name"].get_ref<const std::string&>();
+        const std::string who = "node " + (name.empty() ? c["node"].get<std::string>() : name) + " ";
+        cancel = cancel || (reason.is_string() && reason.get_ref<const std::string&>().starts_with(who));
+      }
+      if (!cancel) kept.push_back(reason);
+    }
+    R["lost"] = std::move(kept);
+  }
+}
+
 }  // namespace
 
 bool isJobEvent(const json& event) {
@@ -93,12 +110,14 @@ json summarizeJob(std::string_view runId, const std::vector<json>& events) {
             {"world_size", 0}, {"node_count", 0}, {"nodes", json::array()}, {"restarts", 0},
             {"max_restarts", nullptr}, {"budget_left", nullptr}, {"last_root_cause", nullptr},
             {"waiting", json::array()}, {"hung", json::array()}, {"rounds", json::array()},
-            {"events", events.size()}, {"last_ts_ms", nullptr}, {"recoveries", json::array()}};
+            {"events", events.size()}, {"last_ts_ms", nullptr}, {"recoveries", json::array()},
+            {"cancelled", json::array()}};
   std::map<int64_t, json> rounds;
   std::map<std::string, std::pair<bool, std::string>> joining;  // agent -> (its latest word is
                                                                 // "joining", its node)
   std::optional<int64_t> current;
   std::string ended;
+  int64_t cancelledIn = 0;  // while `ended` is "cancelled": the round the cancel ended
   auto roundOf = [&](int64_t r) -> json& {
     json& R = rounds[r];
     if (R.is_null())
@@ -132,6 +151,8 @@ json summarizeJob(std::string_view runId, const std::vector<json>& events) {
       json entry = {{"node", node}, {"node_rank", number(e, "node_rank").value_or(-1)},
                     {"ranks", e.contains("ranks") && e["ranks"].is_array() ? e["ranks"] : json::array()}};
       R["nodes"].push_back(entry);
+      if (ended == "cancelled" && *round > cancelledIn)
+        ended.clear();  // one node was cancelled (it left): the others went on without it
       if (!current || *round >= *current) {
         current = *round;
         s["restarts"] = number(e, "restart_count").value_or(0);
@@ -179,7 +200,17 @@ json summarizeJob(std::string_view runId, const std::vector<json>& events) {
                            {"section", text(e, "section")}, {"round", round.value_or(-1)}});
     if (kind == "job_succeeded") ended = "succeeded";
     if (kind == "job_failed" && ended.empty()) ended = "failed";
+    if (kind == "job_cancelled") {
+      if (s["cancelled"].size() < 64)
+        s["cancelled"].push_back({{"node", node}, {"name", text(e, "name")}, {"by", text(e, "by")},
+                                  {"round", round.value_or(-1)}});
+      if (ended.empty()) {
+        ended = "cancelled";
+        cancelledIn = round.value_or(-1);
+      }
+    }
   }
+  forgetCancelledLosses(rounds, s["cancelled"]);
   for (auto& [r, R] : rounds) {
     std::sort(R["nodes"].begin(), R["nodes"].end(), [](const json& a, const json& b) {
       return a["node_rank"].get<int64_t>() < b["node_rank"].get<int64_t>();
@@ -228,6 +259,11 @@ std::string describeJob(const json& s) {
            " (last: generation " + show(last["generation"]) + ", rank(s) " +
            (ranks.empty() ? std::string("?") : ranks) + ", " + show(last["outcome"]) +
            (last["ms"].is_number() ? " in " + show(last["ms"]) + " ms" : std::string()) + ")\n";
+  }
+  if (s["state"] == "cancelled" && s.contains("cancelled") && s["cancelled"].is_array()) {
+    std::string by;
+    for (const json& c : s["cancelled"]) by += (by.empty() ? "" : "; ") + show(c["by"]);
+    out += "  cancelled: " + by + "\n";
   }
   const json& f = s["last_root_cause"];
   if (f.is_object()) {

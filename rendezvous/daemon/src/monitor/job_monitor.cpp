@@ -73,6 +73,7 @@ void JobMonitor::onEvent(Job& job, const Bytes& value) {
   auto at = std::find_if(job.events.begin(), job.events.end(),
                          [&](const nlohmann::json& e) { return e["seq"].get<uint64_t>() >= n; });
   if (at != job.events.end() && (*at)["seq"].get<uint64_t>() == n) return;  // known
+  if (event["event"] == "job_cancelled") ++job.cancels;
   job.events.insert(at, std::move(event));
   while (job.events.size() > keys::kEventSlots) job.events.pop_front();
 }

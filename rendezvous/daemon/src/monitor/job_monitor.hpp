@@ -36,6 +36,7 @@ class JobMonitor {
     std::map<uint64_t, std::chrono::steady_clock::time_point> opened;  // rounds not closed yet
     uint64_t roundsClosed = 0;
     int64_t restarts = 0;
+    uint64_t cancels = 0;  // job_cancelled events: nodes whose drun or workers were signalled
     int64_t nodes = 0;
     int64_t worldSize = 0;
     std::string outcome;  // "succeeded" / "failed" once the job's `outcome` is written

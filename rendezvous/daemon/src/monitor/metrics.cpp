@@ -67,6 +67,10 @@ std::string renderMetrics(const StoreServerStats& s, const JobMonitor& jobs, con
   w.family("drun_rdzv_job_restarts", "gauge", "restarts the job used (its latest round's decision)");
   for (const auto& [id, job] : jobs.jobs())
     w.sample("drun_rdzv_job_restarts", double(job.restarts), "job=\"" + label(id) + "\"");
+  w.family("drun_rdzv_job_cancels_total", "counter",
+           "nodes of the job cancelled: SIGTERM/SIGINT to their drun or to all their workers");
+  for (const auto& [id, job] : jobs.jobs())
+    w.sample("drun_rdzv_job_cancels_total", double(job.cancels), "job=\"" + label(id) + "\"");
 
   w.family("drun_rdzv_round_close_seconds", "histogram",
            "from a round's first joiner to its decision, every job");

@@ -11,7 +11,7 @@ h1{font-size:20px;margin:0 0 .3em} #status{color:#777;margin-bottom:1em}
 .job h2{font-size:16px;margin:0 0 .3em}
 .state{display:inline-block;padding:0 .5em;border-radius:3px;color:#fff;font-size:12px;margin-left:.5em}
 .st-running{background:#2a7}.st-restarting{background:#d80}.st-failed{background:#c33}
-.st-succeeded{background:#36c}.st-forming,.st-ended{background:#888}
+.st-succeeded{background:#36c}.st-cancelled{background:#a6a}.st-forming,.st-ended{background:#888}
 .timeline{display:flex;align-items:center;gap:4px;margin:.6em 0;flex-wrap:wrap}
 .round{border:1px solid #999;border-radius:4px;padding:2px 8px;background:#eef6ee}
 .round.failed{background:#fde2e2;border-color:#c33}.round.lost{background:#fff0d8;border-color:#d80}
@@ -66,6 +66,8 @@ function render(data) {
                    job.world_size + " \u00b7 " + job.node_count + " node(s) \u00b7 restarts " +
                    job.restarts + " of " + budget));
     card.append(timeline(job));
+    if (job.state === "cancelled" && job.cancelled && job.cancelled.length)
+      card.append(el("div", {class: "cancelled"}, "cancelled: " + job.cancelled.map(c => c.by).join("; ")));
     if (job.last_root_cause)
       card.append(el("div", {class: "cause", title: cause(job.last_root_cause)},
                      "last root cause: " + cause(job.last_root_cause).split("\n")[0]));

@@ -41,13 +41,17 @@ std::vector<nlohmann::json> readJobHistory(Store& store, std::string_view runId,
 bool isJobEvent(const nlohmann::json& event);
 
 // The job as its history tells it:
-//   {"run_id", "state": forming|running|recovering|restarting|succeeded|failed, "round", "world_size",
+//   {"run_id", "state": forming|running|recovering|restarting|succeeded|failed|cancelled, "round",
+//    "world_size",
 //    "node_count", "nodes": [{"node","node_rank","ranks":[first,last]}], "restarts",
 //    "max_restarts", "budget_left", "last_root_cause": {...}|null, "waiting": [node...],
 //    "hung": [{"rank","node","section","round"}], "rounds": [{"round","ts_ms","world_size",
 //    "nodes","failure","restart","lost","taken_in","recoveries"}], "events": n, "last_ts_ms",
 //    "recoveries": the current round's [{"generation","lost_ranks","outcome": recovering|formed|
-//    "fallback: <reason>","ms"}]}; "restarts" counts the in-process recoveries begun too.
+//    "fallback: <reason>","ms"}], "cancelled": [{"node","name","by","round"}]}; "restarts" counts the
+//    in-process recoveries begun too. A job is cancelled when a node's job_cancelled (SIGTERM or
+//    SIGINT to its drun or to all its workers) is its first end and no later round formed
+//    without that node; a cancelled node's loss (its will) is no "lost" mark.
 nlohmann::json summarizeJob(std::string_view runId, const std::vector<nlohmann::json>& events);
 
 // One line per field, for `drun status` without --json.
