@@ -33,13 +33,16 @@ fi
 # the CPUs half idle (docs/benchmarks/build.md, "Two tests a core").
 # Timing bounds in tests are generous upper bounds for hangs, not measurements.
 ctest_args=(--test-dir build --output-on-failure --timeout 300 -j "$((2 * $(nproc)))")
+# The packages, then build/ configured for testing: line tables only (DRUN_DEBUG_INFO=lines, the
+# top CMakeLists.txt says what it keeps), as the sanitized trees are; DRUN_DEBUG_INFO=full keeps -g.
+DRUN_SKIP_BUILD=1 bash scripts/setup.sh --tests
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=${DRUN_BUILD_TYPE:-RelWithDebInfo} \
+  -DDRUN_DEBUG_INFO=${DRUN_DEBUG_INFO:-lines} >/dev/null
 if ((quick)); then
-  DRUN_SKIP_BUILD=1 bash scripts/setup.sh --tests
-  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=${DRUN_BUILD_TYPE:-RelWithDebInfo} >/dev/null
   cmake --build build --parallel "$(nproc)" --target "${quick_binaries[@]}"
   labels=$(IFS='|'; echo "${quick_binaries[*]}")
   left_out=$(IFS='|'; echo "${quick_left_out[*]}")
   exec ctest "${ctest_args[@]}" -L "^($labels)\$" -E "$left_out" "$@"
 fi
-bash scripts/setup.sh --tests
+cmake --build build --parallel "$(nproc)"
 exec ctest "${ctest_args[@]}" "$@"

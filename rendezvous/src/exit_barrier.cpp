@@ -233,28 +233,29 @@ void ExitBarrier::waitForOthersToLeave(LivenessStore& store) {
   }
 }
 
-// A node whose lease expired (a stopped process; a cut link, whose TCP retransmissions back off
-// past the cut itself) was counted out of `present` by its will, but it is alive: back, it
+// A node counted out of `present` by its will may be alive: its lease expired (a stopped
+// process; a cut link, whose TCP retransmissions back off past the cut itself), or it closed a
+// connection that answered nothing within its read limit (this process was stopped). Back, it
 // connects again and asks how the job ended (JobEnded, after forget()). With the store gone it
 // could only exit 1 "lost the store", which fails a job that succeeded (under SLURM, its step).
-// So the store stays up heartbeat_timeout past the last lease that expired (by then the node
-// found its connection closed, and it connects again at once), at most close_timeout more.
+// So the store stays up heartbeat_timeout past the last will that ran (by then such a node found
+// its connection closed, and it connects again at once), at most close_timeout more.
 void ExitBarrier::serveLostNodes(const StoreServer& hosted) const {
   const Deadline deadline(node_.options.closeTimeout);
   bool said = false;
   for (;;) {
-    const auto lost = hosted.lastLeaseExpiry();
+    const auto lost = hosted.lastWillRun();
     if (!lost) return;
     const Clock::time_point until = *lost + node_.options.heartbeatTimeout;
     if (Clock::now() >= until) return;
     if (deadline.expired()) {
       spdlog::info("rendezvous '{}': stopping the store {} after the nodes left, with a node lost "
-                   "to silence not back", node_.runId(), ms(node_.options.closeTimeout));
+                   "without leaving not back", node_.runId(), ms(node_.options.closeTimeout));
       return;
     }
     if (!said)
-      spdlog::info("rendezvous '{}': serving the store until {} after the last node lost to "
-                   "silence: it may come back to learn how the job ended",
+      spdlog::info("rendezvous '{}': serving the store until {} after the last node lost "
+                   "without leaving: it may come back to learn how the job ended",
                    node_.runId(), ms(node_.options.heartbeatTimeout));
     said = true;
     std::this_thread::sleep_until(std::min(until, Clock::now() + deadline.remaining()));

@@ -64,7 +64,7 @@ class ExitBarrier {
   // Leaves for good: the will replaced first by presenceWill() (a clean leave is no loss),
   // `left` of the last round counted, then out of `present` with the will cleared (one batch); the last one out removes the job's keys, and a node
   // hosting the store (`hosted`, else null) waits for the others to leave first, then for the
-  // nodes it lost to silence to come back (serveLostNodes).
+  // nodes it lost without their leaving to come back (serveLostNodes).
   void leave(LivenessStore& store, std::optional<uint64_t> lastRound, int64_t nodeCount,
              const StoreServer* hosted);
 

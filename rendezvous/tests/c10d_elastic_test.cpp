@@ -209,87 +209,137 @@ TEST_CASE("elastic: the store's host serves until a spare has left, even a slow 
   CHECK(hostLeft.wait_for(kHang) == std::future_status::ready);
 }
 
+namespace {
+
+// A 2:2 job whose host (hostA) embeds the store on loopback, its member (hostB), and a spare
+// (hostC) waiting in round 1 whose connection goes through a relay the test cuts or drops; the
+// spare connects again only once the test calls comeBack(). Then the job ends and both leave
+// (the host on a thread of its own: it serves the store until `hostLeft`).
+struct JobEndingBesideLinkedSpare {
+  RendezvousOptions o;
+  StoreServer* hosted = nullptr;  // owned by `host`
+  TcpStoreOptions client;
+  std::unique_ptr<TcpRelay> link;
+  std::promise<void> back;
+  std::unique_ptr<Rendezvous> host, member, spare;
+  std::future<RoundResult> fs;
+  std::unique_ptr<TcpStore> observer;
+  std::future<void> hostLeft;
+
+  explicit JobEndingBesideLinkedSpare(const std::string& runId) : o(options(2, 2, runId)) {
+    o.closeTimeout = 20s;
+    auto server = std::make_unique<StoreServer>([] {
+      StoreServerOptions s;
+      s.host = "127.0.0.1";
+      s.port = 0;
+      return s;
+    }());
+    server->start();
+    hosted = server.get();
+    client.port = hosted->port();
+    client.connectTimeout = 5s;
+    client.timeout = 10s;
+    client.heartbeatInterval = o.heartbeatInterval;
+    client.leaseTimeout = o.heartbeatTimeout;
+    host = makeC10dRendezvous(withNode(o, "hostA"), access(std::move(server)));
+    member = makeC10dRendezvous(withNode(o, "hostB"), access());
+    auto fh = startNext(*host);
+    auto fm = startNext(*member);
+    checkRound({getWithin(fh), getWithin(fm)}, {1, 1});
+    link = std::make_unique<TcpRelay>(client.port);
+    C10dStoreAccess spareAccess = access();
+    TcpStoreOptions linked = client;
+    linked.port = link->port();
+    spareAccess.store = std::make_unique<TcpStore>(linked);
+    std::shared_future<void> isBack = back.get_future().share();
+    spareAccess.connectWatcher = [c = client, isBack] {
+      isBack.wait();
+      return std::make_unique<TcpStore>(c);
+    };
+    spare = makeC10dRendezvous(withNode(o, "hostC"), std::move(spareAccess));
+    fs = startNext(*spare);
+    observer = std::make_unique<TcpStore>(client);
+    awaitArrivals(*observer, runId, 1, 1);
+  }
+
+  C10dStoreAccess access(std::unique_ptr<StoreServer> embedded = nullptr) const {
+    C10dStoreAccess a;
+    a.store = std::make_unique<TcpStore>(client);
+    a.connectWatcher = [c = client] { return std::make_unique<TcpStore>(c); };
+    a.endpoint = "127.0.0.1:" + std::to_string(client.port);
+    a.server = std::move(embedded);
+    return a;
+  }
+
+  void endJob() {
+    FirstChange done(*host, "succeeded");
+    CHECK(member->finish());
+    CHECK(host->finish());
+    done.get();
+    member->leave();
+    hostLeft = std::async(std::launch::async, [this] { host->leave(); });
+  }
+
+  // Until the spare's will has counted it out of `present` (the host's wait for it ends).
+  void awaitSpareCountedOut() {
+    const std::string present = keys::present(o.runId);
+    const Deadline expiry(kHang);
+    for (auto value = observer->tryGet(present); keys::parseCounter(value).value_or(0) > 0;) {
+      REQUIRE_FALSE(expiry.expired());
+      value = observer->watch(present, value, expiry.remaining());
+    }
+  }
+
+  // The spare back: it must learn that the job succeeded, not join a round nor lose the store.
+  void comeBackAndLearnTheEnd() {
+    back.set_value();
+    REQUIRE(fs.wait_for(kHang) == std::future_status::ready);
+    try {
+      fs.get();
+      FAIL("the spare joined a round of a job that ended");
+    } catch (const JobEnded& e) {
+      CHECK(e.exitCode() == 0);
+      CHECK_THAT(e.what(), Catch::Contains("the job finished (every worker succeeded)"));
+    } catch (const std::exception& e) {
+      FAIL("the spare did not learn the job's end: " << e.what());
+    }
+    CHECK(hostLeft.wait_for(kHang) == std::future_status::ready);
+    spare->leave();
+  }
+};
+
+}  // namespace
+
 // A spare cut off past its lease as the job ends (over a real link, TCP's retransmissions back
 // off past a shorter cut; a paused process too): its will counts it out, the host's last wait
 // ends, and the spare comes back after it. It must find the store still up and learn how the
 // job ended, not exit 1 "lost the store" after a job that succeeded.
 TEST_CASE("elastic: the store's host serves a spare that went silent past its lease long enough "
           "to learn the job's end", "[rendezvous]") {
-  auto o = options(2, 2, "silent");
-  o.closeTimeout = 20s;
-  auto server = std::make_unique<StoreServer>([] {
-    StoreServerOptions s;
-    s.host = "127.0.0.1";
-    s.port = 0;
-    return s;
-  }());
-  server->start();
-  StoreServer& hosted = *server;
-  TcpStoreOptions client;
-  client.port = hosted.port();
-  client.connectTimeout = 5s;
-  client.timeout = 10s;
-  client.heartbeatInterval = o.heartbeatInterval;
-  client.leaseTimeout = o.heartbeatTimeout;
-  auto access = [&](std::unique_ptr<StoreServer> embedded = nullptr) {
-    C10dStoreAccess a;
-    a.store = std::make_unique<TcpStore>(client);
-    a.connectWatcher = [client] { return std::make_unique<TcpStore>(client); };
-    a.endpoint = "127.0.0.1:" + std::to_string(client.port);
-    a.server = std::move(embedded);
-    return a;
-  };
-  auto host = makeC10dRendezvous(withNode(o, "hostA"), access(std::move(server)));
-  auto member = makeC10dRendezvous(withNode(o, "hostB"), access());
-  auto fh = startNext(*host);
-  auto fm = startNext(*member);
-  checkRound({getWithin(fh), getWithin(fm)}, {1, 1});
-  // The spare: its connection goes through a link the test cuts, and it cannot connect again
-  // until it is back.
-  TcpRelay link(client.port);
-  C10dStoreAccess spareAccess = access();
-  TcpStoreOptions linked = client;
-  linked.port = link.port();
-  spareAccess.store = std::make_unique<TcpStore>(linked);
-  std::promise<void> back;
-  std::shared_future<void> isBack = back.get_future().share();
-  spareAccess.connectWatcher = [client, isBack] {
-    isBack.wait();
-    return std::make_unique<TcpStore>(client);
-  };
-  auto spare = makeC10dRendezvous(withNode(o, "hostC"), std::move(spareAccess));
-  auto fs = startNext(*spare);
-  TcpStore observer(client);
-  awaitArrivals(observer, "silent", 1, 1);
-  link.cut();
-  FirstChange done(*host, "succeeded");
-  CHECK(member->finish());
-  CHECK(host->finish());
-  done.get();
-  member->leave();
-  auto hostLeft = std::async(std::launch::async, [&] { host->leave(); });
-  // The spare's lease ends (its will counts it out of `present`, the host's wait ends); the
-  // fault itself, not a synchronisation: the spare stays away a while after that.
-  const std::string present = keys::present("silent");
-  const Deadline expiry(kHang);
-  for (auto value = observer.tryGet(present); keys::parseCounter(value).value_or(0) > 0;) {
-    REQUIRE_FALSE(expiry.expired());
-    value = observer.watch(present, value, expiry.remaining());
-  }
-  CHECK(hosted.stats().leasesExpired >= 1);
+  JobEndingBesideLinkedSpare job("silent");
+  job.link->cut();
+  job.endJob();
+  // The spare's lease ends: the fault itself, not a synchronisation; it stays away a while after.
+  job.awaitSpareCountedOut();
+  CHECK(job.hosted->stats().leasesExpired >= 1);
   std::this_thread::sleep_for(300ms);
-  link.restore();
-  back.set_value();
-  REQUIRE(fs.wait_for(kHang) == std::future_status::ready);
-  try {
-    fs.get();
-    FAIL("the spare joined a round of a job that ended");
-  } catch (const JobEnded& e) {
-    CHECK(e.exitCode() == 0);
-    CHECK_THAT(e.what(), Catch::Contains("the job finished (every worker succeeded)"));
-  }
-  CHECK(hostLeft.wait_for(kHang) == std::future_status::ready);
-  spare->leave();
+  job.link->restore();
+  job.comeBackAndLearnTheEnd();
+}
+
+// A spare that gave up on its connection as the job ends (no reply within its read limit: the
+// store's process was stopped a while) closes it itself: its will counts it out with no lease
+// expired, the host's last wait ends, and the spare connects again a moment later. The same end
+// is owed to it.
+TEST_CASE("elastic: the store's host serves a spare that dropped its connection long enough to "
+          "learn the job's end", "[rendezvous]") {
+  JobEndingBesideLinkedSpare job("dropped");
+  job.endJob();
+  job.link->drop();
+  job.awaitSpareCountedOut();
+  CHECK(job.hosted->stats().leasesExpired == 0);  // closed, not silent
+  std::this_thread::sleep_for(300ms);
+  job.comeBackAndLearnTheEnd();
 }
 
 // A finished member and a scale-up are the two ends of a round: the first in the store wins

@@ -2,9 +2,10 @@
 // which a test can cut: while cut it moves no byte either way, so the client's frames (its
 // heartbeats) stop reaching the server and the server's stop reaching the client, as over a link
 // that is down. Restored, it moves what waited; once one side closed, it closes the other.
+// drop() closes both sides, as a client that gave up on the connection and closed it does.
 //
-// Threading: one thread of its own moves the bytes, in poll slices of 20 ms; cut() and restore()
-// may be called from any thread. Ownership: the destructor stops and joins the thread and closes
+// Threading: one thread of its own moves the bytes, in poll slices of 20 ms; cut(), restore() and
+// drop() may be called from any thread. Ownership: the destructor stops and joins the thread and closes
 // every socket.
 #pragma once
 
@@ -45,6 +46,7 @@ class TcpRelay {
   uint16_t port() const { return port_; }
   void cut() { cut_ = true; }
   void restore() { cut_ = false; }
+  void drop() { drop_ = true; }
 
  private:
   static sockaddr_in loopback(uint16_t port) {
@@ -67,6 +69,7 @@ class TcpRelay {
         if (::connect(server_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) closeBoth();
         continue;
       }
+      if (drop_ && !closed_) closeBoth();
       if (closed_ || cut_) {
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
         continue;
@@ -103,6 +106,7 @@ class TcpRelay {
   int server_ = -1;
   bool closed_ = false;
   std::atomic<bool> cut_{false};
+  std::atomic<bool> drop_{false};
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };

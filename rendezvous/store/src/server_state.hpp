@@ -29,7 +29,7 @@ struct Counters {
       slowDropped{0}, wills{0}, waiters{0}, orphansRemoved{0}, refused{0}, stalled{0},
       inputBuffered{0}, authRefused{0}, pendingEvicted{0}, handshakesExpired{0}, pending{0},
       outputQueued{0}, callBytes{0}, storedBytes{0}, overBudget{0};
-  std::atomic<int64_t> lastLeaseExpiry{0};  // steady_clock ticks of the last one; 0: none yet
+  std::atomic<int64_t> lastWillRun{0};  // steady_clock ticks of the last will run; 0: none yet
 };
 
 // Bytes of one kind held for clients: bounded per connection and in all. The caller decides

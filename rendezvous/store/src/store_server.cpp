@@ -275,8 +275,8 @@ StoreServerStats StoreServer::stats() const {
   return s;
 }
 
-std::optional<std::chrono::steady_clock::time_point> StoreServer::lastLeaseExpiry() const {
-  const int64_t ticks = impl_->state_.counters.lastLeaseExpiry;
+std::optional<std::chrono::steady_clock::time_point> StoreServer::lastWillRun() const {
+  const int64_t ticks = impl_->state_.counters.lastWillRun;
   if (ticks == 0) return std::nullopt;
   return std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(ticks));
 }

@@ -94,6 +94,7 @@ void Session::close(const std::string& reason) {
     state_.core.clientGone(client_);  // nothing is served any more: waiters only
   } else if (state_.core.clientGone(client_)) {
     state_.counters.wills++;
+    state_.counters.lastWillRun = std::chrono::steady_clock::now().time_since_epoch().count();
     spdlog::debug("store server: ran the will of {}", peer_);
   }
   state_.calls.remove(willBytes_);
@@ -319,7 +320,6 @@ void Session::onDeadline() {
         return;
       }
       state_.counters.leasesExpired++;
-      state_.counters.lastLeaseExpiry = now.time_since_epoch().count();
       close("lease of " + std::to_string(lease_.count()) + "ms expired");
       return;
     case SessionPhase::Closed:

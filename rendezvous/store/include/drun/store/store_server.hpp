@@ -127,10 +127,11 @@ class StoreServer {
   void stop();   // any thread; idempotent
 
   StoreServerStats stats() const;
-  // When a connection was last closed for silence (its lease expired), nullopt if none was: a
-  // client behind a cut link or in a stopped process may come back to ask for what it missed.
-  // Any thread.
-  std::optional<std::chrono::steady_clock::time_point> lastLeaseExpiry() const;
+  // When a connection's will last ran, nullopt if none has: its client went without clearing
+  // it (a lease expired behind a cut link or a stopped process; a client that gave up on a
+  // connection that answered nothing and closed it; a killed process) and may come back to ask
+  // for what it missed. Any thread.
+  std::optional<std::chrono::steady_clock::time_point> lastWillRun() const;
 
   // Monitoring (drun-rendezvous --http): calls `attach` at once with the server's io context and
   // store, so that what it sets up (an HTTP endpoint, a write observer) runs on the io thread
