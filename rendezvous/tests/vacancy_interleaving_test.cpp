@@ -255,9 +255,13 @@ bool spareRacesAt(int point) {
   });
   awaitArrivals(observer, "vac", 1, 2);
   a.rendezvous->postVacancy(claimed[0], 1, 1);
-  // Exactly one spare gets the place; the other waits on.
-  const bool cTook = fc.wait_for(5s) == std::future_status::ready;
-  const bool dTook = fd.wait_for(cTook ? 300ms : 5s) == std::future_status::ready;
+  // Exactly one spare gets the place (whichever returns first); the other waits on.
+  const Deadline takeBound(5s);
+  auto ready = [](auto& f) { return f.wait_for(0ms) == std::future_status::ready; };
+  while (!takeBound.expired() && !ready(fc) && !ready(fd)) std::this_thread::sleep_for(1ms);
+  std::this_thread::sleep_for(300ms);  // the other, had it taken the place too, would have returned
+  const bool cTook = ready(fc);
+  const bool dTook = ready(fd);
   INFO("point " << point << ": hostC took " << cTook << ", hostD took " << dTook);
   CHECK(cTook != dTook);
   CHECK(keys::parseCounter(observer.tryGet(keys::replaced("vac", 0))).value_or(0) == 1);
