@@ -254,6 +254,19 @@ struct NamespaceJob {
   }
 };
 
+// The survivor and the spare that took the lost node's place: generation 1 formed, nothing
+// re-formed or restarted, exit 0.
+void checkRecoveredInPlace(const std::vector<RunResult>& runs) {
+  for (const RunResult& r : runs) {
+    INFO(r.describe());
+    REQUIRE_FALSE(r.timedOut);
+    CHECK(r.status() == 0);
+    CHECK_FALSE(contains(r.err, "re-forming the job"));
+    CHECK_FALSE(contains(r.err, "restarting the job"));
+    CHECK(contains(r.err, "generation 1 formed"));
+  }
+}
+
 }  // namespace
 
 TEST_CASE("recovery: a member node SIGKILLed is replaced by a spare that takes its node rank and ranks "
@@ -274,14 +287,7 @@ TEST_CASE("recovery: a member node SIGKILLed is replaced by a spare that takes i
   host1.signal(SIGKILL);  // its workers die with it (parent-death signal)
   const RunResult lost = host1.wait();
   const std::vector<RunResult> runs = {host0.wait(), spare.wait()};
-  for (const RunResult& r : runs) {
-    INFO(r.describe());
-    REQUIRE_FALSE(r.timedOut);
-    CHECK(r.status() == 0);
-    CHECK_FALSE(contains(r.err, "re-forming the job"));
-    CHECK_FALSE(contains(r.err, "restarting the job"));
-    CHECK(contains(r.err, "generation 1 formed"));
-  }
+  checkRecoveredInPlace(runs);
   INFO(runs[0].describe());
   INFO(runs[1].describe());
   CHECK(contains(runs[0].err, "was lost; the other nodes' workers go on, and its place is offered to a spare: "
@@ -360,13 +366,7 @@ TEST_CASE("recovery: a spare keeps a standby worker per local rank while it wait
     host1.signal(SIGKILL);
     const RunResult lost = host1.wait();
     const std::vector<RunResult> runs = {host0.wait(), spare.wait()};
-    for (const RunResult& r : runs) {
-      INFO(r.describe());
-      REQUIRE_FALSE(r.timedOut);
-      CHECK(r.status() == 0);
-      CHECK(contains(r.err, "generation 1 formed"));
-      CHECK_FALSE(contains(r.err, "restarting the job"));
-    }
+    checkRecoveredInPlace(runs);
     INFO(runs[1].describe());
     const auto events = readEvents(dir / "spare.jsonl");
     readStandbys(events);
