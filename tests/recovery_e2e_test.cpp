@@ -3,14 +3,20 @@
 // workers' store without libdrun_comm: a dead worker is replaced by a process with the same ranks
 // while the others keep theirs, the budget and the restart count are the job's, survivors that
 // never join fall back to a restart that says why, and a recovery on one namespace host leaves
-// the other host's workers running.
+// the other host's workers running. Through tests/recovery/standby_exec.py (a Python program that
+// imports drun, then runs recovery_worker) the nodes have standby workers: a spare's take the
+// lost node's ranks.
 #include <signal.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <map>
 #include <regex>
+#include <set>
+#include <thread>
 
 #include "drun/common/test_skip.hpp"
+#include "event_lines.hpp"
 #include "launcher_e2e.hpp"
 #include "netns.hpp"
 #include "process.hpp"
@@ -228,6 +234,17 @@ struct NamespaceJob {
             "--recovery", "in-process", "--rdzv-conf", conf, helperPath("recovery_worker").string(),
             "--steps", std::to_string(steps), "--step-ms", "20"};
   }
+  // The workers run through tests/recovery/standby_exec.py (a Python program: standby workers),
+  // and `host`'s events go to `events`.
+  RunOptions throughPython(int host, const std::filesystem::path& events) const {
+    std::vector<std::string> a = args;
+    const auto program = std::find(a.begin(), a.end(), helperPath("recovery_worker").string());
+    a.insert(program, {"--events", events.string(), "/usr/bin/python3",
+                                 (std::filesystem::path(DRUN_SOURCE_DIR) / "tests" / "recovery" / "standby_exec.py").string()});
+    RunOptions o = on(host);
+    o.argv = cluster.exec(host, a);
+    return o;
+  }
   RunOptions on(int host) const {
     RunOptions o;
     o.argv = cluster.exec(host, args);
@@ -236,6 +253,19 @@ struct NamespaceJob {
     return o;
   }
 };
+
+// The survivor and the spare that took the lost node's place: generation 1 formed, nothing
+// re-formed or restarted, exit 0.
+void checkRecoveredInPlace(const std::vector<RunResult>& runs) {
+  for (const RunResult& r : runs) {
+    INFO(r.describe());
+    REQUIRE_FALSE(r.timedOut);
+    CHECK(r.status() == 0);
+    CHECK_FALSE(contains(r.err, "re-forming the job"));
+    CHECK_FALSE(contains(r.err, "restarting the job"));
+    CHECK(contains(r.err, "generation 1 formed"));
+  }
+}
 
 }  // namespace
 
@@ -257,14 +287,7 @@ TEST_CASE("recovery: a member node SIGKILLed is replaced by a spare that takes i
   host1.signal(SIGKILL);  // its workers die with it (parent-death signal)
   const RunResult lost = host1.wait();
   const std::vector<RunResult> runs = {host0.wait(), spare.wait()};
-  for (const RunResult& r : runs) {
-    INFO(r.describe());
-    REQUIRE_FALSE(r.timedOut);
-    CHECK(r.status() == 0);
-    CHECK_FALSE(contains(r.err, "re-forming the job"));
-    CHECK_FALSE(contains(r.err, "restarting the job"));
-    CHECK(contains(r.err, "generation 1 formed"));
-  }
+  checkRecoveredInPlace(runs);
   INFO(runs[0].describe());
   INFO(runs[1].describe());
   CHECK(contains(runs[0].err, "was lost; the other nodes' workers go on, and its place is offered to a spare: "
@@ -317,4 +340,66 @@ TEST_CASE("recovery: a member node SIGKILLed with no spare to take its place: th
   CHECK(started[2].restart == 0);
   CHECK(started[3].restart == 0);
   CHECK(marker.leftovers(5s).empty());
+}
+
+TEST_CASE("recovery: a spare keeps a standby worker per local rank while it waits: the lost node's ranks go "
+          "to them when it takes the place, and they end with the job when it takes none", "[multinode]") {
+  skipWithoutNetns("multi-node recovery test");
+  NetnsCluster cluster(3);
+  MarkerScope marker;
+  TempDir dir;
+  const NamespaceJob job(cluster, marker, "2", "recovery_timeout=30", 300);
+  Process host0(job.throughPython(0, dir / "host0.jsonl"));
+  Process host1(job.throughPython(1, dir / "host1.jsonl"));
+  REQUIRE(host0.waitForLines("RW start", 2, scaled(30s)));
+  REQUIRE(host1.waitForLines("RW start", 2, scaled(30s)));
+  Process spare(job.throughPython(2, dir / "spare.jsonl"));
+  REQUIRE(spare.waitForLines("SE importing", 2, scaled(30s)));  // its two standbys
+  std::map<long, int> standbySlots;  // pid -> slot, of the standbys the spare kept while waiting
+  auto readStandbys = [&](const std::vector<nlohmann::json>& events) {
+    for (const auto& e : ofKind(events, "standby_started"))
+      if (e.value("spare", false)) standbySlots[e["pid"].get<long>()] = e["slot"].get<int>();
+  };
+
+  SECTION("the lost node's ranks go to the standbys") {
+    std::this_thread::sleep_for(scaled(1s));  // ... waiting in `import drun`
+    host1.signal(SIGKILL);
+    const RunResult lost = host1.wait();
+    const std::vector<RunResult> runs = {host0.wait(), spare.wait()};
+    checkRecoveredInPlace(runs);
+    INFO(runs[1].describe());
+    const auto events = readEvents(dir / "spare.jsonl");
+    readStandbys(events);
+    CHECK(standbySlots.size() == 2);
+    // Each of the lost node's ranks went to one of them, in generation 1: its "RW start" pid too.
+    std::map<int, long> took;
+    for (const Start& s : starts(runs[1].out)) took[s.rank] = s.pid;
+    const auto started = ofKind(events, "worker_started");
+    REQUIRE(started.size() == 2);
+    std::set<long> pids;
+    for (const auto& e : started) {
+      INFO(e.dump());
+      CHECK(e.value("standby", false));
+      CHECK(e.value("generation", 0) == 1);
+      const long pid = e["pid"].get<long>();
+      CHECK(standbySlots.count(pid) == 1);
+      CHECK(took[e["rank"].get<int>()] == pid);
+      pids.insert(pid);
+    }
+    CHECK(pids.size() == 2);
+    for (const Start& s : starts(lost.out)) CHECK(took.count(s.rank) == 1);  // the lost node's ranks
+  }
+  SECTION("no place: the job ends, and the spare's standbys with it") {
+    const std::vector<RunResult> runs = {host0.wait(), host1.wait(), spare.wait()};
+    for (const RunResult& r : runs) {
+      INFO(r.describe());
+      REQUIRE_FALSE(r.timedOut);
+      CHECK(r.status() == 0);
+    }
+    const auto events = readEvents(dir / "spare.jsonl");
+    readStandbys(events);
+    CHECK(standbySlots.size() == 2);
+    CHECK(ofKind(events, "worker_started").empty());
+  }
+  CHECK(marker.leftovers(5s).empty());  // no standby outlives the job
 }

@@ -72,13 +72,6 @@ void ElasticAgent::Impl::startWorkers(const Input& in) {
                 round.masterAddr, round.masterPort, round.restartCount);
   attemptDir = jobDir->prepareAttempt(round.nodeRank, attempt, config.nprocPerNode);
 
-  GroupOptions options;
-  options.jobGuard = &*guard;  // registers each worker's process group until it is empty
-  options.output = config.output;
-  options.output.prefixTemplate =
-      config.prefixTemplate.value_or(round.worldSize > 1 ? "[${rank}]:" : "");
-  if (config.logDir || detail::routesToFiles(config.output)) options.output.attemptDir = attemptDir;
-
   AttemptContext context;
   context.restartCount = round.restartCount;
   context.attemptDir = attemptDir;
@@ -95,21 +88,34 @@ void ElasticAgent::Impl::startWorkers(const Input& in) {
   rootCause.reset();
   otherFailures = 0;
   scaleUpTimer.cancel();
-  standbys.reset();
-  group.reset();
-  group = std::make_unique<WorkerGroup>(io, std::move(options));
-  group->onExit([this](const WorkerExit& exit) { onWorkerExit(exit); });
+  // A spare that took a place with standbys waiting (agent_spare.cpp) starts in their group.
+  const bool inPlace = takesPlaceWithStandbys();
+  if (!inPlace) {
+    standbys.reset();
+    group.reset();
+    group = std::make_unique<WorkerGroup>(io, groupOptions(round.worldSize, attemptDir));
+    group->onExit([this](const WorkerExit& exit) { onWorkerExit(exit); });
+  }
   ++attempt;
+  PlaceWorkers started;
   try {
-    group->start(specs);
+    if (inPlace) {
+      started = startPlaceWorkers(specs);
+    } else {
+      group->start(specs);
+      started.pids = group->pids();
+    }
   } catch (const std::exception& e) {
     throw Error(std::string("could not start the workers: ") + e.what());
   }
-  hangMonitor->start(group->pids(), config.isPython,
+  hangMonitor->start(started.pids, config.isPython,
                      [this](const detail::HangReport& r) { sayHung(r); });
   startRecoveryWatch();
-  startStandbys();
-  notes->roundStarted(round, group->pids(), attempt);
+  if (inPlace)
+    keepSpareStandbys();
+  else
+    startStandbys();
+  notes->roundStarted(round, started.pids, attempt, started.fromStandby);
   shareLearnedTimeouts();
   // Events of this round that arrived while it was forming.
   std::vector<JobEvent> pending;

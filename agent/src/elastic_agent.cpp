@@ -269,6 +269,7 @@ int ElasticAgent::Impl::run() {
   if (!config.rendezvous.runId.empty())
     spdlog::debug("agent: run id {}, job dir {}", config.rendezvous.runId, jobDir->path().string());
   rendezvous->onJobEvent([this](const JobEvent& e) { onLoop([this, e] { onJobEvent(e); }); });
+  rendezvous->onWaitingForRunningJob([this] { onLoop([this] { startSpareStandbys(); }); });
   // The note matters where OpenMP does (Python: torch, numpy); elsewhere only when asked (-v).
   if (!baseHasVariable("OMP_NUM_THREADS") && config.nprocPerNode > 1 &&
       (config.isPython || spdlog::should_log(spdlog::level::info)))
@@ -303,6 +304,7 @@ int ElasticAgent::Impl::run() {
     return exitCode;
   }
   rendezvous->onJobEvent(nullptr);
+  rendezvous->onWaitingForRunningJob(nullptr);
   offLoop.reset();
   return exitCode;
 }

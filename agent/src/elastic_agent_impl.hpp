@@ -222,6 +222,17 @@ struct ElasticAgent::Impl {
   void fallBack(const Input& in);
   void stopAfterFallback(const Input& in);
 
+  // ---- a spare's standby workers (agent_spare.cpp) -------------------------------------------
+  GroupOptions groupOptions(int worldSize, const std::filesystem::path& attemptDir);
+  void startSpareStandbys();            // this node began waiting to join a running job
+  bool takesPlaceWithStandbys() const;  // the round is a place taken, with the spare's standbys
+  struct PlaceWorkers {
+    std::vector<pid_t> pids;        // by local rank
+    std::vector<bool> fromStandby;  // by local rank
+  };
+  PlaceWorkers startPlaceWorkers(const std::vector<WorkerSpec>& specs);
+  void keepSpareStandbys();
+
   // ---- a lost node replaced in place (agent_node_recovery.cpp) -----------------------------
   Event memberLostEvent() const;  // NodeLost under in-process while running, else MemberLost
   void prepareNodeRecovery(AttemptContext& context);

@@ -52,11 +52,17 @@ void JobNotes::note(std::string_view kind, nlohmann::json fields) {
 }
 
 void JobNotes::roundStarted(const rdzv::RoundResult& round, const std::vector<pid_t>& pids,
-                            int attempt) {
+                            int attempt, const std::vector<bool>& fromStandby) {
   note("round_formed", roundFormedFields(round, nprocPerNode_, maxRestarts_));
-  for (size_t i = 0; i < pids.size(); ++i)
-    note("worker_started", {{"round", round.round}, {"rank", round.rankOffset + static_cast<int>(i)},
-                            {"local_rank", i}, {"pid", pids[i]}});
+  for (size_t i = 0; i < pids.size(); ++i) {
+    nlohmann::json fields = {{"round", round.round}, {"rank", round.rankOffset + static_cast<int>(i)},
+                             {"local_rank", i}, {"pid", pids[i]}};
+    if (i < fromStandby.size()) {
+      fields["generation"] = round.generation;
+      fields["standby"] = static_cast<bool>(fromStandby[i]);
+    }
+    note("worker_started", std::move(fields));
+  }
   if (attempt == 1 && round.round > 0) note("spare_taken_in", {{"round", round.round}});
   if (memberLostSinceRound_ && round.nodeRank == 0 && !previousHosts_.empty()) {
     auto added = namesNotIn(round.hosts, previousHosts_);

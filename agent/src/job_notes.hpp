@@ -40,8 +40,11 @@ class JobNotes {
   JobNotes& operator=(const JobNotes&) = delete;
 
   void note(std::string_view kind, nlohmann::json fields = nlohmann::json::object());
-  // round_formed, worker_started (one per pid), spare_taken_in, replacement.
-  void roundStarted(const rdzv::RoundResult& round, const std::vector<pid_t>& pids, int attempt);
+  // round_formed, worker_started (one per pid, by local rank), spare_taken_in, replacement.
+  // `fromStandby` (a spare that took a place): each worker's event says its generation and
+  // whether a standby took its ranks.
+  void roundStarted(const rdzv::RoundResult& round, const std::vector<pid_t>& pids, int attempt,
+                    const std::vector<bool>& fromStandby = {});
   // worker_exited, and hang_detected for a failed worker that hung.
   void workerExited(const WorkerExit& exit, uint64_t round, const HangReport* hang);
   // failure_recorded and restart (unless final): the round's root cause this node acted on,

@@ -45,6 +45,7 @@ StandbyPool::StandbyPool(WorkerGroup& group, Options options, WorkerSpec spec)
 
 StandbyPool::~StandbyPool() {
   for (auto& [slot, s] : slots_) {
+    if (s.held >= 0) ::close(s.held);
     std::error_code ignored;
     std::filesystem::remove(s.path, ignored);
   }
@@ -76,7 +77,7 @@ std::vector<StandbyPool::Started> StandbyPool::fill() {
   return started;
 }
 
-std::optional<pid_t> StandbyPool::assign(const WorkerSpec& replacement) {
+std::optional<pid_t> StandbyPool::assign(const WorkerSpec& replacement, Taking taking) {
   if (stopped_) return std::nullopt;
   for (auto& [slot, s] : slots_) {
     if (!s.live) continue;
@@ -86,30 +87,50 @@ std::optional<pid_t> StandbyPool::assign(const WorkerSpec& replacement) {
       spdlog::debug("agent: standby {} is not ready: {}", slot, std::strerror(errno));
       continue;
     }
-    WorkerSpec standby = spec_;
-    standby.env.push_back("DRUN_STANDBY=" + s.path.string());
-    const std::string line = standbyAssignment(standby, replacement);
-    pid_t pid = 0;
-    try {
-      pid = group_.assign(slot, replacement.localRank, replacement.globalRank);
-    } catch (const std::logic_error& e) {  // it ended, its exit not reported yet
-      ::close(fd);
-      spdlog::debug("agent: standby {}: {}", slot, e.what());
+    if (auto pid = send(slot, s, fd, false, replacement)) return pid;
+  }
+  if (taking != Taking::Starting) return std::nullopt;
+  for (auto& [slot, s] : slots_) {
+    if (!s.live) continue;
+    // Read and write: opens without a reader, and the line stays in the FIFO until the standby
+    // opens it and reads (a FIFO's data lasts while any end is open).
+    const int fd = ::open(s.path.c_str(), O_RDWR | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+      spdlog::debug("agent: standby {}: cannot open {}: {}", slot, s.path.string(), std::strerror(errno));
       continue;
     }
-    s.live = false;
-    // Far below the pipe's capacity, into an empty pipe: written whole or not at all.
-    const ssize_t n = ::write(fd, line.data(), line.size());
-    const int error = errno;
-    ::close(fd);
-    if (n != static_cast<ssize_t>(line.size())) {
-      ::kill(-pid, SIGKILL);
-      throw Error("cannot send standby " + std::to_string(slot) + " its assignment: " +
-                  (n < 0 ? std::strerror(error) : "a short write"));
-    }
-    return pid;
+    if (auto pid = send(slot, s, fd, true, replacement)) return pid;
   }
   return std::nullopt;
+}
+
+std::optional<pid_t> StandbyPool::send(int slot, Slot& s, int fd, bool hold, const WorkerSpec& replacement) {
+  WorkerSpec standby = spec_;
+  standby.env.push_back("DRUN_STANDBY=" + s.path.string());
+  const std::string line = standbyAssignment(standby, replacement);
+  pid_t pid = 0;
+  try {
+    pid = group_.assign(slot, replacement.localRank, replacement.globalRank);
+  } catch (const std::logic_error& e) {  // it ended, its exit not reported yet
+    ::close(fd);
+    spdlog::debug("agent: standby {}: {}", slot, e.what());
+    return std::nullopt;
+  }
+  s.live = false;
+  // Far below the pipe's capacity, into an empty pipe: written whole or not at all.
+  const ssize_t n = ::write(fd, line.data(), line.size());
+  const int error = errno;
+  if (hold && n == static_cast<ssize_t>(line.size())) {
+    s.held = fd;
+  } else {
+    ::close(fd);
+  }
+  if (n != static_cast<ssize_t>(line.size())) {
+    ::kill(-pid, SIGKILL);
+    throw Error("cannot send standby " + std::to_string(slot) + " its assignment: " +
+                (n < 0 ? std::strerror(error) : "a short write"));
+  }
+  return pid;
 }
 
 void StandbyPool::exited(int slot) {

@@ -50,12 +50,23 @@ class StandbyPool {
   // Starts standbys until `count` are alive; returns those it started. One that cannot start
   // (no FIFO, the group stopping): logged at debug, and the pool stops.
   std::vector<Started> fill();
-  // The oldest ready standby becomes the worker of `replacement`'s ranks (WorkerGroup::assign)
-  // and is sent its assignment. nullopt when none is ready or the pool stopped. Throws
-  // drun::Error when the assignment cannot be written (the process is then SIGKILLed).
-  std::optional<pid_t> assign(const WorkerSpec& replacement);
+  // Which standbys assign() may take.
+  enum class Taking {
+    Ready,     // only one waiting in `import drun` (its FIFO open for reading)
+    Starting,  // else one still starting (importing): its assignment waits in its FIFO, which
+               // the pool holds open (read and write) until the pool ends. For a spare taking a
+               // place: a standby with a head start beats a new process.
+  };
+  // The oldest ready standby (with Taking::Starting, else the oldest live one) becomes the worker
+  // of `replacement`'s ranks (WorkerGroup::assign) and is sent its assignment. nullopt when none
+  // can be taken or the pool stopped. Throws drun::Error when the assignment cannot be written
+  // (the process is then SIGKILLed).
+  std::optional<pid_t> assign(const WorkerSpec& replacement, Taking taking = Taking::Ready);
   // The standby in `slot` ended unassigned (WorkerGroup::onStandbyExit).
   void exited(int slot);
+  // From now on fill() keeps `count` alive (a spare's pool, one per local rank while it waits,
+  // keeps the round's count once it took a place); live ones beyond it are kept.
+  void keep(int count) { options_.count = count; }
   // No standby any more: the live ones are SIGKILLed, fill() does nothing.
   void stop();
   bool stopped() const { return stopped_; }
@@ -65,7 +76,11 @@ class StandbyPool {
     std::filesystem::path path;
     pid_t pid = 0;
     bool live = false;  // started, neither assigned nor ended
+    int held = -1;      // assigned while starting: the FIFO, held open until the pool ends
   };
+  // Gives the standby in `slot` its assignment through `fd` (open for writing); closes `fd`
+  // unless `hold`. nullopt when it ended meanwhile.
+  std::optional<pid_t> send(int slot, Slot& s, int fd, bool hold, const WorkerSpec& replacement);
 
   WorkerGroup& group_;
   Options options_;

@@ -1,6 +1,7 @@
 // Standby workers (standby_pool.hpp, WorkerGroup's standbys): a standby started beside the
 // workers becomes a dead rank's worker (its exit, prefix and log files the rank's) and reads its
-// assignment from its FIFO once it is ready (one not reading its FIFO is not taken); one that
+// assignment from its FIFO once it is ready (one not reading its FIFO is not taken, unless a spare
+// asks: its assignment then waits in the FIFO); one that
 // ends unassigned is reported apart; stop() waits for the standbys and the pool's stop() ends
 // them; the assignment line is the difference of the two environments.
 #include <signal.h>
@@ -158,6 +159,35 @@ TEST_CASE_METHOD(CapturedConsole, "a standby assigned the --stdin rank reads dru
   CHECK(std::count(lines.begin(), lines.end(), "10|eof") == 1);
   CHECK(std::count(lines.begin(), lines.end(), "11|got:hello") == 1);
   CHECK(std::count(lines.begin(), lines.end(), "11|eof") == 1);
+}
+
+TEST_CASE_METHOD(CapturedConsole, "a standby still starting is taken only when asked (a spare taking a place): its "
+                 "assignment waits in its FIFO until it reads it", "[agent]") {
+  TempDir dir;
+  options.output.prefixTemplate = "[${rank}]:";
+  WorkerGroup group(io, options);
+  std::vector<WorkerExit> exits;
+  group.onExit([&](const WorkerExit& e) { exits.push_back(e); });
+  group.onStandbyExit([](int, const WorkerExit&) {});
+  group.start({});  // a spare's group: no worker before its place
+  // Starts for 0.5 s (its imports) before it opens its FIFO.
+  StandbyPool pool(group, {1, dir.path()}, shellStandby("sleep 0.5; read -r line < \"$DRUN_STANDBY\"; echo \"got $line\""));
+  const auto started = pool.fill();
+  REQUIRE(started.size() == 1);
+  WorkerSpec rank = shellWorker(1, "unused", 3);
+  rank.env.push_back("RANK=3");
+  CHECK(pool.assign(rank) == std::nullopt);  // not ready
+  const auto pid = pool.assign(rank, StandbyPool::Taking::Starting);
+  REQUIRE(pid);
+  CHECK(*pid == started[0].pid);
+  CHECK(group.standbyPids().empty());
+  CHECK(group.running() == 1);
+  REQUIRE(runUntil(io, [&] { return exits.size() == 1; }));
+  CHECK(exits[0].pid == *pid);
+  CHECK(exits[0].globalRank == 3);
+  CHECK(exits[0].succeeded());
+  CHECK_THAT(out.text(), Catch::Contains(R"([3]:got {"env":{"RANK":"3"},"unset":["DRUN_STANDBY"]})"));
+  CHECK(pool.assign(rank, StandbyPool::Taking::Starting) == std::nullopt);  // none left
 }
 
 TEST_CASE("a standby's assignment: the variables the rank has otherwise or in addition, and those it lacks",

@@ -229,6 +229,8 @@ class C10dRendezvous final : public Rendezvous {
     return connect_ ? connect_() : nullptr;
   }
 
+  void onWaitingForRunningJob(std::function<void()> callback) override { waitingForRunningJob_ = std::move(callback); }
+
   void onJobEvent(std::function<void(const JobEvent&)> callback) override {
     std::lock_guard lock(slot_->mutex);
     slot_->callback = [this, callback = std::move(callback)](const JobEvent& event) {
@@ -353,6 +355,7 @@ class C10dRendezvous final : public Rendezvous {
     // Arrived while the job runs (announced, or a spare: the previous round closed).
     bool forRunningJob = !lastRound_ && round > 0;
     for (;;) {
+      if (forRunningJob && waitingForRunningJob_) waitingForRunningJob_();
       RoundJoin join(*store_, node_, barrier_, round, forRunningJob);
       std::optional<Seat> seat = join.run(deadline, announce);
       if (auto moved = join.movedTo()) {  // the store was refilled by the survivors
@@ -454,6 +457,7 @@ class C10dRendezvous final : public Rendezvous {
   std::unique_ptr<StoreServer> server_;
   std::string workerEndpoint_;  // the store as the workers reach it ("" = they cannot)
   std::shared_ptr<EventSlot> slot_;
+  std::function<void()> waitingForRunningJob_;  // onWaitingForRunningJob's; the next() thread's
   ExitBarrier barrier_;
   std::unique_ptr<MembershipWatcher> watcher_;
   PortReservation reservation_;

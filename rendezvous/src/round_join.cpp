@@ -254,6 +254,9 @@ bool RoundJoin::closeIfComplete(int64_t arrivals) {
   const RendezvousOptions& o = node_.options;
   if (!reform_.active) return arrivals >= o.maxNodes && closer_.tryClose(round_, o.maxNodes, reform_);
   if (!closer_.everySurvivorBack(round_, reform_)) return false;
+  // No survivor left to wait for can mean the job ended (its members finished and left while
+  // this node joined): that is the job's end, not a round for the nodes still waiting.
+  barrier_.throwIfJobEnded(store_);
   if (closer_.tryClose(round_, o.minNodes, reform_)) return true;
   const std::string shortage = "the job lost " + closer_.lostNodes(reform_) + "; " +
                                std::to_string(closer_.aliveJoiners()) +

@@ -41,7 +41,10 @@
 # "not measured" and the rest runs. Every wait is bounded; the harness kills only what it
 # started, by PID. Run time: about 6 minutes for the table on a loaded 2-core machine (torchrun's
 # rows most of it), 3-5 minutes for 100 recoveries.
-# Environment: DRUN_BIN_DIR, PYTHON, TABLE (1), LEAKS (1), RECOVERIES (100), KEEP_LOGS (0).
+# Environment: DRUN_BIN_DIR, PYTHON, TABLE (1), LEAKS (1), RECOVERIES (100), KEEP_LOGS (0),
+# DRUN_EXTRA (more drun options for the table's drun rows, e.g. "--rdzv-conf standby_workers=0").
+# With KEEP_LOGS=1 each job's directory keeps its agents' output, their --events files
+# (events<host>.jsonl) and the workers' log (workers.log: the phases of a recovery, wall times).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 repo=$(pwd)

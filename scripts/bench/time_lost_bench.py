@@ -78,8 +78,9 @@ class Result:
 
 
 def measure(args, sc, mode, fault, directory):
+    extra = os.environ.get("DRUN_EXTRA", "").split() if mode.launcher == "drun" else []
     job = Job(args, mode, directory, sc.hosts + (1 if sc.spare else 0), sc.nproc,
-              fault.step + TAIL_STEPS)
+              fault.step + TAIL_STEPS, drun_extra=extra)
     try:
         return run_job(args, job, sc, mode, fault)
     finally:
@@ -112,6 +113,8 @@ def run_job(args, job, sc, mode, fault):
         lost_ranks = {ln.rank for ln in job.lines
                       if ln.kind == "START" and job.host_of(ln.pid) == fault.victim}
         killed_at = job.kill_agent(fault.victim)
+    with open(os.path.join(job.dir, "killed_at"), "w") as f:  # the phases are read against it
+        f.write(f"{killed_at:.6f}\n")
     cap = args.torch_cap if mode.launcher == "torchrun" else args.drun_cap
 
     first = job.wait_for(job.first_commit_after(killed_at), killed_at + cap)

@@ -117,6 +117,7 @@ class Job:
         return [os.path.join(a.drun_bin, "drun"), "--nnodes", str(nnodes), "--nproc-per-node",
                 str(self.nproc), "--rdzv-endpoint", endpoint, "--rdzv-id", run_id,
                 "--max-restarts", str(self.max_restarts), *recovery, *self.drun_extra,
+                "--events", os.path.join(self.dir, f"events{host}.jsonl"),
                 "--no-python", *self.program()]
 
     def start_agent(self, host, nnodes):

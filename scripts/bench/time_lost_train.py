@@ -19,6 +19,10 @@ inputs), written once with drun.torch's recovery API and run unchanged under tor
   concurrent ranks do not interleave):
 
       START <rank> <pid> <wall time> <TORCHELASTIC_RESTART_COUNT> <DRUN_GENERATION>
+      BOOT <rank> <pid> <wall time>   when the interpreter began this file (before its imports;
+                                      a standby worker's long before its rank was assigned)
+      INIT <rank> <pid> <wall time>   dist.init_process_group returned
+      TRACK <rank> <pid> <wall time>  each entry into train(), before state.track()
       ENTER <rank> <pid> <wall time> <step> <generation>   each entry into train(), its state
                                                           loaded (generation: state.generation
                                                           where the API has it, else "-")
@@ -32,6 +36,10 @@ drun.torch cannot be imported or has no `resilient` (a drun built without torch,
 without the API), the same code runs through a stand-in that calls the function once with a
 plain State: the behaviour the API has outside drun.
 """
+import time as _time
+
+_BOOT = _time.time()  # before the imports: what they cost is START - BOOT
+
 import argparse
 import datetime
 import hashlib
@@ -133,11 +141,14 @@ def main():
     log.write("START", os.getpid(), f"{time.time():.6f}",
               os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"),
               os.environ.get("DRUN_GENERATION", "-"))
+    log.write("BOOT", os.getpid(), f"{_BOOT:.6f}")
     dist.init_process_group(a.backend, timeout=datetime.timedelta(seconds=60))
+    log.write("INIT", os.getpid(), f"{time.time():.6f}")
 
     @resilient
     def train(state):
         torch.manual_seed(0)  # the same initial parameters in every mode
+        log.write("TRACK", os.getpid(), f"{time.time():.6f}")
         model = DDP(ToyModel())
         optimizer = torch.optim.SGD(model.parameters(), lr=0.001)
         state.track(model=model, optimizer=optimizer)

@@ -178,6 +178,10 @@ class Rendezvous {
   // Leaves as a lost node would (preempted): the others re-form without this node.
   virtual void abandon() = 0;
   virtual void onJobEvent(std::function<void(const JobEvent&)> callback) = 0;
+  // `callback` runs, on the thread in next(), each time this node's join begins to wait for a
+  // round of a job that runs without it (a newcomer, a spare: it may take a lost member's place
+  // in the running round). Set it before the first next(). None without a shared store.
+  virtual void onWaitingForRunningJob(std::function<void()> callback) {}
   // Replaces the job-wide value `name` (any bytes) with merge(its value, "" when none), atomically
   // (compare-and-set, retried while others change it), and returns what is stored then: the
   // agent's learned hang timeouts, merged by every node before each round. May block on the store
