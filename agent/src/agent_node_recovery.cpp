@@ -206,10 +206,12 @@ void ElasticAgent::Impl::fallBackLostNode(const Input& in) {
   const std::string waited = humanDuration(config.recovery.timeout);
   offLoop->post([this, in, r, g, places, waited] {
     std::string why;
+    bool noneTaken = false;
     try {
       std::vector<rdzv::Vacancy> untaken;
       for (const rdzv::Vacancy& v : places)
         if (rendezvous->withdrawVacancy(v)) untaken.push_back(v);
+      noneTaken = untaken.size() == places.size();
       if (!untaken.empty())
         why = "no spare took the place of " + describePlaces(untaken) + " within " + waited +
               " (--rdzv-conf recovery_timeout)";
@@ -217,10 +219,11 @@ void ElasticAgent::Impl::fallBackLostNode(const Input& in) {
     } catch (const std::exception& e) {
       spdlog::debug("agent: withdrawing the lost node's place: {}", e.what());
     }
-    onLoop([this, in, r, g, why] {
+    onLoop([this, in, r, g, why, places, noneTaken] {
       if (r != round.round || g < generation) return;
       Input due = in;
       due.reason = why;  // "": fallBack says who did not join
+      if (noneTaken && canShrinkWithout(places)) return shrinkInPlace(due, places);  // agent_shrink.cpp
       fallBack(due);
     });
   });

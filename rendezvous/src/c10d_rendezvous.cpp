@@ -225,6 +225,11 @@ class C10dRendezvous final : public Rendezvous {
 
   bool withdrawVacancy(const Vacancy& vacancy) override { return rdzv::withdrawVacancy(*store_, id(), vacancy); }
 
+  void dropMembers(int count) override {
+    if (!lastRound_) throw InvalidArgument("dropMembers() before a round formed");
+    store_->add(keys::dropped(id(), *lastRound_), count);
+  }
+
   std::unique_ptr<LivenessStore> connectSideStore() override {
     return connect_ ? connect_() : nullptr;
   }
