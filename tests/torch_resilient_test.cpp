@@ -9,6 +9,8 @@
 // does to a gloo group) ends a pending recv at once (tests/torch/gloo_abort.py).
 //
 // SKIPPED without torch or without the compiled drun.torch module.
+#include <signal.h>
+
 #include <catch2/catch.hpp>
 #include <map>
 #include <set>

@@ -104,10 +104,6 @@ inline void checkTutorials(const std::string& out, int world) {
   for (const auto& l : tagged(out, "TUTORIALS")) CHECK(l.fields.at("done") == "5");
 }
 
-inline void skipWithoutNetns(const std::string& test) {
-  if (auto why = NetnsCluster::unavailableReason()) skipTest(test + ": " + *why);
-}
-
 // One drun per host of a fresh namespace cluster, endpoint on host 0. Python is found on PATH,
 // which puts Debian's interpreter first; gloo is told the hosts' interface (every namespace host
 // shares this machine's hostname, which resolves to loopback: the seed's GLOO_SOCKET_IFNAME note).
