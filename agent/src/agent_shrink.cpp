@@ -77,7 +77,8 @@ void ElasticAgent::Impl::shrinkInPlace(const Input& in, const std::vector<rdzv::
       lost.push_back({v.rankOffset + local, local, v.node, 0, SIGKILL, 0, epochMs()});
   const std::string me = config.hostname + " pid " + std::to_string(::getpid()) + " (a shrink)";
   const int count = jobRestarts;
-  ++opensInFlight;
+  // Not counted in opensInFlight: the generation opened here is the one whose outcome counts (its
+  // "formed" may arrive before this returns, and must not wait for it).
   offLoopCall(
       [this, prefix, world, lost, me, count, dropped = static_cast<int>(places.size())] {
         rendezvous->dropMembers(dropped);
@@ -89,8 +90,8 @@ void ElasticAgent::Impl::shrinkInPlace(const Input& in, const std::vector<rdzv::
         }
       },
       [this, r](uint64_t g) {
-        if (r != round.round) return;
-        --opensInFlight;
+        const bool waiting = state == AgentState::Recovering || state == AgentState::Finishing;
+        if (r != round.round || !waiting || generation > g) return;  // formed already, or gone
         opened = Opened{g, round.rankOffset, 0};
         recoveryTimer.expires_after(config.recovery.timeout);
         recoveryTimer.async_wait([this, g](const boost::system::error_code& ec) {
@@ -102,7 +103,6 @@ void ElasticAgent::Impl::shrinkInPlace(const Input& in, const std::vector<rdzv::
       },
       [this, r, in](std::exception_ptr error) {
         if (r != round.round) return;
-        --opensInFlight;
         Input failed = in;
         try {
           std::rethrow_exception(error);
