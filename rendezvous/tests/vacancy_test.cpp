@@ -257,3 +257,21 @@ TEST_CASE("vacancy: a withdrawn place the survivors shrink without: the exit bar
     }
   }
 }
+
+TEST_CASE("vacancy: the claimer lost right after it dropped a withdrawn place: a loss for the others, "
+          "never a success",
+          "[rendezvous][vacancy]") {
+  RunningJob job(3);
+  job.lose(1, 0);
+  std::vector<Vacancy> claimed = job.members[0]->claimLostMembers();
+  REQUIRE(claimed.size() == 1);
+  job.members[0]->postVacancy(claimed[0], 1, 1);
+  REQUIRE(job.members[0]->withdrawVacancy(claimed[0]));
+  job.members[0]->dropMembers(1);
+  FirstChange lost(*job.members[2], "member lost");
+  job.kill(0);
+  lost.get();  // the survivor re-forms (the second loss), as during any recovery
+  FirstChange end(*job.members[2], "succeeded");
+  CHECK(job.members[2]->finish());
+  CHECK_FALSE(end.reportedWithin(300ms));  // 1 finished + 1 dropped of 3: the claimer never finished
+}
