@@ -315,12 +315,31 @@ TEST_CASE("recovery: a member node SIGKILLed is replaced by a spare that takes i
   CHECK(marker.leftovers(5s).empty());
 }
 
-TEST_CASE("recovery: a member node SIGKILLed with no spare to take its place: the job re-forms without it "
-          "after recovery_timeout, and every node says why", "[multinode]") {
+// The survivors' side of a shrink: each of `run`'s workers started once, finished in that
+// process, and was renumbered into the smaller world of `world` ranks; returns their new ranks.
+std::set<int> checkShrunkInPlace(const RunResult& run, int world) {
+  static const std::regex shrunk(R"(RW shrunk rank=(\d+) was=(\d+) world=(\d+) gen=(\d+))");
+  std::set<int> now;
+  const auto started = starts(run.out);
+  for (auto it = std::sregex_iterator(run.out.begin(), run.out.end(), shrunk); it != std::sregex_iterator(); ++it) {
+    CHECK(std::stoi((*it)[3]) == world);
+    now.insert(std::stoi((*it)[1]));
+  }
+  CHECK(now.size() == started.size());
+  const auto done = donePids(run.out);
+  for (const Start& s : started) CHECK(std::any_of(done.begin(), done.end(), [&](auto& d) { return d.second == s.pid; }));
+  for (const auto& [rank, pid] : done) CHECK(now.count(rank) == 1);
+  CHECK(contains(run.out, "world=" + std::to_string(world)));
+  return now;
+}
+
+// Under --recovery restart this job re-formed without the lost node; in place it shrinks.
+TEST_CASE("recovery: a member node SIGKILLed with no spare to take its place: the survivor shrinks in place "
+          "after recovery_timeout, its workers renumbered, and every node says why", "[multinode]") {
   skipWithoutNetns("multi-node recovery test");
   NetnsCluster cluster(2);
   MarkerScope marker;
-  const NamespaceJob job(cluster, marker, "1:2", "recovery_timeout=2,last_call_timeout=1", 200);
+  const NamespaceJob job(cluster, marker, "1:2", "recovery_timeout=2,last_call_timeout=1", 300);
   Process host0(job.on(0));
   Process host1(job.on(1));
   REQUIRE(host0.waitForLines("RW start", 2, scaled(30s)));
@@ -332,13 +351,41 @@ TEST_CASE("recovery: a member node SIGKILLed with no spare to take its place: th
   REQUIRE_FALSE(r.timedOut);
   CHECK(r.status() == 0);
   CHECK(contains(r.err, "its place is offered to a spare: generation 1"));
-  CHECK(contains(r.err, "generation 1 did not form: no spare took the place of node"));
-  CHECK(contains(r.err, "within 2s (--rdzv-conf recovery_timeout); restarting the job"));
-  // Re-formed alone as a membership change: the recovery's unit went back to the budget.
+  CHECK(contains(r.err, "was lost and no spare took its place; the job shrinks in place from 4 to 2 ranks "
+                        "(2 to 1 nodes): generation 2"));
+  CHECK(contains(r.err, "generation 2 formed"));
+  CHECK_FALSE(contains(r.err, "restarting the job"));
+  // No restart: the two workers kept their processes, now ranks 0 and 1 of 2.
   const auto started = starts(r.out);
-  REQUIRE(started.size() == 4);  // ranks 0, 1 of round 0, then of the re-formed round
-  CHECK(started[2].restart == 0);
-  CHECK(started[3].restart == 0);
+  REQUIRE(started.size() == 2);
+  CHECK(checkShrunkInPlace(r, 2) == std::set<int>{0, 1});
+  CHECK(marker.leftovers(5s).empty());
+}
+
+TEST_CASE("recovery: one of three nodes SIGKILLed, no spare: the two others shrink in place, worker pids "
+          "unchanged, ranks renumbered densely, exit 0", "[multinode]") {
+  skipWithoutNetns("multi-node recovery test");
+  NetnsCluster cluster(3);
+  MarkerScope marker;
+  const NamespaceJob job(cluster, marker, "2:3", "recovery_timeout=2,last_call_timeout=1", 300);
+  Process host0(job.on(0));
+  Process host1(job.on(1));
+  Process host2(job.on(2));
+  for (Process* p : {&host0, &host1, &host2}) REQUIRE(p->waitForLines("RW start", 2, scaled(30s)));
+  host1.signal(SIGKILL);
+  host1.wait();
+  std::set<int> ranks;
+  for (Process* p : {&host0, &host2}) {
+    const RunResult r = p->wait();
+    INFO(r.describe());
+    REQUIRE_FALSE(r.timedOut);
+    CHECK(r.status() == 0);
+    CHECK(contains(r.err, "the job shrinks in place from 6 to 4 ranks (3 to 2 nodes)"));
+    CHECK_FALSE(contains(r.err, "restarting the job"));
+    REQUIRE(starts(r.out).size() == 2);
+    for (int rank : checkShrunkInPlace(r, 4)) ranks.insert(rank);
+  }
+  CHECK(ranks == std::set<int>{0, 1, 2, 3});
   CHECK(marker.leftovers(5s).empty());
 }
 

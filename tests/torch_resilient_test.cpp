@@ -9,9 +9,13 @@
 // does to a gloo group) ends a pending recv at once (tests/torch/gloo_abort.py).
 //
 // SKIPPED without torch or without the compiled drun.torch module.
+#include <signal.h>
+
 #include <catch2/catch.hpp>
 #include <map>
 #include <set>
+
+#include "process.hpp"
 
 #include "time_scale.hpp"
 #include "torch_jobs.hpp"
@@ -192,4 +196,55 @@ TEST_CASE("abort_gloo fails a gloo group's pending recv and later collectives at
     CHECK(std::stod(l.fields.at("later_s")) < 1.0 * timeScale());
   }
   CHECK(marker.leftovers(5s).empty());
+}
+
+// Two namespace hosts of a 1:2 job on gloo, two ranks each; host 1's drun SIGKILLed while the job
+// trains, and no spare comes: host 0's ranks shrink in place to ranks 0 and 1 of 2 (their
+// processes kept, on_resize told), their parameters equal after the shrink and at the end.
+TEST_CASE("drun.torch.resilient on gloo: a node SIGKILLed with no spare, the survivors shrink in place "
+          "with DDP, equal parameters after", "[torch][multinode]") {
+  skipWithoutDrunTorch("elastic in place on gloo");
+  skipWithoutNetns("elastic in place on gloo");
+  TwoHosts job({"--nproc-per-node", "2", "--recovery", "in-process", "--max-restarts", "1", "--rdzv-conf",
+                "recovery_timeout=3,last_call_timeout=1"},
+               {"python3", torchProgram("resilient_train.py").string()},
+               {drunPythonPath(), "TRAIN_BACKEND=gloo", "TRAIN_STEPS=150", "TRAIN_STEP_MS=40"});
+  job.args[1] = "1:2";  // --nnodes
+  Process host0(job.on(0));
+  Process host1(job.on(1));
+  REQUIRE(host0.waitForLines("ENTER", 2, scaled(90s)));
+  REQUIRE(host1.waitForLines("ENTER", 2, scaled(90s)));
+  host1.signal(SIGKILL);
+  host1.wait();
+  const RunResult r = host0.wait();
+  INFO(r.describe());
+  REQUIRE_FALSE(r.timedOut);
+  CHECK(r.status() == 0);
+  CHECK(contains(r.err, "the job shrinks in place from 4 to 2 ranks (2 to 1 nodes)"));
+  CHECK_FALSE(contains(r.err, "restarting the job"));
+  const auto enters = tagged(r.out, "ENTER");
+  const auto resized = tagged(r.out, "RESIZED");
+  const auto finals = tagged(r.out, "FINAL");
+  std::map<std::string, std::string> firstEntryPid;  // pid of each process's first entry
+  for (const auto& l : enters) firstEntryPid.emplace(l.fields.at("pid"), l.fields.at("generation"));
+  CHECK(firstEntryPid.size() == 2);  // two processes on host 0, the same ones throughout
+  REQUIRE(resized.size() == 2);
+  std::set<int> ranks;
+  for (const auto& l : resized) {
+    CHECK(l.fields.at("from") == "4");
+    CHECK(l.fields.at("to") == "2");
+    CHECK(firstEntryPid.count(l.fields.at("pid")) == 1);
+    ranks.insert(l.rank());
+  }
+  CHECK(ranks == std::set<int>{0, 1});
+  int afterShrink = 0;
+  for (const auto& l : enters) {
+    INFO("ENTER rank " << l.rank() << " generation " << l.fields.at("generation"));
+    CHECK(l.fields.at("equal") == "1");
+    afterShrink += l.fields.at("generation") != "0";
+  }
+  CHECK(afterShrink == 2);
+  REQUIRE(finals.size() == 2);
+  CHECK(finals[0].fields.at("sum") == finals[1].fields.at("sum"));
+  for (const auto& l : finals) CHECK(l.fields.at("step") == "150");
 }

@@ -8,6 +8,8 @@
 // spare that takes the place starts its workers in that generation (prepareNodeRecovery).
 #include <signal.h>
 
+#include <algorithm>
+
 #include <spdlog/spdlog.h>
 
 #include "drun/common/progress.hpp"
@@ -51,7 +53,15 @@ struct LossClaim {
 }  // namespace
 
 Event ElasticAgent::Impl::memberLostEvent() const {
-  return config.recovery.inProcess() && state == AgentState::Running ? Event::NodeLost : Event::MemberLost;
+  if (!config.recovery.inProcess()) return Event::MemberLost;
+  if (state == AgentState::Running) return Event::NodeLost;
+  // The generation another survivor opened for this loss may arrive before the loss itself: the
+  // loss is that generation's (lost ranks recorded without a pid), not a second one.
+  auto newest = generations.find(generation);
+  const bool forLostNode = newest != generations.end() && !newest->second.lost.empty() &&
+                           std::all_of(newest->second.lost.begin(), newest->second.lost.end(),
+                                       [](const LostWorker& l) { return l.pid == 0; });
+  return state == AgentState::Recovering && !lossOpen && forLostNode ? Event::NodeLost : Event::MemberLost;
 }
 
 void ElasticAgent::Impl::prepareNodeRecovery(AttemptContext& context) {
@@ -96,7 +106,7 @@ void ElasticAgent::Impl::claimLostNode(const Input& in) {
   // any other survivor re-forms unless a recovery began meanwhile.
   lossTimer.expires_after(config.recovery.timeout);
   lossTimer.async_wait([this, r, generationAtLoss, reason](const boost::system::error_code& ec) {
-    if (ec || r != round.round) return;
+    if (ec || r != round.round || !lossOpen) return;  // formed meanwhile
     Input due;
     if (offered) {
       due.generation = offered->generation;
@@ -206,10 +216,12 @@ void ElasticAgent::Impl::fallBackLostNode(const Input& in) {
   const std::string waited = humanDuration(config.recovery.timeout);
   offLoop->post([this, in, r, g, places, waited] {
     std::string why;
+    bool noneTaken = false;
     try {
       std::vector<rdzv::Vacancy> untaken;
       for (const rdzv::Vacancy& v : places)
         if (rendezvous->withdrawVacancy(v)) untaken.push_back(v);
+      noneTaken = untaken.size() == places.size();
       if (!untaken.empty())
         why = "no spare took the place of " + describePlaces(untaken) + " within " + waited +
               " (--rdzv-conf recovery_timeout)";
@@ -217,10 +229,11 @@ void ElasticAgent::Impl::fallBackLostNode(const Input& in) {
     } catch (const std::exception& e) {
       spdlog::debug("agent: withdrawing the lost node's place: {}", e.what());
     }
-    onLoop([this, in, r, g, why] {
+    onLoop([this, in, r, g, why, places, noneTaken] {
       if (r != round.round || g < generation) return;
       Input due = in;
       due.reason = why;  // "": fallBack says who did not join
+      if (noneTaken && canShrinkWithout(places)) return shrinkInPlace(due, places);  // agent_shrink.cpp
       fallBack(due);
     });
   });

@@ -195,7 +195,8 @@ void ElasticAgent::Impl::stopStandbys() {
 // ---- actions ----------------------------------------------------------------------------------
 
 void ElasticAgent::Impl::openRecovery(const Input& in) {
-  const WorkerExit exit = *in.exit;
+  WorkerExit exit = *in.exit;
+  exit.globalRank = round.rankOffset + exit.localRank;  // its rank now: a shrink renumbers ranks
   LostWorker lost;
   lost.rank = exit.globalRank;
   lost.localRank = exit.localRank;
@@ -326,6 +327,7 @@ void ElasticAgent::Impl::noteGeneration(const Input& in) {
   }
   note("recovery_started", {{"round", round.round}, {"generation", in.generation}, {"lost", lost},
                             {"restart_count", in.restartCount}});
+  if (began.world) return applyShrink(in);  // agent_shrink.cpp
   if (here) return;  // startReplacement says it
   std::string what;
   for (const LostWorker& l : began.lost)

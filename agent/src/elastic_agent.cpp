@@ -101,6 +101,7 @@ constexpr ElasticAgent::Impl::Rule ElasticAgent::Impl::kRules[] = {
     {Rec, Event::Signal, SX, &Impl::stopForSignal},
     // a lost node replaced in place (docs/recovery.md "A lost node"; agent_node_recovery.cpp)
     {Run, Event::NodeLost, Rec, &Impl::claimLostNode},
+    {Rec, Event::NodeLost, Rec, &Impl::claimLostNode},  // its generation (another's claim) came first
     {Rec, Event::NodeRecoveryOpened, Rec, &Impl::offerLostPlaces},
     {Run, Event::LossUnrecovered, SR, &Impl::stopToReform},
     {Rec, Event::LossUnrecovered, SR, &Impl::stopToReform},

@@ -240,6 +240,11 @@ struct ElasticAgent::Impl {
   void offerLostPlaces(const Input& in);
   void fallBackLostNode(const Input& in);
   void withdrawLostPlaces(const Input& in);
+
+  // ---- elastic in place (agent_shrink.cpp) -------------------------------------------------
+  bool canShrinkWithout(const std::vector<rdzv::Vacancy>& places) const;  // MIN nodes remain
+  void shrinkInPlace(const Input& in, const std::vector<rdzv::Vacancy>& places);
+  void applyShrink(const Input& in);  // every node: a shrink generation began
 };
 
 }  // namespace drun::agent

@@ -48,8 +48,9 @@ uint64_t openGeneration(rdzv::LivenessStore& store, const std::string& prefix, c
 }
 
 uint64_t openGeneration(rdzv::LivenessStore& store, const std::string& prefix, const std::vector<LostWorker>& lost,
-                        const std::string& me, int restartCount, std::chrono::milliseconds timeout) {
-  if (lost.empty() || lost.size() + 2 > StoreBatch::kMaxOps) throw InvalidArgument("a generation for " +
+                        const std::string& me, int restartCount, std::chrono::milliseconds timeout,
+                        const std::optional<rdzv::recovery::World>& world) {
+  if (lost.empty() || lost.size() + 3 > StoreBatch::kMaxOps) throw InvalidArgument("a generation for " +
                                                                                    std::to_string(lost.size()) + " ranks");
   const Deadline deadline(timeout);
   const std::string key = keys::generation(prefix);
@@ -64,6 +65,10 @@ uint64_t openGeneration(rdzv::LivenessStore& store, const std::string& prefix, c
   for (const LostWorker& l : lost) {
     names.push_back(keys::lost(prefix, g, l.rank));
     values.push_back(encodeLost(l));
+  }
+  if (world) {
+    names.push_back(keys::world(prefix, g));
+    values.push_back(keys::encodeWorld(*world));
   }
   store.multiSet(names, values);
   // Then g-1 -> g; an earlier generation's opener may not have moved it to g-1 yet: wait for it.
@@ -90,7 +95,9 @@ Generation readGeneration(rdzv::LivenessStore& store, const std::string& prefix,
   StoreBatch batch;
   const size_t ranks = batch.tryGet(keys::lostRanks(prefix, g));
   const size_t count = batch.tryGet(keys::restartCount(prefix, g));
+  const size_t world = batch.tryGet(keys::world(prefix, g));
   store.runBatch(batch);
+  if (auto w = batch.value(world)) out.world = keys::parseWorld(*w);
   if (auto c = batch.value(count)) {
     try {
       out.restartCount = std::stoi(*c);

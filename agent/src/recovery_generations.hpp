@@ -8,9 +8,11 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "drun/rendezvous/recovery_keys.hpp"
 #include "drun/store/store.hpp"
 
 namespace drun::agent::detail {
@@ -33,6 +35,7 @@ struct Generation {
   uint64_t number = 0;
   std::vector<LostWorker> lost;
   int restartCount = 0;
+  std::optional<rdzv::recovery::World> world;  // a shrink: the world of this generation
 };
 
 // Opens a generation for `lost`: claims the first one after the current generation that nobody
@@ -42,10 +45,12 @@ struct Generation {
 uint64_t openGeneration(rdzv::LivenessStore& store, const std::string& prefix, const LostWorker& lost,
                         int restartCount, std::chrono::milliseconds timeout);
 // The same for several ranks lost at once (a lost node's): `opener` names the claiming agent.
+// With `world`, the generation is a shrink: its world record is written with the rest.
 uint64_t openGeneration(rdzv::LivenessStore& store, const std::string& prefix, const std::vector<LostWorker>& lost,
-                        const std::string& opener, int restartCount, std::chrono::milliseconds timeout);
+                        const std::string& opener, int restartCount, std::chrono::milliseconds timeout,
+                        const std::optional<rdzv::recovery::World>& world = std::nullopt);
 
-// Reads generation g's lost ranks and restart count (written before g began).
+// Reads generation g's lost ranks, restart count and world (written before g began).
 Generation readGeneration(rdzv::LivenessStore& store, const std::string& prefix, uint64_t g);
 
 // Why generation g has not formed, from who joined it: "the survivors never joined the

@@ -25,19 +25,22 @@ class StoreHost;  // store_host.hpp
 namespace detail {
 class AsyncWork;
 class OpProgress;
-// Connects the world's transports of a generation through its store (drun_comm/g<g>/).
-using GenerationConnector =
-    std::function<std::shared_ptr<Backend>(std::shared_ptr<rdzv::Store> store, milliseconds timeout)>;
+// Connects the world's transports of a generation through its store (drun_comm/g<g>/), as
+// `rank` of `size` (a shrink renumbers the ranks).
+using GenerationConnector = std::function<std::shared_ptr<Backend>(std::shared_ptr<rdzv::Store> store, int rank,
+                                                                   int size, milliseconds timeout)>;
 struct FormedGeneration {
   uint64_t generation = 0;
+  Recovery::Place place;  // this rank and the size in it
   std::shared_ptr<rdzv::LivenessStore> store;  // drun_comm/g<g>/ of the workers' store
   std::shared_ptr<Liveness> liveness;          // armed
   std::shared_ptr<Backend> backend;
 };
 // reform.cpp: connects the newest generation (at least `atLeast`): joined, the transports,
 // formed; a generation superseded while it forms is abandoned for the newest, within `timeout`.
-FormedGeneration formNewest(Recovery& recovery, uint64_t atLeast, const GenerationConnector& connect,
-                            int rank, int size, milliseconds timeout);
+// `place` is this rank in generation `base`; the shrinks after it renumber it.
+FormedGeneration formNewest(Recovery& recovery, uint64_t base, uint64_t atLeast, const GenerationConnector& connect,
+                            Recovery::Place place, milliseconds timeout);
 }
 
 class Communicator::Impl : public std::enable_shared_from_this<Communicator::Impl> {

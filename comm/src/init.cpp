@@ -85,22 +85,28 @@ std::shared_ptr<Communicator> makeWorld(WorldStore where, const InitOptions& o, 
   Communicator::Impl::Setup setup;
   // The world's transports of one generation, through the store of its keys.
   if (o.backend == Backend::Nccl) {
-    setup.connect = [config](std::shared_ptr<rdzv::Store> store, milliseconds timeout) mutable {
+    setup.connect = [config](std::shared_ptr<rdzv::Store> store, int rank, int size, milliseconds timeout) mutable {
       config.store = std::make_shared<rdzv::PrefixStore>(kWorldMesh, std::move(store));
+      config.rank = rank;
+      config.size = size;
       config.timeout = timeout;
       return std::shared_ptr<detail::Backend>(detail::makeNcclBackend(config));
     };
   } else {  // shared memory, TCP or both (DRUN_COMM_TRANSPORT)
     setup.plan = std::make_shared<detail::TransportPlan>(config);
-    setup.connect = [plan = setup.plan, r](std::shared_ptr<rdzv::Store> store, milliseconds timeout) {
+    setup.connect = [plan = setup.plan](std::shared_ptr<rdzv::Store> store, int rank, int size, milliseconds timeout) {
       auto mesh = std::make_shared<rdzv::PrefixStore>(kWorldMesh, std::move(store));
-      return std::shared_ptr<detail::Backend>(plan->make(mesh, r.rank, r.size, timeout));
+      return std::shared_ptr<detail::Backend>(plan->make(mesh, rank, size, timeout));
     };
   }
   std::shared_ptr<rdzv::LivenessStore> worldStore;
   std::shared_ptr<detail::Liveness> liveness;
+  int rank = r.rank, size = r.size;  // a replacement's, in a generation a shrink renumbered
   if (where.recovery) {
-    auto formed = detail::formNewest(*where.recovery, where.generation, setup.connect, r.rank, r.size, r.timeout);
+    auto formed = detail::formNewest(*where.recovery, where.generation, where.generation, setup.connect,
+                                     {r.rank, r.size}, r.timeout);
+    rank = formed.place.rank;
+    size = formed.place.size;
     worldStore = std::move(formed.store);
     liveness = std::move(formed.liveness);
     setup.backend = std::move(formed.backend);
@@ -112,22 +118,22 @@ std::shared_ptr<Communicator> makeWorld(WorldStore where, const InitOptions& o, 
     // Armed before connecting, so that a peer lost during init is named too.
     liveness = std::make_shared<detail::Liveness>(worldStore, r.rank, r.size);
     liveness->arm();
-    setup.backend = setup.connect(worldStore, r.timeout);
+    setup.backend = setup.connect(worldStore, r.rank, r.size, r.timeout);
     // Every rank has connected: if rank 0 hosts the store, its key is there by now.
     liveness->setRank0HostsStore(worldStore->tryGet(kHostedByRank0).has_value());
   }
   setup.kind = o.backend;
   setup.worldStore = worldStore;
-  setup.rank = r.rank;
-  setup.size = r.size;
-  for (int i = 0; i < r.size; ++i) setup.worldRanks.push_back(i);
+  setup.rank = rank;
+  setup.size = size;
+  for (int i = 0; i < size; ++i) setup.worldRanks.push_back(i);
   setup.timeout = r.timeout;
   setup.liveness = liveness;
   setup.storeHost = std::move(where.host);
   // Fingerprints travel in host memory: the check is Gloo's (NCCL reports its own misuse).
   setup.checkCollectives = o.backend == Backend::Gloo &&
                            o.checkCollectives.value_or(env::getBool("DRUN_COMM_CHECK"));
-  spdlog::debug("drun_comm: rank {} of {} connected ({}, {}, generation {})", r.rank, r.size,
+  spdlog::debug("drun_comm: rank {} of {} connected ({}, {}, generation {})", rank, size,
                 toString(o.backend), setup.backend->transport(), setup.generation);
   auto impl = std::make_shared<Communicator::Impl>(std::move(setup));
   if (impl->recovery()) impl->followRecovery();

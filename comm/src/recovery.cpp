@@ -42,6 +42,29 @@ std::string hostAndPid() {
 
 }  // namespace
 
+std::vector<int> parseKeptRanks(const std::string& value) {
+  auto bad = [&] {
+    return ProtocolError("the workers' store's recovery world record holds '" +
+                         text::printable(value, {.maxBytes = 200}) + "', not what drun writes");
+  };
+  const size_t tab = value.find('\t');
+  if (tab == std::string::npos || tab == 0) throw bad();
+  std::vector<int> ranks;
+  size_t start = 0;
+  while (start < tab) {
+    size_t comma = value.find(',', start);
+    if (comma == std::string::npos || comma > tab) comma = tab;
+    int r = -1;
+    auto [end, ec] = std::from_chars(value.data() + start, value.data() + comma, r);
+    if (ec != std::errc() || end != value.data() + comma || r < 0 ||
+        std::find(ranks.begin(), ranks.end(), r) != ranks.end())
+      throw bad();
+    ranks.push_back(r);
+    start = comma + 1;
+  }
+  return ranks;
+}
+
 uint64_t parseGeneration(const std::string& text) {
   uint64_t g = 0;
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), g);
@@ -123,6 +146,27 @@ void Recovery::endForming() {
     conn = std::move(watch_->forming);
   }
   // Closed here, outside the lock (the last reference, unless a forming call still holds it).
+}
+
+Recovery::Place Recovery::placeIn(uint64_t base, uint64_t g, Place place) {
+  for (uint64_t next = base + 1; next <= g; ++next) {
+    auto value = store_->tryGet(recoveryKey(next, "world"));
+    if (!value) continue;
+    const std::vector<int> kept = parseKeptRanks(*value);
+    auto at = std::find(kept.begin(), kept.end(), place.rank);
+    if (at == kept.end())
+      throw CommError("generation " + std::to_string(next) + " shrank the world to " + std::to_string(kept.size()) +
+                      " ranks without rank " + std::to_string(place.rank));
+    place = {static_cast<int>(at - kept.begin()), static_cast<int>(kept.size())};
+  }
+  return place;
+}
+
+void Recovery::resize(Place place) {
+  std::lock_guard lock(watch_->mutex);
+  rank_ = place.rank;
+  size_ = place.size;
+  watch_->size = place.size;
 }
 
 void Recovery::joined(uint64_t g) {
@@ -233,15 +277,17 @@ void Recovery::watchLoop(const std::shared_ptr<Watch>& w) {
       return;
     }
     uint64_t from;
+    int size;
     {
       std::lock_guard lock(w->mutex);
+      size = w->size;
       if (g <= w->latest) return;
       w->latest = g;
       if (w->forming && w->formingGeneration < g) w->forming->interrupt();
       if (g <= w->followed || !w->listener) return;
       from = w->followed;
     }
-    const std::string why = describe(conn, w->size, from, g);
+    const std::string why = describe(conn, size, from, g);
     std::lock_guard calling(w->calling);
     Listener listener;
     {

@@ -2,6 +2,7 @@
 // the workers' store (DRUN_WORKER_STORE, its prefix DRUN_WORKER_STORE_PREFIX already applied):
 //   - the keys: recovery/generation (absent = 0), recovery/<g>/lost/<rank> (the agent's record
 //     of a lost rank), recovery/<g>/joined/<rank>, recovery/<g>/formed, recovery/<g>/outcome,
+//     recovery/<g>/world (a shrink: the ranks of the generation before that g keeps, in order),
 //     and the communicator's own keys of generation g under drun_comm/g<g>/;
 //   - a watcher thread on a connection of its own (a store connection runs one call at a time,
 //     and a watch blocks): it follows recovery/generation and, for each value past the
@@ -20,6 +21,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "drun/common/owned_thread.hpp"
 #include "drun/store/store.hpp"
@@ -56,6 +58,17 @@ class Recovery {
   // fail with NetworkError once a generation past g is seen. endForming() closes it.
   std::shared_ptr<rdzv::LivenessStore> formingStore(uint64_t g, milliseconds connectTimeout);
   void endForming();
+  // A rank and size in some generation.
+  struct Place {
+    int rank = 0;
+    int size = 1;
+  };
+  // `place` (of generation `base`) in generation `g`: each shrink in (base, g] renumbers it
+  // (recovery/<g>/world). CommError when a shrink dropped it; ProtocolError for a record that
+  // is not what an agent writes.
+  Place placeIn(uint64_t base, uint64_t g, Place place);
+  // The rank and size the keys below and the watcher's descriptions use from now on.
+  void resize(Place place);
   // recovery/<g>/joined/<rank> = "<host> pid <pid>" (g > 0).
   void joined(uint64_t g);
   // add(recovery/<g>/formed, 1); the rank whose add reaches the size sets the outcome "formed"
@@ -90,4 +103,10 @@ class Recovery {
 // "recovery/generation"'s value as a generation; ProtocolError naming it otherwise.
 uint64_t parseGeneration(const std::string& text);
 
+}  // namespace drun::comm::detail
+
+namespace drun::comm::detail {
+// recovery/<g>/world's ranks: "<ranks>\t<node ranks>" (the agent's codec); ProtocolError
+// for anything else.
+std::vector<int> parseKeptRanks(const std::string& value);
 }  // namespace drun::comm::detail

@@ -11,8 +11,8 @@ namespace drun::comm {
 
 namespace detail {
 
-FormedGeneration formNewest(Recovery& recovery, uint64_t atLeast, const GenerationConnector& connect,
-                            int rank, int size, milliseconds timeout) {
+FormedGeneration formNewest(Recovery& recovery, uint64_t base, uint64_t atLeast, const GenerationConnector& connect,
+                            Recovery::Place place, milliseconds timeout) {
   const Deadline deadline(timeout);
   auto left = [&] { return std::max(deadline.remaining(), milliseconds(1)); };
   uint64_t g = std::max(atLeast, recovery.newest());
@@ -20,15 +20,17 @@ FormedGeneration formNewest(Recovery& recovery, uint64_t atLeast, const Generati
     const auto started = std::chrono::steady_clock::now();
     FormedGeneration f;
     f.generation = g;
+    f.place = recovery.placeIn(base, g, place);  // CommError when a shrink dropped this rank
     try {
+      recovery.resize(f.place);
       recovery.joined(g);
       f.store = recovery.generationStore(g);
-      f.liveness = std::make_shared<Liveness>(f.store, rank, size);
+      f.liveness = std::make_shared<Liveness>(f.store, f.place.rank, f.place.size);
       f.liveness->arm();  // replaces the will of the generation before
-      f.backend = connect(recovery.formingStore(g, left()), left());
+      f.backend = connect(recovery.formingStore(g, left()), f.place.rank, f.place.size, left());
       recovery.endForming();
       recovery.formed(g);
-      spdlog::debug("drun_comm: rank {} of {} formed generation {} in {} ms", rank, size, g,
+      spdlog::debug("drun_comm: rank {} of {} formed generation {} in {} ms", f.place.rank, f.place.size, g,
                     std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - started).count());
       return f;
     } catch (const std::exception& e) {
@@ -36,7 +38,7 @@ FormedGeneration formNewest(Recovery& recovery, uint64_t atLeast, const Generati
       const uint64_t newest = recovery.newest();
       if (newest <= g || deadline.expired()) throw;
       spdlog::debug("drun_comm: rank {}: generation {} was superseded by {} while forming ({}); forming {}",
-                    rank, g, newest, e.what(), newest);
+                    place.rank, g, newest, e.what(), newest);
       g = newest;
     }
   }
@@ -124,7 +126,7 @@ void Communicator::Impl::reform(milliseconds timeout) {
   oldProgress.reset();
   detail::FormedGeneration f;
   try {
-    f = detail::formNewest(*s_.recovery, newest, s_.connect, s_.rank, s_.size, deadline.remaining());
+    f = detail::formNewest(*s_.recovery, from, newest, s_.connect, {s_.rank, s_.size}, deadline.remaining());
   } catch (...) {
     std::lock_guard relock(mutex_);
     reforming_ = false;
@@ -132,6 +134,11 @@ void Communicator::Impl::reform(milliseconds timeout) {
   }
   lock.lock();
   s_.backend = std::move(f.backend);
+  const int rankBefore = s_.rank, sizeBefore = s_.size;
+  s_.rank = f.place.rank;  // a shrink renumbered the world
+  s_.size = f.place.size;
+  s_.worldRanks.clear();
+  for (int i = 0; i < s_.size; ++i) s_.worldRanks.push_back(i);
   s_.worldStore = std::move(f.store);
   s_.liveness = std::move(f.liveness);
   progress_ = makeProgress();
@@ -142,7 +149,8 @@ void Communicator::Impl::reform(milliseconds timeout) {
   reforming_ = false;
   generation_.store(f.generation, std::memory_order_release);
   lock.unlock();
-  spdlog::debug("drun_comm: rank {} of {} reformed: generation {} -> {}", s_.rank, s_.size, from, f.generation);
+  spdlog::debug("drun_comm: rank {} of {} reformed as rank {} of {}: generation {} -> {}", rankBefore, sizeBefore,
+                f.place.rank, f.place.size, from, f.generation);
   followRecovery();
 }
 

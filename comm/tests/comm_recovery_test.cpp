@@ -48,7 +48,9 @@ class WorkersStore {
 
   // The agent's move: the lost ranks' records, then compareSet(generation, g-1 -> g). The
   // steady clock's now goes to test/bumped_at_ns just before (the workers time their failure).
-  void open(uint64_t g, const std::map<int, std::string>& lost = {}) {
+  // `world`: a shrink's record ("<kept ranks>\t<kept node ranks>"), written before g begins.
+  void open(uint64_t g, const std::map<int, std::string>& lost = {}, const std::string& world = {}) {
+    if (!world.empty()) store_->set("recovery/" + std::to_string(g) + "/world", world);
     for (const auto& [rank, record] : lost)
       store_->set("recovery/" + std::to_string(g) + "/lost/" + std::to_string(rank), record);
     store_->set("recovery/" + std::to_string(g) + "/restart_count", std::to_string(g));
@@ -113,6 +115,17 @@ std::string checkAllOk(std::vector<std::unique_ptr<Process>>& ranks, const std::
   return all;
 }
 
+// Rank `victim` of "lost" SIGKILLed once the others' operation is pending; returns its pid.
+pid_t killWhilePending(std::vector<std::unique_ptr<Process>>& ranks, int victim) {
+  awaitLine(*ranks[victim], "waiting to be killed");
+  for (size_t r = 0; r < ranks.size(); ++r)
+    if (int(r) != victim) awaitLine(*ranks[r], "pending");
+  const pid_t pid = ranks[victim]->pid();
+  ranks[victim]->signal(SIGKILL);
+  CHECK(ranks[victim]->wait().signal == SIGKILL);
+  return pid;
+}
+
 // What the agent that opened g recorded, as drun's agent writes it.
 std::string lostRecord(int rank, pid_t pid) {
   return R"({"rank":)" + std::to_string(rank) + R"(,"local_rank":)" + std::to_string(rank) +
@@ -128,12 +141,7 @@ TEST_CASE("comm recovery: a SIGKILLed rank is named, the survivors reform with i
       MarkerScope marker;
       WorkersStore ws;
       auto ranks = startRanks(ws, marker, n, transport, {"lost", std::to_string(victim)});
-      awaitLine(*ranks[victim], "waiting to be killed");
-      for (int r = 0; r < n; ++r)
-        if (r != victim) awaitLine(*ranks[r], "pending");
-      const pid_t pid = ranks[victim]->pid();
-      ranks[victim]->signal(SIGKILL);
-      CHECK(ranks[victim]->wait().signal == SIGKILL);
+      const pid_t pid = killWhilePending(ranks, victim);
       ws.open(1, {{victim, lostRecord(victim, pid)}});
       ranks[victim] = startRank(ws, marker, victim, n, 1, transport, {"lost", std::to_string(victim)});
       const std::string out = checkAllOk(ranks, "generation 1");
@@ -146,6 +154,38 @@ TEST_CASE("comm recovery: a SIGKILLed rank is named, the survivors reform with i
       for (int r = 0; r < n; ++r) CHECK(ws.get("recovery/1/joined/" + std::to_string(r)).has_value());
     }
   }
+}
+
+TEST_CASE("comm recovery: a shrink renumbers the survivors densely: rank() and size() follow, the new world "
+          "reduces", "[comm][recovery]") {
+  for (const char* transport : kRecoveryTransports) {
+    DYNAMIC_SECTION(transport) {
+      const int n = 4, victim = 1;
+      MarkerScope marker;
+      WorkersStore ws;
+      auto ranks = startRanks(ws, marker, n, transport, {"lost", std::to_string(victim)});
+      const pid_t pid = killWhilePending(ranks, victim);
+      ranks[victim].reset();  // nobody takes its place: the world goes on without it
+      ws.open(1, {{victim, lostRecord(victim, pid)}}, "0,2,3\t0");
+      const std::string out = checkAllOk(ranks, "generation 1");
+      CHECK(contains(out, "rank 0: reformed generation 1 as rank 0 of 3"));
+      CHECK(contains(out, "rank 2: reformed generation 1 as rank 1 of 3"));
+      CHECK(contains(out, "rank 3: reformed generation 1 as rank 2 of 3"));
+      CHECK(ws.get("recovery/1/outcome") == std::optional<std::string>("formed"));
+      CHECK(ws.get("recovery/1/formed") == std::optional<std::string>("3"));
+      for (int r = 0; r < 3; ++r) CHECK(ws.get("recovery/1/joined/" + std::to_string(r)).has_value());
+      CHECK_FALSE(ws.get("recovery/1/joined/3").has_value());
+    }
+  }
+}
+
+TEST_CASE("comm recovery: a shrink's world record that is not what drun writes fails reform() clearly",
+          "[comm][recovery]") {
+  CHECK_THROWS_WITH(drun::comm::detail::parseKeptRanks("0,1"), Catch::Contains("not what drun writes"));
+  CHECK_THROWS_WITH(drun::comm::detail::parseKeptRanks("0,0\t0"), Catch::Contains("not what drun writes"));
+  CHECK_THROWS_WITH(drun::comm::detail::parseKeptRanks("0,-1\t0"), Catch::Contains("not what drun writes"));
+  CHECK_THROWS_WITH(drun::comm::detail::parseKeptRanks("\t0"), Catch::Contains("not what drun writes"));
+  CHECK(drun::comm::detail::parseKeptRanks("2,0\t1") == std::vector<int>{2, 0});
 }
 
 TEST_CASE("comm recovery: a new generation fails pending operations at once, every rank reforms", "[comm][recovery]") {

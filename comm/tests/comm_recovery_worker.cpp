@@ -64,13 +64,14 @@ void awaitGeneration(drun::rdzv::LivenessStore& store, uint64_t g) {
     }
 }
 
-// An all_reduce every rank checks: 8 bytes and 256 KiB, the sum of rank + 1 over the world.
+// An all_reduce every rank checks: 8 bytes and 256 KiB, the sum of rank + 1 over the world (its
+// rank and size now: a shrink renumbers them).
 void checkedAllReduce(Communicator& world, const char* when) {
   const int n = world.size();
-  int64_t x = me + 1;
+  int64_t x = world.rank() + 1;
   world.allReduce(&x, 1, DType::Int64, ReduceOp::Sum, 20s);
   tally.check(x == int64_t{n} * (n + 1) / 2, std::string(when) + ": 8-byte all_reduce gave " + std::to_string(x));
-  std::vector<float> v(1 << 16, static_cast<float>(me + 1));
+  std::vector<float> v(1 << 16, static_cast<float>(world.rank() + 1));
   world.allReduce(v.data(), v.size(), DType::Float32, ReduceOp::Sum, 20s);
   tally.check(v.front() == n * (n + 1) / 2.0f && v.back() == v.front(), std::string(when) + ": 256 KiB all_reduce");
 }
@@ -128,7 +129,8 @@ void lost(Communicator& world, int victim) {
   std::printf("rank %d: failed: %s\n", me, error.c_str());
   tally.check(error.find("rank " + std::to_string(victim)) != std::string::npos, "the error names rank " + std::to_string(victim));
   world.reform(20s);
-  std::printf("rank %d: reformed generation %llu\n", me, static_cast<unsigned long long>(world.generation()));
+  std::printf("rank %d: reformed generation %llu as rank %d of %d\n", me,
+              static_cast<unsigned long long>(world.generation()), world.rank(), world.size());
   checkedAllReduce(world, "after reform");
 }
 

@@ -225,6 +225,18 @@ class C10dRendezvous final : public Rendezvous {
 
   bool withdrawVacancy(const Vacancy& vacancy) override { return rdzv::withdrawVacancy(*store_, id(), vacancy); }
 
+  // The count and a change in one batch: a watcher whose node finished before the drop looks
+  // again (every member may have finished now), and leave() records the job's success.
+  void dropMembers(int count) override {
+    if (!lastRound_) throw InvalidArgument("dropMembers() before a round formed");
+    StoreBatch batch;
+    batch.add(keys::dropped(id(), *lastRound_), count);
+    signalChange(batch, id(), *lastRound_,
+                 "the survivors shrank round " + std::to_string(*lastRound_) + " without " + std::to_string(count) +
+                     " lost node(s)");
+    store_->runBatch(batch);
+  }
+
   std::unique_ptr<LivenessStore> connectSideStore() override {
     return connect_ ? connect_() : nullptr;
   }

@@ -83,6 +83,7 @@ bool ExitBarrier::finish(LivenessStore& store, uint64_t round, int64_t nodeCount
   const size_t claim = counted.compareSet(keys::ending(id, round), "",
                                           keys::encodeEnding(keys::RoundEnding::Finish));
   const size_t done = counted.add(keys::finished(id, round), 1);
+  const size_t dropped = counted.tryGet(keys::dropped(id, round));
   store.runBatch(counted);
   if (keys::parseEnding(counted.value(claim)) == keys::RoundEnding::ScaleUp) {
     spdlog::info("rendezvous '{}': a member of round {} took waiting node(s) in before this "
@@ -97,7 +98,9 @@ bool ExitBarrier::finish(LivenessStore& store, uint64_t round, int64_t nodeCount
   // Then the watchers look (they read the counter itself).
   StoreBatch told;
   std::optional<size_t> status;
-  if (counted.number(done) >= nodeCount) status = addOutcome(told, round, std::nullopt);
+  // Members the round shrank without count as finished (they have no workers left to finish).
+  const int64_t without = keys::parseCounter(counted.value(dropped)).value_or(0);
+  if (counted.number(done) + without >= nodeCount) status = addOutcome(told, round, std::nullopt);
   told.setWill(keys::finishedWill(id, round, node_.self.id, node_.self.displayName()));
   told.add(keys::changes(id, round), 1);
   runBumpingStatus(store, told, status);
@@ -157,9 +160,10 @@ void ExitBarrier::leave(LivenessStore& store, std::optional<uint64_t> lastRound,
   // that reads whether every member finished (one round trip, one etcd transaction).
   StoreBatch look;
   look.setWill(presenceWill());
-  std::optional<size_t> finished, ending, outcome;
+  std::optional<size_t> finished, dropped, ending, outcome;
   if (lastRound) {
     finished = look.tryGet(keys::finished(id, *lastRound));
+    dropped = look.tryGet(keys::dropped(id, *lastRound));
     ending = look.tryGet(keys::ending(id, *lastRound));
     outcome = look.tryGet(keys::outcome(id));
   }
@@ -167,7 +171,9 @@ void ExitBarrier::leave(LivenessStore& store, std::optional<uint64_t> lastRound,
   // Every member finished, and the one that made it so died before recording it: recorded here,
   // so that a node coming back (cut off in the barrier) learns the job succeeded.
   if (lastRound && keys::parseEnding(look.value(*ending)) == keys::RoundEnding::Finish &&
-      keys::parseCounter(look.value(*finished)).value_or(0) >= nodeCount && !look.value(*outcome))
+      keys::parseCounter(look.value(*finished)).value_or(0) + keys::parseCounter(look.value(*dropped)).value_or(0) >=
+          nodeCount &&
+      !look.value(*outcome))
     store.compareSet(keys::outcome(id), "", keys::encodeOutcome(std::nullopt));
   // The will cleared first (cut short there, the batch leaves a leak, never a -2), then `left`
   // of the last round counted, the watchers woken (they look again: a job that ended, they end)

@@ -5,7 +5,7 @@
 
 namespace drun::rdzv {
 
-// One batch: one round trip, and on etcd one transaction (a snapshot of the seven).
+// One batch: one round trip, and on etcd one transaction (a snapshot of the eight).
 JobLedger readLedger(LivenessStore& store, const RoundBaseline& base) {
   StoreBatch reads;
   const size_t failure = reads.tryGet(keys::failure(base.runId, base.round));
@@ -15,6 +15,7 @@ JobLedger readLedger(LivenessStore& store, const RoundBaseline& base) {
   const size_t waiting = reads.tryGet(keys::waiting(base.runId, base.round));
   const size_t ending = reads.tryGet(keys::ending(base.runId, base.round));
   const size_t replaced = reads.tryGet(keys::replaced(base.runId, base.round));
+  const size_t dropped = reads.tryGet(keys::dropped(base.runId, base.round));
   store.runBatch(reads);
   auto counter = [&](size_t op) { return keys::parseCounter(reads.value(op)).value_or(0); };
   JobLedger ledger;
@@ -25,6 +26,7 @@ JobLedger readLedger(LivenessStore& store, const RoundBaseline& base) {
   ledger.finished = counter(finished);
   ledger.waiting = counter(waiting);
   ledger.replaced = counter(replaced);
+  ledger.dropped = counter(dropped);
   ledger.ending = keys::parseEnding(reads.value(ending));
   return ledger;
 }

@@ -33,6 +33,7 @@ struct JobLedger {
   int64_t finished = 0;   // members whose workers all succeeded
   int64_t waiting = 0;    // nodes that announced they wait to join the next round
   int64_t replaced = 0;   // members gone whose place a spare took (docs/recovery.md "A lost node")
+  int64_t dropped = 0;    // members gone that the round shrank without (docs/recovery.md "Elastic in place")
   bool failed = false;    // the round has a failure record
   keys::RoundEnding ending = keys::RoundEnding::Open;  // finish or scale-up, whichever came first
 
@@ -51,7 +52,7 @@ struct JobLedger {
   // A round claimed for a scale-up never succeeds: its members re-form, and `finished` counts
   // the ones that finished after the claim too (ExitBarrier::finish).
   bool everyMemberFinished() const {
-    return ending == keys::RoundEnding::Finish && finished >= base.nodeCount;
+    return ending == keys::RoundEnding::Finish && finished + dropped >= base.nodeCount;
   }
 
  private:

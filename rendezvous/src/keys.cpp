@@ -118,6 +118,7 @@ std::string vacancyTaker(std::string_view runId, uint64_t r, std::string_view lo
 }
 std::string vacancies(std::string_view runId, uint64_t r) { return cat(round(runId, r), "vacancies"); }
 std::string replaced(std::string_view runId, uint64_t r) { return cat(round(runId, r), "replaced"); }
+std::string dropped(std::string_view runId, uint64_t r) { return cat(round(runId, r), "dropped"); }
 std::string eventCount(std::string_view runId) { return cat(job(runId), "events/next"); }
 std::string eventSlot(std::string_view runId, uint64_t n) {
   return cat(job(runId), "events/" + std::to_string(n % kEventSlots));

@@ -1,6 +1,7 @@
 // The in-process recovery's key names and value codecs (recovery_keys.hpp).
 #include "drun/rendezvous/recovery_keys.hpp"
 
+#include <algorithm>
 #include <charconv>
 
 #include "drun/common/error.hpp"
@@ -37,6 +38,7 @@ std::string joined(std::string_view prefix, uint64_t g, int rank) {
 }
 std::string formed(std::string_view prefix, uint64_t g) { return inGeneration(prefix, g, "formed"); }
 std::string outcome(std::string_view prefix, uint64_t g) { return inGeneration(prefix, g, "outcome"); }
+std::string world(std::string_view prefix, uint64_t g) { return inGeneration(prefix, g, "world"); }
 
 uint64_t parseGeneration(const std::optional<std::string>& value) {
   if (!value) return 0;
@@ -65,6 +67,40 @@ std::vector<int> parseRanks(std::string_view value) {
     start = comma + 1;
   }
   return out;
+}
+
+namespace {
+int indexOf(const std::vector<int>& list, int value) {
+  auto at = std::find(list.begin(), list.end(), value);
+  return at == list.end() ? -1 : static_cast<int>(at - list.begin());
+}
+}  // namespace
+
+int World::renumber(int previous) const { return indexOf(ranks, previous); }
+int World::renumberNode(int previous) const { return indexOf(nodeRanks, previous); }
+
+std::string encodeWorld(const World& w) { return encodeRanks(w.ranks) + "\t" + encodeRanks(w.nodeRanks); }
+
+World parseWorld(std::string_view value) {
+  const size_t tab = value.find('\t');
+  auto bad = [&] {
+    return ProtocolError("recovery world holds '" + text::printable(value, {.maxBytes = 200}) +
+                         "', not what drun writes");
+  };
+  if (tab == std::string_view::npos) throw bad();
+  World w;
+  try {
+    w.ranks = parseRanks(value.substr(0, tab));
+    w.nodeRanks = parseRanks(value.substr(tab + 1));
+  } catch (const ProtocolError&) {
+    throw bad();
+  }
+  for (const std::vector<int>* list : {&w.ranks, &w.nodeRanks}) {
+    std::vector<int> sorted = *list;
+    std::sort(sorted.begin(), sorted.end());
+    if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) throw bad();
+  }
+  return w;
 }
 
 std::string encodeFallback(std::string_view reason) { return std::string(kFallbackPrefix) + std::string(reason); }

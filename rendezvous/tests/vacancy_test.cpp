@@ -2,7 +2,8 @@
 // node"; rendezvous/src/vacancy_board.*): one survivor claims each loss, exactly one spare takes
 // the place (with the lost node's node rank and ranks, in the running round), a withdrawn place
 // cannot be taken, the ledger counts the spare as the member it replaced (the exit barrier, a
-// re-forming round), and a spare lost in turn leaves a place of its own.
+// re-forming round), a spare lost in turn leaves a place of its own, and a withdrawn place the
+// survivors shrink without (dropped) counts as finished in the exit barrier.
 #include <catch2/catch.hpp>
 
 #include "c10d_test_support.hpp"
@@ -222,4 +223,55 @@ TEST_CASE("vacancy: a place offered while the round is finishing: the spare that
   job.members[0]->leave();
   c->leave();
   CHECK(keysBesidesTombstone(job.cluster.store(), "job") == 0);
+}
+
+TEST_CASE("vacancy: a withdrawn place the survivors shrink without: the exit barrier counts the dropped "
+          "member as finished, whether the others finished before the drop or after",
+          "[rendezvous][vacancy]") {
+  for (const bool finishFirst : {false, true}) {
+    DYNAMIC_SECTION((finishFirst ? "both survivors finished before the drop" : "the drop before they finished")) {
+      RunningJob job(3);
+      job.lose(1, 0);
+      std::vector<Vacancy> claimed = job.members[0]->claimLostMembers();
+      REQUIRE(claimed.size() == 1);
+      job.members[0]->postVacancy(claimed[0], 1, 1);
+      REQUIRE(job.members[0]->withdrawVacancy(claimed[0]));
+      FirstChange endOnA(*job.members[0], "succeeded");
+      FirstChange endOnC(*job.members[2], "succeeded");
+      if (finishFirst) {
+        CHECK(job.members[0]->finish());
+        CHECK(job.members[2]->finish());
+        CHECK_FALSE(endOnA.reportedWithin(200ms));  // the lost member never finished: not yet
+        job.members[0]->dropMembers(1);
+      } else {
+        job.members[0]->dropMembers(1);
+        CHECK(job.members[0]->finish());
+        CHECK_FALSE(endOnA.reportedWithin(200ms));  // hostC's workers run on
+        CHECK(job.members[2]->finish());
+      }
+      endOnA.get();
+      endOnC.get();
+      job.members[0]->leave();
+      job.members[2]->leave();
+      CHECK(keysBesidesTombstone(job.cluster.store(), "job") == 0);
+    }
+  }
+}
+
+TEST_CASE("vacancy: the claimer lost right after it dropped a withdrawn place: a loss for the others, "
+          "never a success",
+          "[rendezvous][vacancy]") {
+  RunningJob job(3);
+  job.lose(1, 0);
+  std::vector<Vacancy> claimed = job.members[0]->claimLostMembers();
+  REQUIRE(claimed.size() == 1);
+  job.members[0]->postVacancy(claimed[0], 1, 1);
+  REQUIRE(job.members[0]->withdrawVacancy(claimed[0]));
+  job.members[0]->dropMembers(1);
+  FirstChange lost(*job.members[2], "member lost");
+  job.kill(0);
+  lost.get();  // the survivor re-forms (the second loss), as during any recovery
+  FirstChange end(*job.members[2], "succeeded");
+  CHECK(job.members[2]->finish());
+  CHECK_FALSE(end.reportedWithin(300ms));  // 1 finished + 1 dropped of 3: the claimer never finished
 }

@@ -1,7 +1,9 @@
 // recovery_worker: plays the worker's side of an in-process recovery (docs/recovery.md) over the
 // workers' store, without libdrun_comm: it takes part in every generation that begins (sets
 // recovery/<g>/joined/<rank>, adds to recovery/<g>/formed, the rank that completes it sets the
-// outcome "formed") and runs its steps meanwhile. For the launcher's recovery tests.
+// outcome "formed"; a generation superseded before its outcome is left for the newest; a
+// shrink's recovery/<g>/world renumbers its rank and world size) and runs its steps meanwhile.
+// For the launcher's recovery tests.
 //
 //   recovery_worker [--steps N] [--step-ms MS] [--die RANK:STEP] [--never-join]
 //     --die RANK:STEP   rank RANK exits 3 at step STEP, in generation 0 of restart count 0 only
@@ -10,7 +12,7 @@
 //                       API); a replacement still joins the generation it was started in
 //
 // Prints "RW start rank=R local=L pid=P gen=G restart=C", "RW formed rank=R gen=G",
-// "RW done rank=R pid=P" (one write(2) per line). Without DRUN_WORKER_STORE (--recovery
+// "RW shrunk rank=R was=Q world=W gen=G", "RW done rank=R pid=P world=W" (one write(2) per line). Without DRUN_WORKER_STORE (--recovery
 // restart) it only runs its steps. Every wait is bounded (30 s); dies by SIGALRM after 180 s.
 #include <unistd.h>
 
@@ -19,6 +21,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -75,7 +78,7 @@ Args parse(int argc, char** argv) {
 int main(int argc, char** argv) {
   ::alarm(180);
   const Args args = parse(argc, argv);
-  const int rank = std::stoi(env("RANK", "0")), world = std::stoi(env("WORLD_SIZE", "1"));
+  int rank = std::stoi(env("RANK", "0")), world = std::stoi(env("WORLD_SIZE", "1"));
   const int restart = std::stoi(env("TORCHELASTIC_RESTART_COUNT", "0"));
   uint64_t generation = std::stoull(env("DRUN_GENERATION", "0"));
   const std::string prefix = env("DRUN_WORKER_STORE_PREFIX");
@@ -95,16 +98,51 @@ int main(int argc, char** argv) {
     if (!env("DRUN_RDZV_TOKEN_FILE").empty()) o.token = drun::rdzv::readTokenFile(env("DRUN_RDZV_TOKEN_FILE"), "token");
     store = std::make_unique<drun::rdzv::TcpStore>(o);
   }
-  // Takes part in generation g: joined, formed; the rank that completes it sets the outcome.
+  // The shrinks in (from, to] renumber this rank and the world; false when one dropped it.
+  auto renumber = [&](uint64_t from, uint64_t to) {
+    for (uint64_t g = from + 1; g <= to; ++g) {
+      const auto record = store->tryGet(keys::world(prefix, g));
+      if (!record) continue;
+      const keys::World kept = keys::parseWorld(*record);
+      const int now = kept.renumber(rank);
+      if (now < 0) return false;
+      say("RW shrunk rank=" + std::to_string(now) + " was=" + std::to_string(rank) + " world=" +
+          std::to_string(kept.ranks.size()) + " gen=" + std::to_string(g));
+      rank = now;
+      world = static_cast<int>(kept.ranks.size());
+    }
+    return true;
+  };
+  // Takes part in generation g: joined, formed; the rank that completes it sets the outcome. A
+  // generation that begins before g's outcome supersedes it: this rank takes part in that one.
   auto join = [&](uint64_t g) {
     char host[256] = {};
     ::gethostname(host, sizeof host - 1);
-    store->set(keys::joined(prefix, g, rank), std::string(host) + " pid " + std::to_string(::getpid()));
-    if (store->add(keys::formed(prefix, g), 1) == world) store->compareSet(keys::outcome(prefix, g), "", "formed");
-    const std::string outcome = store->get(keys::outcome(prefix, g), 30s);
-    say("RW " + std::string(outcome == "formed" ? "formed" : "fallback") + " rank=" + std::to_string(rank) +
-        " gen=" + std::to_string(g));
-    generation = g;
+    for (uint64_t from = generation;;) {
+      if (!renumber(from, g)) {
+        say("RW dropped rank=" + std::to_string(rank) + " gen=" + std::to_string(g));
+        std::exit(4);
+      }
+      store->set(keys::joined(prefix, g, rank), std::string(host) + " pid " + std::to_string(::getpid()));
+      if (store->add(keys::formed(prefix, g), 1) == world) store->compareSet(keys::outcome(prefix, g), "", "formed");
+      const auto until = std::chrono::steady_clock::now() + 30s;
+      std::optional<std::string> outcome;
+      uint64_t newest = g;
+      while (!outcome && newest == g && std::chrono::steady_clock::now() < until) {
+        outcome = store->tryGet(keys::outcome(prefix, g));
+        newest = keys::parseGeneration(store->tryGet(keys::generation(prefix)));
+        if (!outcome && newest == g) std::this_thread::sleep_for(10ms);
+      }
+      if (!outcome && newest > g) {
+        from = g;
+        g = newest;
+        continue;
+      }
+      say("RW " + std::string(outcome == std::optional<std::string>("formed") ? "formed" : "fallback") +
+          " rank=" + std::to_string(rank) + " gen=" + std::to_string(g));
+      generation = g;
+      return;
+    }
   };
   if (store && generation > 0) join(generation);
   const bool original = generation == 0 && restart == 0;
@@ -118,6 +156,7 @@ int main(int argc, char** argv) {
     const uint64_t current = keys::parseGeneration(store->tryGet(keys::generation(prefix)));
     if (current > generation) join(current);
   }
-  say("RW done rank=" + std::to_string(rank) + " pid=" + std::to_string(::getpid()));
+  say("RW done rank=" + std::to_string(rank) + " pid=" + std::to_string(::getpid()) + " world=" +
+      std::to_string(world));
   return 0;
 }

@@ -12,6 +12,10 @@ that a run through recoveries must end with the parameters of a run without a fa
                     the job's first attempt (TORCHELASTIC_RESTART_COUNT=0, DRUN_GENERATION=0)
     TRAIN_KILL_IN_RECOVERY  "R[,R...]": rank R SIGKILLs itself as soon as it sees generation 1
                     begin (a second death during the first recovery); first attempt only
+    TRAIN_STEP_MS   a step takes at least this long (default 0): room for a node to be killed
+                    while the job trains
+
+After a shrink (state.on_resize) each rank prints `RESIZED rank=R from=N to=M pid=P`.
 
 Prints, on every (re-)entry of the training function once the state is tracked,
 `ENTER rank=R generation=G step=S sum=H equal=E pid=P` (H: a hash of the parameters, E: 1 when every
@@ -38,6 +42,7 @@ FIRST_ATTEMPT = (os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
 KILL_READY = os.environ.get("TRAIN_KILL_READY") == "1"
 KILLS = {tuple(int(n) for n in kill.split(":")) for kill in os.environ.get("TRAIN_KILL", "").split(",") if kill}
 KILLS_IN_RECOVERY = {int(r) for r in os.environ.get("TRAIN_KILL_IN_RECOVERY", "").split(",") if r}
+STEP_SECONDS = int(os.environ.get("TRAIN_STEP_MS", "0")) / 1000
 _killer = []
 
 
@@ -97,6 +102,8 @@ def train(state):
     model = DDP(ToyModel())
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     state.track(model=model, optimizer=opt)
+    state.on_resize(lambda s, old, new: print(f"RESIZED rank={s.rank} from={old} to={new} pid={os.getpid()}",
+                                              flush=True))
     rank = state.rank
     if FIRST_ATTEMPT and rank in KILLS_IN_RECOVERY and not _killer:
         kill_when_recovery_begins()
@@ -116,6 +123,8 @@ def train(state):
         opt.zero_grad()
         nn.functional.mse_loss(model(x), y).backward()
         opt.step()
+        if STEP_SECONDS:
+            time.sleep(STEP_SECONDS)
         state.commit()
     return model.module, state.step
 

@@ -6,7 +6,10 @@
 - commit()/track() of a model, an optimizer with state (momentum) and plain values: after more
   steps, going back (what a recovery does) restores the committed parameters, optimizer state,
   step and values into new objects; a commit reuses its buffers (no allocation);
-- a snapshot survives encode()/decode() (the bytes a replacement receives).
+- a snapshot survives encode()/decode() (the bytes a replacement receives);
+- a shrink's world records renumber RANK, WORLD_SIZE, GROUP_RANK, ... in the environment, a
+  record that is not drun's is refused naming it, a rank a shrink dropped is told so, and
+  state.on_resize callbacks run with the old and new sizes.
 
 Prints `RESILIENT_UNIT ok checks=N` or exits non-zero naming what failed.
 """
@@ -162,7 +165,57 @@ def encode_decode(state):
         check(False, "a truncated snapshot decoded")
 
 
+class Records:
+    """The workers' store's recovery/<g>/world keys (the store's try_get)."""
+
+    def __init__(self, worlds):
+        self.worlds = worlds
+
+    def try_get(self, key):
+        for g, value in self.worlds.items():
+            if key == f"recovery/{g}/world":
+                return value.encode()
+        return None
+
+
+def shrink_renumbers_the_environment():
+    from drun.torch import recovery
+    env = {"RANK": "5", "WORLD_SIZE": "6", "ROLE_RANK": "5", "ROLE_WORLD_SIZE": "6", "GROUP_RANK": "2",
+           "GROUP_WORLD_SIZE": "3"}
+    # Generation 2 drops node 1 (ranks 2, 3); 3 is a replacement (no record); 4 drops node 0.
+    store = Records({2: "0,1,4,5\t0,2", 4: "2,3\t1"})
+    check(recovery.renumber_environment(store, 0, 1, env) is None, "no shrink: nothing changes")
+    check(recovery.renumber_environment(store, 0, 3, env) == (6, 4), "generation 2 shrinks 6 to 4")
+    check(env["RANK"] == "3" and env["ROLE_RANK"] == "3" and env["WORLD_SIZE"] == "4" and
+          env["GROUP_RANK"] == "1" and env["GROUP_WORLD_SIZE"] == "2", f"renumbered densely: {env}")
+    check(recovery.renumber_environment(store, 3, 4, env) == (4, 2), "generation 4 shrinks 4 to 2")
+    check(env["RANK"] == "1" and env["WORLD_SIZE"] == "2" and env["GROUP_RANK"] == "0", f"again: {env}")
+    dropped = {"RANK": "0", "WORLD_SIZE": "2", "GROUP_RANK": "0", "GROUP_WORLD_SIZE": "2"}
+    try:
+        recovery.renumber_environment(Records({1: "1\t1"}), 0, 1, dropped)
+        check(False, "a dropped rank was renumbered")
+    except RuntimeError as e:
+        check("without rank 0" in str(e), f"a dropped rank is told: {e}")
+    for bad in ("0,1", "0,0\t0", "a\t0", "0,-1\t0"):
+        try:
+            recovery.parse_world(bad)
+            check(False, f"{bad!r} parsed")
+        except ValueError as e:
+            check("not what drun writes" in str(e), f"{bad!r} refused: {e}")
+    state = drun.torch.State()
+    heard = []
+    state.on_resize(lambda s, old, new: heard.append((old, new)))
+    state._resized(6, 4)
+    check(heard == [(6, 4)], f"on_resize ran with the sizes: {heard}")
+    try:
+        state.on_resize(3)
+        check(False, "on_resize took a non-callable")
+    except TypeError:
+        check(True, "")
+
+
 runs_once_with_one_warning()
 track_refuses_what_has_no_state_dict()
+shrink_renumbers_the_environment()
 encode_decode(commit_and_go_back())
 print(f"RESILIENT_UNIT ok checks={checks}", flush=True)

@@ -16,6 +16,14 @@ rendezvous handler points at the workers' store under `torch/g<g>/`; each rank t
 `recovery/<g>/joined/<rank>` before connecting and adds to `recovery/<g>/formed` once connected
 (the rank whose add reaches the world size sets `recovery/<g>/outcome` = formed).
 
+A shrink (docs/recovery.md "Elastic in place": a lost node's place that no spare took) renumbers
+the survivors: `recovery/<g>/world` holds the ranks and node ranks of the generation before that
+g keeps, in their new order. Each init of a generation (rejoin, init_newest) first applies the
+records up to it to os.environ (RANK, WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE, ROLE_RANK,
+ROLE_WORLD_SIZE), so gloo and nccl groups are re-created with the new rank and size. The "drun"
+backend re-forms its communicator in place, renumbered, but torch's group object keeps the rank
+and size it was made with: a shrink under it is an error that names gloo.
+
 A replacement joins the newest generation it knows of when its init_process_group asks for the
 store (joining()), not the one it was started for: a generation that began while it started
 (a second death during the recovery) supersedes its own, and one that begins while it connects
@@ -58,6 +66,41 @@ def retrying_init(*args, **kwargs):
     return coordinator().init_newest(_ORIGINAL_INIT, *args, **kwargs)
 
 
+def parse_world(value):
+    """recovery/<g>/world: "<ranks>\t<node ranks>", each a comma-separated list of the ranks
+    (node ranks) kept; ValueError naming the value for anything else."""
+    try:
+        ranks, nodes = value.split("\t")
+        kept = [int(r) for r in ranks.split(",")], [int(n) for n in nodes.split(",")]
+    except ValueError:
+        raise ValueError(f"drun.torch: a recovery world record holds {value!r}, not what drun writes") from None
+    for listed in kept:
+        if any(x < 0 for x in listed) or len(set(listed)) != len(listed):
+            raise ValueError(f"drun.torch: a recovery world record holds {value!r}, not what drun writes")
+    return kept
+
+
+def renumber_environment(store, from_generation, to_generation, environ=os.environ):
+    """Applies the shrinks in (from, to] to `environ`'s ranks and sizes. Returns (size before,
+    size after) when the world changed, else None; RuntimeError when a shrink dropped this rank."""
+    before = int(environ.get("WORLD_SIZE", "1"))
+    changed = False
+    for g in range(from_generation + 1, to_generation + 1):
+        value = store.try_get(f"recovery/{g}/world")
+        if value is None:
+            continue
+        ranks, nodes = parse_world(value.decode() if isinstance(value, bytes) else value)
+        rank, node = int(environ.get("RANK", "0")), int(environ.get("GROUP_RANK", "0"))
+        if rank not in ranks or node not in nodes:
+            raise RuntimeError(f"drun.torch: generation {g} shrank the world without rank {rank}")
+        environ["RANK"] = environ["ROLE_RANK"] = str(ranks.index(rank))
+        environ["WORLD_SIZE"] = environ["ROLE_WORLD_SIZE"] = str(len(ranks))
+        environ["GROUP_RANK"] = str(nodes.index(node))
+        environ["GROUP_WORLD_SIZE"] = str(len(nodes))
+        changed = True
+    return (before, int(environ["WORLD_SIZE"])) if changed else None
+
+
 def _parse_generation(value):
     try:
         return int(value) if value is not None else 0
@@ -70,6 +113,7 @@ class Coordinator:
 
     def __init__(self):
         self._generation = int(os.environ.get(worker_store.GENERATION, "0") or "0")
+        self._numbered = self._generation  # the generation os.environ's ranks and sizes are of
         self._pg_timeout = dist.constants.default_pg_timeout
         self._lock = threading.Condition()
         self._newest = self._generation
@@ -145,19 +189,34 @@ class Coordinator:
                 self._lock.wait(left)
             return self._newest if self._newest > self._generation else None
 
+    def _renumber(self, generation):
+        """os.environ's ranks and sizes become those of `generation` (the shrinks up to it)."""
+        if generation > self._numbered:
+            renumber_environment(self._root, self._numbered, generation)
+            self._numbered = generation
+
     def rejoin(self):
-        """Moves the default process group to the newest generation (see the module's doc)."""
+        """Moves the default process group to the newest generation (see the module's doc).
+        Returns (world size before, after) when a shrink changed the world, else None."""
+        before = int(os.environ.get("WORLD_SIZE", "1"))
         if not dist.is_initialized():
             self._generation = self.newest()
-            return
-        backend = dist.get_backend()
-        if backend == "drun":
+            self._renumber(self._generation)
+        elif dist.get_backend() == "drun":
             group = dist.distributed_c10d._get_default_group()
             self._generation = _backend.reform(group, self._pg_timeout or _REFORM_TIMEOUT)
-            return
-        dist.destroy_process_group()
-        self.init_newest(_ORIGINAL_INIT, backend, init_method="env://", timeout=self._pg_timeout)
-        self._mark_formed(self._generation)
+            self._renumber(self._generation)
+            if dist.get_world_size() != int(os.environ["WORLD_SIZE"]):
+                raise RuntimeError(f"drun.torch: generation {self._generation} shrank the world from "
+                                   f"{dist.get_world_size()} to {os.environ['WORLD_SIZE']} ranks: the \"drun\" "
+                                   "torch backend keeps a group's rank and size; use gloo for elastic in place")
+        else:
+            backend = dist.get_backend()
+            dist.destroy_process_group()
+            self.init_newest(_ORIGINAL_INIT, backend, init_method="env://", timeout=self._pg_timeout)
+            self._mark_formed(self._generation)
+        after = int(os.environ.get("WORLD_SIZE", "1"))
+        return (before, after) if after != before else None
 
     def init_newest(self, init, *args, **kwargs):
         """Runs torch's init_process_group `init` until it forms the newest generation: an init
@@ -165,6 +224,7 @@ class Coordinator:
         is made again for the newer one (env:// asks joining(): the newest)."""
         for _ in range(_MAX_SUPERSEDED):
             tried = self.joining()
+            self._renumber(tried)  # env:// reads RANK and WORLD_SIZE
             try:
                 return init(*args, **kwargs)
             except RuntimeError:

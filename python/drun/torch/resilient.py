@@ -9,7 +9,10 @@ Under `drun --recovery in-process` (DRUN_RECOVERY=in-process) the function is en
 each recovery: when an exception leaves it and the workers' store says a new generation began
 (recovery.py: the watcher), the process group moves to that generation (re-formed in place for
 "drun", re-created for "gloo" and "nccl"), the state goes back to its last commit and the function
-runs again; the first track() brings every rank to the newest committed state. Any other exception
+runs again; the first track() brings every rank to the newest committed state. After a shrink
+(a lost node that no spare replaced) the ranks are renumbered first: state.rank and
+state.world_size are the new ones, and the callbacks given to state.on_resize(fn) run (fn(state,
+old_world_size, new_world_size)) before the function is entered again. Any other exception
 propagates. Under `--recovery restart`, or outside drun (one warning), the function runs once as
 an ordinary function.
 """
@@ -57,7 +60,11 @@ def resilient(fn):
             # Out of the except block: the exception, its traceback and the frames of the failed
             # entry (holding the old model, DDP's reducer, the old process group) are gone.
             gc.collect()
-            coordinator.rejoin()
+            resized = coordinator.rejoin()
             state._rewind()
+            if resized is not None:
+                _say(f"the world shrank in place from {resized[0]} to {resized[1]} ranks; this process is rank "
+                     f"{os.environ.get('RANK')} now")
+                state._resized(*resized)
 
     return run

@@ -5,7 +5,9 @@
                                 committed state into them (a replacement: the survivors')
     state.commit()              this step is done: step += 1, a snapshot in memory
     state.best = 0.3            plain values set on the state are committed (deep-copied) too
-    state.rank, state.world_size
+    state.rank, state.world_size    this rank and the world's size now (a shrink renumbers them)
+    state.on_resize(fn)         fn(state, old_world_size, new_world_size) runs after a shrink,
+                                before the function is entered again: re-shard the data there
 
 The snapshot lives in this process's memory (snapshot.py). After a recovery the first track()
 (or commit()) of every rank runs one exchange over the default process group (transfer.py): the
@@ -38,6 +40,7 @@ class State:
         self._synced = 0
         self._tracked = {}
         self._snapshot = None
+        self._on_resize = []
         self.step = 0
 
     @property
@@ -51,6 +54,19 @@ class State:
         if dist.is_available() and dist.is_initialized():
             return dist.get_world_size()
         return int(os.environ.get("WORLD_SIZE", "1"))
+
+    def on_resize(self, fn):
+        """Registers fn(state, old_world_size, new_world_size), called after the world shrank in
+        place (ranks renumbered; os.environ's RANK and WORLD_SIZE are the new ones). Returns fn."""
+        if not callable(fn):
+            raise TypeError(f"state.on_resize: {fn!r} is not callable")
+        if fn not in self._on_resize:
+            self._on_resize.append(fn)
+        return fn
+
+    def _resized(self, old_size, new_size):
+        for fn in list(self._on_resize):
+            fn(self, old_size, new_size)
 
     def track(self, **objects):
         """Tracks each name=object and loads the last committed state into it.

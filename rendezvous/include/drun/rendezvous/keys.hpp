@@ -131,11 +131,14 @@ std::string workerStore(std::string_view runId, uint64_t round);  // "rdzv/<id>/
 //   <r>/vacancy/<lost id>/taker   compare_set(absent -> spare's member id | "-" withdrawn)
 //   <r>/vacancies                 append-only: one "<lost id>\n" per offer
 //   <r>/replaced                  counter: members gone whose place a spare took
+//   <r>/dropped                   counter: members gone that the survivors shrank the round
+//                                 without (in place): the exit barrier counts them as finished
 std::string vacancyClaim(std::string_view runId, uint64_t round, std::string_view lostNode);
 std::string vacancy(std::string_view runId, uint64_t round, std::string_view lostNode);
 std::string vacancyTaker(std::string_view runId, uint64_t round, std::string_view lostNode);
 std::string vacancies(std::string_view runId, uint64_t round);
 std::string replaced(std::string_view runId, uint64_t round);
+std::string dropped(std::string_view runId, uint64_t round);
 std::string sharedValue(std::string_view runId, std::string_view name);  // "rdzv/<id>/shared/<hex name>"
 
 // The job's history (docs/observe.md): `add(eventCount, 1) - 1` is an event's

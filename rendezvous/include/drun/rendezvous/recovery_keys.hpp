@@ -16,6 +16,11 @@
 //   P recovery/<g>/formed             counter: the ranks whose g communicator connected
 //   P recovery/<g>/outcome            compare_set(absent -> it), the first writer wins: "formed",
 //                                     or "fallback: <reason>" (the opener, at recovery_timeout)
+//   P recovery/<g>/world              a shrink only (written before g begins): the world of g as
+//                                     "<ranks>\t<node ranks>", each a comma-separated list of the
+//                                     generation before's ranks (node ranks) kept, in their new
+//                                     order: the rank at index i is rank i of g, the size is the
+//                                     count (absent: the world is unchanged)
 //
 // Every value read is untrusted: the parsers throw ProtocolError naming the key's content.
 // Threading: pure functions; thread-safe.
@@ -37,6 +42,7 @@ std::string restartCount(std::string_view prefix, uint64_t generation);
 std::string joined(std::string_view prefix, uint64_t generation, int rank);
 std::string formed(std::string_view prefix, uint64_t generation);
 std::string outcome(std::string_view prefix, uint64_t generation);
+std::string world(std::string_view prefix, uint64_t generation);
 
 // `generation`'s value: absent = 0. Throws ProtocolError when it is not a decimal count.
 uint64_t parseGeneration(const std::optional<std::string>& value);
@@ -44,6 +50,19 @@ uint64_t parseGeneration(const std::optional<std::string>& value);
 // `lost_ranks`: "3" or "3,5".
 std::string encodeRanks(const std::vector<int>& ranks);
 std::vector<int> parseRanks(std::string_view value);  // throws ProtocolError
+
+// `world`: the ranks and node ranks of the generation before that a shrink keeps, in their
+// new order (rank i of the new world is ranks[i]).
+struct World {
+  std::vector<int> ranks;
+  std::vector<int> nodeRanks;
+  // The new rank of `previous`, or -1 when the shrink dropped it.
+  int renumber(int previous) const;
+  int renumberNode(int previous) const;
+};
+std::string encodeWorld(const World& world);
+// Throws ProtocolError for anything but two non-empty lists of distinct ranks.
+World parseWorld(std::string_view value);
 
 // `outcome`.
 inline constexpr std::string_view kFormed = "formed";

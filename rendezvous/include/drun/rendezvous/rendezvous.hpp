@@ -219,6 +219,9 @@ class Rendezvous {
   // Withdraws an offer at its deadline: true when no spare took it (none can now), false when
   // one did first.
   virtual bool withdrawVacancy(const Vacancy& vacancy) { return true; }
+  // The survivors shrink the current round in place without `count` withdrawn places
+  // (docs/recovery.md "Elastic in place"): the exit barrier counts them as finished.
+  virtual void dropMembers(int count) {}
 };
 
 // The single-node rendezvous: no network; reserves a free MASTER_PORT on `masterAddr`.

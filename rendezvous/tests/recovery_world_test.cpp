@@ -1,0 +1,31 @@
+// A shrink's world record (recovery/<g>/world, drun/rendezvous/recovery_keys.hpp): what the
+// claimer writes is what every agent and worker reads back, ranks renumber densely in the order
+// kept, and a value not written by drun is refused naming it.
+#include <catch2/catch.hpp>
+
+#include "drun/common/error.hpp"
+#include "drun/rendezvous/recovery_keys.hpp"
+
+using namespace drun::rdzv::recovery;
+
+TEST_CASE("recovery world: a shrink's record round-trips and renumbers densely", "[rendezvous][recovery]") {
+  const World kept{{0, 1, 4, 5}, {0, 2}};
+  CHECK(encodeWorld(kept) == "0,1,4,5\t0,2");
+  const World back = parseWorld(encodeWorld(kept));
+  CHECK(back.ranks == kept.ranks);
+  CHECK(back.nodeRanks == kept.nodeRanks);
+  CHECK(back.renumber(4) == 2);
+  CHECK(back.renumber(5) == 3);
+  CHECK(back.renumber(2) == -1);  // dropped
+  CHECK(back.renumberNode(2) == 1);
+  CHECK(back.renumberNode(1) == -1);
+  CHECK(world("P/", 3) == "P/recovery/3/world");
+}
+
+TEST_CASE("recovery world: a record drun did not write is refused, naming it", "[rendezvous][recovery]") {
+  for (const char* bad : {"", "0,1", "0,1\t", "\t0", "0,0\t0", "0,1\t1,1", "0,-1\t0", "a\t0", "0\t0\t0"}) {
+    INFO("'" << bad << "'");
+    CHECK_THROWS_AS(parseWorld(bad), drun::ProtocolError);
+  }
+  CHECK_THROWS_WITH(parseWorld("0,x\t0"), Catch::Contains("0,x"));
+}
