@@ -229,9 +229,12 @@ struct NamespaceJob {
             "--recovery", "in-process", "--rdzv-conf", conf, helperPath("recovery_worker").string(),
             "--steps", std::to_string(steps), "--step-ms", "20"};
   }
-  RunOptions on(int host) const {
+  // `extra`: drun options of this host only (before the program).
+  RunOptions on(int host, const std::vector<std::string>& extra = {}) const {
     RunOptions o;
-    o.argv = cluster.exec(host, args);
+    std::vector<std::string> argv = args;
+    argv.insert(argv.begin() + 1, extra.begin(), extra.end());
+    o.argv = cluster.exec(host, argv);
     o.env = {marker.env(), "OMP_NUM_THREADS=1"};
     o.timeout = scaled(90s);
     return o;
@@ -317,8 +320,10 @@ TEST_CASE("recovery: a member node SIGKILLed with no spare to take its place: th
   skipWithoutNetns("multi-node recovery test");
   NetnsCluster cluster(2);
   MarkerScope marker;
+  TempDir dir;
+  const auto events = dir / "events.jsonl";
   const NamespaceJob job(cluster, marker, "1:2", "recovery_timeout=2,last_call_timeout=1", 300);
-  Process host0(job.on(0));
+  Process host0(job.on(0, {"--events", events.string()}));
   Process host1(job.on(1));
   REQUIRE(host0.waitForLines("RW start", 2, scaled(30s)));
   REQUIRE(host1.waitForLines("RW start", 2, scaled(30s)));
@@ -337,6 +342,14 @@ TEST_CASE("recovery: a member node SIGKILLed with no spare to take its place: th
   const auto started = starts(r.out);
   REQUIRE(started.size() == 2);
   CHECK(checkShrunkInPlace(r, 2) == std::set<int>{0, 1});
+  const auto shrunk = eventsOf(events, "recovery_shrunk");
+  REQUIRE(shrunk.size() == 1);
+  CHECK(contains(shrunk[0], "\"world_size_before\":4"));
+  CHECK(contains(shrunk[0], "\"world_size\":2"));
+  CHECK(contains(shrunk[0], "\"node_count\":1"));
+  CHECK(contains(shrunk[0], "\"rank_offset\":0"));
+  CHECK(eventsOf(events, "recovery_fallback").empty());
+  CHECK(eventsOf(events, "round_formed").size() == 1);  // one round: nothing restarted
   CHECK(marker.leftovers(5s).empty());
 }
 
