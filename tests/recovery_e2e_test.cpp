@@ -229,12 +229,9 @@ struct NamespaceJob {
             "--recovery", "in-process", "--rdzv-conf", conf, helperPath("recovery_worker").string(),
             "--steps", std::to_string(steps), "--step-ms", "20"};
   }
-  // `extra`: drun options of this host only (before the program).
-  RunOptions on(int host, const std::vector<std::string>& extra = {}) const {
+  RunOptions on(int host) const {
     RunOptions o;
-    std::vector<std::string> argv = args;
-    argv.insert(argv.begin() + 1, extra.begin(), extra.end());
-    o.argv = cluster.exec(host, argv);
+    o.argv = cluster.exec(host, args);
     o.env = {marker.env(), "OMP_NUM_THREADS=1"};
     o.timeout = scaled(90s);
     return o;
@@ -323,7 +320,10 @@ TEST_CASE("recovery: a member node SIGKILLed with no spare to take its place: th
   TempDir dir;
   const auto events = dir / "events.jsonl";
   const NamespaceJob job(cluster, marker, "1:2", "recovery_timeout=2,last_call_timeout=1", 300);
-  Process host0(job.on(0, {"--events", events.string()}));
+  RunOptions first = job.on(0);  // its events to `events`: the option right after drun's path
+  first.argv.insert(std::find(first.argv.begin(), first.argv.end(), drunPath().string()) + 1,
+                    {"--events", events.string()});
+  Process host0(first);
   Process host1(job.on(1));
   REQUIRE(host0.waitForLines("RW start", 2, scaled(30s)));
   REQUIRE(host1.waitForLines("RW start", 2, scaled(30s)));
