@@ -339,8 +339,13 @@ TEST_CASE("recovery: a member node SIGKILLed with no spare to take its place: th
   skipWithoutNetns("multi-node recovery test");
   NetnsCluster cluster(2);
   MarkerScope marker;
+  TempDir dir;
+  const auto events = dir / "events.jsonl";
   const NamespaceJob job(cluster, marker, "1:2", "recovery_timeout=2,last_call_timeout=1", 300);
-  Process host0(job.on(0));
+  RunOptions first = job.on(0);  // its events to `events`: the option right after drun's path
+  first.argv.insert(std::find(first.argv.begin(), first.argv.end(), drunPath().string()) + 1,
+                    {"--events", events.string()});
+  Process host0(first);
   Process host1(job.on(1));
   REQUIRE(host0.waitForLines("RW start", 2, scaled(30s)));
   REQUIRE(host1.waitForLines("RW start", 2, scaled(30s)));
@@ -359,6 +364,14 @@ TEST_CASE("recovery: a member node SIGKILLed with no spare to take its place: th
   const auto started = starts(r.out);
   REQUIRE(started.size() == 2);
   CHECK(checkShrunkInPlace(r, 2) == std::set<int>{0, 1});
+  const auto shrunk = eventsOf(events, "recovery_shrunk");
+  REQUIRE(shrunk.size() == 1);
+  CHECK(contains(shrunk[0], "\"world_size_before\":4"));
+  CHECK(contains(shrunk[0], "\"world_size\":2"));
+  CHECK(contains(shrunk[0], "\"node_count\":1"));
+  CHECK(contains(shrunk[0], "\"rank_offset\":0"));
+  CHECK(eventsOf(events, "recovery_fallback").empty());
+  CHECK(eventsOf(events, "round_formed").size() == 1);  // one round: nothing restarted
   CHECK(marker.leftovers(5s).empty());
 }
 

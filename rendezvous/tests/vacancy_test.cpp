@@ -44,6 +44,15 @@ struct RunningJob {
     kill(i);
     lost.get();
   }
+  // Member i dies; `claimer` claims its place, offers it (generation 1) and withdraws it (no spare
+  // took it).
+  void loseAndWithdraw(size_t i, size_t claimer) {
+    lose(i, claimer);
+    std::vector<Vacancy> claimed = members[claimer]->claimLostMembers();
+    REQUIRE(claimed.size() == 1);
+    members[claimer]->postVacancy(claimed[0], 1, 1);
+    CHECK(members[claimer]->withdrawVacancy(claimed[0]));
+  }
   // Blocks until `n` nodes joined round 1 (spares waiting there).
   void awaitWaiting(int64_t n) { awaitArrivals(cluster.store(), "job", 1, n); }
 };
@@ -118,11 +127,7 @@ TEST_CASE("vacancy: one survivor claims a lost member's place, exactly one of tw
 TEST_CASE("vacancy: a withdrawn place cannot be taken, and the survivors re-form with the spare",
           "[rendezvous][vacancy]") {
   RunningJob job(2);
-  job.lose(1, 0);
-  std::vector<Vacancy> claimed = job.members[0]->claimLostMembers();
-  REQUIRE(claimed.size() == 1);
-  job.members[0]->postVacancy(claimed[0], 1, 1);
-  CHECK(job.members[0]->withdrawVacancy(claimed[0]));
+  job.loseAndWithdraw(1, 0);
   auto c = job.spare("spareC");
   auto fc = startNext(*c);
   job.awaitWaiting(1);
@@ -231,11 +236,7 @@ TEST_CASE("vacancy: a withdrawn place the survivors shrink without: the exit bar
   for (const bool finishFirst : {false, true}) {
     DYNAMIC_SECTION((finishFirst ? "both survivors finished before the drop" : "the drop before they finished")) {
       RunningJob job(3);
-      job.lose(1, 0);
-      std::vector<Vacancy> claimed = job.members[0]->claimLostMembers();
-      REQUIRE(claimed.size() == 1);
-      job.members[0]->postVacancy(claimed[0], 1, 1);
-      REQUIRE(job.members[0]->withdrawVacancy(claimed[0]));
+      job.loseAndWithdraw(1, 0);
       FirstChange endOnA(*job.members[0], "succeeded");
       FirstChange endOnC(*job.members[2], "succeeded");
       if (finishFirst) {
@@ -262,11 +263,7 @@ TEST_CASE("vacancy: the claimer lost right after it dropped a withdrawn place: a
           "never a success",
           "[rendezvous][vacancy]") {
   RunningJob job(3);
-  job.lose(1, 0);
-  std::vector<Vacancy> claimed = job.members[0]->claimLostMembers();
-  REQUIRE(claimed.size() == 1);
-  job.members[0]->postVacancy(claimed[0], 1, 1);
-  REQUIRE(job.members[0]->withdrawVacancy(claimed[0]));
+  job.loseAndWithdraw(1, 0);
   job.members[0]->dropMembers(1);
   FirstChange lost(*job.members[2], "member lost");
   job.kill(0);
