@@ -156,9 +156,11 @@ class C10dRendezvous final : public Rendezvous {
     if (left_) return;
     left_ = true;
     stopWatcher();
+    bool left = false;
     try {
       if (storeLost_) throw NetworkError("the store connection was lost");
       barrier_.leave(*store_, lastRound_, lastNodeCount_, server_.get());
+      left = true;
     } catch (const std::exception& e) {
       spdlog::debug("rendezvous '{}': leave: {}", id(), e.what());
     } catch (...) {
@@ -166,6 +168,7 @@ class C10dRendezvous final : public Rendezvous {
     }
     reservation_.release();
     store_.reset();
+    if (!left && server_) barrier_.serveAfterOwnLoss(connect_, *server_);
     if (server_) server_->stop();
   }
 

@@ -196,6 +196,18 @@ void ExitBarrier::leave(LivenessStore& store, std::optional<uint64_t> lastRound,
   if (hosted) serveLostNodes(*hosted);
 }
 
+void ExitBarrier::serveAfterOwnLoss(const std::function<std::unique_ptr<LivenessStore>()>& connect,
+                                    const StoreServer& hosted) {
+  if (!connect) return;
+  try {
+    auto store = connect();
+    waitForOthersToLeave(*store);
+    serveLostNodes(hosted);
+  } catch (const std::exception& e) {
+    spdlog::debug("rendezvous '{}': leave, serving the others: {}", node_.runId(), e.what());
+  }
+}
+
 // Everything but `outcome` and `round`, which stay as the job's tombstone (an outcome with a round
 // is one of a job that formed): a node that was cut off and
 // comes back learns how the job ended (JobEnded) instead of waiting alone in a fresh round; a

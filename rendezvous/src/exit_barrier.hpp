@@ -14,6 +14,8 @@
 // connection (replaced after a reconnect).
 #pragma once
 
+#include <functional>
+#include <memory>
 #include <optional>
 
 #include "c10d_node.hpp"
@@ -67,6 +69,12 @@ class ExitBarrier {
   // nodes it lost without their leaving to come back (serveLostNodes).
   void leave(LivenessStore& store, std::optional<uint64_t> lastRound, int64_t nodeCount,
              const StoreServer* hosted);
+  // For the store's host whose leave() failed (its own connection to its store broke: its lease
+  // expired while this process was stopped, the store with it): what a clean leave gives the
+  // others, over a new connection (`connect`) to its own server: the store up until they have
+  // left, then while a node lost without leaving may come back. Any error ends it.
+  void serveAfterOwnLoss(const std::function<std::unique_ptr<LivenessStore>()>& connect,
+                         const StoreServer& hosted);
 
  private:
   // Adds the job's outcome (the first record stays) and a bump of the next round's status (its

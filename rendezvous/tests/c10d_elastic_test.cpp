@@ -214,19 +214,21 @@ namespace {
 // A 2:2 job whose host (hostA) embeds the store on loopback, its member (hostB), and a spare
 // (hostC) waiting in round 1 whose connection goes through a relay the test cuts or drops; the
 // spare connects again only once the test calls comeBack(). Then the job ends and both leave
-// (the host on a thread of its own: it serves the store until `hostLeft`).
+// (the host on a thread of its own: it serves the store until `hostLeft`). With `hostLinked`
+// the host's own connection to its store goes through a relay too (`hostLink`).
 struct JobEndingBesideLinkedSpare {
   RendezvousOptions o;
   StoreServer* hosted = nullptr;  // owned by `host`
   TcpStoreOptions client;
-  std::unique_ptr<TcpRelay> link;
+  std::unique_ptr<TcpRelay> link, hostLink;
   std::promise<void> back;
   std::unique_ptr<Rendezvous> host, member, spare;
   std::future<RoundResult> fs;
   std::unique_ptr<TcpStore> observer;
   std::future<void> hostLeft;
 
-  explicit JobEndingBesideLinkedSpare(const std::string& runId) : o(options(2, 2, runId)) {
+  explicit JobEndingBesideLinkedSpare(const std::string& runId, bool hostLinked = false)
+      : o(options(2, 2, runId)) {
     o.closeTimeout = 20s;
     auto server = std::make_unique<StoreServer>([] {
       StoreServerOptions s;
@@ -241,7 +243,14 @@ struct JobEndingBesideLinkedSpare {
     client.timeout = 10s;
     client.heartbeatInterval = o.heartbeatInterval;
     client.leaseTimeout = o.heartbeatTimeout;
-    host = makeC10dRendezvous(withNode(o, "hostA"), access(std::move(server)));
+    C10dStoreAccess hostAccess = access(std::move(server));
+    if (hostLinked) {
+      hostLink = std::make_unique<TcpRelay>(client.port);
+      TcpStoreOptions linked = client;
+      linked.port = hostLink->port();
+      hostAccess.store = std::make_unique<TcpStore>(linked);
+    }
+    host = makeC10dRendezvous(withNode(o, "hostA"), std::move(hostAccess));
     member = makeC10dRendezvous(withNode(o, "hostB"), access());
     auto fh = startNext(*host);
     auto fm = startNext(*member);
@@ -262,6 +271,16 @@ struct JobEndingBesideLinkedSpare {
     awaitArrivals(*observer, runId, 1, 1);
   }
 
+  // A test that stopped early lets the spare connect again, so that its join can end.
+  ~JobEndingBesideLinkedSpare() {
+    try {
+      back.set_value();
+    } catch (const std::future_error&) {  // it came back already
+    }
+  }
+  JobEndingBesideLinkedSpare(const JobEndingBesideLinkedSpare&) = delete;
+  JobEndingBesideLinkedSpare& operator=(const JobEndingBesideLinkedSpare&) = delete;
+
   C10dStoreAccess access(std::unique_ptr<StoreServer> embedded = nullptr) const {
     C10dStoreAccess a;
     a.store = std::make_unique<TcpStore>(client);
@@ -271,12 +290,13 @@ struct JobEndingBesideLinkedSpare {
     return a;
   }
 
-  void endJob() {
+  void endJob(const std::function<void()>& beforeHostLeaves = {}) {
     FirstChange done(*host, "succeeded");
     CHECK(member->finish());
     CHECK(host->finish());
     done.get();
     member->leave();
+    if (beforeHostLeaves) beforeHostLeaves();
     hostLeft = std::async(std::launch::async, [this] { host->leave(); });
   }
 
@@ -338,6 +358,21 @@ TEST_CASE("elastic: the store's host serves a spare that dropped its connection 
   job.link->drop();
   job.awaitSpareCountedOut();
   CHECK(job.hosted->stats().leasesExpired == 0);  // closed, not silent
+  std::this_thread::sleep_for(300ms);
+  job.comeBackAndLearnTheEnd();
+}
+
+// The store's host stopped a while as the job ends: its own connection to its store broke
+// (its lease expired), and a spare that gave up on the silent store is away. The host still owes
+// the spare what a clean leave gives: the store up until it is back, not stopped at once.
+TEST_CASE("elastic: a store's host whose own connection broke as the job ended still serves a "
+          "spare coming back", "[rendezvous]") {
+  JobEndingBesideLinkedSpare job("hostdrop", true);
+  job.endJob([&] {
+    job.link->drop();
+    job.hostLink->drop();
+  });
+  job.awaitSpareCountedOut();
   std::this_thread::sleep_for(300ms);
   job.comeBackAndLearnTheEnd();
 }
