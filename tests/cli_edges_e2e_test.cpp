@@ -3,6 +3,7 @@
 // and usage line name its own options; an endpoint port 0 and a --log-dir nobody may create are
 // usage errors naming the option.
 #include <catch2/catch.hpp>
+#include <regex>
 
 #include "process.hpp"
 
@@ -114,6 +115,23 @@ TEST_CASE("cli edges: --rdzv-endpoint with port 0 and a --log-dir nobody may cre
   INFO(existing.describe());
   CHECK(existing.status() != 0);
   CHECK(contains(existing.err, "drun: error: --log-dir /sys: cannot create "));
+}
+
+TEST_CASE("cli edges: drun's and the daemon's log lines carry the UTC time", "[e2e]") {
+  const std::regex stamped(R"((^|\n)drun-rendezvous: \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z warning: the store on )");
+  Process daemon(RunOptions{.argv = {(buildDir() / "bin" / "drun-rendezvous").string(), "--host",
+                                     "127.0.0.1", "--port", "0"},
+                            .timeout = 60s});
+  std::string err;
+  CHECK(daemon.waitForOutput([&](const std::string&, const std::string& e) {
+    err = e;
+    return std::regex_search(e, stamped);
+  }, 10s));
+  INFO(err);
+  RunResult r = run(drunCommand({"/bin/true"}, {"DRUN_LOG_LEVEL=debug"}));
+  INFO(r.describe());
+  CHECK(r.status() == 0);
+  CHECK(std::regex_search(r.err, std::regex(R"((^|\n)drun: \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z debug: )")));
 }
 
 }  // namespace drun::test::cli_edges
