@@ -121,8 +121,13 @@ std::unique_ptr<Rendezvous> makeC10dRendezvous(const RendezvousOptions& options)
   access.workerEndpoint = access.endpoint;
   access.selfAddress = !options.localAddr.empty() ? options.localAddr
                        : access.server          ? options.endpoint.host
-                                                : routeSourceAddress(options.endpoint.host,
-                                                                     client.port);
+                                                : retryWhileTemporary(
+                                                      [&] {
+                                                        return routeSourceAddress(
+                                                            options.endpoint.host, client.port);
+                                                      },
+                                                      options.joinTimeout, options.progressInterval,
+                                                      options.say, "--rdzv-conf join_timeout");
   access.store = std::make_unique<TcpStore>(client);
   TcpStoreOptions watcher = client;
   // The watcher's watches last watchSlice (half the heartbeat timeout); an answer may come as late
