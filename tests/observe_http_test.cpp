@@ -164,6 +164,6 @@ TEST_CASE("drun-rendezvous --http: the token guards it, malformed and oversized 
   CHECK(std::regex_search(metrics, std::regex(R"(\ndrun_rdzv_http_bad_requests_total 3\n)")));
   RunResult bad = run({.argv = {(buildDir() / "bin" / "drun-rendezvous").string(), "--port", "0", "--http", "x:y"},
                        .timeout = 10s});
-  CHECK(bad.status() == 1);
+  CHECK(bad.status() == 2);  // a usage error
   CHECK(bad.err.find("--http") != std::string::npos);
 }

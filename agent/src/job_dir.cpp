@@ -37,11 +37,19 @@ JobDir::JobDir(const AgentConfig& config) {
   const std::string& runId = config.rendezvous.runId;
   if (config.logDir) {
     temporary_ = false;
-    if (runId == "none") {
-      path_ = makeUniqueDir(*config.logDir, "none");
-    } else {
-      fs::create_directories(*config.logDir / runId);
-      path_ = *config.logDir / runId;
+    try {
+      if (runId == "none") {
+        path_ = makeUniqueDir(*config.logDir, "none");
+      } else {
+        fs::create_directories(*config.logDir / runId);
+        path_ = *config.logDir / runId;
+      }
+    } catch (const fs::filesystem_error& e) {
+      throw Error("--log-dir " + config.logDir->string() + ": cannot create " +
+                  (e.path1().empty() ? config.logDir->string() : e.path1().string()) + ": " +
+                  e.code().message());
+    } catch (const Error& e) {  // makeUniqueDir's
+      throw Error("--log-dir " + config.logDir->string() + ": " + e.what());
     }
     return;
   }

@@ -16,9 +16,9 @@ void init(std::string_view component, std::string_view level) {
                           "' (expected trace, debug, info, warn, error or off)");
   auto logger = spdlog::stderr_logger_mt(std::string(component));
   logger->set_level(parsed);
-  // One style for every line drun writes itself: "drun: <level>: ..." as its own messages
-  // ("drun: error: ...", "drun: warning: ..."); debug lines carry the time too.
-  logger->set_pattern(parsed <= spdlog::level::debug ? "%n: %H:%M:%S.%e %l: %v" : "%n: %l: %v");
+  // One style for every log line: "drun: <UTC time> <level>: ...", the time as the events'
+  // "ts" (ISO 8601, ms), so that a log line and an event of one moment read alike.
+  logger->set_pattern("%n: %Y-%m-%dT%H:%M:%S.%eZ %l: %v", spdlog::pattern_time_type::utc);
   spdlog::set_default_logger(logger);
 }
 

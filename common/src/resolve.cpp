@@ -53,7 +53,7 @@ Resolved resolve(const std::string& host, const std::string& service, const addr
     lookupsInFlight--;
     out.error = who + ": " + std::to_string(kMaxLookupsInFlight) +
                 " lookups are already waiting for the resolver (it does not answer)";
-    out.timedOut = true;
+    out.timedOut = out.temporary = true;
     return out;
   }
   auto lookup = std::make_shared<Lookup>();
@@ -77,7 +77,7 @@ Resolved resolve(const std::string& host, const std::string& service, const addr
     lookup->abandoned = true;
     lock.unlock();
     parkUntilExit(std::move(thread));
-    out.timedOut = true;
+    out.timedOut = out.temporary = true;
     out.error = who + ": the resolver did not answer within " + std::to_string(timeout.count()) +
                 "ms (check /etc/resolv.conf and the DNS server)";
     return out;
@@ -86,6 +86,7 @@ Resolved resolve(const std::string& host, const std::string& service, const addr
   thread.join(OwnedThread::kDefaultJoinBound);  // it has answered: it ends at once
   if (lookup->status != 0) {
     out.error = who + ": " + ::gai_strerror(lookup->status);
+    out.temporary = lookup->status == EAI_AGAIN;
     return out;
   }
   out.addresses.reset(lookup->result);

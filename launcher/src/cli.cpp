@@ -12,6 +12,7 @@
 #include "cli_parts.hpp"
 #include "drun/common/env.hpp"
 #include "drun/common/host_port.hpp"
+#include "drun/common/version.hpp"
 #include "drun/launcher/program.hpp"
 
 namespace drun::launch {
@@ -80,7 +81,7 @@ void fillOutput(const cli::CliText& t, AgentConfig& c) {
 // HOST, HOST:PORT, [V6], [V6]:PORT (HostPort's rules); a missing port keeps out's.
 void parseEndpoint(const std::string& text, rdzv::RendezvousOptions& out) {
   out.endpoint = usage([&] {
-    return HostPort::parse(text, {"--rdzv-endpoint", out.endpoint.port, /*minPort=*/0});
+    return HostPort::parse(text, {"--rdzv-endpoint", out.endpoint.port});  // port 0: nobody could join
   });
 }
 
@@ -97,7 +98,7 @@ CliResult parseCommandLine(const std::vector<std::string>& args) {
     result.printAndExit = app.help();
     return result;
   } catch (const CLI::CallForVersion&) {
-    result.printAndExit = "drun 0.1.0\n";
+    result.printAndExit = std::string("drun ") + kVersion + "\n";
     return result;
   } catch (const CLI::ParseError& e) {
     throw UsageError(e.what());

@@ -7,6 +7,7 @@
 
 #include "cli_parts.hpp"
 #include "drun/common/env.hpp"
+#include "drun/common/version.hpp"
 
 namespace drun::launch::cli {
 namespace {
@@ -31,7 +32,7 @@ std::string petName(const std::string& dashed) {
 void declareOptions(CLI::App& app, CliText& t) {
   app.prefix_command();  // PROGRAM and everything after it belong to the workers
   app.set_help_flag("-h,--help", "print this help and exit");
-  app.set_version_flag("--version", "drun 0.1.0", "print the version and exit");
+  app.set_version_flag("--version", std::string("drun ") + kVersion, "print the version and exit");
   app.get_formatter()->column_width(44);
   // An option given twice: the last one wins, as with torchrun's argparse.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);

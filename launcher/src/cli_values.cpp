@@ -184,10 +184,14 @@ void checkLogDir(const std::filesystem::path& dir) {
       if (!std::filesystem::is_directory(status))
         throw UsageError("--log-dir " + dir.string() + ": " +
                          (p == dir ? "is a file, not a directory" : p.string() + " is a file, not a directory"));
-      return;
+      break;
     }
-    if (p == p.parent_path()) return;
+    if (p == p.parent_path()) break;
   }
+  // Made now, so that a path nobody may write (a read-only file system, /sys) is a usage error
+  // naming the option, not a failure of the job's start.
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw UsageError("--log-dir " + dir.string() + ": cannot create it: " + ec.message());
 }
 
 }  // namespace drun::launch::cli

@@ -5,6 +5,7 @@
 
 #include "drun/common/env.hpp"
 #include "drun/common/error.hpp"
+#include "drun/common/version.hpp"
 #include "drun/launcher/cli.hpp"
 #include "drun/rendezvous/c10d_rendezvous.hpp"
 #include "drun/rendezvous/job_history.hpp"
@@ -54,10 +55,22 @@ std::string outcomeState(rdzv::Store& store, const std::string& runId) {
   }
 }
 
+// Every option in the usage line (CLI11's own says only [OPTIONS]).
+constexpr const char* kUsage =
+    "Usage: drun status --rdzv-endpoint HOST[:PORT] [--rdzv-backend c10d|etcd] [--rdzv-conf K=V,...]\n"
+    "                   [--token-file PATH] [--rdzv-id ID [--history]] [--json] [--timeout DURATION]\n";
+
+class StatusFormatter final : public CLI::Formatter {
+ public:
+  std::string make_usage(const CLI::App*, std::string) const override { return kUsage; }
+};
+
 }  // namespace
 
 int runStatus(const std::vector<std::string>& args) {
   CLI::App app{"drun status: the jobs on a rendezvous store and what each is doing", "drun status"};
+  app.formatter(std::make_shared<StatusFormatter>());
+  app.set_version_flag("--version", std::string("drun ") + kVersion, "print the version and exit");
   std::string endpoint, runId, tokenFile = env::getString("DRUN_RDZV_TOKEN_FILE"), timeout = "5s";
   std::string backend = "c10d", conf;
   bool asJson = false, history = false;
@@ -77,7 +90,9 @@ int runStatus(const std::vector<std::string>& args) {
   try {
     app.parse(argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    std::fprintf(stderr, "drun status: error: %s\n%s", e.what(), kUsage);
+    return 2;  // a usage error, as drun's
   }
   rdzv::TcpStoreOptions o;
   rdzv::RendezvousOptions where;  // etcd: the cluster and its settings
@@ -105,6 +120,7 @@ int runStatus(const std::vector<std::string>& args) {
       o.heartbeatInterval = o.leaseTimeout / 3;
       o.scope = runId;
       if (!tokenFile.empty()) o.token = rdzv::readTokenFile(tokenFile, "--token-file");
+      o.tokenHint = "--token-file PATH or DRUN_RDZV_TOKEN_FILE";
     }
   } catch (const Error& e) {
     std::fprintf(stderr, "drun status: error: %s\n", e.what());

@@ -124,7 +124,10 @@ TEST_CASE("multi-node and rendezvous options fill RendezvousOptions", "[launcher
   CHECK_THAT(usageError({"--nnodes", "2", "--rdzv-endpoint", "fe80::1:2940", "hostname"}),
              Catch::Contains("--rdzv-endpoint 'fe80::1:2940': write an IPv6 address in brackets"));
   CHECK_THAT(usageError({"--nnodes", "2", "--rdzv-endpoint", "h:70000", "hostname"}),
-             Catch::Contains("--rdzv-endpoint 'h:70000': port 70000 is out of range (0-65535)"));
+             Catch::Contains("--rdzv-endpoint 'h:70000': port 70000 is out of range (1-65535)"));
+  // Port 0 is no endpoint: nobody could join a store on "any port".
+  CHECK_THAT(usageError({"--nnodes", "2", "--rdzv-endpoint", "h:0", "hostname"}),
+             Catch::Contains("--rdzv-endpoint 'h:0': port 0 is out of range (1-65535)"));
   CHECK_THAT(usageError({"--nnodes", "2", "--rdzv-endpoint", ":5", "hostname"}), Catch::Contains("missing host"));
 }
 

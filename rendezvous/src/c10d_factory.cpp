@@ -121,8 +121,13 @@ std::unique_ptr<Rendezvous> makeC10dRendezvous(const RendezvousOptions& options)
   access.workerEndpoint = access.endpoint;
   access.selfAddress = !options.localAddr.empty() ? options.localAddr
                        : access.server          ? options.endpoint.host
-                                                : routeSourceAddress(options.endpoint.host,
-                                                                     client.port);
+                                                : retryWhileTemporary(
+                                                      [&] {
+                                                        return routeSourceAddress(
+                                                            options.endpoint.host, client.port);
+                                                      },
+                                                      options.joinTimeout, options.progressInterval,
+                                                      options.say, "--rdzv-conf join_timeout");
   access.store = std::make_unique<TcpStore>(client);
   TcpStoreOptions watcher = client;
   // The watcher's watches last watchSlice (half the heartbeat timeout); an answer may come as late
@@ -134,6 +139,9 @@ std::unique_ptr<Rendezvous> makeC10dRendezvous(const RendezvousOptions& options)
   // Also how the rendezvous reconnects after losing the store: a host that refuses for half a
   // heartbeat timeout is taken for gone (so a fenced node gives up within heartbeat_timeout).
   watcher.connectTimeout = std::min(options.heartbeatTimeout / 2, options.joinTimeout);
+  // Its connects are attempts of the reconnector, which says its own progress (the whole
+  // reconnect_timeout left): one attempt's window beside it would read as a second deadline.
+  watcher.onConnectWait = nullptr;
   access.connectWatcher = [watcher] { return std::make_unique<TcpStore>(watcher); };
   return makeC10dRendezvous(options, std::move(access));
 }

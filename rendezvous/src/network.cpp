@@ -12,12 +12,16 @@
 
 #include <cerrno>
 #include <cstring>
+#include <thread>
 
 #include "drun/common/error.hpp"
+#include "drun/common/progress.hpp"
 #include "drun/common/resolve.hpp"
 
 namespace drun::rdzv {
 namespace {
+
+constexpr std::chrono::milliseconds kResolveRetryPause{500};  // between lookups failing for now
 
 bool isLoopback(const sockaddr* sa) {
   if (sa->sa_family == AF_INET) {
@@ -80,7 +84,7 @@ std::string routeSourceAddress(const std::string& host, uint16_t port) {
   hints.ai_socktype = SOCK_DGRAM;
   const std::string service = std::to_string(port == 0 ? 9 : port);
   net::Resolved found = net::resolve(host, service, hints);
-  if (!found.addresses) throw NetworkError(found.error);
+  if (!found.addresses) throw NetworkError(found.error, found.temporary ? EAGAIN : 0);
   addrinfo* resolved = found.addresses.get();
   std::string error = "no address";
   for (addrinfo* ai = resolved; ai; ai = ai->ai_next) {
@@ -106,5 +110,29 @@ std::string routeSourceAddress(const std::string& host, uint16_t port) {
   throw NetworkError("no route to '" + host + "': " + error);
 }
 
+
+std::string retryWhileTemporary(const std::function<std::string()>& attempt,
+                                std::chrono::milliseconds window, std::chrono::milliseconds progressEvery,
+                                const std::function<void(const std::string&)>& say,
+                                const std::string& what) {
+  using Clock = std::chrono::steady_clock;
+  const auto until = Clock::now() + window;
+  ProgressPacer progress(progressEvery);
+  for (;;) {
+    try {
+      return attempt();
+    } catch (const NetworkError& e) {
+      if (e.errorCode() != EAGAIN) throw;
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
+      if (left.count() <= 0)
+        throw NetworkError(std::string(e.what()) + "; still failing after " + humanDuration(window) +
+                           " (" + what + ")");
+      if (say && progress.due())
+        say(std::string(e.what()) + " (for now); retrying for " + humanDuration(left) + " more (" +
+            what + ")");
+      std::this_thread::sleep_for(std::min(left, kResolveRetryPause));
+    }
+  }
+}
 
 }  // namespace drun::rdzv

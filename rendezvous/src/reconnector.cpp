@@ -46,8 +46,10 @@ std::unique_ptr<LivenessStore> reconnect(
     if (progress.due()) {
       const std::string line = "rendezvous store at " + node.endpoint + " unreachable for " +
                                humanDuration(std::chrono::duration_cast<std::chrono::seconds>(since())) +
-                               "; retrying until " + humanDuration(window) +
-                               " (--rdzv-conf reconnect_timeout)";
+                               "; retrying for " +
+                               humanDuration(std::chrono::duration_cast<milliseconds>(
+                                   std::max(until - Clock::now(), Clock::duration::zero()))) +
+                               " more (--rdzv-conf reconnect_timeout " + humanDuration(window) + ")";
       spdlog::info("rendezvous '{}': {}", node.runId(), line);
       if (node.options.say) node.options.say(line);
     }

@@ -3,7 +3,8 @@
 // that refuses connections may be restarting (an upgrade, a systemd restart of drun-rendezvous,
 // the embedded store's host restarting its agent), and one that does not answer may come back
 // (a cut link): both are retried until the window ends, with a progress line every
-// kReconnectProgress ("rendezvous store at H:P unreachable for 5s; retrying until 30s"). Then
+// kReconnectProgress ("rendezvous store at H:P unreachable for 5s; retrying for 25s more (--rdzv-conf
+// reconnect_timeout 30s)"). Then
 // TimeoutError naming the store and the window. A store that answers but refuses this client
 // (token, protocol version) is not retried.
 //

@@ -158,3 +158,36 @@ TEST_CASE("ListJobs: the run ids with keys, refused to a client of one job", "[h
   store.deleteKey("rdzv/b/round");
   CHECK(store.listJobs() == std::vector<std::string>{"a"});
 }
+
+TEST_CASE("job history: a cancelled job: its state, who was signalled, no lost node for the "
+          "cancelled nodes; a later round without the node is running again", "[history]") {
+  auto formed = [](int round, const std::string& node) {
+    return event("round_formed", {{"round", round}, {"world_size", 2}, {"node_count", 2},
+                                  {"node_rank", node == "n0" ? 0 : 1}, {"node", node}});
+  };
+  std::vector<json> events = {
+      formed(0, "n0"), formed(0, "n1"),
+      event("job_cancelled", {{"round", 0}, {"node", "n1"}, {"name", "n1(10.0.0.2)"},
+                              {"by", "SIGTERM to drun (pid 7) on n1"}, {"code", 143}}),
+      event("node_lost", {{"round", 0}, {"reason", "node n1(10.0.0.2) left round 0 (its connection closed)"}}),
+      event("node_lost", {{"round", 0}, {"reason", "node n2(10.0.0.3) left round 0 (its connection closed)"}}),
+      event("job_cancelled", {{"round", 0}, {"node", "n0"}, {"by", "SIGTERM to all 2 worker(s) on n0"}}),
+      event("job_failed", {{"code", 1}}),
+  };
+  json s = summarizeJob("j", events);
+  CHECK(s["state"] == "cancelled");
+  REQUIRE(s["cancelled"].size() == 2);
+  CHECK(s["cancelled"][0]["by"] == "SIGTERM to drun (pid 7) on n1");
+  CHECK(s["rounds"][0]["lost"] == json::array({"node n2(10.0.0.3) left round 0 (its connection closed)"}));
+  const std::string text = describeJob(s);
+  CHECK(text.find("job j: cancelled\n") != std::string::npos);
+  CHECK(text.find("  cancelled: SIGTERM to drun (pid 7) on n1; SIGTERM to all 2 worker(s) on n0\n") !=
+        std::string::npos);
+
+  // One node cancelled, the others went on without it: the job is not cancelled.
+  events.resize(3);
+  events.push_back(formed(1, "n0"));
+  s = summarizeJob("j", events);
+  CHECK(s["state"] == "running");
+  CHECK(s["cancelled"].size() == 1);
+}

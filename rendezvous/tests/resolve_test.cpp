@@ -12,11 +12,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "drun/common/error.hpp"
 #include "drun/common/resolve.hpp"
@@ -140,4 +142,56 @@ TEST_CASE("resolve: a resolver that never answers costs each lookup its deadline
     if (what == "route") CHECK(std::stol(ms) < 7000);     // net::kResolveTimeout (5 s)
   }
   CHECK(seen == 3);
+}
+
+TEST_CASE("resolve: a lookup failing for now is retried within the window with progress lines; "
+          "any other error at once", "[resolve]") {
+  using drun::NetworkError;
+  std::vector<std::string> said;
+  auto say = [&](const std::string& line) { said.push_back(line); };
+  int calls = 0;
+  const std::string got = drun::rdzv::retryWhileTemporary(
+      [&]() -> std::string {
+        if (++calls < 4) throw NetworkError("cannot resolve 'h': Temporary failure in name resolution", EAGAIN);
+        return "10.0.0.1";
+      },
+      10s, 100ms, say, "--rdzv-conf join_timeout");
+  CHECK(got == "10.0.0.1");
+  CHECK(calls == 4);
+  REQUIRE_FALSE(said.empty());  // 1.5 s of failures, a line every 0.1 s after the first second
+  CHECK(said[0].find("cannot resolve 'h': Temporary failure in name resolution (for now); retrying for ") == 0);
+  CHECK(said[0].find(" more (--rdzv-conf join_timeout)") != std::string::npos);
+
+  calls = 0;
+  const auto started = Clock::now();
+  try {
+    drun::rdzv::retryWhileTemporary(
+        [&]() -> std::string {
+          ++calls;
+          throw NetworkError("cannot resolve 'h': Temporary failure in name resolution", EAGAIN);
+        },
+        1200ms, 10s, nullptr, "--rdzv-conf join_timeout");
+    FAIL("no error");
+  } catch (const NetworkError& e) {
+    CHECK(std::string(e.what()).find("still failing after 1.2s (--rdzv-conf join_timeout)") != std::string::npos);
+  }
+  CHECK(calls >= 2);
+  CHECK(msSince(started) >= 1150);  // the window, counted from inside the call (ms truncated)
+
+  calls = 0;
+  CHECK_THROWS_WITH(drun::rdzv::retryWhileTemporary(
+                        [&]() -> std::string {
+                          ++calls;
+                          throw NetworkError("cannot resolve 'h': Name or service not known");
+                        },
+                        10s, 100ms, say, "--rdzv-conf join_timeout"),
+                    Catch::Contains("Name or service not known"));
+  CHECK(calls == 1);  // a name that does not exist is not waited for
+  // A real one: the lookup's error says whether it is for now.
+  try {
+    drun::rdzv::routeSourceAddress("no such host!", 29400);
+    FAIL("resolved");
+  } catch (const NetworkError& e) {
+    CHECK(e.errorCode() != EAGAIN);
+  }
 }

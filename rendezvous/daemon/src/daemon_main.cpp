@@ -29,6 +29,7 @@
 #include "drun/common/env.hpp"
 #include "drun/common/error.hpp"
 #include "drun/common/log.hpp"
+#include "drun/common/version.hpp"
 #include "drun/rendezvous/keys.hpp"
 #include "drun/store/store_server.hpp"
 #include "drun/store/token_file.hpp"
@@ -142,7 +143,15 @@ int main(int argc, char** argv) {
                  "loopback unless ADDR is given; the --token-file token guards it)");
   app.add_option("--log-level", logLevel,
                  "trace, debug, info, warn, error or off (default: DRUN_LOG_LEVEL)");
-  CLI11_PARSE(app, argc, argv);
+  app.set_version_flag("--version", std::string("drun-rendezvous ") + drun::kVersion,
+                       "print the version and exit");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    std::fprintf(stderr, "drun-rendezvous: error: %s (see drun-rendezvous --help)\n", e.what());
+    return 2;  // a usage error, as drun's
+  }
 
   try {
     drun::log::init("drun-rendezvous", logLevel);
@@ -218,6 +227,9 @@ int main(int argc, char** argv) {
                  stats.connectionsAccepted, stats.requestsServed, stats.protocolErrors,
                  stats.leasesExpired, stats.slowClientsDropped, stats.willsRun);
     return 0;
+  } catch (const drun::InvalidArgument& e) {  // an option's value: a usage error
+    std::cerr << "drun-rendezvous: error: " << e.what() << std::endl;
+    return 2;
   } catch (const drun::Error& e) {
     std::cerr << "drun-rendezvous: " << e.what() << std::endl;
     return 1;

@@ -110,8 +110,7 @@ void TcpStore::Connection::handshake(const Deadline& deadline) {
   const std::string job = options_.scope.empty() ? "" : " (job '" + options_.scope + "')";
   if (reply.tokenRequired && options_.token.empty())
     throw AuthError("store at " + endpoint_ + " requires a token" + job +
-                    ": give the job's token file (--rdzv-conf token_file=PATH or "
-                    "DRUN_RDZV_TOKEN_FILE)");
+                    ": give the job's token file (" + options_.tokenHint + ")");
   if (!reply.tokenRequired && !options_.token.empty())
     throw AuthError("store at " + endpoint_ + " does not ask for a token, but this client has "
                     "one: it is not the job's store, or it was started without the token");

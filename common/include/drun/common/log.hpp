@@ -8,8 +8,8 @@
 
 namespace drun::log {
 
-// Sets up a stderr logger named `component` with pattern "[component] message" (plus time at
-// debug). `level` overrides DRUN_LOG_LEVEL when non-empty. Unknown level names throw
+// Sets up a stderr logger named `component`, each line "component: <UTC ISO 8601 time, ms>
+// <level>: message". `level` overrides DRUN_LOG_LEVEL when non-empty. Unknown level names throw
 // InvalidArgument.
 void init(std::string_view component, std::string_view level = {});
 

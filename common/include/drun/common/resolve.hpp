@@ -30,6 +30,8 @@ struct Resolved {
   AddrInfoList addresses;  // non-null on success
   std::string error;       // on failure: why, naming the host ("" on success)
   bool timedOut = false;   // the resolver did not answer within the deadline
+  bool temporary = false;  // worth asking again: no answer in time, or EAI_AGAIN (a DNS server
+                           // that failed for now), not a name that does not exist
 };
 
 // getaddrinfo(host, service, hints) within `timeout` (at least 1 ms). Never throws for a name

@@ -51,6 +51,8 @@ struct TcpStoreOptions {
   // it in the hello and the server must prove it back: a store that does not is not used.
   std::string token;
   std::string scope;  // the run id this client works for: a server with per-job tokens needs it
+  // How the user gives the token, for the error when the store asks for one and there is none.
+  std::string tokenHint = "--rdzv-conf token_file=PATH or DRUN_RDZV_TOKEN_FILE";
 };
 
 class TcpStore final : public LivenessStore {
