@@ -239,3 +239,28 @@ TEST_CASE("c10d: an outcome in the store before any round closed is not believed
   auto fb = startNext(*b);
   checkRound({getWithin(fa), getWithin(fb)}, {1, 1});
 }
+
+// A member whose round formed, but whose watcher's connection got no answer (the store stalled),
+// fails its join and leaves (as the agent does on a failed rendezvous): it never runs, so the
+// others must learn that it is gone (its will: lost), never wait for it to finish.
+TEST_CASE("c10d: a member whose watcher cannot connect after its round formed is lost to the others",
+          "[rendezvous]") {
+  MemoryCluster cluster;
+  auto a = cluster.agent(withNode(options(2, 2), "hostA"));
+  FirstChange lost(*a, "member lost");
+  C10dStoreAccess access;
+  access.store = std::make_unique<MemoryStore>(cluster.shared);
+  access.connectWatcher = []() -> std::unique_ptr<LivenessStore> {
+    throw TimeoutError("store at memory did not answer the hello within 1000ms");
+  };
+  access.endpoint = "memory";
+  auto b = makeC10dRendezvous(withNode(options(2, 2), "hostB"), std::move(access));
+  auto fa = startNext(*a);
+  auto fb = startNext(*b);
+  const RoundResult ra = getWithin(fa);
+  CHECK(ra.nodeCount == 2);
+  REQUIRE(fb.wait_for(kHang) == std::future_status::ready);
+  REQUIRE_THROWS_WITH(fb.get(), Catch::Contains("did not answer the hello"));
+  b->leave();
+  CHECK_THAT(lost.get(), Catch::Contains("hostB"));
+}
