@@ -463,13 +463,13 @@ class C10dRendezvous final : public Rendezvous {
     w.slice = watchSlice(options().heartbeatTimeout);
     try {
       watcher_ = std::make_unique<MembershipWatcher>(connect_(), std::move(w), slot_);
-    } catch (...) {
+    } catch (const Error& e) {
       // This node cannot run the round it took (the store stalled past the watcher's hello): its
       // connection closes so that its will runs (lost: the others re-form without it, where a
-      // clean leave() would have them wait for it to finish); the store counts as lost.
+      // clean leave() would have them wait for it to finish), and it joins again as a newcomer.
       store_.reset();
       markStoreLost();
-      throw;
+      throw NetworkError("the membership watcher could not connect: " + std::string(e.what()));
     }
   }
 
