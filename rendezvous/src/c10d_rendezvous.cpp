@@ -461,7 +461,16 @@ class C10dRendezvous final : public Rendezvous {
     w.lostSeen = seat.lostSeen;
     w.endpoint = node_.endpoint;
     w.slice = watchSlice(options().heartbeatTimeout);
-    watcher_ = std::make_unique<MembershipWatcher>(connect_(), std::move(w), slot_);
+    try {
+      watcher_ = std::make_unique<MembershipWatcher>(connect_(), std::move(w), slot_);
+    } catch (const Error& e) {
+      // This node cannot run the round it took (the store stalled past the watcher's hello): its
+      // connection closes so that its will runs (lost: the others re-form without it, where a
+      // clean leave() would have them wait for it to finish), and it joins again as a newcomer.
+      store_.reset();
+      markStoreLost();
+      throw NetworkError("the membership watcher could not connect: " + std::string(e.what()));
+    }
   }
 
   void stopWatcher() { watcher_.reset(); }

@@ -239,3 +239,34 @@ TEST_CASE("c10d: an outcome in the store before any round closed is not believed
   auto fb = startNext(*b);
   checkRound({getWithin(fa), getWithin(fb)}, {1, 1});
 }
+
+// A member whose round formed, but whose watcher's connection got no answer (the store stalled):
+// it cannot run the round, so the others must learn that it is gone (its will: lost) instead of
+// waiting for it to finish, and it joins again as a newcomer, taken in by the next round.
+TEST_CASE("c10d: a member whose watcher cannot connect after its round formed is lost, and joins again",
+          "[rendezvous]") {
+  MemoryCluster cluster;
+  auto o = options(2, 2);
+  o.replaceTimeout = 10s;  // hostA may re-form before hostB is back
+  auto a = cluster.agent(withNode(o, "hostA"));
+  FirstChange lost(*a, "member lost");
+  auto watchers = std::make_shared<std::atomic<int>>(0);
+  C10dStoreAccess access;
+  access.store = std::make_unique<MemoryStore>(cluster.shared);
+  access.connectWatcher = [s = cluster.shared, watchers]() -> std::unique_ptr<LivenessStore> {
+    if (watchers->fetch_add(1) == 0)
+      throw TimeoutError("store at memory did not answer the hello within 1000ms");
+    return std::make_unique<MemoryStore>(s);
+  };
+  access.endpoint = "memory";
+  auto b = makeC10dRendezvous(withNode(o, "hostB"), std::move(access));
+  auto fa = startNext(*a);
+  auto fb = startNext(*b);
+  CHECK(getWithin(fa).round == 0);
+  CHECK_THAT(lost.get(), Catch::Contains("hostB"));
+  fa = startNext(*a);
+  std::vector<RoundResult> second = {getWithin(fa), getWithin(fb)};
+  checkRound(second, {1, 1});
+  CHECK(second[0].round > 0);
+  CHECK(watchers->load() == 3);  // the one that failed, the reconnection, round 1's watcher
+}
