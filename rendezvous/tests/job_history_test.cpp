@@ -160,7 +160,7 @@ TEST_CASE("ListJobs: the run ids with keys, refused to a client of one job", "[h
 }
 
 TEST_CASE("job history: a cancelled job: its state, who was signalled, no lost node for the "
-          "cancelled nodes; a later round without the node is running again", "[history]") {
+          "cancelled nodes, and a later round without the node is running again", "[history]") {
   auto formed = [](int round, const std::string& node) {
     return event("round_formed", {{"round", round}, {"world_size", 2}, {"node_count", 2},
                                   {"node_rank", node == "n0" ? 0 : 1}, {"node", node}});

@@ -144,8 +144,8 @@ TEST_CASE("resolve: a resolver that never answers costs each lookup its deadline
   CHECK(seen == 3);
 }
 
-TEST_CASE("resolve: a lookup failing for now is retried within the window with progress lines; "
-          "any other error at once", "[resolve]") {
+TEST_CASE("resolve: a lookup failing for now is retried within the window with progress lines, "
+          "and any other error fails at once", "[resolve]") {
   using drun::NetworkError;
   std::vector<std::string> said;
   auto say = [&](const std::string& line) { said.push_back(line); };
