@@ -29,8 +29,11 @@ start() {  # start: a cluster owned by a fresh `sleep`; sets owner, dir, members
   watcher=$(cat "$dir/watcher.pid")
 }
 
-# 1. The owner dies without stopping its cluster.
+# 1. The owner dies without stopping its cluster; the watcher is not in the caller's process
+# group (a kill of that group, a cancelled run, would take it along and leave the members).
 start
+[[ "$(ps -o pgid= -p "$watcher" | tr -d ' ')" != "$(ps -o pgid= -p $$ | tr -d ' ')" ]] ||
+  { bash scripts/etcd/down.sh "$dir"; fail "the watcher $watcher is in the caller's process group"; }
 kill -KILL "$owner"
 wait "$owner" 2>/dev/null || true
 for _ in $(seq 100); do  # the watcher checks once a second: 10 s at most

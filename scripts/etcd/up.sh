@@ -124,11 +124,12 @@ for i in 0 1 2; do
 done
 if [[ -n "${OWNER_PID:-}" ]]; then
   # Checks once a second for as long as the owner lives (a test: ctest's timeout bounds it);
-  # detached from the caller's output, which the caller reads to its end.
-  (
-    while kill -0 "$OWNER_PID" 2>/dev/null; do sleep 1; done
-    DRUN_ETCD_WATCHER=1 "$(dirname "$0")/down.sh" "$dir"
-  ) </dev/null >/dev/null 2>&1 &
+  # detached from the caller's output, which the caller reads to its end, and in a session of its
+  # own: a kill of the caller's process group (a cancelled run) must not take the watcher along,
+  # since the members (each in a group of their own) would outlive it. Named up.sh-watcher, which
+  # down.sh looks for.
+  setsid bash -c 'while kill -0 "$1" 2>/dev/null; do sleep 1; done; DRUN_ETCD_WATCHER=1 "$2" "$3"' \
+    up.sh-watcher "$OWNER_PID" "$(dirname "$0")/down.sh" "$dir" </dev/null >/dev/null 2>&1 &
   echo $! >"$dir/watcher.pid"
 fi
 echo "$dir $endpoints"
