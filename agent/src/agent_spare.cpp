@@ -30,7 +30,17 @@ void ElasticAgent::Impl::startSpareStandbys() {
     spdlog::debug("agent: no standby workers while waiting as a spare: the output goes to log files");
     return;
   }
-  const std::filesystem::path dir = jobDir->path() / "spare";
+  try {
+    startSpareStandbysIn(jobDir->path() / "spare");
+  } catch (const std::exception& e) {
+    // They only shorten a recovery: the spare waits on without them (new processes take a place).
+    spdlog::warn("agent: no standby workers while waiting as a spare: {}", e.what());
+    standbys.reset();
+    group.reset();
+  }
+}
+
+void ElasticAgent::Impl::startSpareStandbysIn(const std::filesystem::path& dir) {
   std::filesystem::create_directories(dir);
   // A spare takes a place in a job of several nodes: its workers' prefixes name their ranks.
   group = std::make_unique<WorkerGroup>(io, groupOptions(2, {}));

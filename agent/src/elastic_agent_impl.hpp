@@ -225,6 +225,7 @@ struct ElasticAgent::Impl {
   // ---- a spare's standby workers (agent_spare.cpp) -------------------------------------------
   GroupOptions groupOptions(int worldSize, const std::filesystem::path& attemptDir);
   void startSpareStandbys();            // this node began waiting to join a running job
+  void startSpareStandbysIn(const std::filesystem::path& dir);  // startSpareStandbys' work, may throw
   bool takesPlaceWithStandbys() const;  // the round is a place taken, with the spare's standbys
   struct PlaceWorkers {
     std::vector<pid_t> pids;        // by local rank
