@@ -314,7 +314,7 @@ TEST_CASE("hostile clients: an open store serves a real job beside wire attacks 
     std::string name;
     std::function<void(drun::rdzv::TcpStore&, const std::string&)> write;
   };
-  const std::string evilHeader = "ok\t2\t4\tevil;rm -rf /\t29500\t0\t0\t0\n";
+  const std::string evilHeader = "ok\t2\t4\tevil;rm -rf /\t29500\t0\t0\t0\t0000000000000000\n";
   const std::vector<Forgery> forgeries = {
       {"round = garbage",
        [](drun::rdzv::TcpStore& s, const std::string& id) { s.set(keys::currentRound(id), "\x01\x02 nope"); }},

@@ -1,13 +1,17 @@
 // drun-rendezvous restarted under a running job (an upgrade, a systemd restart): the agents retry
 // the store for --rdzv-conf reconnect_timeout and refill the fresh store from what they know, so
-// the job goes on with its restart count and budget (TORCHELASTIC_RESTART_COUNT continues); a
-// store gone for longer ends every agent with a clear error, its workers stopped.
+// the job goes on with its restart count and budget (TORCHELASTIC_RESTART_COUNT continues). When
+// the same nodes come back, the running workers are not stopped at all; when the membership
+// changed, the job re-forms. A store gone for longer ends every agent with a clear error, its
+// workers stopped.
 #include <signal.h>
 
-#include <regex>
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
+#include <regex>
+#include <thread>
 
 #include "process.hpp"
 
@@ -44,7 +48,7 @@ void killDaemon(std::unique_ptr<Process>& daemon) {
 // later counts every worker waits for $MARKS/go, then rank 3 fails with $FAIL_LATER (0: succeeds).
 std::vector<std::string> workerProgram() {
   return {"sh", "-c",
-          "echo RUN rank=$RANK count=$TORCHELASTIC_RESTART_COUNT; touch $MARKS/$RANK-"
+          "echo RUN rank=$RANK count=$TORCHELASTIC_RESTART_COUNT pid=$$; touch $MARKS/$RANK-"
           "$TORCHELASTIC_RESTART_COUNT; "
           "if [ $TORCHELASTIC_RESTART_COUNT = 0 ]; then "
           "  if [ $RANK = 3 ]; then for i in $(seq 3000); do "
@@ -80,30 +84,75 @@ void restartDaemonUnder(std::unique_ptr<Process>& daemon, uint16_t port, const T
 
 }  // namespace
 
-TEST_CASE("store restart: a daemon restarted while workers run: the restart count and budget go on",
-          "[e2e][rendezvous][store_restart]") {
-  const uint16_t port = freeLoopbackPort();
-  auto daemon = startDaemon(port);
+// The RUN lines of `out` with count `count`, as "rank=R ... pid=P" (sorted: one per worker run).
+std::vector<std::string> runLines(const std::string& out, const std::string& count) {
+  std::vector<std::string> lines;
+  const std::regex line("RUN (rank=\\d+) (count=\\d+) (pid=\\d+)");
+  for (auto it = std::sregex_iterator(out.begin(), out.end(), line); it != std::sregex_iterator(); ++it)
+    if ((*it)[2] == "count=" + count) lines.push_back((*it)[1].str() + " " + (*it)[3].str());
+  std::sort(lines.begin(), lines.end());
+  return lines;
+}
+
+// A daemon on a fresh port and a 2-node job with budget 1 on it whose rank 3 failed once: both
+// agents run count 1's workers, which wait for $MARKS/go.
+struct JobAtCount1 {
+  uint16_t port = freeLoopbackPort();
+  std::unique_ptr<Process> daemon = startDaemon(port);
   TempDir marks;
-  const std::string id = "restart-" + randomHex(6);
-  // Budget 1: rank 3 fails once (count 0 -> 1); after the daemon's restart it fails again, which
+  std::unique_ptr<Process> a, b;
+
+  explicit JobAtCount1(const std::string& idPrefix) {
+    const std::string id = idPrefix + randomHex(6);
+    a = startAgent(port, id, 1, marks, 3);
+    b = startAgent(port, id, 1, marks, 3);
+    REQUIRE(a->waitForLines("count=1", 2, 60s));
+    REQUIRE(b->waitForLines("count=1", 2, 60s));
+  }
+};
+
+TEST_CASE("store restart: a daemon restarted while workers run: they keep running, the count and budget go on",
+          "[e2e][rendezvous][store_restart]") {
+  // Budget 1: rank 3 failed once (count 0 -> 1); after the daemon's restart it fails again, which
   // must end the job (count 1 of 1). A reset budget would run it a third time with count 0.
-  auto a = startAgent(port, id, 1, marks, 3);
-  auto b = startAgent(port, id, 1, marks, 3);
-  REQUIRE(a->waitForLines("count=1", 2, 60s));
-  REQUIRE(b->waitForLines("count=1", 2, 60s));
-  // Every worker runs again, with the count carried through the fresh store.
-  restartDaemonUnder(daemon, port, marks, {a.get(), b.get()}, "count=1", 4);
+  JobAtCount1 job("restart-");
+  auto& [port, daemon, marks, a, b] = job;
+  killDaemon(daemon);
+  daemon = startDaemon(port);
+  auto kept = [](const std::string&, const std::string& err) {
+    return err.find("the workers kept running") != std::string::npos;
+  };
+  CHECK(a->waitForOutput(kept, 60s));
+  CHECK(b->waitForOutput(kept, 60s));
+  touch(marks / "go");
   RunResult ra = a->wait(), rb = b->wait();
   INFO(ra.describe() << "\n" << rb.describe());
   for (const RunResult* r : {&ra, &rb}) {
     CHECK(r->status() == 3);
     CHECK_THAT(r->err, Catch::Contains("drun: root cause: rank 3"));
     CHECK(countLinesWith(r->out, "count=0") == 2);  // the first run only: never a reset count
-    CHECK(countLinesWith(r->out, "count=1") == 4);
+    CHECK(runLines(r->out, "1").size() == 2);       // the same processes: not started again
+    CHECK(countLinesWith(r->out, "count=2") == 0);
+    CHECK_THAT(r->err, Catch::Contains("the workers keep running while this node reconnects"));
+    CHECK_THAT(r->err, !Catch::Contains("re-forming the job"));
+  }
+}
+
+TEST_CASE("store restart: a worker that fails while the store is away is reported in the round that forms",
+          "[e2e][rendezvous][store_restart]") {
+  JobAtCount1 job("away-");
+  auto& [port, daemon, marks, a, b] = job;
+  killDaemon(daemon);
+  touch(marks / "go");  // rank 3 fails now, with no store to report to
+  std::this_thread::sleep_for(1500ms);
+  daemon = startDaemon(port);
+  RunResult ra = a->wait(), rb = b->wait();
+  INFO(ra.describe() << "\n" << rb.describe());
+  for (const RunResult* r : {&ra, &rb}) {
+    CHECK(r->status() == 3);  // the budget was spent: the failure is not lost with the store
+    CHECK_THAT(r->err, Catch::Contains("drun: root cause: rank 3"));
     CHECK(countLinesWith(r->out, "count=2") == 0);
   }
-  CHECK_THAT(ra.err + rb.err, Catch::Contains("re-forming the job"));
 }
 
 TEST_CASE("store restart: a daemon restarted while the job restarts: the new round keeps the count",

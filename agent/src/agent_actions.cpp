@@ -21,14 +21,17 @@ using rdzv::JobEvent;
 void ElasticAgent::Impl::joinRound(const Input&) {
   note("node_joining", {{"round", attempt == 0 ? nlohmann::json() : nlohmann::json(round.round)}});
   shareLearnedTimeouts();
+  ++joinsInFlight;
   offLoopCall([this] { return rendezvous->next(); },
               [this](const rdzv::RoundResult& r) {
+                --joinsInFlight;
                 Input in;
                 in.round = r;
                 in.reason = "round " + std::to_string(r.round);
                 dispatch(Event::RoundFormed, in);
               },
               [this](std::exception_ptr error) {
+                --joinsInFlight;
                 Input in;
                 try {
                   std::rethrow_exception(error);
@@ -402,7 +405,7 @@ void ElasticAgent::Impl::exitSignalledWhileJoining(const Input& in) {
 // running (Impl::leftRunning); the process's exit closes its connection, whose will tells the
 // others.
 void ElasticAgent::Impl::leaveAndStop(bool clean, bool joinInFlight) {
-  if (joinInFlight) {
+  if (joinInFlight || joinsInFlight > 0) {
     io.stop();
     return;
   }

@@ -13,6 +13,8 @@ const char* toString(AgentState state) {
     case AgentState::StoppingForReform: return "StoppingForReform";
     case AgentState::StoppingToExit: return "StoppingToExit";
     case AgentState::Finishing: return "Finishing";
+    case AgentState::Reconnecting: return "Reconnecting";
+    case AgentState::StoppingForRound: return "StoppingForRound";
     case AgentState::Succeeded: return "Succeeded";
     case AgentState::Failed: return "Failed";
   }
@@ -42,6 +44,12 @@ const char* toString(Event e) {
     case Event::ScaleUpClaimed: return "scale-up claimed";
     case Event::ScaleUpRefused: return "scale-up refused";
     case Event::StoreLost: return "store lost";
+    case Event::StoreLostKeepingWorkers: return "store lost, workers kept";
+    case Event::StoreRefilled: return "store refilled";
+    case Event::StoreKeptJob: return "store kept the job";
+    case Event::FenceDue: return "fence due";
+    case Event::RoundContinues: return "round continues";
+    case Event::RoundChanged: return "round changed";
     case Event::WorkerToReplace: return "worker to replace";
     case Event::RecoveryOpened: return "recovery opened";
     case Event::RecoveryRefused: return "recovery refused";

@@ -37,6 +37,13 @@ enum class Event {
                      // another member's, found by finish())
   ScaleUpRefused,    // a member finished the round first: the job runs to its end
   StoreLost,
+  // A store lost while the workers run (agent_store_loss.cpp)
+  StoreLostKeepingWorkers,  // the store was lost under --recovery restart: reconnect, workers running
+  StoreRefilled,            // it had restarted empty (lost by every member): rejoin, workers running
+  StoreKeptJob,             // it still held the job (lost by this node only): stop the workers
+  FenceDue,                 // it stayed away past heartbeat_timeout: stop the workers
+  RoundContinues,           // the round formed after it carries the workers' round on unchanged
+  RoundChanged,             // it has other members (or a failure in its count): restart the workers
   // --recovery in-process (agent_recovery.cpp)
   WorkerToReplace,       // a local worker failed while the node runs: replace it in place
   RecoveryOpened,        // this node opened a generation for it (budget spent, generation moved)

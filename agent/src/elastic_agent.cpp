@@ -39,7 +39,8 @@ constexpr AgentState R = AgentState::Rendezvous, Run = AgentState::Running,
                    SF = AgentState::StoppingForFailure, Rep = AgentState::Reporting,
                    SR = AgentState::StoppingForReform, SX = AgentState::StoppingToExit,
                    Fin = AgentState::Finishing, OK = AgentState::Succeeded,
-                   Bad = AgentState::Failed, Rec = AgentState::Recovering;
+                   Bad = AgentState::Failed, Rec = AgentState::Recovering,
+                   Rc = AgentState::Reconnecting, SN = AgentState::StoppingForRound;
 
 }  // namespace
 
@@ -114,6 +115,28 @@ constexpr ElasticAgent::Impl::Rule ElasticAgent::Impl::kRules[] = {
     {SF, Event::NodeRecoveryOpened, SF, &Impl::withdrawLostPlaces},
     {SX, Event::NodeRecoveryOpened, SX, &Impl::withdrawLostPlaces},
     {R, Event::NodeRecoveryOpened, R, &Impl::withdrawLostPlaces},
+    // the store lost while the workers run, under --recovery restart (agent_store_loss.cpp)
+    {Run, Event::StoreLostKeepingWorkers, Rc, &Impl::reconnectKeepingWorkers},
+    {Rc, Event::StoreRefilled, Rc, &Impl::rejoinKeepingWorkers},
+    {Rc, Event::StoreKeptJob, SR, &Impl::fenceWorkers},
+    {Rc, Event::FenceDue, SR, &Impl::fenceWorkers},
+    {SR, Event::RendezvousFailed, SX, &Impl::sayRendezvousFailed},  // the reconnect, after a fence
+    {Rc, Event::RoundFormed, Rc, &Impl::compareRound},
+    {Rc, Event::RoundContinues, Run, &Impl::keepWorkers},
+    {Rc, Event::RoundChanged, SN, &Impl::stopForNewRound},
+    {Rc, Event::WorkerFailed, Rc, &Impl::holdWhileReconnecting},
+    {Rc, Event::WorkersSucceeded, Rc, &Impl::holdWhileReconnecting},
+    {Rc, Event::RendezvousFailed, SX, &Impl::stopStoreGone},
+    {Rc, Event::JobEnded, SX, &Impl::stopStoreGone},
+    {Rc, Event::JobEndedOk, SX, &Impl::stopStoreGone},
+    {Rc, Event::Signal, SX, &Impl::stopForSignal},
+    {Rc, Event::WorkersSignalled, SX, &Impl::stopCancelled},
+    {SN, Event::WorkersStopped, Run, &Impl::startNewRound},
+    {SN, Event::MemberLost, SR, nullptr},  // the new round re-forms: join again once stopped
+    {SN, Event::StoreLost, SR, nullptr},
+    {SN, Event::JobFailed, SR, nullptr},
+    {SN, Event::JobFailedFinal, SX, &Impl::noteFinalCause},
+    {SN, Event::Signal, SX, &Impl::stopForSignal},
 };
 
 // ---- the machine ----------------------------------------------------------------------------
@@ -235,7 +258,9 @@ void ElasticAgent::Impl::onJobEvent(const JobEvent& e) {
     case JobEvent::Kind::Succeeded: dispatch(Event::JobSucceeded, in); break;
     case JobEvent::Kind::MemberLost: dispatch(memberLostEvent(), in); break;
     case JobEvent::Kind::NodeWaiting: dispatch(Event::NodeWaiting, in); break;
-    case JobEvent::Kind::StoreLost: dispatch(Event::StoreLost, in); break;
+    case JobEvent::Kind::StoreLost:
+      dispatch(keepsWorkersThroughStoreLoss() ? Event::StoreLostKeepingWorkers : Event::StoreLost, in);
+      break;
   }
 }
 

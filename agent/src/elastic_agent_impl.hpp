@@ -93,6 +93,11 @@ struct ElasticAgent::Impl {
   boost::asio::steady_timer cancelTimer{io};
   int exitCode = 0;
   bool leftRunning = false;  // run() left a rendezvous call running on offLoop (see run())
+  // Joins (next(), reconnectAfterLoss()) running on offLoop: an exit does not wait for them.
+  int joinsInFlight = 0;
+  boost::asio::steady_timer fenceTimer{io};  // Reconnecting: heartbeat_timeout, then the workers stop
+  bool storeRefilled = false;                // Reconnecting: the store came back empty (no fence)
+  std::optional<rdzv::RoundResult> newRound;  // StoppingForRound: the round to start once stopped
 
   // --recovery in-process (agent_recovery.cpp). The workers' store outlives the rounds; the
   // watch and what the round's generations are live for one round (reset by startWorkers).
@@ -193,6 +198,18 @@ struct ElasticAgent::Impl {
   void exitJobEnded(const Input& in);
   void exitSignalled(const Input& in);
   void exitSignalledWhileJoining(const Input& in);
+  // ---- the store lost while the workers run (agent_store_loss.cpp) ---------------------------
+  bool keepsWorkersThroughStoreLoss() const;
+  void reconnectKeepingWorkers(const Input& in);
+  void rejoinKeepingWorkers(const Input& in);
+  void fenceWorkers(const Input& in);
+  void sayRendezvousFailed(const Input& in);
+  void compareRound(const Input& in);
+  void keepWorkers(const Input& in);
+  void holdWhileReconnecting(const Input& in);
+  void stopForNewRound(const Input& in);
+  void startNewRound(const Input& in);
+  void stopStoreGone(const Input& in);
   // ---- a cancel (agent_cancel.cpp) --------------------------------------------------------
   bool holdForCancel(const WorkerExit& exit);  // true: the exit waits for the window to close
   void closeCancelWindow();

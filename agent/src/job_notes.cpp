@@ -75,6 +75,13 @@ void JobNotes::roundStarted(const rdzv::RoundResult& round, const std::vector<pi
   memberLostSinceRound_ = false;
 }
 
+void JobNotes::roundContinued(const rdzv::RoundResult& round, uint64_t fromRound) {
+  note("round_formed", roundFormedFields(round, nprocPerNode_, maxRestarts_));
+  note("round_continued", {{"round", round.round}, {"from_round", fromRound}});
+  previousHosts_ = round.hosts;
+  restartCount_ = round.restartCount;
+}
+
 void JobNotes::workerExited(const WorkerExit& exit, uint64_t round, const HangReport* hang) {
   note("worker_exited", workerExitFields(exit, round));
   if (hang && !exit.succeeded()) note("hang_detected", hangFields(*hang, exit.globalRank, round));

@@ -45,6 +45,9 @@ class JobNotes {
   // whether a standby took its ranks.
   void roundStarted(const rdzv::RoundResult& round, const std::vector<pid_t>& pids, int attempt,
                     const std::vector<bool>& fromStandby = {});
+  // A round that carries the running one on with the same workers (a refilled store): its
+  // round_formed and round_continued, no worker_started (the workers did not start again).
+  void roundContinued(const rdzv::RoundResult& round, uint64_t fromRound);
   // worker_exited, and hang_detected for a failed worker that hung.
   void workerExited(const WorkerExit& exit, uint64_t round, const HangReport* hang);
   // failure_recorded and restart (unless final): the round's root cause this node acted on,

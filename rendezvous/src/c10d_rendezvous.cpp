@@ -20,6 +20,8 @@
 #include <algorithm>
 #include <atomic>
 #include <mutex>
+#include <optional>
+#include <utility>
 
 #include <spdlog/spdlog.h>
 
@@ -84,18 +86,7 @@ class C10dRendezvous final : public Rendezvous {
     self.previousRank = lastRound_ ? std::optional<int>(lastNodeRank_) : std::nullopt;
 
     for (int attempt = 0;; ++attempt) {
-      if (storeLost_) {
-        try {
-          reconnectStore();  // throws when the store stays gone past reconnect_timeout
-        } catch (const NetworkError& e) {
-          // Connected again, but a call after it (the refill's) broke: one more attempt, as a join
-          // that broke. Still lost (the store stayed gone): that is the answer.
-          if (storeLost_ || attempt >= 3) throw;
-          spdlog::info("rendezvous '{}': {}; reconnecting", id(), e.what());
-          markStoreLost();
-          continue;
-        }
-      }
+      if (storeLost_ && !reconnectAttempt(attempt)) continue;
       // A fresh MASTER_PORT every round: ranks of an old round, fenced off or not yet stopped, can
       // never reach the new round's store. Held while the round forms, released once it has.
       // Drawn again for every attempt: a join retried after a lost connection can land in the
@@ -170,6 +161,14 @@ class C10dRendezvous final : public Rendezvous {
     store_.reset();
     if (!left && server_) barrier_.serveAfterOwnLoss(connect_, *server_);
     if (server_) server_->stop();
+  }
+
+  bool reconnectAfterLoss() override {
+    if (!storeLost_) return false;
+    stopWatcher();
+    for (int attempt = 0; !reconnectAttempt(attempt); ++attempt) {
+    }
+    return refillRound_.has_value();
   }
 
   void abandon() override {
@@ -380,6 +379,7 @@ class C10dRendezvous final : public Rendezvous {
         continue;
       }
       if (seat) {
+        seat->result.continuesPrevious = carriesOn(*seat);
         const RoundResult& result = seat->result;
         if (seat->memberId) {  // a spare that took a lost member's place in the running round
           node_.self.id = *seat->memberId;
@@ -389,6 +389,8 @@ class C10dRendezvous final : public Rendezvous {
         restartCount_ = result.restartCount;
         lastNodeCount_ = result.nodeCount;
         lastNodeRank_ = result.nodeRank;
+        lastWorldSize_ = result.worldSize;
+        lastRosterDigest_ = seat->rosterDigest;
         spdlog::debug("rendezvous '{}': round {} formed in {}: node rank {} of {}, world size {}, "
                       "restart {}",
                       id(), round,
@@ -413,6 +415,21 @@ class C10dRendezvous final : public Rendezvous {
     storeLost_ = true;
   }
 
+  // One attempt of `attempt` to reconnect the lost store (throws when it stays gone past
+  // reconnect_timeout). False when it came back but a call after it (the refill's) broke: one
+  // more attempt, as a join that broke.
+  bool reconnectAttempt(int attempt) {
+    try {
+      reconnectStore();
+      return true;
+    } catch (const NetworkError& e) {
+      if (storeLost_ || attempt >= 3) throw;  // still lost (the store stayed gone): the answer
+      spdlog::info("rendezvous '{}': {}; reconnecting", id(), e.what());
+      markStoreLost();
+      return false;
+    }
+  }
+
   void reconnectStore() {
     if (server_) throw NetworkError("rendezvous '" + id() + "': lost the store at " + node_.endpoint);
     store_.reset();
@@ -433,11 +450,13 @@ class C10dRendezvous final : public Rendezvous {
       const Refill carried{*lastRound_ + 1,
                            restartCount_ + (failedRound == lastRound_ ? 1 : 0)};
       if ((refillRound_ = refillStore(*store_, id(), carried))) {
+        carried_ = CarriedRound{lastRosterDigest_, lastNodeRank_, lastNodeCount_, lastWorldSize_, restartCount_};
         spdlog::info("rendezvous '{}': re-forming the job in round {} of the restarted store "
                      "(restart count {} or more)", id(), *refillRound_, carried.restarts);
         return;
       }
     }
+    carried_.reset();
     lastRound_.reset();  // the old round counted this node gone: it comes back as a newcomer
     // A newcomer under a new id: the old connection's will marked the old id dead in the round
     // it was joining, and a closer strikes every registration of a dead id (a node joining that
@@ -448,6 +467,13 @@ class C10dRendezvous final : public Rendezvous {
     node_.self.rejoining = false;
     node_.self.previousRank.reset();
     node_.descriptorLine = keys::encodeDescriptor(node_.self);
+  }
+
+  // Whether the round this node just took carries on the one it ran before the store restarted
+  // (RoundResult::continuesPrevious). Consumed: a later round is compared with nothing.
+  bool carriesOn(const Seat& seat) {
+    std::optional<CarriedRound> before = std::exchange(carried_, std::nullopt);
+    return before && !seat.memberId && before->carriesOn(seat.result, seat.rosterDigest);
   }
 
   void startWatcher(const Seat& seat) {
@@ -493,6 +519,9 @@ class C10dRendezvous final : public Rendezvous {
   int restartCount_ = 0;
   int64_t lastNodeCount_ = 0;
   int lastNodeRank_ = 0;
+  int lastWorldSize_ = 0;
+  uint64_t lastRosterDigest_ = 0;  // 0: not known (a place taken from a spare's wait)
+  std::optional<CarriedRound> carried_;  // the round this node ran when it refilled the store
   std::atomic<bool> storeLost_{false};
   bool left_ = false;
   bool configChecked_ = false;

@@ -87,6 +87,43 @@ std::vector<NodeDescriptor> parseJoined(std::string_view blob, size_t* skipped) 
   return nodes;
 }
 
+namespace {
+
+std::string hex64(uint64_t v) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out(16, '0');
+  for (int i = 15; i >= 0; --i, v >>= 4) out[static_cast<size_t>(i)] = kDigits[v & 0xf];
+  return out;
+}
+
+std::optional<uint64_t> parseHex64(std::string_view s) {
+  if (s.size() != 16) return std::nullopt;
+  uint64_t v = 0;
+  for (char c : s) {
+    const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    if (d < 0) return std::nullopt;
+    v = v << 4 | static_cast<uint64_t>(d);
+  }
+  return v;
+}
+
+}  // namespace
+
+// FNV-1a over every node rank's id and local world size: not a secret, an identity check.
+uint64_t rosterDigest(const std::vector<RosterEntry>& roster) {
+  uint64_t h = 14695981039346656037ull;
+  auto mix = [&](std::string_view bytes) {
+    for (unsigned char c : bytes) h = (h ^ c) * 1099511628211ull;
+  };
+  for (const RosterEntry& e : roster) {
+    mix(e.id);
+    mix("\t");
+    mix(std::to_string(e.localWorldSize));
+    mix("\n");
+  }
+  return h;
+}
+
 std::string encodeState(const RoundState& s, bool withRoster) {
   if (!s.ok) {
     std::string msg = s.error;
@@ -97,7 +134,8 @@ std::string encodeState(const RoundState& s, bool withRoster) {
   std::string out = "ok\t" + std::to_string(s.nodeCount) + "\t" + std::to_string(s.worldSize) +
                     "\t" + s.masterAddr + "\t" + std::to_string(s.masterPort) + "\t" +
                     std::to_string(s.changesAtClose) + "\t" + std::to_string(s.leftAtClose) +
-                    "\t" + std::to_string(s.restartCount) + "\n";
+                    "\t" + std::to_string(s.restartCount) + "\t" +
+                    hex64(s.roster.empty() ? s.rosterDigest : rosterDigest(s.roster)) + "\n";
   if (!withRoster) return out;
   out.reserve(out.size() + s.roster.size() * 24);
   for (const auto& e : s.roster)
@@ -128,14 +166,15 @@ std::optional<RoundState> parseState(std::string_view value) {
   std::optional<uint16_t> port;
   std::optional<int64_t> changes, left;
   std::optional<int> restarts;
+  std::optional<uint64_t> digest;
   // MASTER_ADDR goes to every worker (torch connects to it and unpickles what it serves): a host
   // name or an address, nothing else. Counts are within what a round can hold.
-  if (f.size() != 8 || !(nodes = parseInt<int>(f[1])) || *nodes < 1 || *nodes > kMaxNodes ||
+  if (f.size() != 9 || !(nodes = parseInt<int>(f[1])) || *nodes < 1 || *nodes > kMaxNodes ||
       !(world = parseInt<int>(f[2])) || *world < *nodes ||
       int64_t{*world} > int64_t{*nodes} * kMaxLocalWorldSize || !isHostOrAddress(f[3]) ||
       !(port = parseInt<uint16_t>(f[4])) || !(changes = parseInt<int64_t>(f[5])) ||
       *changes < 0 || !(left = parseInt<int64_t>(f[6])) || *left < 0 ||
-      !(restarts = parseInt<int>(f[7])) || *restarts < 0)
+      !(restarts = parseInt<int>(f[7])) || *restarts < 0 || !(digest = parseHex64(f[8])))
     throw corrupt();
   s.nodeCount = *nodes;
   s.worldSize = *world;
@@ -144,6 +183,7 @@ std::optional<RoundState> parseState(std::string_view value) {
   s.changesAtClose = *changes;
   s.leftAtClose = *left;
   s.restartCount = *restarts;
+  s.rosterDigest = *digest;
   int64_t sum = 0;
   for (size_t start = nl + 1; start < value.size();) {
     size_t end = value.find('\n', start);
@@ -157,7 +197,8 @@ std::optional<RoundState> parseState(std::string_view value) {
     sum += *lws;
     start = end + 1;
   }
-  if (!s.roster.empty() && (static_cast<int>(s.roster.size()) != s.nodeCount || sum != s.worldSize))
+  if (!s.roster.empty() && (static_cast<int>(s.roster.size()) != s.nodeCount || sum != s.worldSize ||
+                            rosterDigest(s.roster) != s.rosterDigest))
     throw corrupt();
   return s;
 }

@@ -375,6 +375,7 @@ std::optional<Seat> RoundJoin::seat(const keys::RoundState& state) {
                         std::to_string(r.hosts.size()) + " hosts)");
   seat.changesAtClose = state.changesAtClose;
   seat.leftAtClose = state.leftAtClose;
+  seat.rosterDigest = state.rosterDigest;
   on(Event::Closed, "node rank " + std::to_string(r.nodeRank) + " of " + std::to_string(r.nodeCount));
   return seat;
 }

@@ -43,6 +43,7 @@ struct Seat {
   int64_t changesAtClose = 0;
   int64_t leftAtClose = 0;
   int64_t lostSeen = 0;  // members of the round lost before this node got its seat
+  uint64_t rosterDigest = 0;  // the round's members (keys::rosterDigest); 0: not known (a place taken)
   // A spare that took a lost member's place in the running round: its id as that member
   // (result.round is then the running round, not the one it waited in).
   std::optional<std::string> memberId;

@@ -127,6 +127,7 @@ RoundDecision decideRound(const std::string& runId, uint64_t round,
           {members[i].id, members[i].displayName(), members[i].localWorldSize});
       hosts.push_back(d.state.roster.back().name);
     }
+    d.state.rosterDigest = keys::rosterDigest(d.state.roster);
     d.keys.reserve(members.size() + 3);
     d.values.reserve(members.size() + 3);
     for (size_t i = 0; i < members.size(); ++i) {

@@ -15,12 +15,19 @@
 // to R (status of round 0 is bumped; RoundJoin looks at the refill record).
 // A store that still holds the job (a cut link) is no fresh store: nothing is written.
 //
+// Round R carries the survivors' last round on unchanged when its roster is that round's (the
+// survivors keep their node ids through a refill: the same roster digest) with the same world
+// and restart count: then no worker need stop (RoundResult::continuesPrevious). Any other
+// outcome (a member that did not come back, a newcomer, a failure carried in the count) is a
+// membership change, and the job re-forms as after any store loss.
+//
 // Threading: functions over the caller's store connection, on the agent thread.
 #pragma once
 
 #include <optional>
 #include <string>
 
+#include "drun/rendezvous/rendezvous.hpp"
 #include "drun/store/store.hpp"
 
 namespace drun::rdzv {
@@ -28,6 +35,21 @@ namespace drun::rdzv {
 struct Refill {
   uint64_t round = 0;  // the round the survivors re-form
   int restarts = 0;    // the job's restart count carried into it
+};
+
+// The round a survivor ran when it refilled the store: what the refilled round is compared with.
+struct CarriedRound {
+  uint64_t rosterDigest = 0;  // keys::rosterDigest of its members; 0: unknown, never carried on
+  int nodeRank = 0;
+  int64_t nodeCount = 0;
+  int worldSize = 0;
+  int restartCount = 0;
+
+  bool carriesOn(const RoundResult& refilled, uint64_t refilledDigest) const {
+    return rosterDigest != 0 && refilledDigest == rosterDigest && refilled.nodeRank == nodeRank &&
+           refilled.nodeCount == nodeCount && refilled.worldSize == worldSize &&
+           refilled.restartCount == restartCount;
+  }
 };
 
 std::string encodeRefill(const Refill& refill);

@@ -15,7 +15,7 @@ namespace {
 std::string stateWith(const std::string& addr, int nodes = 1, int world = 4,
                       const std::string& counters = "0\t0\t0") {
   return "ok\t" + std::to_string(nodes) + "\t" + std::to_string(world) + "\t" + addr +
-         "\t29500\t" + counters + "\n";
+         "\t29500\t" + counters + "\t0000000000000000\n";
 }
 
 }  // namespace
@@ -57,6 +57,36 @@ TEST_CASE("keys: a round state whose MASTER_ADDR is not a host or an address is 
   d.host = "host";
   d.addr = "not an address";
   CHECK_THROWS_AS(keys::encodeDescriptor(d), drun::InvalidArgument);
+}
+
+TEST_CASE("keys: a round's roster digest names its members, survives the header-only form and is checked",
+          "[rendezvous][keys]") {
+  keys::RoundState s;
+  s.nodeCount = 2;
+  s.worldSize = 3;
+  s.masterAddr = "10.0.0.7";
+  s.masterPort = 29500;
+  s.roster = {{"aaaa", "h0", 1}, {"bbbb", "h1", 2}};
+  const auto full = keys::parseState(keys::encodeState(s));
+  REQUIRE(full);
+  CHECK(full->rosterDigest == keys::rosterDigest(s.roster));
+  const auto header = keys::parseState(keys::encodeState(s, /*withRoster=*/false));
+  REQUIRE(header);
+  CHECK(header->roster.empty());
+  CHECK(header->rosterDigest == full->rosterDigest);
+  CHECK(keys::encodeState(*header, false) == keys::encodeState(s, false));
+  // Another member, the same members at other node ranks, another local world size: other digests.
+  CHECK(keys::rosterDigest({{"aaaa", "h0", 1}, {"cccc", "h1", 2}}) != full->rosterDigest);
+  CHECK(keys::rosterDigest({{"bbbb", "h1", 2}, {"aaaa", "h0", 1}}) != full->rosterDigest);
+  CHECK(keys::rosterDigest({{"aaaa", "h0", 1}, {"bbbb", "h1", 3}}) != full->rosterDigest);
+  CHECK(keys::rosterDigest({{"aaaa", "other name", 1}, {"bbbb", "h1", 2}}) == full->rosterDigest);
+  // A roster that does not match its digest, a digest that is not 16 hex digits: corrupt.
+  std::string forged = keys::encodeState(s);
+  forged.replace(forged.find("aaaa"), 4, "zzzz");
+  CHECK_THROWS_AS(keys::parseState(forged), ProtocolError);
+  CHECK_THROWS_AS(keys::parseState("ok\t1\t4\t10.0.0.7\t29500\t0\t0\t0\t0123456789abcdeg\n"), ProtocolError);
+  CHECK_THROWS_AS(keys::parseState("ok\t1\t4\t10.0.0.7\t29500\t0\t0\t0\tABCDEF0123456789\n"), ProtocolError);
+  CHECK_THROWS_AS(keys::parseState("ok\t1\t4\t10.0.0.7\t29500\t0\t0\t0\n"), ProtocolError);
 }
 
 TEST_CASE("keys: a round's error text is bounded and stripped of control characters",

@@ -167,16 +167,25 @@ void withCarrier(DType dtype, F&& f) {
 
 namespace {
 
+// A pair's initial connect is bounded by 5x this (Gloo's multiple).
+constexpr milliseconds kPairConnectSlice{2000};
+
 class GlooBackend final : public Backend {
  public:
   GlooBackend(std::shared_ptr<gloo::transport::Device> device, std::shared_ptr<rdzv::Store> store,
               int rank, int size, milliseconds timeout)
       : device_(std::move(device)), poller_(std::make_shared<GlooPoller>()) {
     auto context = std::make_shared<AbortableGlooContext>(rank, size);
-    context->setTimeout(timeout);
+    // A pair's initial connect waits up to 5x the context's timeout, and nothing interrupts it: a
+    // peer that abandoned this generation (superseded while forming: its pairs are gone) would
+    // hold this rank there for five times the whole reform's deadline. The connects get a slice
+    // instead: a peer's pair exists once its address is in the store, so its handshake takes
+    // milliseconds; a connect past the slice fails, and reform() moves to the newer generation.
+    context->setTimeout(std::min(timeout, kPairConnectSlice));
     GlooStoreAdapter adapter(std::move(store), timeout);
     try {
       context->connectFullMesh(adapter, device_);
+      context->setTimeout(timeout);
       context->makeAbortable();
       // connectFullMesh returns on a rank once its own side of each pair is up: a rank whose
       // peers all connected quickly could finish, destroy its pairs and exit while a slower rank

@@ -25,8 +25,10 @@ class GlooStoreAdapter final : public gloo::rendezvous::Store {
     return {value.begin(), value.end()};
   }
   void wait(const std::vector<std::string>& keys) override { store_->wait(keys, timeout_); }
-  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
-    store_->wait(keys, std::min(timeout, timeout_));
+  // Gloo passes its context's timeout, which while the pairs connect is the connect slice
+  // (gloo_backend.cpp), not how long a peer may take to arrive: the operation's bound is ours.
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds&) override {
+    store_->wait(keys, timeout_);
   }
 
  private:

@@ -26,6 +26,8 @@ enum class AgentState {
   StoppingForReform,   // the job re-forms (a failure elsewhere, a lost or new node, fencing)
   StoppingToExit,      // the job ends (budget spent, a signal): stopping, then exit
   Finishing,           // this node's workers succeeded: waiting for the rest (exit barrier)
+  Reconnecting,        // the store was lost: rejoining it (a refill) while the workers run
+  StoppingForRound,    // the store came back with other members: stopping, then the new round
   Succeeded,
   Failed,
 };

@@ -203,8 +203,10 @@ struct RosterEntry {
 
 // The closer's decision: the value of `state` (with the roster) and, once closed, of `status`
 // (header only):
-//   "ok\t<nodes>\t<world size>\t<master addr>\t<master port>\t<changes>\t<left>\t<restarts>\n"
+//   "ok\t<nodes>\t<world size>\t<master addr>\t<master port>\t<changes>\t<left>\t<restarts>\t<roster digest>\n"
 //   then one "<id>\t<name>\t<local world size>\n" per node rank;  or "error\t<message>".
+// The roster digest (16 hex digits) lets every member compare two rounds' members without
+// reading either roster: the same digest is the same node ids at the same node ranks.
 struct RoundState {
   bool ok = true;
   std::string error;           // !ok: why the round failed (told to every joiner)
@@ -216,7 +218,9 @@ struct RoundState {
   int64_t leftAtClose = 0;     // `left` as the closer read it (wills of joiners not taken)
   int restartCount = 0;        // the job's restarts so far (TORCHELASTIC_RESTART_COUNT)
   std::vector<RosterEntry> roster;  // by node rank (empty in the header-only form)
+  uint64_t rosterDigest = 0;        // rosterDigest(roster), in the header-only form too
 };
+uint64_t rosterDigest(const std::vector<RosterEntry>& roster);
 std::string encodeState(const RoundState& state, bool withRoster = true);
 // nullopt: not a state (an open round's counter). Throws ProtocolError on a corrupt state
 // (fields; with a roster: its size, world size = sum of its local world sizes).

@@ -87,6 +87,11 @@ struct RoundResult {
   // recovery. 0 for a node that starts its workers with the round.
   uint64_t generation = 0;
   int generationRestartCount = 0;
+  // The store restarted empty and this round carries this node's previous round on unchanged
+  // (store_refill.hpp): the same node ids at the same node ranks, the same world and restart
+  // count. Every member reads the same two rounds, so every member decides alike; its workers
+  // need not stop (MASTER_ADDR/PORT stay the previous round's: the workers use them).
+  bool continuesPrevious = false;
 };
 inline constexpr int kMaxHostsInResult = 1024;
 
@@ -173,6 +178,13 @@ class Rendezvous {
   // each waited for the other (the finished one in the exit barrier, the other in the next
   // round). May block on the store (with its deadline); throws on a store error.
   [[nodiscard]] virtual bool claimScaleUp() = 0;
+  // After a StoreLost event, before next(): reconnects (retried for reconnect_timeout; throws
+  // past it) and returns true when the store had restarted empty and this node refilled it with
+  // its round (store_refill.hpp: every member lost it too, so nobody went on without this node;
+  // the round next() forms may carry the running one on, RoundResult::continuesPrevious), false
+  // when the store still held the job (only this node lost it: the others may re-form without
+  // it, so its workers must stop). Backends without a refill return false.
+  virtual bool reconnectAfterLoss() { return false; }
   // Leaves the job for good (it ended) without closing it for the others.
   virtual void leave() = 0;
   // Leaves as a lost node would (preempted): the others re-form without this node.
