@@ -91,15 +91,20 @@ void CollectiveQueue::runParts(Task& task) {
     holdingSince_.reset();  // a collective is bounded: no hold while it runs
   }
   task.collective();
+  // The watchdog only needs waking when tasks wait behind a completion (a push during one wakes
+  // it too): a wake-up per collective would cost a context switch each.
   if (task.complete) {
+    bool waiting;
     {
       std::lock_guard lock(mutex_);
       holdingSince_ = Clock::now();
       holder_ = task.call;
+      waiting = !tasks_.empty();
     }
-    watched_.notify_all();
+    if (waiting) watched_.notify_all();
     task.complete();
   }
+  bool waiting;
   {
     std::lock_guard lock(mutex_);
     if (holder != nullptr) {  // back in the outer completion, which made progress just now
@@ -108,8 +113,9 @@ void CollectiveQueue::runParts(Task& task) {
     } else {
       holdingSince_.reset();
     }
+    waiting = holder != nullptr && !tasks_.empty();
   }
-  if (holder != nullptr) watched_.notify_all();
+  if (waiting) watched_.notify_all();
   queueRunningHere = outer;
 }
 
@@ -118,11 +124,6 @@ void CollectiveQueue::loop() {
   for (;;) {
     ready_.wait(lock, [&] { return (stopping_ && !running_) || (!tasks_.empty() && !running_); });
     if (tasks_.empty()) return;  // stopping, and everything queued ran
-    const auto claimable = tasks_.front().pushed + kClaimDelay;
-    if (!stopping_ && Clock::now() < claimable) {  // its caller may be about to run it itself
-      ready_.wait_until(lock, claimable);
-      continue;
-    }
     Queued queued = std::move(tasks_.front());
     tasks_.pop_front();
     runLocked(lock, std::move(queued));

@@ -6,8 +6,7 @@
 // - A caller that waits for a task nobody has started yet, at the head of the queue, runs it
 //   itself (runIfNext), so that a synchronous collective (torch waits at once) costs no thread
 //   hand-off (two wake-ups, tens of microseconds on a loaded machine: more than a shared-memory
-//   all_reduce). The queue's thread leaves a fresh head alone for kClaimDelay, the time such a
-//   caller takes to reach runIfNext, so the two rarely race for it.
+//   all_reduce).
 // - A task pushed from inside another task of the same queue (a Future callback that issues a
 //   collective: DDP's comm hooks, powerSGD) runs at once, inline, on that thread: behind the
 //   running task it could never start, and the callback waiting for it would wait for ever. The
@@ -63,9 +62,6 @@ class CollectiveQueue {
   // Makes a queue that failed its tasks usable again (in-process recovery's reform: the ranks
   // agree on the order anew).
   void repair();
-
-  // How long the queue's thread leaves a fresh head task to a caller about to run it itself.
-  static constexpr std::chrono::microseconds kClaimDelay{50};
 
  private:
   struct Queued {
