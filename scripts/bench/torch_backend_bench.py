@@ -5,7 +5,7 @@ both columns come from the same processes, machine and moment. For all_reduce, a
 broadcast (float32) at each size, each backend runs its warm-up and timed iterations in turn;
 then the latency of a synchronous 8-byte all_reduce, LATENCY_RUNS times (each run: the median
 and 90th percentile of 2000 calls timed one by one); the cost of DRUN_COMM_CHECK (a drun group
-made with it on) at 8 B and 1 MiB; and one DDP training step of the DDP tutorial's ToyModel, a
+made with it on; medians of calls timed one by one) at 8 B and 1 MiB; and one DDP training step of the DDP tutorial's ToyModel, a
 small MLP and a small CNN on each backend, without a comm hook and with powerSGD_hook.
 
 Rank 0 prints one table per op (time per call, bus bandwidth as nccl-tests count it, and the
@@ -73,19 +73,24 @@ def busbw(op, nbytes, seconds, size):
     return nbytes * factor / seconds / 1e9
 
 
-def latency(group, calls=2000):
-    """Median and 90th percentile seconds of a synchronous 8-byte all_reduce, timed one by one."""
-    x = torch.ones(2)
-    for _ in range(100):
-        dist.all_reduce(x, group=group)
+def call_times(once, calls, group):
+    """Median and 90th percentile seconds of once(), timed call by call after a warm-up."""
+    for _ in range(min(100, calls)):
+        once()
     dist.barrier(group=group)
     times = []
     for _ in range(calls):
         started = time.perf_counter()
-        dist.all_reduce(x, group=group)
+        once()
         times.append(time.perf_counter() - started)
     times.sort()
     return times[len(times) // 2], times[len(times) * 9 // 10]
+
+
+def latency(group):
+    """call_times of a synchronous 8-byte all_reduce, 2000 calls."""
+    x = torch.ones(2)
+    return call_times(lambda: dist.all_reduce(x, group=group), 2000, group)
 
 
 def models():
@@ -118,13 +123,19 @@ def ddp_step_time(name, group, hook, steps=10):
 
 
 def check_cost(size):
-    """Seconds per all_reduce at 8 B and 1 MiB on a drun group without and with DRUN_COMM_CHECK."""
+    """Median seconds per all_reduce at 8 B and 1 MiB on a drun group without and with
+    DRUN_COMM_CHECK (each timed call by call, 2000 and 200 calls)."""
     os.environ["DRUN_COMM_CHECK"] = "true"  # read when a communicator is made
     checked = dist.new_group(list(range(size)), backend="drun")
     del os.environ["DRUN_COMM_CHECK"]
     plain = dist.new_group(list(range(size)), backend="drun")
-    return [(nbytes, time_op("all_reduce", nbytes, plain, size),
-             time_op("all_reduce", nbytes, checked, size)) for nbytes in (8, 1 << 20)]
+    rows = []
+    for nbytes, calls in ((8, 2000), (1 << 20, 200)):
+        x = torch.ones(max(1, nbytes // 4))
+        medians = [call_times(lambda g=g: dist.all_reduce(x, group=g), calls, g)[0]
+                   for g in (plain, checked)]
+        rows.append((nbytes, *medians))
+    return rows
 
 
 def main():
@@ -162,7 +173,7 @@ def main():
     costs = check_cost(size)
     if rank == 0:
         print(f"\n### DRUN_COMM_CHECK=true: all_reduce (float32) with the check, {label}")
-        print("| bytes | drun us | drun + check us | check us per collective |")
+        print("| bytes | drun median us | drun + check median us | check us per collective |")
         print("|---:|---:|---:|---:|")
         for nbytes, a, b in costs:
             print(f"| {nbytes} | {a * 1e6:.1f} | {b * 1e6:.1f} | {(b - a) * 1e6:.1f} |")
