@@ -1,5 +1,7 @@
 #include "collective_queue.hpp"
 
+#include <cxxabi.h>
+
 #include <algorithm>
 #include <utility>
 
@@ -14,6 +16,17 @@ thread_local CollectiveQueue* queueRunningHere = nullptr;
 
 void failTask(CollectiveQueue::Task& task, const std::string& reason) {
   if (task.fail) task.fail(std::string("drun backend: ") + task.call + ": " + reason);
+}
+
+// Runs one part of a task: its parts catch their own errors, and nothing may end the thread. A
+// thread that Python ends while it takes the GIL at exit unwinds through here: let it.
+void runPart(const std::function<void()>& part) {
+  try {
+    part();
+  } catch (const abi::__forced_unwind&) {
+    throw;
+  } catch (...) {
+  }
 }
 
 }  // namespace
@@ -90,7 +103,7 @@ void CollectiveQueue::runParts(Task& task) {
     holder = holdingSince_ ? holder_ : nullptr;
     holdingSince_.reset();  // a collective is bounded: no hold while it runs
   }
-  task.collective();
+  runPart(task.collective);
   // The watchdog only needs waking when tasks wait behind a completion (a push during one wakes
   // it too): a wake-up per collective would cost a context switch each.
   if (task.complete) {
@@ -102,7 +115,7 @@ void CollectiveQueue::runParts(Task& task) {
       waiting = !tasks_.empty();
     }
     if (waiting) watched_.notify_all();
-    task.complete();
+    runPart(task.complete);
   }
   bool waiting;
   {
