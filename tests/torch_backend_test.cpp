@@ -5,7 +5,8 @@
 // in the same job (tests/torch/backend_matrix.py); DDP trained on both backends in one job
 // (tests/torch/ddp_compare.py); a rank SIGKILLed mid-collective and a silent rank against
 // init_process_group's timeout (tests/torch/peer_death.py); the init methods file://, tcp:// and
-// store= (tests/torch/init_methods.py); asynchronous work (tests/torch/async_work.py).
+// store= (tests/torch/init_methods.py); asynchronous work (tests/torch/async_work.py); collectives
+// issued from Future callbacks and DDP's powerSGD_hook against gloo (tests/torch/callbacks.py).
 //
 // PYTHONPATH names the built package (<build>/lib/drun/python) until the agent sets it for its
 // workers. SKIPPED without torch, without the compiled drun.torch module (libtorch-dev), and the
@@ -264,5 +265,24 @@ TEST_CASE("torch backend drun: collectives return their work at once and complet
       INFO(field);
       CHECK(lines[0].fields.at(field) == "1");
     }
+  }
+}
+
+TEST_CASE("torch backend drun: collectives issued from Future callbacks run (nested, raising, "
+          "blocked past the timeout) and DDP with powerSGD_hook matches gloo, on 2 and 4 ranks",
+          "[torch]") {
+  skipWithoutDrunTorch("Future callbacks on the drun backend");
+  const int world = GENERATE(2, 4);
+  // callbacks.py ends a check that does not finish within 60 s itself (hung=1, exit 3).
+  auto results = runRanks(world, "callbacks.py", {}, 300s);
+  for (int rank = 0; rank < world; ++rank) {
+    INFO("world " << world << " rank " << rank << ": " << results[rank].describe());
+    CHECK(results[rank].status() == 0);
+    std::set<std::string> passed;
+    for (const auto& l : tagged(results[rank].out, "CALLBACKS")) {
+      CHECK(l.fields.count("hung") == 0);
+      if (l.fields.count("ok") && l.fields.at("ok") == "1") passed.insert(l.fields.at("check"));
+    }
+    CHECK(passed == std::set<std::string>{"nested", "raises", "blocked", "powersgd"});
   }
 }

@@ -27,12 +27,25 @@ void CollectiveWork::run(const std::function<void()>& collective) {
     error = std::make_exception_ptr(
         std::runtime_error(std::string("drun backend: ") + call_ + ": unknown error"));
   }
-  // The Work first (wait() returns), then the Future (its callbacks run here, on this thread).
-  finish(error);
+  finish(error);  // wait() returns; the Future completes in complete()
+}
+
+void CollectiveWork::complete() {
+  std::exception_ptr error;
+  {
+    std::lock_guard lock(mutex_);
+    error = exception_;
+  }
   if (error)
     future_->setError(error);
   else
     future_->markCompleted(c10::IValue(outputs_));
+}
+
+void CollectiveWork::fail(const std::string& message) {
+  auto error = std::make_exception_ptr(std::runtime_error(message));
+  finish(error);
+  future_->setError(error);
 }
 
 bool CollectiveWork::isSuccess() const {

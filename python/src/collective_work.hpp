@@ -1,15 +1,18 @@
 // CollectiveWork: the c10d::Work of a collective queued on a ProcessGroupDrun's CollectiveQueue.
 //
-// Returned at once by the call that queued it; run() executes the collective on the queue's
-// thread and then completes the Work and its Future (whose value is the output tensors: DDP's
-// reducer and comm hooks chain on it, their callbacks then run on the queue's thread, as with
-// ProcessGroupGloo). A wait() for a collective nobody started yet runs it on the waiting thread
-// (see CollectiveQueue). The task given to run() holds the tensors it uses, so they live until the
-// collective is done. wait(timeout) blocks until then and rethrows the collective's error (a
-// RuntimeError with drun's message); a wait whose own timeout runs out raises without ending the
-// collective. isCompleted / isSuccess / exception report the state without blocking.
+// Returned at once by the call that queued it; the queue runs it in two parts: run() executes the
+// collective and completes the Work (wait() returns), then complete() completes its Future (whose
+// value is the output tensors: DDP's reducer and comm hooks chain on it, their callbacks run in
+// complete(), on the queue's thread or a waiter's; a collective they issue runs inline there, see
+// CollectiveQueue). fail() ends a collective that never started (the queue was held too long by
+// another's callbacks). A wait() for a collective nobody started yet runs it on the waiting thread
+// (see CollectiveQueue). The task holds the tensors it uses, so they live until the collective is
+// done. wait(timeout) blocks until then and rethrows the collective's error (a RuntimeError with
+// drun's message); a wait whose own timeout runs out raises without ending the collective.
+// isCompleted / isSuccess / exception report the state without blocking.
 //
-// Threading: any thread may wait or query; run() is called once, by the queue.
+// Threading: any thread may wait or query; run() and complete(), or fail(), are called once, by
+// the queue.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Work.hpp>
@@ -25,6 +28,10 @@ class CollectiveWork final : public c10d::Work {
 
   // Runs `collective` (on the queue's thread, or a waiter's), then completes this Work.
   void run(const std::function<void()>& collective);
+  // Completes the Future with run()'s result: its callbacks run now, on this thread.
+  void complete();
+  // Fails the Work and its Future with `message` (a RuntimeError): the collective never ran.
+  void fail(const std::string& message);
   // What wait() tries first: run the queued collective on the waiting thread if nobody has
   // started it and it is next (CollectiveQueue::runIfNext); true if it ran.
   void setShortcut(std::function<bool()> runHere);

@@ -90,17 +90,25 @@ ProcessGroupDrun::~ProcessGroupDrun() {
 }
 
 uint64_t ProcessGroupDrun::reform(std::chrono::milliseconds timeout) {
-  // Through the queue: nothing of the old generation runs beside the reform.
+  // Through the queue: nothing of the old generation runs beside the reform. A queue that failed
+  // its tasks (a callback held it) is usable again: the ranks agree on the order anew.
+  queue_->repair();
   auto done = std::make_shared<std::promise<void>>();
   auto future = done->get_future();
-  const uint64_t id = queue_->push([this, done, timeout] {
+  CollectiveQueue::Task task;
+  task.call = "reform";
+  task.collective = [this, done, timeout] {
     try {
       comm_->reform(timeout);
       done->set_value();
     } catch (...) {
       done->set_exception(std::current_exception());
     }
-  });
+  };
+  task.fail = [done](const std::string& message) {
+    done->set_exception(std::make_exception_ptr(std::runtime_error(message)));
+  };
+  const uint64_t id = queue_->push(std::move(task));
   if (!queue_->runIfNext(id)) future.wait();  // the tasks before it are each bounded
   future.get();
   return comm_->generation();
@@ -108,9 +116,13 @@ uint64_t ProcessGroupDrun::reform(std::chrono::milliseconds timeout) {
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDrun::enqueue(OpType type, const char* call,
                                                          std::vector<at::Tensor> outputs,
+                                                         std::chrono::milliseconds timeout,
                                                          std::function<void()> collective) {
   auto work = c10::make_intrusive<CollectiveWork>(rank_, type, call, std::move(outputs));
-  uint64_t id = queue_->push([this, work, call, collective = std::move(collective)] {
+  CollectiveQueue::Task task;
+  task.call = call;
+  task.timeout = timeout.count() < 0 ? comm_->timeout() : timeout;
+  task.collective = [this, work, call, collective = std::move(collective)] {
     work->run([&] {
       try {
         collective();
@@ -120,7 +132,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDrun::enqueue(OpType type, const char
         throw std::runtime_error(failure(call, e));
       }
     });
-  });
+  };
+  task.complete = [work] { work->complete(); };
+  task.fail = [work](const std::string& message) { work->fail(message); };
+  const uint64_t id = queue_->push(std::move(task));
   work->setShortcut([queue = std::weak_ptr<CollectiveQueue>(queue_), id] {
     auto alive = queue.lock();  // gone: the group was destroyed, which ran every task
     return alive && alive->runIfNext(id);
@@ -159,7 +174,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDrun::broadcast(std::vector<at::Tenso
   auto dtype = dtypeOf(s.user, "broadcast");
   int root = static_cast<int>(opts.rootRank);
   auto timeout = opTimeout(opts.timeout);
-  return enqueue(OpType::BROADCAST, "broadcast", tensors, [this, s, dtype, root, timeout] {
+  return enqueue(OpType::BROADCAST, "broadcast", tensors, timeout, [this, s, dtype, root, timeout] {
     comm_->broadcast(s.data(), s.count(), dtype, root, timeout);
     s.copyBack();
   });
@@ -171,7 +186,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDrun::allreduce(std::vector<at::Tenso
   auto op = reduceOpOf(opts.reduceOp, s.user, "all_reduce");
   auto dtype = dtypeOf(s.user, "all_reduce");
   auto timeout = opTimeout(opts.timeout);
-  return enqueue(OpType::ALLREDUCE, "all_reduce", tensors, [this, s, dtype, op, timeout] {
+  return enqueue(OpType::ALLREDUCE, "all_reduce", tensors, timeout, [this, s, dtype, op, timeout] {
     comm_->allReduce(s.data(), s.count(), dtype, op, timeout);
     s.copyBack();
   });
@@ -187,7 +202,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDrun::allreduce_coalesced(
     ops.push_back(reduceOpOf(opts.reduceOp, t, "all_reduce_coalesced"));
   }
   auto timeout = opTimeout(opts.timeout);
-  return enqueue(OpType::ALLREDUCE_COALESCED, "all_reduce_coalesced", tensors,
+  return enqueue(OpType::ALLREDUCE_COALESCED, "all_reduce_coalesced", tensors, timeout,
                  [this, staged, ops, timeout] {
                    for (size_t i = 0; i < staged.size(); ++i) {
                      const auto& s = staged[i];
@@ -208,10 +223,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDrun::reduce(std::vector<at::Tensor>&
   auto dtype = dtypeOf(s.user, "reduce");
   int rootRank = static_cast<int>(opts.rootRank);
   auto timeout = opTimeout(opts.timeout);
-  return enqueue(OpType::REDUCE, "reduce", tensors, [this, s, op, dtype, root, rootRank, timeout] {
-    comm_->reduce(s.data(), s.count(), dtype, op, rootRank, timeout);
-    if (root) s.copyBack();
-  });
+  return enqueue(OpType::REDUCE, "reduce", tensors, timeout,
+                 [this, s, op, dtype, root, rootRank, timeout] {
+                   comm_->reduce(s.data(), s.count(), dtype, op, rootRank, timeout);
+                   if (root) s.copyBack();
+                 });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDrun::allgather(
@@ -224,10 +240,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDrun::allgather(
   auto dtype = dtypeOf(in.user, "all_gather");
   auto timeout = opTimeout(opts.timeout);
   auto list = outputs[0];
-  return enqueue(OpType::ALLGATHER, "all_gather", list, [this, in, flat, list, dtype, timeout] {
-    comm_->allGather(in.data(), flat.data_ptr(), in.count(), dtype, timeout);
-    unpack(flat, list);
-  });
+  return enqueue(OpType::ALLGATHER, "all_gather", list, timeout,
+                 [this, in, flat, list, dtype, timeout] {
+                   comm_->allGather(in.data(), flat.data_ptr(), in.count(), dtype, timeout);
+                   unpack(flat, list);
+                 });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDrun::_allgather_base(
@@ -240,7 +257,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDrun::_allgather_base(
               "input's elements of its dtype");
   auto dtype = dtypeOf(in.user, "all_gather");
   auto timeout = opTimeout(opts.timeout);
-  return enqueue(OpType::_ALLGATHER_BASE, "all_gather_into_tensor", {output},
+  return enqueue(OpType::_ALLGATHER_BASE, "all_gather_into_tensor", {output}, timeout,
                  [this, in, out, dtype, timeout] {
                    comm_->allGather(in.data(), out.data(), in.count(), dtype, timeout);
                    out.copyBack();
@@ -266,7 +283,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDrun::gather(
   auto dtype = dtypeOf(in.user, "gather");
   int rootRank = static_cast<int>(opts.rootRank);
   auto timeout = opTimeout(opts.timeout);
-  return enqueue(OpType::GATHER, "gather", list,
+  return enqueue(OpType::GATHER, "gather", list, timeout,
                  [this, in, flat, list, root, dtype, rootRank, timeout] {
                    comm_->gather(in.data(), root ? flat.data_ptr() : nullptr, in.count(), dtype,
                                  rootRank, timeout);
@@ -292,7 +309,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDrun::scatter(
   auto dtype = dtypeOf(out.user, "scatter");
   int rootRank = static_cast<int>(opts.rootRank);
   auto timeout = opTimeout(opts.timeout);
-  return enqueue(OpType::SCATTER, "scatter", outputs,
+  return enqueue(OpType::SCATTER, "scatter", outputs, timeout,
                  [this, out, flat, root, dtype, rootRank, timeout] {
                    comm_->scatter(root ? flat.data_ptr() : nullptr, out.data(), out.count(),
                                   dtype, rootRank, timeout);
@@ -311,7 +328,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDrun::reduce_scatter(
   auto op = reduceOpOf(opts.reduceOp, out.user, "reduce_scatter");
   auto dtype = dtypeOf(out.user, "reduce_scatter");
   auto timeout = opTimeout(opts.timeout);
-  return enqueue(OpType::REDUCE_SCATTER, "reduce_scatter", outputs,
+  return enqueue(OpType::REDUCE_SCATTER, "reduce_scatter", outputs, timeout,
                  [this, out, flat, op, dtype, timeout] {
                    comm_->reduceScatter(flat.data_ptr(), out.data(), out.count(), dtype, op,
                                         timeout);
@@ -330,7 +347,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDrun::_reduce_scatter_base(
   auto op = reduceOpOf(opts.reduceOp, out.user, "reduce_scatter_tensor");
   auto dtype = dtypeOf(out.user, "reduce_scatter");
   auto timeout = opTimeout(opts.timeout);
-  return enqueue(OpType::_REDUCE_SCATTER_BASE, "reduce_scatter_tensor", {output},
+  return enqueue(OpType::_REDUCE_SCATTER_BASE, "reduce_scatter_tensor", {output}, timeout,
                  [this, in, out, op, dtype, timeout] {
                    comm_->reduceScatter(in.data(), out.data(), out.count(), dtype, op, timeout);
                    out.copyBack();
@@ -373,7 +390,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDrun::recvAnysource(std::vector<at::T
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDrun::barrier(const c10d::BarrierOptions& opts) {
   auto timeout = opTimeout(opts.timeout);
-  return enqueue(OpType::BARRIER, "barrier", {}, [this, timeout] { comm_->barrier(timeout); });
+  return enqueue(OpType::BARRIER, "barrier", {}, timeout,
+                 [this, timeout] { comm_->barrier(timeout); });
 }
 
 }  // namespace drun::torch_backend

@@ -9,7 +9,8 @@
 // CPU dense tensors of float32/64, float16, bfloat16, int8, uint8, int32, int64 and bool, any
 // strides (non-contiguous ones are staged); reduce ops SUM PRODUCT MIN MAX AVG BAND BOR BXOR.
 // Collectives are queued on the group's CollectiveQueue (one thread, issue order) and return a
-// CollectiveWork at once; send/recv start at once on the caller's thread (libdrun_comm runs point
+// CollectiveWork at once (a collective issued from one of its Future callbacks runs at once, and
+// no wait outlasts the timeout behind a callback that holds the queue); send/recv start at once on the caller's thread (libdrun_comm runs point
 // to point beside collectives, so they never wait behind queued ones: ProcessGroupGloo's choice
 // too) and return a DrunWork over the pending request. Errors (TORCH_CHECK / RuntimeError) name the call; drun's failures keep drun's
 // message (a dead peer is named). all_to_all_single with uneven splits goes point to point.
@@ -94,9 +95,12 @@ class ProcessGroupDrun final : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
 
  private:
-  // Queues `collective` (it holds the tensors it uses) and returns its Work at once.
+  // Queues `collective` (it holds the tensors it uses) and returns its Work at once. `timeout`
+  // is the operation's (kDefaultTimeout: the communicator's): it also bounds the time the
+  // collective may wait behind another's Future callbacks (CollectiveQueue).
   c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char* call,
                                          std::vector<at::Tensor> outputs,
+                                         std::chrono::milliseconds timeout,
                                          std::function<void()> collective);
   c10::intrusive_ptr<c10d::Work> receive(std::vector<at::Tensor>& tensors, int src, int tag,
                                          c10d::OpType type);
@@ -115,7 +119,8 @@ class ProcessGroupDrun final : public c10d::ProcessGroup {
 
   std::shared_ptr<comm::Communicator> comm_;
   std::shared_ptr<Heartbeat> heartbeat_;
-  std::shared_ptr<CollectiveQueue> queue_;  // Works hold weak references (their shortcut)  // collectives run here; reset first at destruction
+  // Collectives run here; reset first at destruction. Works hold weak references (their shortcut).
+  std::shared_ptr<CollectiveQueue> queue_;
 };
 
 }  // namespace drun::torch_backend

@@ -44,7 +44,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDrun::alltoall_base(
     TORCH_CHECK(out.count() == in.count(),
                 "drun backend: all_to_all_single: input and output differ in size");
     size_t block = blockCount(in.user, size_, "all_to_all_single", "input");
-    return enqueue(OpType::ALLTOALL_BASE, "all_to_all_single", {output},
+    return enqueue(OpType::ALLTOALL_BASE, "all_to_all_single", {output}, timeout,
                    [this, in, out, block, dtype, timeout] {
                      comm_->allToAll(in.data(), out.data(), block, dtype, timeout);
                      out.copyBack();
@@ -54,7 +54,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDrun::alltoall_base(
   auto inRows = rowsPerPeer(inputSplits, in.user, size_, "input");
   TORCH_CHECK(inRows[rank_] == outRows[rank_], "drun backend: all_to_all_single: this rank "
               "sends itself ", inRows[rank_], " rows but receives ", outRows[rank_]);
-  return enqueue(OpType::ALLTOALL_BASE, "all_to_all_single", {output},
+  return enqueue(OpType::ALLTOALL_BASE, "all_to_all_single", {output}, timeout,
                  [this, in, out, outRows, inRows, dtype, timeout] {
                    unevenAllToAll(out, in, outRows, inRows, dtype, timeout);
                    out.copyBack();
@@ -99,7 +99,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDrun::alltoall(std::vector<at::Tensor
   auto dtype = dtypeOf(inputs[0], "all_to_all");
   auto block = static_cast<size_t>(inputs[0].numel());
   auto timeout = opTimeout(opts.timeout);
-  return enqueue(OpType::ALLTOALL, "all_to_all", outputs,
+  return enqueue(OpType::ALLTOALL, "all_to_all", outputs, timeout,
                  [this, send, recv, outputs, block, dtype, timeout] {
                    comm_->allToAll(send.data_ptr(), recv.data_ptr(), block, dtype, timeout);
                    unpack(recv, outputs);

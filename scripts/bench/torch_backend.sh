@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # torch.distributed on drun's backend "drun" (python/drun/torch) beside "gloo", one run on this
 # machine: all_reduce, all_gather and broadcast (float32) from 8 B to 64 MiB, and one DDP training
-# step of a small MLP and a small CNN, on one node with 2 and 4 ranks and on two network-namespace
+# step (the DDP tutorial's ToyModel, a small MLP and a small CNN; without a comm hook and with
+# powerSGD_hook), the latency of an 8-byte all_reduce in several runs and the cost of
+# DRUN_COMM_CHECK, on one node with 2 and 4 ranks and on two network-namespace
 # hosts x 2 ranks (scripts/netns.sh). Each job runs both backends in the same processes
 # (scripts/bench/torch_backend_bench.py: a drun world and a gloo group over the same ranks) and
 # prints markdown tables. Targets: all_reduce busbw >= 3x gloo's from 64 KiB on one

@@ -21,14 +21,18 @@ import dist_env
 STEPS = 12
 
 
-def train(rank, group):
+def train(rank, group, hook=None, steps=STEPS):
+    """`steps` steps of DDP over `group` (None: the default group); `hook(ddp)` may register a
+    comm hook. Returns the losses and the parameters."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1))
     ddp = DDP(model, process_group=group)
+    if hook:
+        hook(ddp)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
     data = torch.Generator().manual_seed(100 + rank)  # each rank its own partition
     losses = []
-    for _ in range(STEPS):
+    for _ in range(steps):
         x = torch.randn(32, 16, generator=data)
         y = x.sum(1, keepdim=True)
         opt.zero_grad()
