@@ -6,7 +6,8 @@
 // (tests/torch/ddp_compare.py); a rank SIGKILLed mid-collective and a silent rank against
 // init_process_group's timeout (tests/torch/peer_death.py); the init methods file://, tcp:// and
 // store= (tests/torch/init_methods.py); asynchronous work (tests/torch/async_work.py); collectives
-// issued from Future callbacks and DDP's powerSGD_hook against gloo (tests/torch/callbacks.py).
+// issued from Future callbacks and DDP's powerSGD_hook against gloo (tests/torch/callbacks.py);
+// a program's exit without destroy_process_group (tests/torch/exit_without_destroy.py).
 //
 // PYTHONPATH names the built package (<build>/lib/drun/python) until the agent sets it for its
 // workers. SKIPPED without torch, without the compiled drun.torch module (libtorch-dev), and the
@@ -284,5 +285,20 @@ TEST_CASE("torch backend drun: collectives issued from Future callbacks run (nes
       if (l.fields.count("ok") && l.fields.at("ok") == "1") passed.insert(l.fields.at("check"));
     }
     CHECK(passed == std::set<std::string>{"nested", "raises", "blocked", "powersgd"});
+  }
+}
+
+TEST_CASE("torch backend drun: a program that ends without destroy_process_group, Future callbacks "
+          "still pending, exits 0 (no abort in the interpreter's finalization)",
+          "[torch]") {
+  skipWithoutDrunTorch("the exit of a drun program");
+  for (int run = 0; run < 3; ++run) {
+    auto results = runRanks(2, "exit_without_destroy.py", {}, 120s);
+    for (int rank = 0; rank < 2; ++rank) {
+      INFO("run " << run << " rank " << rank << ": " << results[rank].describe());
+      CHECK(results[rank].status() == 0);
+      CHECK(tagged(results[rank].out, "EXIT").size() == 1);
+      CHECK_THAT(results[rank].err, !Catch::Contains("terminate called"));
+    }
   }
 }

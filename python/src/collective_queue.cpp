@@ -35,10 +35,15 @@ CollectiveQueue::CollectiveQueue()
     : thread_(spawnThreadWithSignalsBlocked([this] { loop(); })),
       watchdog_(spawnThreadWithSignalsBlocked([this] { watch(); })) {}
 
-CollectiveQueue::~CollectiveQueue() {
+CollectiveQueue::~CollectiveQueue() { stop(); }
+
+void CollectiveQueue::stop() {
   {
     std::lock_guard lock(mutex_);
+    if (stopping_) return;
     stopping_ = true;
+    // What is queued still runs; what comes later would wait for a thread that is gone.
+    if (broken_.empty()) broken_ = "the group's queue stopped (the process is exiting)";
   }
   ready_.notify_all();
   watched_.notify_all();

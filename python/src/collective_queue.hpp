@@ -62,6 +62,11 @@ class CollectiveQueue {
   // Makes a queue that failed its tasks usable again (in-process recovery's reform: the ranks
   // agree on the order anew).
   void repair();
+  // Runs what is queued (each task bounded by its timeout), then joins the two threads; later
+  // tasks fail at once. Idempotent. Python's exit calls it (drun.torch's atexit hook): a queue
+  // thread that ran a Future's completion during the interpreter's finalization would be ended
+  // inside a destructor when it takes the GIL, and the process would abort.
+  void stop();
 
  private:
   struct Queued {

@@ -61,6 +61,10 @@ PYBIND11_MODULE(_backend, m) {
       py::arg("group"), py::arg("timeout"),
       "Moves the default drun group to the newest generation in place; returns that generation.");
   m.def(
+      "stop_queue", [](const c10::intrusive_ptr<c10d::ProcessGroup>& group) { drunGroup(group).stopQueue(); },
+      py::arg("group"), py::call_guard<py::gil_scoped_release>(),
+      "At the interpreter's exit: runs what the group queued and ends its threads (later collectives fail).");
+  m.def(
       "generation",
       [](const c10::intrusive_ptr<c10d::ProcessGroup>& group) {
         return drunGroup(group).generation();

@@ -53,6 +53,8 @@ class ProcessGroupDrun final : public c10d::ProcessGroup {
   // (they fail at once: their generation ended). Returns the generation it now belongs to.
   // Throws what reform throws (TimeoutError: the ranks did not all come within `timeout`).
   uint64_t reform(std::chrono::milliseconds timeout);
+  // The process is exiting: what is queued runs, the queue's threads end (CollectiveQueue::stop).
+  void stopQueue() { queue_->stop(); }
   // How this group's ranks talk: "shm", "tcp" or "hierarchical".
   std::string transport() const { return comm_->transport(); }
   // The generation of in-process recovery the group's communicator is at (0 without recovery).

@@ -24,7 +24,9 @@ except ImportError as e:  # the build found no libtorch-dev / pybind11-dev / pyt
     raise ImportError(f"drun.torch: the compiled backend is missing or unloadable ({e}); build "
                       "drun with libtorch-dev, pybind11-dev and python3-dev installed") from e
 
+import atexit as _atexit
 import os as _os
+import weakref as _weakref
 
 from .resilient import resilient
 from .state import State
@@ -36,13 +38,31 @@ def _in_process():
     return _os.environ.get("DRUN_RECOVERY") == "in-process" and bool(_os.environ.get("DRUN_WORKER_STORE"))
 
 
+# Every drun group alive, for the exit hook below.
+_groups = _weakref.WeakSet()
+
+
 def _create(store, rank, size, timeout):
     if _in_process() and _dist.GroupMember.WORLD is None:  # the default group being made
         from . import recovery
         group = _backend.create_world_process_group(rank, size, timeout)
         recovery.coordinator().world_formed(_backend.generation(group), size)
-        return group
-    return _backend.create_process_group(store, rank, size, timeout)
+    else:
+        group = _backend.create_process_group(store, rank, size, timeout)
+    _groups.add(group)
+    return group
+
+
+@_atexit.register
+def _stop_queues():
+    # A program that ends without destroy_process_group leaves its groups to the interpreter's
+    # finalization; a group's queue thread completing a Future then would take the GIL as
+    # Python ends threads, and the process would abort. Their threads end here, before that.
+    for group in list(_groups):
+        try:
+            _backend.stop_queue(group)
+        except Exception:  # the process is exiting: nothing to report to
+            pass
 
 
 def transport(group=None):
