@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include "drun/common/error.hpp"
+#include "drun/etcd/etcd_call_counts.hpp"
 #include "drun/etcd/etcd_client.hpp"
 #include "etcd_http.hpp"
 #include "etcd_json.hpp"
@@ -84,6 +85,7 @@ bool EtcdClient::watchStream(const std::string& key, const std::string& rangeEnd
     bool created = false, movedOn = false;
     try {
       if (!options_.user.empty() && token_.empty()) authenticate(connection, deadline);
+      countEtcdRequest("/v3/watch");
       connection.stream("/v3/watch", body.dump(), token_, deadline,
                         [&](unsigned status, std::string_view line) {
                           if (status != 200) {
