@@ -192,19 +192,17 @@ bool EtcdStore::check(const std::vector<std::string>& keys) {
 
 std::vector<Bytes> EtcdStore::multiGet(const std::vector<std::string>& keys, milliseconds timeout) {
   const Deadline deadline(timeout);
-  checkLease();
-  std::vector<std::string> full;
-  for (const std::string& key : keys) full.push_back(k(key));
   for (;;) {
-    // One read of them all, consistent up to 128 keys; a key missing: wait for each, read again
-    // (the read first: keys a round wrote before are there, and a wait is a read per key).
+    wait(keys, deadline.remaining());
+    // One read of them all, consistent up to 128 keys (a key deleted meanwhile: wait again).
+    std::vector<std::string> full;
+    for (const std::string& key : keys) full.push_back(k(key));
     std::vector<Bytes> values;
     for (std::optional<Bytes>& value : readAll(*client_, full)) {
       if (!value) break;
       values.push_back(std::move(*value));
     }
     if (values.size() == keys.size()) return values;
-    wait(keys, deadline.remaining());
   }
 }
 
