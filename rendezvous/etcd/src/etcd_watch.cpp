@@ -90,8 +90,12 @@ bool EtcdClient::watchStream(const std::string& key, const std::string& rangeEnd
                         [&](unsigned status, std::string_view line) {
                           if (status != 200) {
                             const Json error = etcd::parseObject(line, what);
-                            throw Error(what + " refused (HTTP " + std::to_string(status) + "): " +
-                                        etcd::errorMessage(error));
+                            const std::string text = what + " refused (HTTP " + std::to_string(status) +
+                                                     "): " + etcd::errorMessage(error);
+                            // Unavailable (a member without a leader, or shutting down): the
+                            // next member may serve it, as a call goes on to it.
+                            if (status == 503) throw NetworkError(text);
+                            throw Error(text);
                           }
                           int64_t createdAt = -1;
                           std::vector<EtcdWatchEvent> events = parseWatchLine(line, what, &createdAt);
