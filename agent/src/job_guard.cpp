@@ -262,6 +262,10 @@ void JobGuard::attachNotice() {
     spdlog::warn("job guard: no death notice ({}): a lost node is seen at its lease's end", std::strerror(errno));
     return;
   }
+  followNotice();
+}
+
+void JobGuard::followNotice() {
   onDeathNotice([fd = noticeFd_](const std::optional<DeathNotice>& notice) {
     const std::string lines = detail::noticeLines(notice);
     ssize_t n;
@@ -331,6 +335,7 @@ JobGuard& JobGuard::operator=(JobGuard&& other) noexcept {
     watchdogPid_ = std::exchange(other.watchdogPid_, -1);
     noticeFd_ = std::exchange(other.noticeFd_, -1);
     groups_ = std::move(other.groups_);
+    if (noticeFd_ >= 0) followNotice();  // release() above let the process's notice go
   }
   return *this;
 }

@@ -65,6 +65,7 @@ class JobGuard {
   void notify(const std::string& line);  // to the watchdog; respawns it once if it died
   void release();                        // EOF to the watchdog, then reap it (bounded)
   void attachNotice();                   // the death notice follows to the watchdog
+  void followNotice();                   // (re)registers the sink writing to noticeFd_
   void detachNotice(bool withdraw);      // withdraw: the watchdog forgets it too
   std::string token_;
   int writeFd_ = -1;
