@@ -129,6 +129,34 @@ TEST_CASE("etcd e2e: the first node (c10d's store host) killed: the survivor re-
   first.wait(5s);
 }
 
+TEST_CASE("etcd e2e: a SIGKILLed agent is seen gone at once: its job guard revokes its lease, "
+          "the survivor re-forms well before the lease TTL", "[e2e][etcd]") {
+  EtcdCluster etcd;
+  MarkerScope marker;
+  TempDir dir;
+  const std::string go = "GO=" + (dir / "go").string();
+  const std::string id = "etcd-revoke-" + randomHex(6);
+  // A 20 s lease: a survivor that waited for it would re-form after 20 s, not within the bound.
+  auto args = agentArgs(etcd, "1:2", id, waitingWorker(), "5");
+  for (std::string& arg : args)
+    if (arg.rfind("heartbeat_timeout=3,", 0) == 0) arg.replace(0, 20, "heartbeat_timeout=20,");
+  Process first(drunCommand(args, {marker.env(), go}, 60s));
+  Process second(drunCommand(args, {marker.env(), go}, 60s));
+  REQUIRE(first.waitForLines("WS=2 READY", 1, 20s));
+  REQUIRE(second.waitForLines("WS=2 READY", 1, 20s));
+  const auto killed = std::chrono::steady_clock::now();
+  first.signal(SIGKILL);
+  REQUIRE(second.waitForLines("WS=1 READY", 1, 30s));  // the new round, alone
+  const auto noticed = std::chrono::steady_clock::now() - killed;
+  INFO("re-formed " << std::chrono::duration_cast<std::chrono::milliseconds>(noticed).count() << " ms after the kill");
+  CHECK(noticed < 8s);  // generous on a loaded machine: the lease alone would take 20 s
+  RunResult rs = second.wait(30s);
+  INFO(rs.describe());
+  CHECK(rs.status() == 0);
+  first.wait(5s);
+  CHECK(marker.leftovers(5s).empty());
+}
+
 TEST_CASE("etcd e2e: etcd entirely gone: every agent stops its workers within the lease TTL "
           "and exits with a clear error", "[e2e][etcd]") {
   // $GO is never created. The agents stop their workers within the TTL, then look for etcd

@@ -19,6 +19,7 @@
 
 #include "child_reaper.hpp"
 #include "drun/common/error.hpp"
+#include "watchdog_notice.hpp"
 
 namespace drun::agent {
 
@@ -122,6 +123,7 @@ void sweepJob(const pid_t* groups, size_t groupCount, const char* marker, size_t
 
 constexpr size_t kWatchdogMaxGroups = 4096;  // beyond that the marker scan still finds them
 pid_t gWatchdogGroups[kWatchdogMaxGroups];   // only touched in the forked watchdog
+char gWatchdogLine[detail::kNoticeMaxLine];  // the longest line: a death notice's request
 
 [[noreturn]] void watchdogMain(int fd, pid_t drunPid, const char* marker, size_t markerLen) {
   ::setpgid(0,
@@ -144,9 +146,9 @@ pid_t gWatchdogGroups[kWatchdogMaxGroups];   // only touched in the forked watch
   ::prctl(PR_SET_NAME, "drun-watchdog", 0, 0, 0);
 
   size_t groupCount = 0;
-  char line[64];
+  char* line = gWatchdogLine;
   size_t lineLen = 0;
-  char buf[512];
+  char buf[4096];
   bool sweep = false;
   while (!sweep) {
     ssize_t got = ::read(fd, buf, sizeof buf);
@@ -154,14 +156,16 @@ pid_t gWatchdogGroups[kWatchdogMaxGroups];   // only touched in the forked watch
     if (got <= 0) break;  // EOF: drun exited or died
     for (ssize_t i = 0; i < got && !sweep; ++i) {
       if (buf[i] != '\n') {
-        if (lineLen < sizeof line) line[lineLen++] = buf[i];
+        if (lineLen < sizeof gWatchdogLine) line[lineLen++] = buf[i];
         continue;
       }
-      if (lineLen == 5 && std::memcmp(line, "sweep", 5) == 0) {
+      if (lineLen >= 1 && lineLen < sizeof gWatchdogLine && line[0] == 'n') {
+        detail::takeNoticeLine(line + 1, lineLen - 1);
+      } else if (lineLen == 5 && std::memcmp(line, "sweep", 5) == 0) {
         sweep = true;
       } else if (lineLen == 4 && std::memcmp(line, "quit", 4) == 0) {
         _exit(0);  // drun proved nothing of the job is left (see JobGuard::release)
-      } else if (lineLen >= 2 && lineLen < sizeof line && (line[0] == '+' || line[0] == '-')) {
+      } else if (lineLen >= 2 && lineLen < 64 && (line[0] == '+' || line[0] == '-')) {
         pid_t pgid = 0;
         bool ok = true;
         for (size_t k = 1; k < lineLen && ok; ++k) {
@@ -184,6 +188,9 @@ pid_t gWatchdogGroups[kWatchdogMaxGroups];   // only touched in the forked watch
     }
   }
   sweepJob(gWatchdogGroups, groupCount, marker, markerLen, ::getpid(), drunPid);
+  // drun is gone (EOF without a release: a live drun withdraws its notice first): its notice
+  // goes now, after its workers, so none of them runs on once the others see this node gone.
+  if (!sweep) detail::sendHeldNotice();
   _exit(0);
 }
 
@@ -196,13 +203,7 @@ std::string randomToken() {
     if (n < 0) throw Error(std::string("getrandom failed: ") + std::strerror(errno));
     have += static_cast<size_t>(n);
   }
-  static const char* kHex = "0123456789abcdef";
-  std::string token;
-  for (unsigned char b : bytes) {
-    token += kHex[b >> 4];
-    token += kHex[b & 15];
-  }
-  return token;
+  return detail::toHex(bytes, sizeof bytes);
 }
 
 }  // namespace
@@ -250,6 +251,38 @@ void JobGuard::spawnWatchdog() {
   writeFd_ = fds[0];
   watchdogPid_ = pid;
   spdlog::debug("job guard: watchdog pid {}", pid);
+  attachNotice();
+}
+
+// The process's death notice goes to the watchdog now and at every change, from whichever thread
+// publishes it: through a descriptor of its own (a line of the notice is one send, whole).
+void JobGuard::attachNotice() {
+  noticeFd_ = ::fcntl(writeFd_, F_DUPFD_CLOEXEC, 0);
+  if (noticeFd_ < 0) {
+    spdlog::warn("job guard: no death notice ({}): a lost node is seen at its lease's end", std::strerror(errno));
+    return;
+  }
+  followNotice();
+}
+
+void JobGuard::followNotice() {
+  onDeathNotice([fd = noticeFd_](const std::optional<DeathNotice>& notice) {
+    const std::string lines = detail::noticeLines(notice);
+    ssize_t n;
+    do n = ::send(fd, lines.data(), lines.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    while (n < 0 && errno == EINTR);
+    if (n != static_cast<ssize_t>(lines.size()))
+      spdlog::debug("job guard: the death notice did not reach the watchdog ({})", n < 0 ? std::strerror(errno) : "short write");
+  });
+}
+
+// A live drun's notice is withdrawn (it ends its lease itself), before the watchdog sees EOF.
+void JobGuard::detachNotice(bool withdraw) {
+  if (noticeFd_ < 0) return;
+  onDeathNotice(nullptr);
+  if (withdraw) ::send(noticeFd_, "n-\n", 3, MSG_NOSIGNAL | MSG_DONTWAIT);
+  ::close(noticeFd_);
+  noticeFd_ = -1;
 }
 
 void JobGuard::notify(const std::string& line) {
@@ -268,6 +301,7 @@ void JobGuard::notify(const std::string& line) {
     // EPIPE/ECONNRESET: the watchdog died (killed by someone). Fork a new one, replay, resend.
     spdlog::warn("job guard: watchdog pid {} is gone ({}); starting a new one", watchdogPid_,
                  n < 0 ? std::strerror(errno) : "short write");
+    detachNotice(false);
     ::close(writeFd_);
     writeFd_ = -1;
     detail::ChildReaper::instance().reapWithin(watchdogPid_, 100ms);
@@ -290,6 +324,7 @@ JobGuard::JobGuard(JobGuard&& other) noexcept
     : token_(std::move(other.token_)),
       writeFd_(std::exchange(other.writeFd_, -1)),
       watchdogPid_(std::exchange(other.watchdogPid_, -1)),
+      noticeFd_(std::exchange(other.noticeFd_, -1)),
       groups_(std::move(other.groups_)) {}
 
 JobGuard& JobGuard::operator=(JobGuard&& other) noexcept {
@@ -298,7 +333,9 @@ JobGuard& JobGuard::operator=(JobGuard&& other) noexcept {
     token_ = std::move(other.token_);
     writeFd_ = std::exchange(other.writeFd_, -1);
     watchdogPid_ = std::exchange(other.watchdogPid_, -1);
+    noticeFd_ = std::exchange(other.noticeFd_, -1);
     groups_ = std::move(other.groups_);
+    if (noticeFd_ >= 0) followNotice();  // release() above let the process's notice go
   }
   return *this;
 }
@@ -329,6 +366,7 @@ static bool onlyChildIs(pid_t watchdog) {
 }
 
 void JobGuard::release() {
+  detachNotice(true);
   if (writeFd_ >= 0) {
     if (groups_.empty() && watchdogPid_ > 0 && onlyChildIs(watchdogPid_)) notify("quit\n");
     ::close(writeFd_);  // EOF: the watchdog sweeps and exits

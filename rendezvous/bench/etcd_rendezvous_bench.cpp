@@ -7,12 +7,15 @@
 // scripts/bench/rendezvous.sh (the etcd column).
 //
 //   etcd_rendezvous_bench --endpoints h1:2379,h2:2379,h3:2379 [--sizes 8,64,1024] [--cap 240]
-//                         [--per-process 512]
+//                         [--per-process 512] [--member-pids P1,P2,P3]
 //
 // Timing starts when every agent of every process has its session (lease granted: reported
 // apart as connect) and ends when the last next() returned (steady_clock is CLOCK_MONOTONIC, one
 // clock for all processes). Output: one "RESULT etcd real <N> <connect_ms> <next_ms>" per size
-// ("... error <why>" on failure); progress on stderr.
+// ("... error <why>" on failure); progress on stderr. Then what the round cost, between "go" and
+// the last next(): "COST etcd <N> agents_cpu_ms=<C> members_cpu_ms=<M> <requests by kind>"
+// (etcd_call_counts.hpp; the sessions' opening not included; members' CPU with --member-pids,
+// the etcd processes' pids, comma-separated).
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -34,8 +37,10 @@
 #include "drun/common/deadline.hpp"
 #include "drun/common/error.hpp"
 #include "drun/rendezvous/c10d_rendezvous.hpp"
+#include "drun/etcd/etcd_call_counts.hpp"
 #include "drun/etcd/etcd_store.hpp"
 #include "drun/store/store_server.hpp"  // C10dStoreAccess holds one
+#include "process_cpu.hpp"
 
 using namespace drun;
 using namespace drun::rdzv;
@@ -48,7 +53,14 @@ struct Plan {
   int n = 0;
   std::string runId;
   std::chrono::seconds cap{240};
+  std::vector<int> memberPids;  // etcd's processes, whose CPU the round costs
 };
+
+double membersCpuMs(const std::vector<int>& pids) {
+  double total = 0;
+  for (int pid : pids) total += bench::cpuMs(pid);
+  return total;
+}
 
 double msSince(Clock::time_point t0, Clock::time_point t1) {
   return std::chrono::duration<double, std::milli>(t1 - t0).count();
@@ -138,13 +150,20 @@ void runAgents(const Plan& plan, int count, int toParent, int fromParent) {
   sessionsReady.wait();
   sendLine(toParent, "ready");
   if (readLine(fromParent) != "go") std::_Exit(4);
+  const EtcdCallCounts countsAtGo = etcdCallCounts();
+  const double cpuAtGo = bench::cpuMs(::getpid());
   go.count_down();
   done.wait();
+  const double cpuMs = bench::cpuMs(::getpid()) - cpuAtGo;
+  EtcdCallCounts counts = etcdCallCounts();
+  counts -= countsAtGo;
   Clock::time_point last{};
   for (const auto& t : finished) last = std::max(last, t);
   std::string first = failure.substr(0, 300);
   std::replace(first.begin(), first.end(), '\n', ' ');
-  sendLine(toParent, std::to_string(last.time_since_epoch().count()) + " " + std::to_string(failures) + " " + first);
+  std::replace(first.begin(), first.end(), ';', ',');
+  sendLine(toParent, std::to_string(last.time_since_epoch().count()) + " " + std::to_string(failures) + " " +
+                         std::to_string(cpuMs) + " " + counts.format() + ";" + first);
   // Agents that leave while others still wait would load etcd in the round being timed.
   if (readLine(fromParent) != "leave") std::_Exit(4);
   std::vector<std::thread> leavers;
@@ -192,24 +211,33 @@ void runSize(Plan plan, int perProcess) {
   const double connectMs = msSince(connectStart, Clock::now());
   std::fprintf(stderr, "etcd_rendezvous_bench: %d sessions in %d process(es) in %.0f ms\n", plan.n,
                processes, connectMs);
+  const double membersAtGo = membersCpuMs(plan.memberPids);
   const auto start = Clock::now();
   for (const Child& c : children) sendLine(c.toChild, "go");
   Clock::time_point last = start;
   int failures = ready ? 0 : 1;
   std::string failure = ready ? "" : "a process of agents did not start";
+  EtcdCallCounts counts;
+  double agentsCpuMs = 0;
   for (const Child& c : children) {
     const std::string line = readLine(c.fromChild);
     long long finishedNs = 0;
     int failed = 0, used = 0;
-    if (std::sscanf(line.c_str(), "%lld %d %n", &finishedNs, &failed, &used) < 2) {
+    double cpuMs = 0;
+    const size_t semicolon = line.find(';');
+    if (semicolon == std::string::npos ||
+        std::sscanf(line.c_str(), "%lld %d %lf %n", &finishedNs, &failed, &cpuMs, &used) < 3) {
       ++failures;
       failure = failure.empty() ? "a process of agents ended without a result" : failure;
       continue;
     }
     last = std::max(last, Clock::time_point(Clock::duration(finishedNs)));
-    if (failed && failure.empty()) failure = line.substr(used);
+    if (failed && failure.empty()) failure = line.substr(semicolon + 1);
     failures += failed;
+    agentsCpuMs += cpuMs;
+    counts += EtcdCallCounts::parse(std::string_view(line).substr(used, semicolon - used));
   }
+  const double membersMs = membersCpuMs(plan.memberPids) - membersAtGo;
   std::fprintf(stderr, "etcd_rendezvous_bench: every next() returned after %.0f ms\n", msSince(start, last));
   for (const Child& c : children) sendLine(c.toChild, "leave");
   for (const Child& c : children) {
@@ -224,6 +252,8 @@ void runSize(Plan plan, int perProcess) {
   } else {
     std::printf("RESULT etcd real %d %.1f %.1f\n", plan.n, connectMs, msSince(start, last));
   }
+  std::printf("COST etcd %d agents_cpu_ms=%.0f members_cpu_ms=%.0f %s\n", plan.n, agentsCpuMs, membersMs,
+              counts.format().c_str());
   std::fflush(stdout);
 }
 
@@ -233,14 +263,16 @@ int main(int argc, char** argv) {
   std::string endpointList, sizes = "8,64,256,1024";
   std::chrono::seconds cap = 240s;  // a round not formed by then fails (the join timeout)
   int perProcess = 512;
+  std::vector<int> memberPids;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--endpoints")) endpointList = argv[i + 1];
     else if (!std::strcmp(argv[i], "--sizes")) sizes = argv[i + 1];
     else if (!std::strcmp(argv[i], "--cap")) cap = std::chrono::seconds(std::stoi(argv[i + 1]));
     else if (!std::strcmp(argv[i], "--per-process")) perProcess = std::max(1, std::stoi(argv[i + 1]));
+    else if (!std::strcmp(argv[i], "--member-pids")) memberPids = parseSizes(argv[i + 1]);
   }
   if (endpointList.empty()) {
-    std::fprintf(stderr, "usage: etcd_rendezvous_bench --endpoints h1:2379,... [--sizes 8,64] [--cap S] [--per-process K]\n");
+    std::fprintf(stderr, "usage: etcd_rendezvous_bench --endpoints h1:2379,... [--sizes 8,64] [--cap S] [--per-process K] [--member-pids P1,P2,P3]\n");
     return 2;
   }
   rlimit limit{};
@@ -253,6 +285,7 @@ int main(int argc, char** argv) {
     Plan plan;
     plan.endpoints = parseEtcdEndpoints(endpointList);
     plan.cap = cap;
+    plan.memberPids = memberPids;
     for (int n : parseSizes(sizes)) {
       plan.n = n;
       runSize(plan, perProcess);

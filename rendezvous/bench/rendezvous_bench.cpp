@@ -55,6 +55,7 @@
 #include "drun/store/protocol.hpp"
 #include "drun/store/store_server.hpp"
 #include "drun/store/tcp_store.hpp"
+#include "process_cpu.hpp"
 #include "rendezvous_agent.hpp"
 
 namespace asio = boost::asio;
@@ -68,22 +69,7 @@ namespace {
 
 constexpr size_t kConnectConcurrency = 128;  // stays under the listen backlog
 
-// CPU time (user + system) of process `pid` in ms, from /proc; 0 when it cannot be read.
-double cpuMs(int pid) {
-  if (pid <= 0) return 0;
-  std::FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
-  if (!f) return 0;
-  char buf[1024];
-  const size_t n = std::fread(buf, 1, sizeof buf - 1, f);
-  std::fclose(f);
-  buf[n] = 0;
-  const char* p = std::strrchr(buf, ')');  // the command name may hold spaces
-  unsigned long long utime = 0, stime = 0;
-  if (!p || std::sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &utime,
-                        &stime) != 2)
-    return 0;
-  return 1000.0 * double(utime + stime) / double(::sysconf(_SC_CLK_TCK));
-}
+using drun::bench::cpuMs;
 
 struct Result {
   double connectMs = 0, rankMs = 0, doneMs = 0;

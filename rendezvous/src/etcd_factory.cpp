@@ -34,16 +34,20 @@ std::string readPasswordFile(const std::string& path) {
 }
 
 // The session every store of this agent shares: a lost one (its lease ended) is replaced by a
-// new one (a new lease: the agent comes back as a new client, as over TCP).
+// new one (a new lease: the agent comes back as a new client, as over TCP). Each session's lease
+// revoke is this process's death notice: a job guard sends it if the agent dies.
 class SessionHolder {
  public:
   explicit SessionHolder(EtcdStoreOptions options) : options_(std::move(options)) {}
+  ~SessionHolder() { publishDeathNotice(std::nullopt); }
   std::shared_ptr<EtcdSession> current() {
     std::lock_guard lock(mutex_);
+    const std::shared_ptr<EtcdSession> before = session_;
     if (!session_)
       session_ = openEtcdSession(options_);
     else if (etcdSessionLost(*session_))
       session_ = replaceLostEtcdSession(options_, *session_);
+    if (session_ != before) publishDeathNotice(etcdLeaseRevokeNotice(*session_));
     return session_;
   }
   void setConnectTimeout(milliseconds timeout) {

@@ -52,17 +52,23 @@ fi
 if [[ -n "$ETCD_SIZES" ]] && etcd_out=$(BASE_PORT=${ETCD_BASE_PORT:-24790} ETCD_HEARTBEAT_MS=100 \
     ETCD_ELECTION_MS=2000 scripts/etcd/up.sh 2>/dev/null); then
   read -r etcd_dir etcd_endpoints <<<"$etcd_out"
+  member_pids=$(cat "$etcd_dir"/m0.pid "$etcd_dir"/m1.pid "$etcd_dir"/m2.pid | paste -sd,)
+  # RESULT lines for the table; COST lines (requests by kind, agents' and members' CPU) after it.
   timeout 600 "$BUILD_DIR/bin/etcd_rendezvous_bench" --endpoints "$etcd_endpoints" \
-    --sizes "$ETCD_SIZES" --cap "${ETCD_CAP:-240}" | grep '^RESULT' >>"$results" || true
+    --sizes "$ETCD_SIZES" --cap "${ETCD_CAP:-240}" --member-pids "$member_pids" \
+    | grep -E '^(RESULT|COST)' >>"$results" || true
   scripts/etcd/down.sh "$etcd_dir"
 fi
 
 "$PYTHON" - "$results" "$TORCH_CAP" <<'PY'
 import sys
 drun, real, torch, etcd, seq = {}, {}, {}, {}, {}
+costs = []
 for line in open(sys.argv[1]):
     f = line.split()
-    if f[1] == "etcd":                          # RESULT etcd real N connect_ms|error next_ms
+    if f[0] == "COST":                          # COST etcd N agents_cpu_ms=.. members_cpu_ms=.. kind=count...
+        costs.append(f[2:])
+    elif f[1] == "etcd":                          # RESULT etcd real N connect_ms|error next_ms
         etcd[int(f[3])] = "%.1f" % float(f[5]) if f[4] != "error" else "error"
     elif f[1] == "drun" and f[2] == "sequential":  # as generator, the calls one by one
         seq[int(f[3])] = "%.0f / %.0f" % (float(f[6]), float(f[9]))
@@ -94,4 +100,16 @@ for n in sorted(set(drun) | set(torch) | set(real) | set(etcd)):
             else "%12s %14s %11s %12s %10s" % ("-", "-", "-", "-", "-"))
     print("%6d | %s | %15s | %12s | %14s | %8s | %12s" % (n, dcol, seq.get(n, "-"), rcol, tcol,
                                                           speed, etcd.get(n, "-")))
+if costs:
+    print()
+    print("etcd: what one round cost (requests per agent by kind; CPU between go and the last next())")
+    for c in costs:
+        n = int(c[0])
+        fields = dict(x.split("=") for x in c[1:])
+        per = lambda k: float(fields.get(k, 0)) / n
+        total = sum(float(v) for k, v in fields.items() if k not in ("agents_cpu_ms", "members_cpu_ms", "txn_failed"))
+        print("%6d | range %.2f  txn %.2f (failed %.2f)  watch %.2f  keepalive %.2f | %.1f requests/agent |"
+              " agents CPU %s ms, etcd members CPU %s ms" % (
+                  n, per("range"), per("txn"), per("txn_failed"), per("watch"), per("keepalive"), total / n,
+                  fields.get("agents_cpu_ms"), fields.get("members_cpu_ms")))
 PY

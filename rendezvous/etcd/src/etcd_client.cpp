@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include "drun/common/error.hpp"
+#include "drun/etcd/etcd_call_counts.hpp"
 #include "drun/common/host_port.hpp"
 #include "drun/common/safe_text.hpp"
 #include "etcd_http.hpp"
@@ -181,6 +182,7 @@ std::string EtcdClient::prefixEnd(const std::string& prefix) {
 
 void EtcdClient::authenticate(etcd::EtcdConnection& connection, const Deadline& deadline) {
   const Json body{{"name", options_.user}, {"password", options_.password}};
+  countEtcdRequest("/v3/auth/authenticate");
   const etcd::HttpReply reply = connection.post("/v3/auth/authenticate", body.dump(), "", deadline);
   const std::string what = "etcd " + connection.endpoint().toString() + ": /v3/auth/authenticate";
   const Json parsed = etcd::parseObject(reply.body, what);
@@ -221,6 +223,7 @@ std::string EtcdClient::call(const std::string& path, const std::string& body,
       bool sent = false;
       try {
         if (!options_.user.empty() && token_.empty()) authenticate(connection, attempt);
+        countEtcdRequest(path);
         const etcd::HttpReply reply = connection.post(path, body, token_, attempt, &sent);
         // Each call and its time (DRUN_LOG_LEVEL=trace): what the rendezvous costs on etcd.
         spdlog::trace("etcd {} {}: HTTP {} in {} us", connection.endpoint().toString(), path, reply.status,
@@ -313,7 +316,9 @@ EtcdTxnResult EtcdClient::txn(const std::vector<EtcdCompare>& compares,
   const Json body = encodeTxn(compares, success, failure);
   const std::string reply = call("/v3/kv/txn", body.dump(), Deadline(options_.callTimeout), idempotent);
   try {
-    return parseTxn(etcd::parseObject(reply, "etcd /v3/kv/txn"), success, failure, false);
+    EtcdTxnResult result = parseTxn(etcd::parseObject(reply, "etcd /v3/kv/txn"), success, failure, false);
+    if (!result.succeeded) countEtcdTxnFailed();
+    return result;
   } catch (const ProtocolError& e) {
     throw ProtocolError(std::string("etcd /v3/kv/txn: malformed reply: ") + e.what());
   }

@@ -115,30 +115,29 @@ std::optional<Bytes> EtcdStore::tryGet(const std::string& key) {
 // watcher that looks again in it would. TimeoutError at the deadline.
 template <class Done>
 std::optional<Bytes> EtcdStore::awaitValue(const std::string& full, const Deadline& deadline, Done done) {
-  for (int look = 0;; ++look) {
-    const EtcdRange now = client_->range(full, familyEnd(full));
-    std::optional<Bytes> value = foldFamily(full, now.kvs);
-    if (done(value)) return value;
-    std::map<std::string, EtcdKeyValue> family;
-    for (const EtcdKeyValue& kv : now.kvs) family[kv.key] = kv;
-    auto follow = [&](const std::vector<EtcdWatchEvent>& events) {
-      for (const EtcdWatchEvent& event : events) {
-        if (event.deleted)
-          family.erase(event.kv.key);
-        else
-          family[event.kv.key] = event.kv;
-      }
-      std::vector<EtcdKeyValue> kvs;
-      for (const auto& [name, kv] : family) kvs.push_back(kv);
-      value = foldFamily(full, kvs);
-      return !done(value);
-    };
-    if (look >= 3) {  // the store keeps moving: from the read's revision, at etcd's pace
-      client_->watch(full, familyEnd(full), now.revision + 1, deadline, follow);
-      return value;
+  const EtcdRange now = client_->range(full, familyEnd(full));
+  std::optional<Bytes> value = foldFamily(full, now.kvs);
+  if (done(value)) return value;
+  std::map<std::string, EtcdKeyValue> family;
+  for (const EtcdKeyValue& kv : now.kvs) family[kv.key] = kv;
+  auto follow = [&](const std::vector<EtcdWatchEvent>& events) {
+    for (const EtcdWatchEvent& event : events) {
+      if (event.deleted)
+        family.erase(event.kv.key);
+      else
+        family[event.kv.key] = event.kv;
     }
-    if (client_->watchFromNow(full, familyEnd(full), now.revision + 1, deadline, follow)) return value;
-  }
+    std::vector<EtcdKeyValue> kvs;
+    for (const auto& [name, kv] : family) kvs.push_back(kv);
+    value = foldFamily(full, kvs);
+    return !done(value);
+  };
+  if (client_->watchFromNow(full, familyEnd(full), now.revision + 1, deadline, follow)) return value;
+  // The store moved on before the watch began (other agents write: a busy round does at every
+  // revision): from the read's revision, at etcd's pace, rather than read again (a read and a
+  // watch more per look, for every waiter, as long as the round's writes go on).
+  client_->watch(full, familyEnd(full), now.revision + 1, deadline, follow);
+  return value;
 }
 
 std::optional<Bytes> EtcdStore::watch(const std::string& key, const std::optional<Bytes>& known,

@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include "drun/common/error.hpp"
+#include "drun/etcd/etcd_call_counts.hpp"
 #include "drun/etcd/etcd_client.hpp"
 #include "etcd_http.hpp"
 #include "etcd_json.hpp"
@@ -84,12 +85,17 @@ bool EtcdClient::watchStream(const std::string& key, const std::string& rangeEnd
     bool created = false, movedOn = false;
     try {
       if (!options_.user.empty() && token_.empty()) authenticate(connection, deadline);
+      countEtcdRequest("/v3/watch");
       connection.stream("/v3/watch", body.dump(), token_, deadline,
                         [&](unsigned status, std::string_view line) {
                           if (status != 200) {
                             const Json error = etcd::parseObject(line, what);
-                            throw Error(what + " refused (HTTP " + std::to_string(status) + "): " +
-                                        etcd::errorMessage(error));
+                            const std::string text = what + " refused (HTTP " + std::to_string(status) +
+                                                     "): " + etcd::errorMessage(error);
+                            // Unavailable (a member without a leader, or shutting down): the
+                            // next member may serve it, as a call goes on to it.
+                            if (status == 503) throw NetworkError(text);
+                            throw Error(text);
                           }
                           int64_t createdAt = -1;
                           std::vector<EtcdWatchEvent> events = parseWatchLine(line, what, &createdAt);

@@ -158,6 +158,22 @@ TEST_CASE("etcd client: a malformed watch stream is a protocol error", "[etcd]")
                   ProtocolError);
 }
 
+TEST_CASE("etcd client: a watch refused as unavailable (no leader) goes on to the next member",
+          "[etcd]") {
+  const std::string body = R"({"error":"etcdserver: no leader","code":14,"message":"etcdserver: no leader"})";
+  const std::string reply = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: " +
+                            std::to_string(body.size()) + "\r\n\r\n" + body;
+  FakeGateway first(reply), second(reply);
+  EtcdClientOptions options = quick(first);
+  options.endpoints = {first.endpoint(), second.endpoint()};
+  EtcdClient client(options);
+  // Both members refuse: the watch tried each, then ends as a network error (the store's caller
+  // rejoins on a new session), not as a refusal of the request.
+  CHECK_THROWS_AS(client.watch("a", {}, 0, Deadline(2s), [](const auto&) { return true; }), NetworkError);
+  CHECK_THROWS_WITH(client.watch("a", {}, 0, Deadline(2s), [](const auto&) { return true; }),
+                    Catch::Contains("no member serves the watch") && Catch::Contains("no leader"));
+}
+
 TEST_CASE("etcd client: endpoint lists are parsed and bad ones refused", "[etcd]") {
   CHECK(parseEtcdEndpoints("h1:2379, h2,[::1]:2380") ==
         std::vector<std::string>{"h1:2379", "h2:2379", "[::1]:2380"});

@@ -13,7 +13,9 @@
 // closes every fd but its socket, makes only raw system calls, and sweeps by repeating the scan a
 // bounded number of times to catch processes forked meanwhile. If it dies, the next message finds
 // out (EPIPE, no SIGPIPE) and a new one is forked with the registered groups replayed.
-// Protocol on the socket, one line each: "+<pgid>", "-<pgid>", "sweep" (sweep now, then exit).
+// Protocol on the socket, one line each: "+<pgid>", "-<pgid>", "sweep" (sweep now, then exit),
+// and "n..." lines that hand it this process's death notice (death_notice.hpp: the etcd lease's
+// revoke), which it sends after the sweep when drun died; a release withdraws it first.
 // Limits: a descendant that rewrites its environment from scratch (env -i) and leaves the worker's
 // process group is not found here (while drun lives it is drun's child, the subreaper's, and the
 // agent kills it at the job's end: orphan_sweep.hpp); the marker is matched as a whole
@@ -62,9 +64,13 @@ class JobGuard {
   void spawnWatchdog();
   void notify(const std::string& line);  // to the watchdog; respawns it once if it died
   void release();                        // EOF to the watchdog, then reap it (bounded)
+  void attachNotice();                   // the death notice follows to the watchdog
+  void followNotice();                   // (re)registers the sink writing to noticeFd_
+  void detachNotice(bool withdraw);      // withdraw: the watchdog forgets it too
   std::string token_;
   int writeFd_ = -1;
   pid_t watchdogPid_ = -1;
+  int noticeFd_ = -1;  // a second descriptor of the socket, for the death notice's publishers
   std::vector<pid_t> groups_;  // registered process groups, replayed to a respawned watchdog
 };
 

@@ -44,6 +44,7 @@
 #include <string>
 #include <vector>
 
+#include "drun/common/death_notice.hpp"
 #include "drun/etcd/etcd_client.hpp"
 #include "drun/store/store.hpp"
 #include "drun/store/store_batch.hpp"
@@ -77,6 +78,11 @@ std::shared_ptr<EtcdSession> replaceLostEtcdSession(const EtcdStoreOptions& opti
 bool etcdSessionLost(const EtcdSession& session);
 // The lease's TTL as granted.
 milliseconds etcdSessionTtl(const EtcdSession& session);
+// The request that revokes `session`'s lease, for a job guard to send once this process died
+// (death_notice.hpp): the others then see the agent gone at once, not at the end of its TTL.
+// nullopt over TLS or with auth (the watchdog speaks plain HTTP and holds no token) or when no
+// member's name resolves (within a second).
+std::optional<DeathNotice> etcdLeaseRevokeNotice(const EtcdSession& session);
 // Tests: stop renewing the lease (the process is "cut off"; the lease ends after its TTL).
 void stopKeepAliveForTest(EtcdSession& session);
 // Tests: the agent dies now: the session is lost (its stores fail, blocked calls end) and its
