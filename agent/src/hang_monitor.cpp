@@ -36,7 +36,7 @@ bool runsPython(pid_t pid) {
 }  // namespace
 
 HangMonitor::HangMonitor(boost::asio::io_context& io, const HangOptions& options, LearnedTimeouts& learned)
-    : io_(io), options_(options), learned_(learned), timer_(io) {}
+    : io_(io), options_(options), learned_(learned), timer_(io), flightTimer_(io) {}
 
 HangMonitor::~HangMonitor() {
   stop();
@@ -250,6 +250,13 @@ void HangMonitor::startSurvey(Candidates candidates, bool mayBlameWaiter) {
 }
 
 void HangMonitor::blame() {
+  if (!flightRecordsWritten()) {
+    flightTimer_.expires_after(std::chrono::milliseconds(50));
+    flightTimer_.async_wait([this](const boost::system::error_code& ec) {
+      if (!ec && survey_) guarded("the hang monitor's blame", [&] { blame(); });
+    });
+    return;
+  }
   Survey survey = std::move(*survey_);
   survey_.reset();
   if (!running_ || !reports_.empty()) return;
@@ -294,9 +301,26 @@ void HangMonitor::askFlightRecords() {
     spdlog::debug("hangs: flight records: {}", e.what());
     return;
   }
+  // Files are stamped with the kernel's coarse clock (a tick behind): a margin below it.
+  survey_->flightAsked = std::filesystem::file_time_type::clock::now() - std::chrono::milliseconds(20);
+  survey_->askedAt = std::chrono::steady_clock::now();
   for (const FlightRecord& record : records)
     for (size_t r = 0; r < pids_.size() && r < live_.size(); ++r)
-      if (live_[r] && pids_[r] > 0 && record.pid == pids_[r]) ::kill(pids_[r], SIGUSR2);
+      if (live_[r] && pids_[r] > 0 && record.pid == pids_[r] && ::kill(pids_[r], SIGUSR2) == 0)
+        survey_->flightFiles.push_back(record.file);
+}
+
+// Each asked rank rewrote its record since (its recorder's thread answers SIGUSR2 once the stack
+// tools let the process go), or a second went by: a rank that cannot answer does not hold the
+// verdict up.
+bool HangMonitor::flightRecordsWritten() const {
+  if (!survey_ || std::chrono::steady_clock::now() - survey_->askedAt > std::chrono::seconds(1)) return true;
+  for (const auto& file : survey_->flightFiles) {
+    std::error_code ec;
+    const auto written = std::filesystem::last_write_time(file, ec);
+    if (ec || written < survey_->flightAsked) return false;
+  }
+  return true;
 }
 
 // The records the ranks wrote for SIGUSR2 (during the survey's stack captures): the ranks that

@@ -101,7 +101,13 @@ class HangMonitor {
     bool mayBlameWaiter = false;
     std::map<int, StackExcerpt> stacks;
     size_t pending = 0;
+    // The flight records asked for (SIGUSR2) and when: blame() waits (up to a second) until each
+    // was rewritten since.
+    std::vector<std::filesystem::path> flightFiles;
+    std::filesystem::file_time_type flightAsked;
+    std::chrono::steady_clock::time_point askedAt;
   };
+  bool flightRecordsWritten() const;
 
   boost::asio::io_context& io_;
   const HangOptions& options_;
@@ -128,6 +134,7 @@ class HangMonitor {
   std::map<int, HangReport> reports_;
   std::vector<std::shared_ptr<StackCapture>> captures_;
   std::vector<std::unique_ptr<boost::asio::steady_timer>> killTimers_;
+  boost::asio::steady_timer flightTimer_;  // blame() waiting for the flight records
   std::unique_ptr<TimerFifo> timerFifo_;
 };
 

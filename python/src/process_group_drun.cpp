@@ -8,6 +8,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "collective_work.hpp"
+#include "flight_recorder.hpp"
 #include "drun/common/error.hpp"
 #include "drun_work.hpp"
 #include "tensor_args.hpp"
@@ -109,8 +110,10 @@ uint64_t ProcessGroupDrun::reform(std::chrono::milliseconds timeout) {
 c10::intrusive_ptr<c10d::Work> ProcessGroupDrun::enqueue(OpType type, const char* call,
                                                          std::vector<at::Tensor> outputs,
                                                          std::function<void()> collective) {
+  const uint64_t flight = FlightRecorder::instance().issued(this, comm_->worldRanks(), call, outputs);
   auto work = c10::make_intrusive<CollectiveWork>(rank_, type, call, std::move(outputs));
-  uint64_t id = queue_->push([this, work, call, collective = std::move(collective)] {
+  uint64_t id = queue_->push([this, work, call, flight, collective = std::move(collective)] {
+    FlightRecorder::instance().started(flight);
     work->run([&] {
       try {
         collective();
@@ -120,6 +123,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDrun::enqueue(OpType type, const char
         throw std::runtime_error(failure(call, e));
       }
     });
+    FlightRecorder::instance().ended(flight, work->isSuccess());
   });
   work->setShortcut([queue = std::weak_ptr<CollectiveQueue>(queue_), id] {
     auto alive = queue.lock();  // gone: the group was destroyed, which ran every task
