@@ -96,3 +96,44 @@ TEST_CASE("hang blame: --hang-idle, gloo: the rank waiting in all_reduce is idle
   RunResult r = runTorchJob(marker, {"--hang-idle", "2", dir.write("hang.py", kSleeperProgram).string(), "gloo", "quiet"});
   checkRankOneBlamed(r, R"(no CPU time and no output for [0-9.]+s \(--hang-idle 2\.0s\)\n)", "c10d::Work::wait");
 }
+
+// The recorder's thread belongs to the rank's process: a forked child (a DataLoader worker) that
+// gets SIGUSR2 survives it, and the rank still writes its record on SIGUSR2 afterwards. (The
+// child leaves with os._exit: a forked child of a drun-backend rank that runs Python's
+// finalization hangs in the process group's teardown, with or without the recorder.)
+TEST_CASE("flight recorder: a forked child survives SIGUSR2; the rank still answers it", "[hangs][torch]") {
+  skipWithoutDrunTorch("the flight recorder and fork");
+  MarkerScope marker;
+  TempDir dir;
+  const char* program = R"(import json, os, signal, sys, time
+import torch, torch.distributed as dist
+import drun.torch
+dist.init_process_group("drun")
+rank = dist.get_rank()
+dist.all_reduce(torch.ones(4))
+pid = os.fork()
+if pid == 0:
+    os.kill(os.getpid(), signal.SIGUSR2)
+    os._exit(0)
+print("rank", rank, "child status", os.waitpid(pid, 0)[1], flush=True)
+record = os.path.join(os.environ["DRUN_FLIGHT_RECORD_DIR"], "flight_record_rank%d.json" % rank)
+os.kill(os.getpid(), signal.SIGUSR2)
+deadline = time.time() + 20
+while time.time() < deadline:
+    with open(record) as f:
+        text = f.read()
+    if '"reason": "SIGUSR2"' in text:
+        print("rank", rank, "recorded", json.loads(text)["entries"][0]["op"], flush=True)
+        break
+    time.sleep(0.05)
+dist.barrier()
+)";
+  RunResult r = runTorchJob(marker, {dir.write("fork.py", program).string()}, {"DRUN_FLIGHT_RECORD_DIR=" + dir.path().string()});
+  INFO(r.describe());
+  REQUIRE(!r.timedOut);
+  CHECK(r.status() == 0);
+  for (const char* rank : {"0", "1"}) {
+    CHECK(contains(r.out, std::string("rank ") + rank + " child status 0"));
+    CHECK(contains(r.out, std::string("rank ") + rank + " recorded all_reduce"));
+  }
+}

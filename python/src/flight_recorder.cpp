@@ -9,7 +9,9 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -21,11 +23,12 @@ constexpr size_t kDefaultEntries = 256;
 constexpr size_t kMaxEntries = 4096;  // what `drun trace` reads
 
 int gSignalPipe = -1;  // the write end, for the handler
+pid_t gOwner = 0;      // the process that made the recorder (a forked child shares the pipe)
 
 void onSigusr2(int) {
   const int saved = errno;
   const char byte = 's';
-  if (gSignalPipe >= 0) (void)!::write(gSignalPipe, &byte, 1);
+  if (gSignalPipe >= 0 && ::getpid() == gOwner) (void)!::write(gSignalPipe, &byte, 1);
   errno = saved;
 }
 
@@ -99,7 +102,10 @@ struct FlightRecorder::Impl {
   int rank = 0, worldSize = 1;
   std::mutex writeMutex;  // one writer at a time (a failure and a signal together)
   int pipe[2] = {-1, -1};
-  std::thread signalThread;
+  // Its thread exists only in the process that made it: a forked child (a DataLoader worker)
+  // inherits the object, not the thread, and must neither join nor signal it.
+  pid_t owner = ::getpid();
+  std::unique_ptr<std::thread> signalThread;
 
   Entry* find(uint64_t ticket) {
     if (ticket == 0 || ring.empty()) return nullptr;
@@ -147,7 +153,8 @@ FlightRecorder::FlightRecorder() : impl_(std::make_unique<Impl>()) {
   if (::sigaction(SIGUSR2, nullptr, &old) == 0 && old.sa_handler == SIG_DFL && !(old.sa_flags & SA_SIGINFO) &&
       ::pipe2(impl_->pipe, O_CLOEXEC | O_NONBLOCK) == 0) {
     gSignalPipe = impl_->pipe[1];
-    impl_->signalThread = std::thread([this] {
+    gOwner = impl_->owner;
+    impl_->signalThread = std::make_unique<std::thread>([this] {
       const int fd = impl_->pipe[0];
       for (;;) {
         pollfd p{fd, POLLIN, 0};
@@ -171,10 +178,14 @@ FlightRecorder::FlightRecorder() : impl_(std::make_unique<Impl>()) {
 }
 
 FlightRecorder::~FlightRecorder() {
-  if (impl_->signalThread.joinable()) {
+  if (impl_->owner != ::getpid()) {
+    (void)impl_->signalThread.release();  // the parent's thread: not ours to end
+    return;
+  }
+  if (impl_->signalThread) {
     const char quit = 'q';
     (void)!::write(impl_->pipe[1], &quit, 1);
-    impl_->signalThread.join();
+    impl_->signalThread->join();
   }
   for (int fd : impl_->pipe)
     if (fd >= 0) ::close(fd);
@@ -227,7 +238,7 @@ void FlightRecorder::ended(uint64_t ticket, bool ok) {
 }
 
 void FlightRecorder::write(const char* reason) noexcept {
-  if (impl_->path.empty()) return;
+  if (impl_->path.empty() || impl_->owner != ::getpid()) return;  // a forked child is not the rank
   try {
     std::lock_guard lock(impl_->writeMutex);
     const std::string text = impl_->json(reason);
