@@ -162,7 +162,7 @@ for i in range(60):
             time.sleep(1000)
 print("rank", rank, "done", flush=True)
 )";
-  RunResult r = runDrun(marker, {"--nproc-per-node", "2", "--hang-timeout", "auto",
+  RunResult r = runDrun(marker, {"--nproc-per-node", "2", "--hang-timeout", "auto,floor=1,warmup=0",
                               dir.write("train.py", program).string()});
   INFO(r.describe());
   REQUIRE(!r.timedOut);
@@ -308,7 +308,7 @@ for i in range(20 if rank == 0 else 3):
             time.sleep(1000)
 )";
   auto script = dir.write("learn.py", program).string();
-  for (const RunResult& r : runOnTwoHosts(marker, {"--hang-timeout", "auto", "--max-restarts", "1", kTorchPython, script})) {
+  for (const RunResult& r : runOnTwoHosts(marker, {"--hang-timeout", "auto,floor=1,warmup=0", "--max-restarts", "1", kTorchPython, script})) {
     INFO(r.describe());
     REQUIRE(!r.timedOut);
     CHECK(r.status() == 128 + 6);

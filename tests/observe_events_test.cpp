@@ -116,6 +116,7 @@ TEST_CASE("events: a hung rank and a job that fails for good, DRUN_EVENTS=- writ
   CHECK(hangs[0]["section"] == "");
   CHECK(hangs[0]["what"].get<std::string>().find("no CPU time") != std::string::npos);
   CHECK(!hangs[0]["stack_how"].get<std::string>().empty());
+  CHECK(hangs[0]["why"].get<std::string>().rfind("rank 1 is not waiting for its peers", 0) == 0);
   const auto failures = ofKind(events, "failure_recorded");
   REQUIRE(failures.size() == 1);
   CHECK(failures[0]["failure"]["rank"] == 1);

@@ -68,6 +68,26 @@ void ElasticAgent::Impl::shareLearnedTimeouts() {
   });
 }
 
+void ElasticAgent::Impl::sayLearned(const detail::LearnedNote& n) {
+  const std::string what = n.key.empty() ? "heartbeats" : "section \"" + n.key + "\"";
+  const std::string rule = n.floor ? "the floor" : std::to_string(static_cast<int>(config.hangs.factor)) + "x";
+  console.say("drun: hang timeout learned for {}: {} ({}; the longest {} seen {})\n", what,
+              detail::humanSeconds(n.timeout), rule, n.key.empty() ? "interval" : "duration",
+              detail::humanSeconds(n.longest));
+  note("hang_timeout_learned", {{"key", n.key}, {"timeout_ms", n.timeout.count()},
+                                {"longest_ms", n.longest.count()}, {"floor", n.floor}});
+}
+
+// A learned timeout called the hang that failed the job: the restarted job learns afresh (a
+// pause it never saw, an evaluation, would be called a hang again and again). The next share
+// carries the new generation to the store, which drops every node's older values.
+void ElasticAgent::Impl::forgetLearnedTimeouts(const FailureRecord& cause) {
+  if (!config.hangs.learn || !isLearnedHang(cause)) return;
+  learnedTimeouts.forget();
+  console.say("drun: forgetting the learned hang timeouts: the restarted job learns them afresh\n");
+  note("hang_timeouts_forgotten", {{"rank", cause.rank}});
+}
+
 void ElasticAgent::Impl::startWorkers(const Input& in) {
   round = *in.round;
   spdlog::debug("agent: round {} node {}/{} world {} offset {} master {}:{} restart {}",
@@ -112,7 +132,7 @@ void ElasticAgent::Impl::startWorkers(const Input& in) {
     throw Error(std::string("could not start the workers: ") + e.what());
   }
   hangMonitor->start(started.pids, config.isPython,
-                     [this](const detail::HangReport& r) { sayHung(r); });
+                     [this](const detail::HangReport& r) { sayHung(r); }, round.rankOffset);
   startRecoveryWatch();
   if (inPlace)
     keepSpareStandbys();
@@ -237,7 +257,7 @@ void ElasticAgent::Impl::reportFailure(const Input&) {
       cause, config.hostname, errorFilePath(attemptDir, cause.localRank), otherFailures,
       /*showPath=*/!jobDir->temporary());
   if (const detail::HangReport* hang = hangMonitor->report(cause.localRank))
-    markHang(record, hang->verdict.describe(), hang->stackHow, hang->stackText);
+    markHang(record, hang->verdict.describe(), hang->stackHow, hang->stackText, hang->blame);
   // A console that is gone (`drun ... | head`: its workers died of SIGPIPE) is not a failure to
   // retry: the job ends, as a shell pipeline does once its reader exits.
   record.final = console.gone();
@@ -269,6 +289,7 @@ void ElasticAgent::Impl::restartAfterFailure(const Input& in) {
                "(restart {} of {})\n",
                f.rank, f.localRank, f.node, describeStatus(f),
                jobRestarts + (fellBack ? 0 : 1), config.rendezvous.maxRestarts);
+  forgetLearnedTimeouts(f);
   joinRound(in);
 }
 
@@ -276,6 +297,7 @@ void ElasticAgent::Impl::rejoinAfterRemoteFailure(const Input& in) {
   const FailureRecord& f = *in.failure;
   console.say("drun: rank {} on {} failed ({}); restarting the job\n", f.rank,
                f.node, describeStatus(f));
+  forgetLearnedTimeouts(f);
   joinRound(in);
 }
 

@@ -304,6 +304,7 @@ int ElasticAgent::Impl::run() {
                 defaultOmpThreads(cpuCount, config.nprocPerNode), cpuCount, config.nprocPerNode);
   offLoop.emplace();
   hangMonitor.emplace(io, config.hangs, learnedTimeouts);
+  hangMonitor->onLearned([this](const detail::LearnedNote& n) { sayLearned(n); });
   if (config.hangs.detects()) spdlog::debug("agent: hang detection: {}", describe(config.hangs));
   notes.emplace(config, *rendezvous, console.writer());
   dispatch(Event::Start);

@@ -173,6 +173,8 @@ struct ElasticAgent::Impl {
   // ---- actions (agent_actions.cpp) ---------------------------------------------------------
   void joinRound(const Input&);
   void shareLearnedTimeouts();
+  void sayLearned(const detail::LearnedNote& note);
+  void forgetLearnedTimeouts(const rdzv::FailureRecord& cause);
   void startWorkers(const Input& in);
   void sayHung(const detail::HangReport& r);
   void stopGroup(int signal);

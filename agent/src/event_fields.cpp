@@ -62,7 +62,8 @@ nlohmann::json hangFields(const HangReport& hang, int rank, uint64_t round) {
           {"section", hang.verdict.section},
           {"what", hang.verdict.describe()},
           {"stack_how", hang.stackHow},
-          {"stack", hang.stackText.substr(0, kMaxStackExcerpt)}};
+          {"stack", hang.stackText.substr(0, kMaxStackExcerpt)},
+          {"why", hang.blame}};
 }
 
 std::vector<std::string> namesNotIn(const std::vector<std::string>& now,

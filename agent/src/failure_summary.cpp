@@ -12,6 +12,7 @@
 #include <ctime>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <regex>
 #include <sstream>
 #include <string_view>
 
@@ -77,27 +78,6 @@ std::string describeType(const json& value) {
   }
 }
 
-// Deepest nesting of [ and { outside strings (the parser and json's destructor recurse less than
-// this bound allows).
-size_t nestingDepth(std::string_view text) {
-  size_t depth = 0, deepest = 0;
-  bool inString = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    char c = text[i];
-    if (inString) {
-      if (c == '\\') ++i;
-      else if (c == '"') inString = false;
-    } else if (c == '"') {
-      inString = true;
-    } else if (c == '[' || c == '{') {
-      deepest = std::max(deepest, ++depth);
-    } else if ((c == ']' || c == '}') && depth > 0) {
-      --depth;
-    }
-  }
-  return deepest;
-}
-
 ErrorFile errorFile(ErrorFile::State state, std::string text) { return {state, std::move(text)}; }
 
 // Reads the whole file (bounded) into `content` and returns nullopt, or returns why not (Absent
@@ -140,7 +120,7 @@ ErrorFile parseErrorFile(const std::string& content) {
     return errorFile(ErrorFile::State::Malformed, std::move(why));
   };
   if (content.find_first_not_of(" \t\r\n") == std::string::npos) return malformed("empty");
-  if (nestingDepth(content) > kMaxJsonDepth)
+  if (jsonNestingDepth(content) > kMaxJsonDepth)
     return malformed("JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
   json doc;
   try {
@@ -184,6 +164,25 @@ ErrorFile parseErrorFile(const std::string& content) {
 }
 
 }  // namespace
+
+size_t jsonNestingDepth(std::string_view text) {
+  size_t depth = 0, deepest = 0;
+  bool inString = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (inString) {
+      if (c == '\\') ++i;
+      else if (c == '"') inString = false;
+    } else if (c == '"') {
+      inString = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return deepest;
+}
 
 ErrorFile readErrorFile(const std::filesystem::path& path) noexcept {
   try {
@@ -248,6 +247,21 @@ rdzv::FailureRecord makeFailureRecord(const WorkerExit& rootCause, const std::st
 
 namespace {
 constexpr std::string_view kHangPrefix = "hang (stack: ";
+constexpr std::string_view kWhyPrefix = "why: ";
+
+// Where a faulthandler traceback says the thread it was delivered to stood (its innermost
+// frame, "hang.py:12 in <module>"), else "".
+std::string pythonWhere(const std::string& traceback) {
+  static const std::regex frame(R"re(File "([^"\n]*)", line ([0-9]+) in ([^\s]+))re");
+  size_t from = traceback.find("Current thread ");
+  if (from == std::string::npos) from = 0;
+  std::smatch m;
+  auto begin = traceback.begin() + static_cast<std::ptrdiff_t>(from);
+  if (!std::regex_search(begin, traceback.end(), m, frame)) return "";
+  std::string file = m[1].str();
+  if (auto slash = file.rfind('/'); slash != std::string::npos) file = file.substr(slash + 1);
+  return printable(file, 100) + ":" + m[2].str() + " in " + printable(m[3].str(), 100);
+}
 
 // "eu-stack" and "no heartbeat ..." from "hang (stack: eu-stack): no heartbeat ...".
 std::pair<std::string, std::string> splitHang(const std::string& source) {
@@ -258,13 +272,26 @@ std::pair<std::string, std::string> splitHang(const std::string& source) {
 }  // namespace
 
 void markHang(rdzv::FailureRecord& record, const std::string& what, const std::string& stackHow,
-              const std::string& stack) {
+              const std::string& stack, const std::string& why) {
   record.detailSource = std::string(kHangPrefix) + (stackHow.empty() ? "none" : stackHow) + "): " + what;
   if (!stack.empty()) record.detail = stack;
+  if (why.empty()) return;
+  std::string line = std::string(kWhyPrefix) + why;
+  // The Python line goes with the culprit's own part, the first ("...(its main thread is in X)").
+  if (std::string where = stackHow == "faulthandler" ? pythonWhere(record.detail) : ""; !where.empty()) {
+    const size_t end = std::min(line.find("; "), line.size());
+    if (line[end - 1] == ')') line.insert(end - 1, ", Python at " + where);
+    else line.insert(end, " (Python at " + where + ")");
+  }
+  record.detail = line + "\n" + record.detail;
 }
 
 bool isHang(const rdzv::FailureRecord& record) {
   return record.detailSource.rfind(kHangPrefix, 0) == 0;
+}
+
+bool isLearnedHang(const rdzv::FailureRecord& record) {
+  return isHang(record) && splitHang(record.detailSource).second.find("(learned timeout ") != std::string::npos;
 }
 
 std::string describeStatus(const rdzv::FailureRecord& f) {
@@ -282,11 +309,17 @@ std::string formatFailureSummary(const rdzv::FailureRecord& cause) {
     out << "\ndrun:   pid: " << cause.pid << " (stopped with signal " << signalName(cause.signal) << ")";
     out << "\ndrun:   time: "
         << isoTime(std::chrono::system_clock::time_point(std::chrono::milliseconds(cause.timeMs)));
+    std::string_view stack = cause.detail;
+    if (stack.substr(0, kWhyPrefix.size()) == kWhyPrefix) {
+      const size_t end = std::min(stack.find('\n'), stack.size());
+      out << "\ndrun:   " << stack.substr(0, end);
+      stack.remove_prefix(std::min(end + 1, stack.size()));
+    }
     if (how == "faulthandler")
       out << "\ndrun:   its Python stack (faulthandler, last lines of stderr):";
     else
       out << "\ndrun:   its stack (" << how << "):";
-    appendIndented(out, cause.detail.empty() ? "(none captured)" : cause.detail);
+    appendIndented(out, stack.empty() ? "(none captured)" : std::string(stack));
     if (cause.otherFailures > 0)
       out << "\ndrun:   " << cause.otherFailures << " other worker(s) failed after it or were stopped";
     return out.str();

@@ -23,6 +23,8 @@ T load(const unsigned char* page, int offset) {
   return value;
 }
 
+constexpr int64_t kMaxSpanNs = int64_t{1} << 60;  // a sum that cannot overflow
+
 std::chrono::milliseconds toMs(int64_t ns) { return std::chrono::milliseconds(std::max<int64_t>(ns, 0) / 1000000); }
 
 // A NUL-terminated printable name of at most DRUN_CHANNEL_SECTION_MAX bytes; else `problem`.
@@ -121,20 +123,36 @@ void LearnedTimeouts::note(const std::string& key, int64_t intervalNs, int times
   Seen& s = seen[key];
   s.longestNs = std::max(s.longestNs, intervalNs);
   s.count = static_cast<int>(std::min<int64_t>(int64_t{s.count} + times, 1 << 30));
+  const int64_t added = intervalNs > kMaxSpanNs / times ? kMaxSpanNs : intervalNs * times;
+  s.spanNs = std::min(s.spanNs, kMaxSpanNs) + std::min(added, kMaxSpanNs);  // both <= 2^60: no overflow
+  s.spanNs = std::min(s.spanNs, kMaxSpanNs);
+}
+
+void LearnedTimeouts::forget() {
+  seen.clear();
+  ++generation;
 }
 
 std::string LearnedTimeouts::encode() const {
   static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
+  std::string out = "g " + std::to_string(generation) + "\n";
   for (const auto& [key, s] : seen) {
     out += "k";  // a key of its own even when empty (heartbeat intervals)
     for (unsigned char c : key) out += {kHex[c >> 4], kHex[c & 15]};
-    out += " " + std::to_string(s.longestNs) + " " + std::to_string(s.count) + "\n";
+    out += " " + std::to_string(s.longestNs) + " " + std::to_string(s.count) + " " + std::to_string(s.spanNs) + "\n";
   }
   return out;
 }
 
 void LearnedTimeouts::mergeEncoded(const std::string& text) {
+  // Their generation first: an older one is ignored, a newer one replaces what we have.
+  unsigned long long theirs = 0;
+  if (std::sscanf(text.c_str(), "g %llu\n", &theirs) != 1) theirs = 0;
+  if (theirs < generation) return;
+  if (theirs > generation) {
+    seen.clear();
+    generation = theirs;
+  }
   size_t at = 0;
   while (at < text.size() && at < 64 * 1024) {
     size_t end = text.find('\n', at);
@@ -143,8 +161,8 @@ void LearnedTimeouts::mergeEncoded(const std::string& text) {
     at = end + 1;
     std::istringstream fields(line);
     std::string name, extra;
-    long long longest = -1, count = -1;
-    if (!(fields >> name >> longest >> count) || (fields >> extra) || name.empty() || name[0] != 'k')
+    long long longest = -1, count = -1, span = -1;
+    if (!(fields >> name >> longest >> count >> span) || (fields >> extra) || name.empty() || name[0] != 'k')
       continue;
     const std::string hex = name.substr(1);
     if (hex.size() % 2 || hex.size() / 2 >= DRUN_CHANNEL_SECTION_MAX ||
@@ -157,17 +175,20 @@ void LearnedTimeouts::mergeEncoded(const std::string& text) {
       printable = printable && c >= 0x20 && c < 0x7f;
       key += c;
     }
-    if (!printable || longest < 0 || count < 0 || (!seen.count(key) && seen.size() >= kMaxKeys)) continue;
+    if (!printable || longest < 0 || count < 0 || span < 0 || (!seen.count(key) && seen.size() >= kMaxKeys)) continue;
     Seen& s = seen[key];
     s.longestNs = std::max<int64_t>(s.longestNs, longest);
     s.count = std::max<int>(s.count, static_cast<int>(std::min<long long>(count, 1 << 30)));
+    s.spanNs = std::max<int64_t>(s.spanNs, std::min<long long>(span, kMaxSpanNs));
   }
 }
 
 std::optional<std::chrono::milliseconds> LearnedTimeouts::timeout(const std::string& key,
                                                                   const HangOptions& o) const {
   auto it = seen.find(key);
-  if (it == seen.end() || it->second.count < o.warmup) return std::nullopt;
+  if (it == seen.end() || it->second.count < o.warmup ||
+      it->second.spanNs < static_cast<int64_t>(o.warmupSpan.count()) * 1000000)
+    return std::nullopt;
   auto learned = std::chrono::milliseconds(static_cast<int64_t>(o.factor * toMs(it->second.longestNs).count()));
   return std::max(learned, o.learnFloor);
 }
@@ -209,6 +230,7 @@ void HangDetector::observe(int rank, const ChannelReading& reading, int64_t nowN
     }
     r.beats = reading.beats;
     r.lastBeatNs = at;
+    r.waiting = false;
     r.beating = true;
   }
   if (!reading.sectionStable) return;
@@ -245,7 +267,7 @@ std::optional<HangVerdict> HangDetector::check(int rank, int64_t nowNs) const {
   v.inCollectiveFor = r.collective.empty() ? std::chrono::milliseconds(0) : toMs(nowNs - r.collectiveStartNs);
   // A rank silent inside a collective waits for its peers: twice the time, so that the peer that
   // never came (silent outside it) is named first, on this node or on its own.
-  const int grace = r.collective.empty() ? 1 : 2;
+  const int grace = r.collective.empty() && !r.waiting ? 1 : 2;
   const bool learn = options_.learn && learned_;
   if (!r.section.empty()) {
     // A section with a timeout of its own: that timeout bounds it, heartbeats or not.
@@ -277,6 +299,14 @@ void HangDetector::retire(int rank) {
 
 void HangDetector::revive(int rank) {
   if (rank >= 0 && static_cast<size_t>(rank) < ranks_.size()) ranks_[rank] = Rank{};
+}
+
+void HangDetector::markWaiting(int rank) {
+  if (rank >= 0 && static_cast<size_t>(rank) < ranks_.size()) ranks_[rank].waiting = true;
+}
+
+std::string HangDetector::collective(int rank) const {
+  return rank >= 0 && static_cast<size_t>(rank) < ranks_.size() ? ranks_[rank].collective : std::string();
 }
 
 bool HangDetector::everBeat(int rank) const {

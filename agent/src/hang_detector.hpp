@@ -43,13 +43,19 @@ struct LearnedTimeouts {
   struct Seen {
     int64_t longestNs = 0;
     int count = 0;
+    int64_t spanNs = 0;  // the intervals' sum (the warm-up's span)
   };
   std::map<std::string, Seen> seen;
+  // forget() counts up: values of an older generation (another node's, in the store) are dropped.
+  uint64_t generation = 0;
   void note(const std::string& key, int64_t intervalNs, int times = 1);  // `times` intervals of about that
-  // As text for the store, one line per key: "<hex key> <longest ns> <count>".
+  void forget();  // a learned timeout called a hang: the restarted job learns afresh
+  // As text for the store: "g <generation>", then one line per key: "k<hex key> <longest ns>
+  // <count> <span ns>".
   std::string encode() const;
-  // What other nodes (and earlier rounds) saw, as encode() wrote it: the larger of each wins.
-  // Untrusted (another node wrote it): bad lines are skipped, at most kMaxKeys keys are kept.
+  // What other nodes (and earlier rounds) saw, as encode() wrote it: of the same generation the
+  // larger of each wins; a newer generation replaces ours, an older one is ignored. Untrusted
+  // (another node wrote it): bad lines are skipped, at most kMaxKeys keys are kept.
   void mergeEncoded(const std::string& text);
   static constexpr size_t kMaxKeys = 256;
   // The learned timeout for `key` once warm, else nullopt.
@@ -79,6 +85,10 @@ class HangDetector {
   // A new process took the rank's place (an in-process recovery): checked afresh.
   void revive(int rank);
   bool everBeat(int rank) const;
+  // Its stack shows it waiting for a peer (hang_blame.hpp): until it beats again it gets the
+  // waiter's grace (twice its timeout), as a rank whose channel names a collective.
+  void markWaiting(int rank);
+  std::string collective(int rank) const;  // what its channel says it waits in, or ""
 
  private:
   struct Rank {
@@ -91,6 +101,7 @@ class HangDetector {
     std::string section;
     std::string collective;
     int64_t collectiveStartNs = 0;
+    bool waiting = false;  // markWaiting()
   };
   const HangOptions& options_;
   LearnedTimeouts* learned_;

@@ -26,13 +26,39 @@ std::string seconds(std::chrono::milliseconds d) {
   return std::to_string(d.count()) + "ms";
 }
 
+// ",floor=D,warmup=D" after "auto" (each at most once; the warm-up span may be 0).
+void parseLearnSettings(std::string_view items, HangOptions& into) {
+  const std::string what = "--hang-timeout auto";
+  bool floor = false, span = false;
+  while (!items.empty()) {
+    items.remove_prefix(1);  // the ','
+    const size_t comma = items.find(',');
+    const std::string_view item = items.substr(0, comma);
+    items = comma == std::string_view::npos ? std::string_view() : items.substr(comma);
+    const size_t eq = item.find('=');
+    const std::string_view name = item.substr(0, eq);
+    if (eq == std::string_view::npos || (name != "floor" && name != "warmup"))
+      throw InvalidArgument(what + ": expected floor=SECONDS or warmup=SECONDS after auto, got '" + std::string(item) + "'");
+    bool& seen = name == "floor" ? floor : span;
+    if (seen) throw InvalidArgument(what + ": " + std::string(name) + " given twice");
+    seen = true;
+    if (name == "floor") {
+      into.learnFloor = positiveDuration(item.substr(eq + 1), what + " floor");
+    } else {
+      into.warmupSpan = env::parseDuration(item.substr(eq + 1), what + " warmup");
+      if (into.warmupSpan.count() < 0) throw InvalidArgument(what + " warmup: the span must be 0 or more");
+    }
+  }
+}
+
 }  // namespace
 
 void parseHangTimeout(std::string_view text, HangOptions& into) {
   const std::string what = "--hang-timeout";
   if (text.empty()) throw InvalidArgument(what + ": expected SECONDS, NAME=SECONDS,... or auto, got ''");
-  if (text == "auto") {
+  if (text == "auto" || text.substr(0, 5) == "auto,") {
     into.learn = true;
+    parseLearnSettings(text.substr(4), into);
     return;
   }
   size_t start = 0;
@@ -66,7 +92,9 @@ std::string describe(const HangOptions& o) {
   auto add = [&](const std::string& part) { out += (out.empty() ? "" : "; ") + part; };
   if (o.silence) add("no heartbeat for " + seconds(*o.silence));
   for (const auto& [name, timeout] : o.sections) add(name + "=" + seconds(timeout));
-  if (o.learn) add("learned (x" + std::to_string(static_cast<int>(o.factor)) + " after " + std::to_string(o.warmup) + ")");
+  if (o.learn)
+    add("learned (x" + std::to_string(static_cast<int>(o.factor)) + " after " + std::to_string(o.warmup) + " in " +
+        seconds(o.warmupSpan) + ", at least " + seconds(o.learnFloor) + ")");
   if (o.idle) add("idle " + seconds(*o.idle));
   return out.empty() ? "off" : out;
 }

@@ -22,11 +22,12 @@ bool readProc(const std::string& path, char* buf, size_t size) {
   return true;
 }
 
-// pgrp and utime+stime+cutime+cstime (ticks) from /proc/PID/stat.
-bool statOf(const char* pid, pid_t* pgrp, uint64_t* ticks) {
+// pgrp, and utime+stime of the main thread plus the process's cutime+cstime (ticks), from
+// /proc/PID/task/PID/stat (comm may hold spaces and parentheses: fields count from the last ')').
+bool mainThreadStat(const std::string& task, pid_t* pgrp, uint64_t* ticks) {
   char buf[1024];
-  if (!readProc(std::string("/proc/") + pid + "/stat", buf, sizeof buf)) return false;
-  const char* p = std::strrchr(buf, ')');  // comm may hold spaces and parentheses
+  if (!readProc(task + "/stat", buf, sizeof buf)) return false;
+  const char* p = std::strrchr(buf, ')');
   if (!p) return false;
   p += 2;  // field 3: state
   uint64_t fields[18] = {};
@@ -41,11 +42,15 @@ bool statOf(const char* pid, pid_t* pgrp, uint64_t* ticks) {
   return true;
 }
 
-uint64_t wcharOf(const char* pid) {
+// The main thread's bytes written and its wait channel, as one number that changes with either.
+uint64_t mainThreadMoves(const std::string& task) {
   char buf[1024];
-  if (!readProc(std::string("/proc/") + pid + "/io", buf, sizeof buf)) return 0;
-  const char* at = std::strstr(buf, "wchar:");
-  return at ? std::strtoull(at + 6, nullptr, 10) : 0;
+  uint64_t out = 0;
+  if (readProc(task + "/io", buf, sizeof buf))
+    if (const char* at = std::strstr(buf, "wchar:")) out = std::strtoull(at + 6, nullptr, 10);
+  if (readProc(task + "/wchan", buf, sizeof buf))
+    for (const char* c = buf; *c; ++c) out = out * 131 + static_cast<unsigned char>(*c);
+  return out;
 }
 
 }  // namespace
@@ -56,13 +61,14 @@ std::vector<int64_t> IdleProbe::sample(const std::vector<pid_t>& groups, int64_t
   if (DIR* proc = ::opendir("/proc")) {
     while (dirent* e = ::readdir(proc)) {
       if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
+      const std::string task = std::string("/proc/") + e->d_name + "/task/" + e->d_name;
       pid_t pgrp = 0;
       uint64_t ticks = 0;
-      if (!statOf(e->d_name, &pgrp, &ticks)) continue;
+      if (!mainThreadStat(task, &pgrp, &ticks)) continue;
       auto it = activity.find(pgrp);
       if (it == activity.end()) continue;
       // Different units, one sum: what matters is whether it changed.
-      it->second += ticks * 1000003 + wcharOf(e->d_name);
+      it->second += ticks * 1000003 + mainThreadMoves(task);
     }
     ::closedir(proc);
   }

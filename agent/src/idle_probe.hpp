@@ -1,6 +1,9 @@
-// IdleProbe: the zero-code side of hang detection (--hang-idle). Samples, from /proc, the CPU
-// time (utime + stime, with reaped children's) and the bytes written (wchar) of every process in
-// each worker's process group; a rank whose sample did not change is idle since the last change.
+// IdleProbe: the zero-code side of hang detection (--hang-idle). Samples, from /proc, what the
+// thread that runs the program does in every process of each worker's process group: the main
+// thread's (tid == pid) CPU time (utime + stime, with the process's reaped children's), bytes
+// written (wchar) and wait channel; a rank whose sample did not change is idle since the last
+// change. Helper threads are left out: a torch rank waiting in a collective keeps its
+// transport's and watchdog's threads busy, and is idle all the same.
 //
 // Threading: not thread-safe; the agent's loop owns it. Reads /proc only (no blocking calls:
 // procfs reads do not wait on anything the workers control).

@@ -148,7 +148,8 @@ class Capture : public StackCapture, public std::enable_shared_from_this<Capture
 
   void finish(StackExcerpt stack) {
     if (cancelled_ || !done_) return;
-    stack.text = excerpt(stack.text, kMaxStackLines);
+    stack.raw = stack.text;
+    stack.text = excerpt(stack.raw, kMaxStackLines);
     Done done = std::move(done_);
     done_ = nullptr;
     done(std::move(stack));

@@ -20,6 +20,7 @@ namespace drun::agent::detail {
 struct StackExcerpt {
   std::string how;   // "eu-stack", "gdb", "/proc wchan"
   std::string text;  // lines, at most kMaxStackLines of them
+  std::string raw;   // the tool's whole output (bounded), for hang_blame's classification
 };
 inline constexpr size_t kMaxStackLines = 40;
 

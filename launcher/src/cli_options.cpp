@@ -89,9 +89,10 @@ void declareOptions(CLI::App& app, CliText& t) {
       ->type_name("trace|debug|info|warn|error|off");
   // The user's terminal (docs/output.md "The terminal"): ptys for the workers, stdin to a rank.
   // Hangs (docs/hangs.md): off unless given.
-  opt("hang-timeout", t.hangTimeout, "SECONDS|NAME=SECONDS,...|auto",
+  opt("hang-timeout", t.hangTimeout, "SECONDS|NAME=SECONDS,...|auto[,floor=S,warmup=S]",
       "a rank silent that long (drun.worker heartbeats), or in a section past its timeout, is hung: "
-      "its stack is taken and the job restarts; auto: learned (default off)");
+      "its stack is taken and the job restarts; auto: learned, at least floor (30 s) after warmup "
+      "(60 s of observations) (default off)");
   opt("hang-idle", t.hangIdle, "SECONDS",
       "zero-code: a rank with no CPU time and no output that long, while another rank finished or "
       "idles too, is hung (default off)");
@@ -110,6 +111,7 @@ void declareOptions(CLI::App& app, CliText& t) {
   std::string footer =
       "\nUsage: drun [OPTIONS] PROGRAM [ARGS...]   or   drun [OPTIONS] -m MODULE [ARGS...]\n"
       "       drun status --rdzv-endpoint HOST[:PORT] [--rdzv-id ID] [--json]   (the jobs on a store)\n"
+      "       drun trace DIR   (the ranks' flight records: who never entered which collective)\n"
       "PROGRAM: any executable; a .py file runs under the Python interpreter.\n\n"
       "--rdzv-conf keys (DURATION: 30, 30s, 500ms, 2m; a bare number is seconds):\n" +
       rendezvousConfHelp() +

@@ -11,6 +11,7 @@
 #include "drun/common/log.hpp"
 #include "drun/launcher/cli.hpp"
 #include "drun/launcher/status_command.hpp"
+#include "drun/launcher/trace_command.hpp"
 
 int main(int argc, char** argv) {
   // A closed console must not kill drun while workers still run (workers get SIGPIPE's default
@@ -22,6 +23,8 @@ int main(int argc, char** argv) {
     const int code = drun::launch::runStatus(std::vector<std::string>(argv + 2, argv + argc));
     return code;
   }
+  // `drun trace DIR` reads the ranks' flight records (docs/hangs.md); it runs nothing.
+  if (argc > 1 && std::string(argv[1]) == "trace") return drun::launch::runTrace(std::vector<std::string>(argv + 2, argv + argc));
 
   drun::launch::CliResult cli;
   try {

@@ -8,6 +8,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "collective_work.hpp"
+#include "flight_recorder.hpp"
 #include "drun/common/error.hpp"
 #include "drun_work.hpp"
 #include "tensor_args.hpp"
@@ -118,11 +119,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDrun::enqueue(OpType type, const char
                                                          std::vector<at::Tensor> outputs,
                                                          std::chrono::milliseconds timeout,
                                                          std::function<void()> collective) {
+  const uint64_t flight = FlightRecorder::instance().issued(this, comm_->worldRanks(), call, outputs);
   auto work = c10::make_intrusive<CollectiveWork>(rank_, type, call, std::move(outputs));
   CollectiveQueue::Task task;
   task.call = call;
   task.timeout = timeout.count() < 0 ? comm_->timeout() : timeout;
-  task.collective = [this, work, call, collective = std::move(collective)] {
+  task.collective = [this, work, call, flight, collective = std::move(collective)] {
+    FlightRecorder::instance().started(flight);
     work->run([&] {
       try {
         collective();
@@ -132,9 +135,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDrun::enqueue(OpType type, const char
         throw std::runtime_error(failure(call, e));
       }
     });
+    FlightRecorder::instance().ended(flight, work->isSuccess());
   };
   task.complete = [work] { work->complete(); };
-  task.fail = [work](const std::string& message) { work->fail(message); };
+  task.fail = [work, flight](const std::string& message) {
+    work->fail(message);
+    FlightRecorder::instance().ended(flight, false);
+  };
   const uint64_t id = queue_->push(std::move(task));
   work->setShortcut([queue = std::weak_ptr<CollectiveQueue>(queue_), id] {
     auto alive = queue.lock();  // gone: the group was destroyed, which ran every task

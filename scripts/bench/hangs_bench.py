@@ -192,7 +192,7 @@ def jitter_run(work, seconds):
     with open(script, "w") as f:
         f.write(JITTER)
     env = dict(os.environ, PYTHON_EXEC=PY, OMP_NUM_THREADS="1")
-    proc = subprocess.run([DRUN, "--standalone", "--nproc-per-node", "2", "--hang-timeout", "auto", script,
+    proc = subprocess.run([DRUN, "--standalone", "--nproc-per-node", "2", "--hang-timeout", "auto,floor=1,warmup=0", script,
                            str(seconds), log], env=env, capture_output=True, text=True, timeout=seconds + 120)
     ended = time.time()
     lines = read_log(log)
@@ -228,7 +228,8 @@ def main():
     drun = [DRUN, "--standalone", "--nproc-per-node", "2", "--max-restarts", "1"]
     setups = [
         ("drun --hang-timeout 5 (drun.worker.heartbeat per step)", drun + ["--hang-timeout", "5"], "heartbeat", {}, TRIALS, TRIAL_LIMIT),
-        ("drun --hang-timeout auto (learned: 5x, floor 1 s)", drun + ["--hang-timeout", "auto"], "heartbeat", {}, TRIALS, TRIAL_LIMIT),
+        ("drun --hang-timeout auto,floor=1,warmup=0 (learned: 5x, floor 1 s)",
+         drun + ["--hang-timeout", "auto,floor=1,warmup=0"], "heartbeat", {}, TRIALS, TRIAL_LIMIT),
         ("drun, torch FileTimer expires(after=5) per step", drun, "timer", {}, TRIALS, TRIAL_LIMIT),
         ("torchrun 1.13, FileTimer on, expires(after=5), monitor 5 s", torchrun, "timer",
          {"TORCHELASTIC_ENABLE_FILE_TIMER": "1"}, TORCH_TRIALS, TRIAL_LIMIT),

@@ -7,6 +7,7 @@
 #include <deque>
 #include <filesystem>
 #include <string>
+#include <string_view>
 
 #include "drun/agent/worker_group.hpp"
 #include "drun/rendezvous/rendezvous.hpp"
@@ -58,9 +59,17 @@ rdzv::FailureRecord makeFailureRecord(const WorkerExit& rootCause, const std::st
 // (what: the detector's verdict, e.g. no heartbeat for 5.2s (hang timeout 5s)); `stack` replaces
 // the detail when given (a native worker's eu-stack excerpt), else the detail stays the stderr
 // tail (a Python worker's faulthandler traceback). The summary then reads "hung: <what>".
+// `why` (why this rank and not the others) becomes the detail's first line, "why: ...", which
+// the summary shows before the stack; with a faulthandler traceback it gains the Python line
+// the rank was at ("at hang.py:12 in <module>").
 void markHang(rdzv::FailureRecord& record, const std::string& what, const std::string& stackHow,
-              const std::string& stack);
+              const std::string& stack, const std::string& why = {});
 bool isHang(const rdzv::FailureRecord& record);
+// The deepest nesting of [ and { outside strings: checked before parsing an untrusted JSON file
+// (the parser and json's destructor recurse).
+size_t jsonNestingDepth(std::string_view text);
+// A hang that a timeout learned by --hang-timeout auto called.
+bool isLearnedHang(const rdzv::FailureRecord& record);
 // "hung: no heartbeat for ..." for a hang, else "exit code 3" / "signal SIGKILL".
 std::string describeStatus(const rdzv::FailureRecord& record);
 
