@@ -188,7 +188,7 @@ TEST_CASE("TORCHELASTIC_HEALTH_CHECK_PORT: GET /healthz answers the agent's stat
   const bool restarted = eventually([&] {
     health = json::parse(bodyOf(httpGet(port, "/healthz")), nullptr, false);
     return !health.is_discarded() && health["state"] == "Running" && health["restarts_used"] == 1 &&
-           health["workers_running"] == 1;  // rank 0 finished, rank 1 waits for `go`
+           health["workers_running"] == 2;  // both wait for `go` after the restart
   }, 30s);
   INFO(health.dump());
   REQUIRE(restarted);
