@@ -60,7 +60,7 @@ const std::vector<std::string> kShowCpus = {"/bin/sh", "-c", "grep Cpus_allowed_
 
 }  // namespace
 
-TEST_CASE("--numa-binding node on this machine: each worker within drun's CPUs", "[e2e]") {
+TEST_CASE("numa binding node on this machine: each worker within drun's CPUs", "[e2e]") {
   MarkerScope marker;
   const std::set<int> mine = myCpus();
   {
@@ -79,7 +79,7 @@ TEST_CASE("--numa-binding node on this machine: each worker within drun's CPUs",
   CHECK(marker.leftovers(5s).empty());
 }
 
-TEST_CASE("--numa-binding exclusive on this machine: no CPU shared between ranks", "[e2e]") {
+TEST_CASE("numa binding exclusive on this machine: no CPU shared between ranks", "[e2e]") {
   MarkerScope marker;
   if (myCpus().size() < 2) skipTest("exclusive binding of 2 ranks needs 2 CPUs");
   {
@@ -94,7 +94,7 @@ TEST_CASE("--numa-binding exclusive on this machine: no CPU shared between ranks
   CHECK(marker.leftovers(5s).empty());
 }
 
-TEST_CASE("--numa-binding: an unknown mode is a usage error, an unreadable topology an error", "[e2e]") {
+TEST_CASE("numa binding: an unknown mode is a usage error, an unreadable topology an error", "[e2e]") {
   MarkerScope marker;
   {
     auto r = run(drunCommand(concat({"--numa-binding", "cores"}, kShowCpus), {marker.env()}));
@@ -118,7 +118,7 @@ TEST_CASE("--numa-binding: an unknown mode is a usage error, an unreadable topol
   CHECK(marker.leftovers(5s).empty());
 }
 
-TEST_CASE("--virtual-local-rank: LOCAL_RANK=0 and each worker's own device, as torchrun", "[e2e]") {
+TEST_CASE("virtual local rank: LOCAL_RANK=0 and each worker's own device, as torchrun", "[e2e]") {
   MarkerScope marker;
   // `visible`: CUDA_VISIBLE_DEVICES=LIST, or CUDA_VISIBLE_DEVICES (unset).
   auto virtualRanks = [&](int workers, const std::string& visible) {
@@ -147,7 +147,7 @@ TEST_CASE("--virtual-local-rank: LOCAL_RANK=0 and each worker's own device, as t
   CHECK(contains(tooFew.err, "names 2 device(s) for 3 local ranks"));
 }
 
-TEST_CASE("--duplicate-stdout-filters / --duplicate-stderr-filters: filtered_*.log beside the rank logs", "[e2e]") {
+TEST_CASE("duplicate filters: filtered_*.log beside the rank logs", "[e2e]") {
   MarkerScope marker;
   TempDir logs;
   auto r = run(drunCommand({"--nproc-per-node", "2", "--log-dir", logs.path().string(), "--rdzv-id", "f1",

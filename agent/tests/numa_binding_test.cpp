@@ -30,7 +30,7 @@ std::vector<std::string> cpuLists(const NumaPlan& plan) {
 
 }  // namespace
 
-TEST_CASE("--numa-binding's values", "[agent][numa]") {
+TEST_CASE("numa binding: the values of --numa-binding", "[agent][numa]") {
   CHECK(parseNumaMode("node") == NumaMode::Node);
   CHECK(parseNumaMode("socket") == NumaMode::Socket);
   CHECK(parseNumaMode("exclusive") == NumaMode::Exclusive);

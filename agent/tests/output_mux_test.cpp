@@ -132,7 +132,7 @@ TEST_CASE_METHOD(CapturedConsole,
 }
 
 TEST_CASE_METHOD(CapturedConsole,
-                 "--duplicate-*-filters: matching lines of every rank also go to filtered_*.log",
+                 "duplicate filters: matching lines of every rank also go to filtered_*.log",
                  "[agent]") {
   TempDir dir;
   options.output.prefixTemplate = "[${rank}]:";

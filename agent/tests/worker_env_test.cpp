@@ -130,7 +130,7 @@ TEST_CASE("recovery: in-process workers get the workers' store, a replacement it
   }
 }
 
-TEST_CASE("--virtual-local-rank: LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES narrowed, as torchrun", "[agent]") {
+TEST_CASE("virtual local rank: LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES narrowed, as torchrun", "[agent]") {
   AgentConfig config;
   config.nprocPerNode = 3;
   config.program = {"/bin/echo", "${local_rank}"};
@@ -166,7 +166,7 @@ TEST_CASE("--virtual-local-rank: LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES narrowed,
   CHECK(splitDeviceList(" 0 ,1") == std::vector<std::string>{"0", "1"});
 }
 
-TEST_CASE("--numa-binding: each local rank's spec carries its binding", "[agent][numa]") {
+TEST_CASE("numa binding: each local rank's spec carries its binding", "[agent][numa]") {
   AgentConfig config;
   config.nprocPerNode = 2;
   config.program = {"/bin/true"};

@@ -403,7 +403,7 @@ TEST_CASE_METHOD(CapturedConsole, "stdin: the chosen rank reads drun's stdin to 
   CHECK(std::count(lines.begin(), lines.end(), "11|eof") == 1);
 }
 
-TEST_CASE_METHOD(CapturedConsole, "--numa-binding: a worker's CPUs and memory policy are set before exec",
+TEST_CASE_METHOD(CapturedConsole, "numa binding: a worker's CPUs and memory policy are set before exec",
                  "[agent][numa]") {
   cpu_set_t mine;
   REQUIRE(::sched_getaffinity(0, sizeof mine, &mine) == 0);

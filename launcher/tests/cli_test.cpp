@@ -364,7 +364,7 @@ TEST_CASE("torchrun 2.9's placement flags: --numa-binding and --virtual-local-ra
              Catch::Contains("standby_workers") && Catch::Contains("--numa-binding"));
 }
 
-TEST_CASE("--duplicate-stdout-filters / --duplicate-stderr-filters and the health check port", "[launcher]") {
+TEST_CASE("duplicate filters (--duplicate-stdout-filters, --duplicate-stderr-filters) and the health check port", "[launcher]") {
   auto none = parse({"hostname"});
   CHECK(none.output.duplicateStdoutFilters.empty());
   CHECK_FALSE(none.healthCheckPort);
