@@ -297,9 +297,13 @@ int ElasticAgent::Impl::run() {
   jobDir.emplace(config);
   numaBindings = planBindings(config);
   if (config.healthCheckPort) startHealthCheck();
-  if (!jobDir->temporary())
+  if (!jobDir->temporary()) {
+    const bool filters = !config.output.duplicateStdoutFilters.empty() || !config.output.duplicateStderrFilters.empty();
     console.say("drun: log files go to {}{}\n", jobDir->path().string(),
-                config.logDir ? "" : " (--redirects/--tee/--duplicate-*-filters without --log-dir)");
+                config.logDir ? ""
+                : filters     ? " (--redirects/--tee/--duplicate-*-filters without --log-dir)"
+                              : " (--redirects/--tee without --log-dir)");
+  }
   for (int s : detail::catchable(handledSignals())) signals.add(s);
   waitForSignal();
   jobControl.emplace(io, [this](int sig) {
