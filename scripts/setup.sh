@@ -26,6 +26,7 @@ packages=(
   libssl-dev                            # libcrypto: the store's HMAC-SHA256, nonces (common/crypto)
   python3                               # the interpreter for .py worker programs (DRUN_PYTHON)
   elfutils gdb                          # eu-stack, else gdb: a hung native worker's stack (docs/hangs.md)
+  libhwloc-dev                          # the machine's topology for --numa-binding
 )
 # The tests' and benchmarks' own.
 test_packages=(

@@ -167,3 +167,60 @@ TEST_CASE("drun-rendezvous --http: the token guards it, malformed and oversized 
   CHECK(bad.status() == 2);  // a usage error
   CHECK(bad.err.find("--http") != std::string::npos);
 }
+
+// The agent's own health check (TORCHELASTIC_HEALTH_CHECK_PORT): the state, round and restarts of a
+// job whose rank 1 failed once, while it runs; gone once drun exits; a port in use refused.
+TEST_CASE("TORCHELASTIC_HEALTH_CHECK_PORT: GET /healthz answers the agent's state while it runs", "[observe]") {
+  MarkerScope marker;
+  TempDir dir;
+  const std::string go = (dir.path() / "go").string();
+  std::vector<std::string> args = {"--nproc-per-node", "2", "--max-restarts", "2"};
+  for (const std::string& a : failOnceThenWait(1, 7, go)) args.push_back(a);
+  auto job = std::make_unique<Process>(drunCommand(args, {marker.env(), "TORCHELASTIC_HEALTH_CHECK_PORT=0"}, 90s));
+  uint16_t port = 0;
+  REQUIRE(job->waitForOutput([&](const std::string&, const std::string& err) {
+    std::smatch m;
+    if (std::regex_search(err, m, std::regex(R"(drun: health check: GET http://\S+:(\d+)/healthz)")))
+      port = static_cast<uint16_t>(std::stoi(m[1]));
+    return port != 0;
+  }, 30s));
+  json health;
+  const bool restarted = eventually([&] {
+    health = json::parse(bodyOf(httpGet(port, "/healthz")), nullptr, false);
+    return !health.is_discarded() && health["state"] == "Running" && health["restarts_used"] == 1 &&
+           health["workers_running"] == 2;  // both wait for `go` after the restart
+  }, 30s);
+  INFO(health.dump());
+  REQUIRE(restarted);
+  CHECK(health["round"].get<int>() >= 1);
+  CHECK(health["world_size"] == 2);
+  CHECK(health["max_restarts"] == 2);
+  CHECK(health["hostname"] == hostName());
+  const std::string response = httpGet(port, "/healthz");
+  CHECK(response.rfind("HTTP/1.1 200", 0) == 0);
+  CHECK(contains(response, "Content-Type: application/json"));
+  CHECK(httpGet(port, "/metrics").rfind("HTTP/1.1 404", 0) == 0);
+
+  { std::ofstream(go).put('\n'); }
+  auto ended = job->wait();
+  INFO(ended.describe());
+  CHECK(ended.status() == 0);
+  CHECK(httpGet(port, "/healthz").empty());  // nothing listens once drun exited
+
+  // A port in use: a clear error naming it, before any worker starts.
+  int taken = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  REQUIRE(::bind(taken, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  REQUIRE(::listen(taken, 1) == 0);
+  socklen_t len = sizeof addr;
+  REQUIRE(::getsockname(taken, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  const std::string busy = std::to_string(ntohs(addr.sin_port));
+  auto refused = run(drunCommand({"/bin/echo", "never"}, {marker.env(), "TORCHELASTIC_HEALTH_CHECK_PORT=" + busy}));
+  ::close(taken);
+  INFO(refused.describe());
+  CHECK(refused.status() == 1);
+  CHECK(contains(refused.err, "drun: error: TORCHELASTIC_HEALTH_CHECK_PORT (the agent's health check): cannot "
+                              "listen on 0.0.0.0:" + busy + ": Address already in use"));
+  CHECK_FALSE(contains(refused.out, "never"));
+}

@@ -100,6 +100,7 @@ void ElasticAgent::Impl::startWorkers(const Input& in) {
   context.attemptDir = attemptDir;
   context.baseEnvironment = baseEnvironment;
   context.cpuCount = cpuCount;
+  context.bindings = numaBindings;
   context.channels = hangMonitor->prepare(attemptDir, config.nprocPerNode);
   context.pythonPackageDir = pythonPackageDir;
   context.timerFile = hangMonitor->timerFile();

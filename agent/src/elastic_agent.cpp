@@ -29,6 +29,22 @@ int countCpus() {
   return 1;
 }
 
+// --numa-binding: each local rank's CPUs and memory nodes, from the topology (said at info level).
+std::vector<RankBinding> planBindings(const AgentConfig& config) {
+  NumaPlan plan = planNumaBinding(config.numaBinding, config.nprocPerNode);
+  if (config.numaBinding != NumaMode::Off && !plan.thisSystem)
+    throw Error("--numa-binding: the topology of " + plan.source + " is not this machine's, so its CPUs cannot "
+                "be bound here (HWLOC_THISSYSTEM=1 says it is)");
+  for (size_t rank = 0; rank < plan.ranks.size(); ++rank) {
+    RankBinding& r = plan.ranks[rank];
+    if (!plan.bindsMemory) r.memNodes.clear();
+    spdlog::info("numa binding {} on {}: local rank {}: CPUs {}, memory {}", toString(config.numaBinding),
+                 plan.source, rank, describeList(r.cpus),
+                 r.memNodes.empty() ? std::string("not bound") : "on node(s) " + describeList(r.memNodes));
+  }
+  return std::move(plan.ranks);
+}
+
 std::vector<std::string> currentEnvironment() {
   std::vector<std::string> out;
   for (char** e = environ; e && *e; ++e) out.emplace_back(*e);
@@ -280,13 +296,39 @@ void ElasticAgent::Impl::waitForSignal() {
   });
 }
 
+void ElasticAgent::Impl::startHealthCheck() {
+  health.emplace(io, *config.healthCheckPort, [this] {
+    detail::HealthStatus s;
+    s.state = toString(state);
+    s.round = round.round;
+    s.worldSize = round.worldSize;
+    s.restartsUsed = round.restartCount;
+    s.maxRestarts = config.rendezvous.maxRestarts;
+    s.workersRunning = group ? static_cast<int>(group->running()) : 0;
+    s.runId = config.rendezvous.runId;
+    s.hostname = config.hostname;
+    return s;
+  });
+  // Port 0 takes a free one: said, since nobody else knows it.
+  if (*config.healthCheckPort == 0)
+    console.say("drun: health check: GET http://{}:{}/healthz\n", config.hostname, health->port());
+  else
+    spdlog::info("health check: GET http://{}:{}/healthz", config.hostname, health->port());
+}
+
 int ElasticAgent::Impl::run() {
   detail::raiseOpenFileLimit();
   guard.emplace(JobGuard::start());
   jobDir.emplace(config);
-  if (!jobDir->temporary())
+  numaBindings = planBindings(config);
+  if (config.healthCheckPort) startHealthCheck();
+  if (!jobDir->temporary()) {
+    const bool filters = !config.output.duplicateStdoutFilters.empty() || !config.output.duplicateStderrFilters.empty();
     console.say("drun: log files go to {}{}\n", jobDir->path().string(),
-                config.logDir ? "" : " (--redirects/--tee without --log-dir)");
+                config.logDir ? ""
+                : filters     ? " (--redirects/--tee/--duplicate-*-filters without --log-dir)"
+                              : " (--redirects/--tee without --log-dir)");
+  }
   for (int s : detail::catchable(handledSignals())) signals.add(s);
   waitForSignal();
   jobControl.emplace(io, [this](int sig) {
@@ -309,6 +351,7 @@ int ElasticAgent::Impl::run() {
   notes.emplace(config, *rendezvous, console.writer());
   dispatch(Event::Start);
   io.run();
+  if (health) health->stop();
   stopRecoveryWatch();
   notes->flush();
   notes->detachStore();

@@ -28,6 +28,7 @@
 #include "drun/agent/worker_env.hpp"
 #include "drun/agent/worker_group.hpp"
 #include "hang_monitor.hpp"
+#include "health_check.hpp"
 #include "job_control.hpp"
 #include "job_dir.hpp"
 #include "job_notes.hpp"
@@ -60,6 +61,7 @@ struct ElasticAgent::Impl {
   detail::AgentConsole console;
   std::optional<detail::JobDir> jobDir;
   std::optional<detail::JobNotes> notes;  // the job's events: --events and the store's history
+  std::optional<detail::HealthCheck> health;  // TORCHELASTIC_HEALTH_CHECK_PORT's /healthz
 
   AgentState state = AgentState::Init;
   Clock::time_point stateSince = Clock::now();
@@ -69,6 +71,7 @@ struct ElasticAgent::Impl {
   std::filesystem::path attemptDir;
   std::vector<std::string> baseEnvironment;
   int cpuCount = 1;
+  std::vector<RankBinding> numaBindings;  // --numa-binding, by local rank: read once at the start
   // Hangs: the learned timeouts outlive the rounds (a restart does not forget them).
   detail::LearnedTimeouts learnedTimeouts;
   std::optional<detail::HangMonitor> hangMonitor;
@@ -169,6 +172,7 @@ struct ElasticAgent::Impl {
   std::vector<int> handledSignals() const;  // SIGINT, SIGTERM, SIGHUP, SIGQUIT, --signals-to-handle's
   bool baseHasVariable(const std::string& name) const;
   int run();
+  void startHealthCheck();  // TORCHELASTIC_HEALTH_CHECK_PORT (elastic_agent.cpp)
 
   // ---- actions (agent_actions.cpp) ---------------------------------------------------------
   void joinRound(const Input&);

@@ -28,6 +28,7 @@ fs::path makeUniqueDir(const fs::path& parent, const std::string& stem) {
 
 bool routesToFiles(const OutputOptions& output) {
   if (output.defaultRouting.redirect || output.defaultRouting.tee) return true;
+  if (!output.duplicateStdoutFilters.empty() || !output.duplicateStderrFilters.empty()) return true;
   for (const auto& [rank, routing] : output.routing)
     if (routing.redirect || routing.tee) return true;
   return false;

@@ -18,7 +18,7 @@
 
 namespace drun::agent::detail {
 
-// Whether some rank's output goes to files (-r/-t), which keeps the job dir.
+// Whether some rank's output goes to files (-r/-t, --duplicate-*-filters), which keeps the job dir.
 bool routesToFiles(const OutputOptions& output);
 
 class JobDir {

@@ -21,6 +21,7 @@
 #include "fd_write.hpp"
 #include "handler_guard.hpp"
 #include "line_segments.hpp"
+#include "filtered_lines.hpp"
 #include "log_file_writer.hpp"
 
 namespace drun::agent {
@@ -69,6 +70,7 @@ struct OutputMux::Impl {
     bool timerArmed = false;
     std::chrono::steady_clock::time_point lastBytes;  // the last read that left a partial line
     std::shared_ptr<detail::LogFileWriter::File> file;  // raw bytes, as the worker wrote them
+    detail::FilteredLines filtered;                      // --duplicate-*-filters' lines
     bool toConsole = true;
     bool eof = false;
     bool paused = false;  // waiting for the console to drain (back-pressure)
@@ -132,6 +134,7 @@ struct OutputMux::Impl {
   bool waitingForConsole[2] = {false, false};  // a whenWritable() registration is pending
   std::shared_ptr<detail::LogFileWriter> files = detail::LogFileWriter::standard();
   bool waitingForFiles = false;  // a files->whenWritable() registration is pending
+  std::shared_ptr<detail::LogFileWriter::File> filteredFiles[2];  // by isStderr, opened once
   std::map<int, std::unique_ptr<Source>> sources;
   // Sources of replaced workers (reattach()): their pipes may still be read to their end.
   std::vector<std::unique_ptr<Source>> retired;
@@ -185,10 +188,21 @@ struct OutputMux::Impl {
         throw Error("cannot create worker log directory " + dir.string() + ": " + ec.message());
       src.out.file = continuing ? continuing->out.file : files->open(dir / "stdout.log");
       src.err.file = continuing ? continuing->err.file : files->open(dir / "stderr.log");
+      for (Stream* stream : {&src.out, &src.err}) addFilters(*stream);
       // A redirected stream stays off the console unless it is also tee'd (torchrun: tee wins).
       src.out.toConsole = console && (!(routing.redirect & 1) || (routing.tee & 1));
       src.err.toConsole = console && (!(routing.redirect & 2) || (routing.tee & 2));
     }
+  }
+
+  // --duplicate-*-filters: the attempt's filtered_stdout.log / filtered_stderr.log (torchrun's
+  // names), shared by every rank.
+  void addFilters(Stream& stream) {
+    const auto& substrings = stream.isStderr ? options.duplicateStderrFilters : options.duplicateStdoutFilters;
+    if (substrings.empty()) return;
+    auto& file = filteredFiles[stream.isStderr];
+    if (!file) file = files->open(*options.attemptDir / (stream.isStderr ? "filtered_stderr.log" : "filtered_stdout.log"));
+    stream.filtered.addTarget(substrings, file);
   }
 
   // A standby's source: no log files; the console when no rank is filtered off it, prefixed as
@@ -220,6 +234,7 @@ struct OutputMux::Impl {
     } else {
       src.err.eof = true;  // merged into stdout's pipe
       src.out.tailInto = &src.tail;
+      src.out.filtered.addTargets(src.err.filtered);
     }
   }
 
@@ -429,6 +444,7 @@ struct OutputMux::Impl {
   // line waits for more bytes or for the partial-line timer.
   void consume(Stream& stream, const char* data, size_t size) {
     writeFile(stream, data, size);
+    stream.filtered.consume(std::string_view(data, size), stream.source->prefix, *files);
     stream.text.consume(std::string_view(data, size), kMaxLineBytes, sinkOf(stream));
     flushBatch(stream);
     if (stream.text.holdsPartial()) {
@@ -440,6 +456,7 @@ struct OutputMux::Impl {
   void finish(Stream& stream) {
     if (stream.eof) return;
     stream.eof = true;
+    stream.filtered.finish(stream.source->prefix, *files);
     stream.text.flushPartial('\n', sinkOf(stream));  // the newline the worker did not write
     stream.text.flushReturns(sinkOf(stream));
     flushBatch(stream);

@@ -33,6 +33,7 @@ namespace {
 // The kernel's sigset size (glibc's sigset_t is larger).
 constexpr size_t kKernelSigsetBytes = _NSIG / 8;
 constexpr size_t kChildStackBytes = 32 * 1024;
+constexpr int kMpolBind = 2;  // <linux/mempolicy.h>'s MPOL_BIND: allocate on these nodes only
 
 // The kernel's struct sigaction for rt_sigaction (glibc's has another layout).
 struct KernelSigaction {
@@ -43,6 +44,10 @@ struct KernelSigaction {
 };
 
 struct ChildArgs {
+  const unsigned long* cpuMask;  // sched_setaffinity's mask; nullptr: not bound
+  size_t cpuMaskBytes;
+  const unsigned long* memMask;  // set_mempolicy's node mask; nullptr: not bound
+  unsigned long memMaskBits;
   const char* path;
   char* const* argv;
   char* const* envp;
@@ -107,11 +112,29 @@ int childMain(void* arg) {
 
   if (gRestoreOpenFiles) ::syscall(SYS_prlimit64, 0, RLIMIT_NOFILE, &gWorkerOpenFiles, nullptr);
 
+  // --numa-binding: both survive execve. The memory policy is best effort (seccomp in a
+  // container may refuse set_mempolicy); the CPUs were checked against drun's own.
+  if (a->cpuMask && ::syscall(SYS_sched_setaffinity, 0, a->cpuMaskBytes, a->cpuMask) != 0)
+    childFail(a, "sched_setaffinity");
+  if (a->memMask) ::syscall(SYS_set_mempolicy, kMpolBind, a->memMask, a->memMaskBits + 1);
+
   sigset_t empty;
   sigemptyset(&empty);
   ::syscall(SYS_rt_sigprocmask, SIG_SETMASK, &empty, nullptr, kKernelSigsetBytes);
   ::execve(a->path, a->argv, a->envp);
   childFail(a, "execve");
+}
+
+// The kernel's bit mask of `bits` (CPU or node numbers), in unsigned longs; empty for none.
+std::vector<unsigned long> kernelMask(const std::vector<int>& bits) {
+  constexpr int kWordBits = 8 * sizeof(unsigned long);
+  std::vector<unsigned long> mask;
+  for (int bit : bits) {
+    if (bit < 0) continue;
+    if (mask.size() <= static_cast<size_t>(bit / kWordBits)) mask.resize(bit / kWordBits + 1, 0);
+    mask[bit / kWordBits] |= 1UL << (bit % kWordBits);
+  }
+  return mask;
 }
 
 std::vector<char*> cStrings(const std::vector<std::string>& strings) {
@@ -127,7 +150,13 @@ std::vector<char*> cStrings(const std::vector<std::string>& strings) {
 SpawnResult spawnProcess(const SpawnRequest& request) {
   std::vector<char*> argv = cStrings(request.argv);
   std::vector<char*> envp = cStrings(request.env);
+  const std::vector<unsigned long> cpuMask = kernelMask(request.binding.cpus);
+  const std::vector<unsigned long> memMask = kernelMask(request.binding.memNodes);
   ChildArgs args{};
+  args.cpuMask = cpuMask.empty() ? nullptr : cpuMask.data();
+  args.cpuMaskBytes = cpuMask.size() * sizeof(unsigned long);
+  args.memMask = memMask.empty() ? nullptr : memMask.data();
+  args.memMaskBits = memMask.size() * 8 * sizeof(unsigned long);
   args.path = request.path.c_str();
   args.argv = argv.data();
   args.envp = envp.data();

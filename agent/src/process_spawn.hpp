@@ -3,7 +3,7 @@
 //
 // The child: own process group, PR_SET_PDEATHSIG(SIGKILL) (exits at once if the parent is already
 // gone), every signal disposition back to SIG_DFL and an empty signal mask, stdin/stdout/stderr
-// from the given fds, every other fd closed, then execve. It shares the parent's memory until
+// from the given fds, every other fd closed, its CPU and memory binding when given, then execve. It shares the parent's memory until
 // execve (the parent is suspended meanwhile), so it only makes raw system calls and reports an
 // exec failure through that shared memory: the result carries the errno and the child has
 // _exit()ed with 127 (ENOENT, ENOTDIR) or 126 (anything else), like a shell.
@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include "drun/agent/numa_binding.hpp"
+
 namespace drun::agent::detail {
 
 struct SpawnRequest {
@@ -30,6 +32,10 @@ struct SpawnRequest {
   int stdinFd = -1;
   int stdoutFd = -1;
   int stderrFd = -1;
+  // Set in the child before execve (both survive it): the CPU affinity (sched_setaffinity; a
+  // failure fails the spawn, step "sched_setaffinity") and the memory policy, MPOL_BIND to
+  // memNodes (set_mempolicy; best effort: a container may refuse it). Empty: left as drun's.
+  RankBinding binding;
 };
 
 struct SpawnResult {

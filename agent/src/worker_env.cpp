@@ -27,6 +27,20 @@ std::filesystem::path findPythonPackageDir() {
   return std::filesystem::is_directory(dir, ec) ? dir : std::filesystem::path();
 }
 
+std::vector<std::string> splitDeviceList(const std::string& list) {
+  std::vector<std::string> out;
+  size_t begin = 0;
+  for (;;) {
+    size_t end = list.find(',', begin);
+    std::string item = list.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+    const size_t first = item.find_first_not_of(" \t\n\r\f\v");
+    const size_t last = item.find_last_not_of(" \t\n\r\f\v");
+    out.push_back(first == std::string::npos ? "" : item.substr(first, last - first + 1));
+    if (end == std::string::npos) return out;
+    begin = end + 1;
+  }
+}
+
 int defaultOmpThreads(int cpuCount, int localWorkers) {
   return std::max(1, cpuCount / std::max(1, localWorkers));
 }
@@ -89,6 +103,20 @@ std::map<std::string, std::string> commonEnvironment(const AgentConfig& config,
   return common;
 }
 
+// --virtual-local-rank, as torchrun: LOCAL_RANK=0, and CUDA_VISIBLE_DEVICES the local rank's own
+// entry of drun's (stripped), or the local rank's number when drun has none. The launcher refused
+// a list shorter than the local ranks; a rank past it keeps drun's list.
+void narrowToOwnDevice(std::map<std::string, std::string>& env, int localRank) {
+  env["LOCAL_RANK"] = "0";
+  auto visible = env.find("CUDA_VISIBLE_DEVICES");
+  if (visible == env.end()) {
+    env["CUDA_VISIBLE_DEVICES"] = std::to_string(localRank);
+    return;
+  }
+  std::vector<std::string> devices = splitDeviceList(visible->second);
+  if (static_cast<size_t>(localRank) < devices.size()) visible->second = devices[localRank];
+}
+
 WorkerSpec specFor(const AgentConfig& config, const rdzv::RoundResult& round, const AttemptContext& attempt,
                    const std::map<std::string, std::string>& common, int localRank) {
   WorkerSpec spec;
@@ -98,12 +126,14 @@ WorkerSpec specFor(const AgentConfig& config, const rdzv::RoundResult& round, co
   std::map<std::string, std::string> mine = common;
   mine["RANK"] = std::to_string(spec.globalRank);
   mine["LOCAL_RANK"] = std::to_string(localRank);
+  if (config.virtualLocalRank) narrowToOwnDevice(mine, localRank);
   mine["ROLE_RANK"] = std::to_string(spec.globalRank);
   mine["TORCHELASTIC_ERROR_FILE"] = errorFilePath(attempt.attemptDir, localRank).string();
   if (static_cast<size_t>(localRank) < attempt.channels.size() && !attempt.channels[localRank].empty())
     mine["DRUN_WORKER_CHANNEL"] = attempt.channels[localRank].string();
   spec.env.reserve(mine.size());
   for (const auto& [key, value] : mine) spec.env.push_back(key + "=" + value);
+  if (static_cast<size_t>(localRank) < attempt.bindings.size()) spec.binding = attempt.bindings[localRank];
   return spec;
 }
 

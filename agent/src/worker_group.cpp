@@ -313,6 +313,7 @@ struct WorkerGroup::Impl {
     request.path = detail::resolveProgram(spec.argv[0], spec.env, &resolveError);
     request.argv = spec.argv;
     request.env = spec.env;
+    request.binding = spec.binding;
     if (options.jobGuard && !hasJobToken(spec.env))
       request.env.push_back(options.jobGuard->envEntry());
     request.stdinFd = in ? in->read : devNull;

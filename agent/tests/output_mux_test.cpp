@@ -132,6 +132,37 @@ TEST_CASE_METHOD(CapturedConsole,
 }
 
 TEST_CASE_METHOD(CapturedConsole,
+                 "duplicate filters: matching lines of every rank also go to filtered_*.log",
+                 "[agent]") {
+  TempDir dir;
+  options.output.prefixTemplate = "[${rank}]:";
+  options.output.attemptDir = dir.path();
+  options.output.routing[1] = StdRouting{3, 0};  // files only: still filtered
+  options.output.duplicateStdoutFilters = {"loss", "acc"};
+  options.output.duplicateStderrFilters = {"Error"};
+  WorkerGroup group(io, options);
+  std::vector<WorkerSpec> specs;
+  for (int r = 0; r < 2; ++r) {
+    const std::string n = std::to_string(r);
+    specs.push_back(shellWorker(r, "echo step " + n + "; echo loss=0." + n + "; echo 'Error: bad " + n +
+                                       "' >&2; echo warn >&2; printf 'last acc " + n + "'"));
+  }
+  specs.push_back(shellWorker(2, "echo nothing; echo 'no error' >&2"));  // lower case: no match
+  group.start(specs);
+  REQUIRE(runUntil(io, [&] { return group.running() == 0; }));
+  auto sorted = [](const std::string& text) {
+    auto lines = splitLines(text);
+    std::sort(lines.begin(), lines.end());
+    return lines;
+  };
+  CHECK(sorted(readLogFile(dir.path() / "filtered_stdout.log")) ==
+        std::vector<std::string>{"[0]:last acc 0", "[0]:loss=0.0", "[1]:last acc 1", "[1]:loss=0.1"});
+  CHECK(sorted(readLogFile(dir.path() / "filtered_stderr.log")) ==
+        std::vector<std::string>{"[0]:Error: bad 0", "[1]:Error: bad 1"});
+  CHECK(readLogFile(dir.path() / "1" / "stdout.log") == "step 1\nloss=0.1\nlast acc 1");  // untouched
+}
+
+TEST_CASE_METHOD(CapturedConsole,
                  "without an attempt dir everything goes to the console, redirects ignored",
                  "[agent]") {
   options.output.defaultRouting = StdRouting{3, 0};

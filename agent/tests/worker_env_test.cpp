@@ -129,3 +129,54 @@ TEST_CASE("recovery: in-process workers get the workers' store, a replacement it
     CHECK(env["TORCHELASTIC_RESTART_COUNT"] == "3");
   }
 }
+
+TEST_CASE("virtual local rank: LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES narrowed, as torchrun", "[agent]") {
+  AgentConfig config;
+  config.nprocPerNode = 3;
+  config.program = {"/bin/echo", "${local_rank}"};
+  config.virtualLocalRank = true;
+  drun::rdzv::RoundResult round;
+  round.worldSize = 6;
+  round.rankOffset = 3;
+  AttemptContext attempt;
+  attempt.attemptDir = "/tmp/j/attempt_0";
+
+  // drun's CUDA_VISIBLE_DEVICES: each rank gets its own entry, stripped.
+  attempt.baseEnvironment = {"PATH=/bin", "CUDA_VISIBLE_DEVICES=4, 6 ,GPU-abc"};
+  auto specs = buildWorkerSpecs(config, round, attempt);
+  const char* expected[] = {"4", "6", "GPU-abc"};
+  for (int i = 0; i < 3; ++i) {
+    auto env = asMap(specs[i].env);
+    CHECK(env["LOCAL_RANK"] == "0");
+    CHECK(env["CUDA_VISIBLE_DEVICES"] == expected[i]);
+    CHECK(env["RANK"] == std::to_string(3 + i));           // the other ranks stay true
+    CHECK(specs[i].argv[1] == std::to_string(i));          // as torchrun's ${local_rank} macro
+    CHECK(env["TORCHELASTIC_ERROR_FILE"] == "/tmp/j/attempt_0/" + std::to_string(i) + "/error.json");
+  }
+  // None: the local rank's number.
+  attempt.baseEnvironment = {"PATH=/bin"};
+  CHECK(asMap(buildWorkerSpecs(config, round, attempt)[2].env)["CUDA_VISIBLE_DEVICES"] == "2");
+  // Off: LOCAL_RANK true, drun's CUDA_VISIBLE_DEVICES passed on whole.
+  config.virtualLocalRank = false;
+  attempt.baseEnvironment = {"CUDA_VISIBLE_DEVICES=4,6,7"};
+  auto plain = asMap(buildWorkerSpecs(config, round, attempt)[1].env);
+  CHECK(plain["LOCAL_RANK"] == "1");
+  CHECK(plain["CUDA_VISIBLE_DEVICES"] == "4,6,7");
+  CHECK(splitDeviceList("") == std::vector<std::string>{""});
+  CHECK(splitDeviceList(" 0 ,1") == std::vector<std::string>{"0", "1"});
+}
+
+TEST_CASE("numa binding: each local rank's spec carries its binding", "[agent][numa]") {
+  AgentConfig config;
+  config.nprocPerNode = 2;
+  config.program = {"/bin/true"};
+  AttemptContext attempt;
+  attempt.bindings = {{{0, 1}, {0}}, {{2, 3}, {}}};
+  auto specs = buildWorkerSpecs(config, drun::rdzv::RoundResult{}, attempt);
+  CHECK(specs[0].binding.cpus == std::vector<int>{0, 1});
+  CHECK(specs[0].binding.memNodes == std::vector<int>{0});
+  CHECK(specs[1].binding.cpus == std::vector<int>{2, 3});
+  CHECK(buildWorkerSpec(config, drun::rdzv::RoundResult{}, attempt, 1).binding.cpus == std::vector<int>{2, 3});
+  attempt.bindings.clear();
+  CHECK(buildWorkerSpecs(config, drun::rdzv::RoundResult{}, attempt)[0].binding.cpus.empty());
+}

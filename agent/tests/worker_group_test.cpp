@@ -1,8 +1,10 @@
 // WorkerGroup: spawn, exit status, signals, stop/grace, drain bound, inherited process state.
 #include "drun/agent/worker_group.hpp"
 
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 
 #include <map>
@@ -399,4 +401,41 @@ TEST_CASE_METHOD(CapturedConsole, "stdin: the chosen rank reads drun's stdin to 
   CHECK(std::count(lines.begin(), lines.end(), "11|got:hello") == 1);
   CHECK(std::count(lines.begin(), lines.end(), "11|got:world") == 1);
   CHECK(std::count(lines.begin(), lines.end(), "11|eof") == 1);
+}
+
+TEST_CASE_METHOD(CapturedConsole, "numa binding: a worker's CPUs and memory policy are set before exec",
+                 "[agent][numa]") {
+  cpu_set_t mine;
+  REQUIRE(::sched_getaffinity(0, sizeof mine, &mine) == 0);
+  int last = -1;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+    if (CPU_ISSET(cpu, &mine)) last = cpu;
+  REQUIRE(last >= 0);
+  options.output.prefixTemplate = "${local_rank}|";
+  WorkerGroup group(io, options);
+  Collected got;
+  got.attach(group);
+  // The memory policy as get_mempolicy(2) reads it in the worker: "<mode> <node mask>".
+  const std::string probe =
+      "grep Cpus_allowed_list /proc/self/status | tr -d '\\t'; python3 -c 'import ctypes; "
+      "l = ctypes.CDLL(None); m = ctypes.c_int(); n = ctypes.c_ulong(); "
+      "l.syscall(" + std::to_string(SYS_get_mempolicy) + ", ctypes.byref(m), ctypes.byref(n), 64, 0, 0); "
+      "print(\"policy\", m.value, n.value)'";
+  WorkerSpec bound = shellWorker(0, probe);
+  bound.binding = {{last}, {0}};
+  WorkerSpec unbound = shellWorker(1, probe);
+  WorkerSpec impossible = shellWorker(2, "exit 0");
+  impossible.binding = {{CPU_SETSIZE * 4 - 1}, {}};  // no such CPU: the kernel refuses it
+  group.start({bound, unbound, impossible});
+  REQUIRE(runUntil(io, [&] { return group.running() == 0; }));
+  auto lines = splitLines(out.waitAll());
+  auto has = [&](const std::string& line) { return std::count(lines.begin(), lines.end(), line) == 1; };
+  CHECK(has("0|Cpus_allowed_list:" + std::to_string(last)));
+  CHECK(has("0|policy 2 1"));  // MPOL_BIND, node 0
+  CHECK(has("1|policy 0 0"));  // MPOL_DEFAULT: drun's own
+  if (CPU_COUNT(&mine) > 1) CHECK_FALSE(has("1|Cpus_allowed_list:" + std::to_string(last)));
+  CHECK(got.byRank[1].succeeded());
+  CHECK(got.byRank[2].exitCode == 126);
+  REQUIRE_FALSE(got.byRank[2].stderrTail.empty());
+  CHECK_THAT(got.byRank[2].stderrTail.back(), Catch::Contains("sched_setaffinity"));
 }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include <CLI/CLI.hpp>
@@ -13,6 +14,7 @@
 #include "drun/common/env.hpp"
 #include "drun/common/host_port.hpp"
 #include "drun/common/version.hpp"
+#include "drun/agent/worker_env.hpp"
 #include "drun/launcher/program.hpp"
 
 namespace drun::launch {
@@ -45,6 +47,14 @@ bool workersStdoutOnConsole(const AgentConfig& c) {
   return false;
 }
 
+// --duplicate-std{out,err}-filters: the comma-separated substrings, empty ones dropped.
+std::vector<std::string> filterList(const std::string& text) {
+  std::vector<std::string> out;
+  for (std::string& item : cli::split(text, ','))
+    if (!item.empty()) out.push_back(std::move(item));
+  return out;
+}
+
 // The workers' output: log files, the console, the terminal, hangs, events.
 void fillOutput(const cli::CliText& t, AgentConfig& c) {
   cli::parseStdSpec(t.redirects, "--redirects", c.nprocPerNode, &StdRouting::redirect, c.output);
@@ -74,6 +84,37 @@ void fillOutput(const cli::CliText& t, AgentConfig& c) {
     std::fclose(f);
   }
   c.jobHistory = usage([] { return env::getBool("DRUN_JOB_HISTORY"); });
+  c.output.duplicateStdoutFilters = filterList(t.duplicateStdoutFilters);
+  c.output.duplicateStderrFilters = filterList(t.duplicateStderrFilters);
+}
+
+// Where the workers run: --numa-binding, --virtual-local-rank; and the agent's health check port.
+void fillPlacement(const cli::CliText& t, AgentConfig& c) {
+  if (!t.numaBinding.empty()) {
+    std::optional<agent::NumaMode> mode = agent::parseNumaMode(t.numaBinding);
+    if (!mode)
+      throw UsageError("--numa-binding: expected node, socket, exclusive or core-complex, got '" + t.numaBinding + "'");
+    c.numaBinding = *mode;
+  }
+  c.virtualLocalRank = t.virtualLocalRank;
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  if (c.virtualLocalRank && visible) {
+    const size_t devices = agent::splitDeviceList(visible).size();
+    if (devices < static_cast<size_t>(c.nprocPerNode))
+      throw UsageError("--virtual-local-rank: CUDA_VISIBLE_DEVICES='" + std::string(visible) + "' names " +
+                       std::to_string(devices) + " device(s) for " + std::to_string(c.nprocPerNode) +
+                       " local ranks");
+  }
+  // A standby worker starts before its local rank is known: it could be neither bound nor narrowed.
+  if (c.numaBinding != agent::NumaMode::Off || c.virtualLocalRank) {
+    if (c.recovery.standbyWorkers.value_or(0) > 0)
+      throw UsageError("--rdzv-conf standby_workers: standby workers start before their local rank is "
+                       "known, so they cannot be used with --numa-binding or --virtual-local-rank");
+    c.recovery.standbyWorkers = 0;
+  }
+  if (const char* port = std::getenv("TORCHELASTIC_HEALTH_CHECK_PORT"); port && *port)
+    c.healthCheckPort = static_cast<uint16_t>(
+        usage([&] { return env::parseInt(port, "TORCHELASTIC_HEALTH_CHECK_PORT (a port, 0-65535)", 0, 65535); }));
 }
 
 }  // namespace
@@ -123,6 +164,7 @@ CliResult parseCommandLine(const std::vector<std::string>& args) {
   c.hostname = cli::thisHostname();
   cli::fillRendezvous(t, given, nodes, slurmIsHost, result);
   fillOutput(t, c);
+  fillPlacement(t, c);
 
   ResolvedProgram program = resolveProgram({rest, t.module, t.noPython});
   c.program = std::move(program.argv);

@@ -106,6 +106,17 @@ void declareOptions(CLI::App& app, CliText& t) {
       "signals forwarded to the workers that end the job like SIGTERM, e.g. SIGUSR1 for SLURM's "
       "preemption notice (default SIGTERM,SIGINT,SIGHUP,SIGQUIT, always handled)");
   opt("tty", t.tty, "auto|always|never", "worker stdout/stderr on pseudo-terminals of their own (default auto: where drun's are terminals)");
+  // Placement and filtered logs (torchrun 2.9-2.11's flags; docs/options.md, "Placement").
+  opt("numa-binding", t.numaBinding, "node|socket|exclusive|core-complex",
+      "bind each local rank's CPUs and memory: its NUMA node, its socket, cores of its own, or one "
+      "L3 group (default off)");
+  flag(spellings("virtual-local-rank"), "PET_VIRTUAL_LOCAL_RANK", t.virtualLocalRank,
+       "every worker sees LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES narrowed to its own device");
+  opt("duplicate-stdout-filters", t.duplicateStdoutFilters, "SUBSTRING,...",
+      "stdout lines of any rank holding one of these also go to filtered_stdout.log in the attempt's "
+      "log directory (default none)");
+  opt("duplicate-stderr-filters", t.duplicateStderrFilters, "SUBSTRING,...",
+      "the same for stderr: filtered_stderr.log (default none)");
   opt("stdin", t.stdinRank, "RANK|none", "the global rank that reads drun's stdin (default 0); none: every worker reads /dev/null");
 
   std::string footer =
@@ -117,7 +128,8 @@ void declareOptions(CLI::App& app, CliText& t) {
       rendezvousConfHelp() +
       "\nEnvironment:\n"
       "  PET_<OPTION>                      any option above, e.g. PET_NPROC_PER_NODE=4 (the command line wins)\n"
-      "  PYTHON_EXEC                       the interpreter for .py programs and -m (as torchrun)\n";
+      "  PYTHON_EXEC                       the interpreter for .py programs and -m (as torchrun)\n"
+      "  TORCHELASTIC_HEALTH_CHECK_PORT    the agent answers GET /healthz on this port while it runs\n";
   for (const env::VarDoc& v : env::drunVariables()) {
     std::string line = "  " + std::string(v.name);
     line.resize(std::max<size_t>(line.size() + 1, 36), ' ');

@@ -36,6 +36,9 @@ struct CliText {
   std::string eventsPath;  // DRUN_EVENTS unless given
   std::string tty = "auto", stdinRank = "0";
   std::string signalsToHandle = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
+  std::string numaBinding;                                     // "" = off
+  bool virtualLocalRank = false;
+  std::string duplicateStdoutFilters, duplicateStderrFilters;  // "A,B,..."
 };
 
 // Whether the command line or PET_* gave the option "nnodes", "rdzv-backend", ... (CLI11's

@@ -331,3 +331,54 @@ TEST_CASE("recovery: --recovery, PET_RECOVERY and recovery_timeout, and the back
                          "--rdzv-endpoint", "h:2379", "hostname"}),
              Catch::Contains("--rdzv-backend etcd has no store"));
 }
+
+TEST_CASE("torchrun 2.9's placement flags: --numa-binding and --virtual-local-rank", "[launcher]") {
+  using drun::agent::NumaMode;
+  ::unsetenv("CUDA_VISIBLE_DEVICES");
+  CHECK(parse({"hostname"}).numaBinding == NumaMode::Off);
+  CHECK_FALSE(parse({"hostname"}).virtualLocalRank);
+  CHECK(parse({"--numa-binding", "node", "hostname"}).numaBinding == NumaMode::Node);
+  CHECK(parse({"--numa_binding=socket", "hostname"}).numaBinding == NumaMode::Socket);
+  CHECK(parse({"--numa-binding", "exclusive", "hostname"}).numaBinding == NumaMode::Exclusive);
+  {
+    ScopedEnv env("PET_NUMA_BINDING", "core-complex");
+    CHECK(parse({"hostname"}).numaBinding == NumaMode::CoreComplex);
+  }
+  CHECK_THAT(usageError({"--numa-binding", "numa", "hostname"}),
+             Catch::Contains("--numa-binding") && Catch::Contains("'numa'"));
+  CHECK(parse({"--virtual-local-rank", "hostname"}).virtualLocalRank);
+  CHECK(parse({"--virtual_local_rank", "hostname"}).virtualLocalRank);
+  {
+    ScopedEnv visible("CUDA_VISIBLE_DEVICES", "3,5");
+    CHECK(parse({"--virtual-local-rank", "--nproc-per-node", "2", "hostname"}).virtualLocalRank);
+    CHECK_THAT(usageError({"--virtual-local-rank", "--nproc-per-node", "3", "hostname"}),
+               Catch::Contains("CUDA_VISIBLE_DEVICES='3,5' names 2 device(s) for 3 local ranks"));
+    CHECK(parse({"--nproc-per-node", "3", "hostname"}).nprocPerNode == 3);  // without the flag: no check
+  }
+  // Standby workers start before their local rank is known: none with either flag.
+  auto bound = parse({"--recovery", "in-process", "--numa-binding", "node", "python3", "x.py"});
+  CHECK(bound.recovery.standbys(true) == 0);
+  CHECK(parse({"--recovery", "in-process", "--virtual-local-rank", "hostname"}).recovery.standbys(true) == 0);
+  CHECK_THAT(usageError({"--recovery", "in-process", "--rdzv-conf", "standby_workers=1", "--numa-binding",
+                         "node", "hostname"}),
+             Catch::Contains("standby_workers") && Catch::Contains("--numa-binding"));
+}
+
+TEST_CASE("duplicate filters (--duplicate-stdout-filters, --duplicate-stderr-filters) and the health check port", "[launcher]") {
+  auto none = parse({"hostname"});
+  CHECK(none.output.duplicateStdoutFilters.empty());
+  CHECK_FALSE(none.healthCheckPort);
+  auto c = parse({"--duplicate-stdout-filters", "loss,acc", "--duplicate_stderr_filters", "Error,,", "hostname"});
+  CHECK(c.output.duplicateStdoutFilters == std::vector<std::string>{"loss", "acc"});
+  CHECK(c.output.duplicateStderrFilters == std::vector<std::string>{"Error"});
+  {
+    ScopedEnv port("TORCHELASTIC_HEALTH_CHECK_PORT", "8091");
+    CHECK(parse({"hostname"}).healthCheckPort == 8091);
+  }
+  {
+    ScopedEnv port("TORCHELASTIC_HEALTH_CHECK_PORT", "http");
+    CHECK_THAT(usageError({"hostname"}), Catch::Contains("TORCHELASTIC_HEALTH_CHECK_PORT"));
+  }
+  ScopedEnv port("TORCHELASTIC_HEALTH_CHECK_PORT", "65536");
+  CHECK_THAT(usageError({"hostname"}), Catch::Contains("TORCHELASTIC_HEALTH_CHECK_PORT"));
+}

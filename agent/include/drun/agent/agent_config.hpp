@@ -6,12 +6,14 @@
 
 #include <csignal>
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "drun/agent/hang_options.hpp"
+#include "drun/agent/numa_binding.hpp"
 #include "drun/agent/recovery_options.hpp"
 #include "drun/agent/worker_group.hpp"
 #include "drun/rendezvous/rendezvous.hpp"
@@ -48,6 +50,14 @@ struct AgentConfig {
   // job's history in the store (DRUN_JOB_HISTORY; only with a shared store).
   std::string eventsPath;
   bool jobHistory = true;
+  // Where the workers run (torchrun 2.9-2.11's flags; docs/options.md, "Placement"):
+  // --numa-binding binds each local rank's CPUs and memory (numa_binding.hpp); --virtual-local-rank
+  // gives every worker LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES narrowed to its own device.
+  NumaMode numaBinding = NumaMode::Off;
+  bool virtualLocalRank = false;
+  // TORCHELASTIC_HEALTH_CHECK_PORT: the agent answers GET /healthz on this port while it runs
+  // (0: a free port, said on stderr); nullopt: no health check server.
+  std::optional<uint16_t> healthCheckPort;
 };
 
 }  // namespace drun::agent

@@ -103,6 +103,11 @@ struct OutputOptions {
   // Every other worker's stdin is /dev/null. drun's stdin is read only while that rank runs here.
   std::optional<int> stdinRank;
   int stdinFd = 0;  // drun's stdin (tests hand a pipe of their own)
+  // --duplicate-stdout-filters / --duplicate-stderr-filters: a line of any rank's stdout (stderr)
+  // holding one of these substrings also goes, with the rank's console prefix, to
+  // <attemptDir>/filtered_stdout.log (filtered_stderr.log). Empty: no such file.
+  std::vector<std::string> duplicateStdoutFilters;
+  std::vector<std::string> duplicateStderrFilters;
 };
 
 // Expands ${rank}, ${local_rank}, ${role_name}, ${hostname} in `tmpl`; other text is kept as is.

@@ -30,11 +30,16 @@ struct AttemptContext {
   std::string workerStore;
   std::string workerStorePrefix;
   uint64_t generation = 0;
+  // --numa-binding: each local rank's binding (numa_binding.hpp); empty: none.
+  std::vector<RankBinding> bindings;
 };
 
 // <dir of the drun binary>/../lib/drun/python when it exists (the build tree and an installed
 // drun alike), else empty.
 std::filesystem::path findPythonPackageDir();
+
+// CUDA_VISIBLE_DEVICES' entries as Python's str.split(",") and strip() make them ("" -> {""}).
+std::vector<std::string> splitDeviceList(const std::string& list);
 
 // OMP_NUM_THREADS given when the user did not set it: cores / local workers, at least 1.
 int defaultOmpThreads(int cpuCount, int localWorkers);

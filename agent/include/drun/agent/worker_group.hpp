@@ -41,6 +41,7 @@
 #include <string>
 #include <vector>
 
+#include "drun/agent/numa_binding.hpp"
 #include "drun/agent/output_mux.hpp"
 
 namespace drun::agent {
@@ -51,6 +52,7 @@ struct WorkerSpec {
   int globalRank = 0;
   std::vector<std::string> argv;  // argv[0] resolved by the caller (path or name found in PATH)
   std::vector<std::string> env;   // the complete environment, "KEY=VALUE"
+  RankBinding binding;            // --numa-binding: its CPUs and memory nodes, set before exec
 };
 
 struct WorkerExit {

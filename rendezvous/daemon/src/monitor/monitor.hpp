@@ -8,7 +8,7 @@
 #include <string>
 
 #include "drun/store/store_server.hpp"
-#include "http_server.hpp"
+#include "drun/rendezvous/http_server.hpp"
 #include "job_monitor.hpp"
 
 namespace drun::rdzv::monitor {

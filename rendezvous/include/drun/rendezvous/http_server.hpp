@@ -1,7 +1,6 @@
-// HttpServer: drun-rendezvous --http ADDR:PORT, Boost.Beast on the store server's io thread:
-//   /metrics    Prometheus text format (metrics.hpp)
-//   /api/jobs   every job as JSON (JobMonitor::jobsJson, plus the server's counters)
-//   /           the live page (page.hpp): plain HTML + JS that polls /api/jobs
+// HttpServer: a small GET server, Boost.Beast on its owner's io thread; the handler maps a path to
+// a reply. Its users: drun-rendezvous --http ADDR:PORT (daemon/src/monitor: /metrics, /api/jobs,
+// the live page) and the agent's health check (TORCHELASTIC_HEALTH_CHECK_PORT: /healthz).
 // With a token, every request proves it: "Authorization: Bearer <token>" or "?token=<token>"
 // (compared in constant time), else 401.
 //
@@ -28,6 +27,8 @@ struct HttpOptions {
   std::string token;  // "" = open
   size_t maxConnections = 64;
   std::chrono::milliseconds requestTimeout{10000};
+  std::string serverName = "drun-rendezvous";  // the Server header
+  std::string setting = "--http";              // what chose the address, for errors
 };
 
 struct HttpCounters {

@@ -1,4 +1,4 @@
-#include "http_server.hpp"
+#include "drun/rendezvous/http_server.hpp"
 
 #include <utility>
 
@@ -71,7 +71,7 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
     http::response<http::string_body> response;
     response.version(request.version());
     response.keep_alive(request.keep_alive());
-    response.set(http::field::server, "drun-rendezvous");
+    response.set(http::field::server, options.serverName);
     response.set(http::field::cache_control, "no-store");
     auto fail = [&](http::status status, const std::string& text) {
       response.result(status);
@@ -199,7 +199,7 @@ HttpServer::HttpServer(asio::io_context& io, const HttpOptions& options, Handler
     impl_->acceptor.bind(endpoint);
     impl_->acceptor.listen();
   } catch (const boost::system::system_error& e) {
-    throw NetworkError("--http: cannot listen on " + where + ": " + e.code().message());
+    throw NetworkError(options.setting + ": cannot listen on " + where + ": " + e.code().message());
   }
   asio::co_spawn(io, impl_->acceptLoop(), [](std::exception_ptr e) {
     if (!e) return;
