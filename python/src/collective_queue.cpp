@@ -38,6 +38,13 @@ CollectiveQueue::CollectiveQueue()
 CollectiveQueue::~CollectiveQueue() { stop(); }
 
 void CollectiveQueue::stop() {
+  if (::getpid() != owner_) {
+    // A forked child (a DataLoader worker) holds a copy of this queue but none of its threads,
+    // and maybe a copy of its mutex taken: nothing to run, nothing to join.
+    if (thread_.joinable()) thread_.detach();
+    if (watchdog_.joinable()) watchdog_.detach();
+    return;
+  }
   {
     std::lock_guard lock(mutex_);
     if (stopping_) return;

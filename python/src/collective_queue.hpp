@@ -24,6 +24,8 @@
 // two threads.
 #pragma once
 
+#include <unistd.h>
+
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -95,6 +97,7 @@ class CollectiveQueue {
   std::optional<Clock::time_point> holdingSince_;
   const char* holder_ = nullptr;
   std::string broken_;  // why every task now fails at once; empty while usable
+  const pid_t owner_ = ::getpid();  // the process whose threads these are (not a forked child)
   std::thread thread_;    // last two: start once the members above exist
   std::thread watchdog_;
 };

@@ -77,6 +77,16 @@ ProcessGroupDrun::ProcessGroupDrun(std::shared_ptr<comm::Communicator> comm,
       queue_(std::make_shared<CollectiveQueue>()) {}
 
 ProcessGroupDrun::~ProcessGroupDrun() {
+  if (::getpid() != owner_) {
+    // A forked child (a DataLoader worker) ending through Python's exit: its copies of the
+    // queue, the heartbeat and the communicator have none of their threads, and their
+    // condition variables count the rank's waiters, so destroying one waits for ever. Nothing
+    // of them is the child's to close: they are left to the process's end.
+    new std::shared_ptr<CollectiveQueue>(std::move(queue_));
+    new std::shared_ptr<Heartbeat>(std::move(heartbeat_));
+    new std::shared_ptr<comm::Communicator>(std::move(comm_));
+    return;
+  }
   // The queue's thread takes the GIL when it drops the last reference to a tensor Python knows
   // (torch frees its PyObject): joining it while this thread holds the GIL (destroy_process_group)
   // would deadlock.

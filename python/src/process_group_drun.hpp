@@ -119,6 +119,7 @@ class ProcessGroupDrun final : public c10d::ProcessGroup {
   // The tag of uneven all_to_all's messages: far above the tags torch programs use.
   static constexpr int kAllToAllTag = 0x7ffffff0;
 
+  const pid_t owner_ = ::getpid();  // a forked child's copy of this group closes nothing
   std::shared_ptr<comm::Communicator> comm_;
   std::shared_ptr<Heartbeat> heartbeat_;
   // Collectives run here; reset first at destruction. Works hold weak references (their shortcut).
