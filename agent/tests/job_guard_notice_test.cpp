@@ -1,5 +1,6 @@
 // The job guard's death notice (drun/common/death_notice.hpp): the watchdog sends it once drun
 // was SIGKILLed, to the first address that answers as expected, and not after a clean release.
+#include <fcntl.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
