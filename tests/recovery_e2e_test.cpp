@@ -333,6 +333,19 @@ std::set<int> checkShrunkInPlace(const RunResult& run, int world) {
   return now;
 }
 
+// A survivor of the 2:3 job that lost one of its three nodes: exit 0, shrunk from 6 to 4 ranks in
+// place, no restart, its two workers the same processes throughout; returns their ranks after the
+// shrink.
+std::set<int> checkSurvivorOfThree(const RunResult& r) {
+  INFO(r.describe());
+  REQUIRE_FALSE(r.timedOut);
+  CHECK(r.status() == 0);
+  CHECK(contains(r.err, "the job shrinks in place from 6 to 4 ranks (3 to 2 nodes)"));
+  CHECK_FALSE(contains(r.err, "restarting the job"));
+  REQUIRE(starts(r.out).size() == 2);
+  return checkShrunkInPlace(r, 4);
+}
+
 // Under --recovery restart this job re-formed without the lost node; in place it shrinks.
 TEST_CASE("recovery: a member node SIGKILLed with no spare to take its place: the survivor shrinks in place "
           "after recovery_timeout, its workers renumbered, and every node says why", "[multinode]") {
@@ -388,16 +401,8 @@ TEST_CASE("recovery: one of three nodes SIGKILLed, no spare: the two others shri
   host1.signal(SIGKILL);
   host1.wait();
   std::set<int> ranks;
-  for (Process* p : {&host0, &host2}) {
-    const RunResult r = p->wait();
-    INFO(r.describe());
-    REQUIRE_FALSE(r.timedOut);
-    CHECK(r.status() == 0);
-    CHECK(contains(r.err, "the job shrinks in place from 6 to 4 ranks (3 to 2 nodes)"));
-    CHECK_FALSE(contains(r.err, "restarting the job"));
-    REQUIRE(starts(r.out).size() == 2);
-    for (int rank : checkShrunkInPlace(r, 4)) ranks.insert(rank);
-  }
+  for (Process* p : {&host0, &host2})
+    for (int rank : checkSurvivorOfThree(p->wait())) ranks.insert(rank);
   CHECK(ranks == std::set<int>{0, 1, 2, 3});
   CHECK(marker.leftovers(5s).empty());
 }
@@ -432,17 +437,12 @@ TEST_CASE("recovery: one of three nodes SIGKILLed, the two others shrink in plac
   std::set<int> ranks;
   for (Process* p : {&host0, &host2}) {
     const RunResult r = p->wait();
+    for (int rank : checkSurvivorOfThree(r)) ranks.insert(rank);  // ranks kept by the grow
     INFO(r.describe());
-    REQUIRE_FALSE(r.timedOut);
-    CHECK(r.status() == 0);
-    CHECK(contains(r.err, "the job shrinks in place from 6 to 4 ranks (3 to 2 nodes)"));
     CHECK(contains(r.err, "a node joins the running job in place: world 4 -> 6 ranks (2 -> 3 nodes), generation 3"));
     CHECK(contains(r.err, "generation 3 formed: the job runs with 6 ranks on 3 nodes"));
-    CHECK_FALSE(contains(r.err, "restarting the job"));
     CHECK_FALSE(contains(r.err, "re-forming the job"));
-    REQUIRE(starts(r.out).size() == 2);  // the survivors' workers kept their processes throughout
     CHECK(contains(r.out, "RW grown"));
-    for (const auto& [rank, pid] : donePids(r.out)) ranks.insert(rank);
   }
   CHECK(ranks == std::set<int>{0, 1, 2, 3});
   CHECK(marker.leftovers(5s).empty());

@@ -14,7 +14,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "drun/common/progress.hpp"
+#include "drun/rendezvous/backend.hpp"
 #include "elastic_agent_impl.hpp"
 
 namespace drun::agent {
