@@ -407,7 +407,7 @@ TEST_CASE("recovery: one of three nodes SIGKILLed, no spare: the two others shri
   CHECK(marker.leftovers(5s).empty());
 }
 
-TEST_CASE("recovery: one of three nodes SIGKILLed, the two others shrink in place; its agent started again "
+TEST_CASE("recovery: one of three nodes SIGKILLed, the two others shrink in place, then its agent started again "
           "is taken in at a commit: the job grows back to 6 ranks, worker pids unchanged, exit 0", "[multinode]") {
   skipWithoutNetns("multi-node recovery test");
   NetnsCluster cluster(3);
