@@ -332,7 +332,10 @@ void ElasticAgent::Impl::noteGeneration(const Input& in) {
   }
   note("recovery_started", {{"round", round.round}, {"generation", in.generation}, {"lost", lost},
                             {"restart_count", in.restartCount}});
-  if (began.world) return began.world->grows() ? applyGrow(in) : applyShrink(in);  // agent_grow.cpp, agent_shrink.cpp
+  // A node that took a place in generation g has g's world already (its take said it).
+  if (began.world && in.generation > round.generation)
+    return began.world->grows() ? applyGrow(in) : applyShrink(in);  // agent_grow.cpp, agent_shrink.cpp
+  if (began.world) return;
   if (here) return;  // startReplacement says it
   std::string what;
   for (const LostWorker& l : began.lost)
