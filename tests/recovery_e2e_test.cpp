@@ -333,6 +333,19 @@ std::set<int> checkShrunkInPlace(const RunResult& run, int world) {
   return now;
 }
 
+// A survivor of the 2:3 job that lost one of its three nodes: exit 0, shrunk from 6 to 4 ranks in
+// place, no restart, its two workers the same processes throughout; returns their ranks after the
+// shrink.
+std::set<int> checkSurvivorOfThree(const RunResult& r) {
+  INFO(r.describe());
+  REQUIRE_FALSE(r.timedOut);
+  CHECK(r.status() == 0);
+  CHECK(contains(r.err, "the job shrinks in place from 6 to 4 ranks (3 to 2 nodes)"));
+  CHECK_FALSE(contains(r.err, "restarting the job"));
+  REQUIRE(starts(r.out).size() == 2);
+  return checkShrunkInPlace(r, 4);
+}
+
 // Under --recovery restart this job re-formed without the lost node; in place it shrinks.
 TEST_CASE("recovery: a member node SIGKILLed with no spare to take its place: the survivor shrinks in place "
           "after recovery_timeout, its workers renumbered, and every node says why", "[multinode]") {
@@ -388,15 +401,51 @@ TEST_CASE("recovery: one of three nodes SIGKILLed, no spare: the two others shri
   host1.signal(SIGKILL);
   host1.wait();
   std::set<int> ranks;
+  for (Process* p : {&host0, &host2})
+    for (int rank : checkSurvivorOfThree(p->wait())) ranks.insert(rank);
+  CHECK(ranks == std::set<int>{0, 1, 2, 3});
+  CHECK(marker.leftovers(5s).empty());
+}
+
+TEST_CASE("recovery: one of three nodes SIGKILLed, the two others shrink in place, then its agent started again "
+          "is taken in at a commit: the job grows back to 6 ranks, worker pids unchanged, exit 0", "[multinode]") {
+  skipWithoutNetns("multi-node recovery test");
+  NetnsCluster cluster(3);
+  MarkerScope marker;
+  const NamespaceJob job(cluster, marker, "2:3", "recovery_timeout=2,last_call_timeout=1", 600);
+  Process host0(job.on(0));
+  auto host1 = std::make_unique<Process>(job.on(1));
+  Process host2(job.on(2));
+  for (Process* p : {&host0, host1.get(), &host2}) REQUIRE(p->waitForLines("RW start", 2, scaled(30s)));
+  host1->signal(SIGKILL);
+  host1->wait();
+  if (!host0.waitForOutput([](const std::string&, const std::string& err) { return contains(err, "generation 2 formed"); },
+                           scaled(30s))) {
+    INFO(host0.wait().describe());
+    FAIL("the survivors did not shrink in place");
+  }
+  host1 = std::make_unique<Process>(job.on(1));  // back: the job runs below MAX, so it is taken in
+  const RunResult back = host1->wait();
+  INFO(back.describe());
+  REQUIRE_FALSE(back.timedOut);
+  CHECK(back.status() == 0);
+  CHECK(contains(back.err, "taking a place it grows by in the running job"));
+  std::set<int> grownRanks;
+  for (const Start& s : starts(back.out)) {
+    CHECK(s.gen == 3);
+    CHECK(s.restart <= 1);  // the grow spends no unit of --max-restarts
+    grownRanks.insert(s.rank);
+  }
+  CHECK(grownRanks == std::set<int>{4, 5});
+  std::set<int> ranks;
   for (Process* p : {&host0, &host2}) {
     const RunResult r = p->wait();
+    for (int rank : checkSurvivorOfThree(r)) ranks.insert(rank);  // ranks kept by the grow
     INFO(r.describe());
-    REQUIRE_FALSE(r.timedOut);
-    CHECK(r.status() == 0);
-    CHECK(contains(r.err, "the job shrinks in place from 6 to 4 ranks (3 to 2 nodes)"));
-    CHECK_FALSE(contains(r.err, "restarting the job"));
-    REQUIRE(starts(r.out).size() == 2);
-    for (int rank : checkShrunkInPlace(r, 4)) ranks.insert(rank);
+    CHECK(contains(r.err, "a node joins the running job in place: world 4 -> 6 ranks (2 -> 3 nodes), generation 3"));
+    CHECK(contains(r.err, "generation 3 formed: the job runs with 6 ranks on 3 nodes"));
+    CHECK_FALSE(contains(r.err, "re-forming the job"));
+    CHECK(contains(r.out, "RW grown"));
   }
   CHECK(ranks == std::set<int>{0, 1, 2, 3});
   CHECK(marker.leftovers(5s).empty());

@@ -248,3 +248,50 @@ TEST_CASE("drun.torch.resilient on gloo: a node SIGKILLed with no spare, the sur
   CHECK(finals[0].fields.at("sum") == finals[1].fields.at("sum"));
   for (const auto& l : finals) CHECK(l.fields.at("step") == "150");
 }
+
+// The same job, host 1's drun started again after the shrink: it is taken in at a commit (a
+// grow), host 0's ranks keep their processes and ranks in the world of 4 again (on_resize told),
+// the newcomer's ranks 2 and 3 receive the committed state, and every rank ends equal.
+TEST_CASE("drun.torch.resilient on gloo: a node SIGKILLed, the survivors shrink in place, the node's agent "
+          "started again is taken in at a commit, equal parameters after", "[torch][multinode]") {
+  skipWithoutDrunTorch("elastic in place on gloo");
+  skipWithoutNetns("elastic in place on gloo");
+  // recovery_timeout: the newcomer's workers start (import torch, on a busy machine) within it.
+  TwoHosts job({"--nproc-per-node", "2", "--recovery", "in-process", "--max-restarts", "1", "--rdzv-conf",
+                "recovery_timeout=15,last_call_timeout=1"},
+               {"python3", torchProgram("resilient_train.py").string()},
+               {drunPythonPath(), "TRAIN_BACKEND=gloo", "TRAIN_STEPS=900", "TRAIN_STEP_MS=40"});
+  job.args[1] = "1:2";  // --nnodes
+  Process host0(job.on(0));
+  auto host1 = std::make_unique<Process>(job.on(1));
+  REQUIRE(host0.waitForLines("ENTER", 2, scaled(90s)));
+  REQUIRE(host1->waitForLines("ENTER", 2, scaled(90s)));
+  host1->signal(SIGKILL);
+  host1->wait();
+  REQUIRE(host0.waitForLines("RESIZED", 2, scaled(60s)));
+  host1 = std::make_unique<Process>(job.on(1));
+  const RunResult back = host1->wait();
+  const RunResult r = host0.wait();
+  INFO(r.describe());
+  INFO(back.describe());
+  REQUIRE_FALSE(r.timedOut);
+  CHECK(r.status() == 0);
+  CHECK(back.status() == 0);
+  CHECK(contains(r.err, "the job shrinks in place from 4 to 2 ranks (2 to 1 nodes)"));
+  CHECK(contains(r.err, "a node joins the running job in place: world 2 -> 4 ranks (1 -> 2 nodes)"));
+  CHECK_FALSE(contains(r.err, "restarting the job"));
+  std::set<std::string> pids;  // host 0's processes, the same ones throughout
+  for (const auto& l : tagged(r.out, "ENTER")) pids.insert(l.fields.at("pid"));
+  CHECK(pids.size() == 2);
+  int grown = 0;
+  for (const auto& l : tagged(r.out, "RESIZED")) grown += l.fields.at("to") == "4";
+  CHECK(grown >= 2);
+  std::vector<std::string> sums;
+  for (const RunResult* run : {&r, &back})
+    for (const auto& l : tagged(run->out, "FINAL")) {
+      CHECK(l.fields.at("step") == "900");
+      sums.push_back(l.fields.at("sum"));
+    }
+  REQUIRE(sums.size() == 4);
+  for (const std::string& s : sums) CHECK(s == sums[0]);
+}

@@ -62,6 +62,8 @@ const char* toString(Event e) {
     case Event::NodeLost: return "node lost";
     case Event::NodeRecoveryOpened: return "node recovery opened";
     case Event::LossUnrecovered: return "loss unrecovered";
+    case Event::GrowWanted: return "grow wanted";
+    case Event::GrowthOpened: return "growth opened";
     case Event::Signal: return "signal";
     case Event::WorkersSignalled: return "workers signalled";
     case Event::InternalError: return "internal error";

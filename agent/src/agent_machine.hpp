@@ -58,6 +58,9 @@ enum class Event {
   NodeLost,              // a member node was lost while this node runs: its place goes to a spare
   NodeRecoveryOpened,    // this node claimed the lost node's place, opened its generation, offered it
   LossUnrecovered,       // no recovery of the loss began within recovery_timeout: stop and re-form
+  // A grow in place (agent_grow.cpp)
+  GrowWanted,            // a node waits to join and the job is below MAX: offer it a place at the end
+  GrowthOpened,          // this node claimed the grow, opened its generation and offered the place
   Signal,            // drun itself received a signal that ends the job
   WorkersSignalled,  // every local worker ended by one SIGTERM/SIGINT from outside drun (scancel)
   InternalError,     // an exception escaped an action
@@ -74,7 +77,7 @@ struct Input {
   int code = 0;
   uint64_t generation = 0;  // the recovery's generation
   int restartCount = 0;     // the job's restart count including it
-  std::vector<rdzv::Vacancy> places;  // NodeRecoveryOpened: the lost nodes' places offered
+  std::vector<rdzv::Vacancy> places;  // NodeRecoveryOpened, GrowthOpened: the places offered
 };
 
 // One rule of the machine: in `from`, `event` moves to `to` and runs `action` (may be null).

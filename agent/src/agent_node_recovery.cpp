@@ -78,9 +78,9 @@ void ElasticAgent::Impl::prepareNodeRecovery(AttemptContext& context) {
   place.nodeRank = round.nodeRank;
   place.rankOffset = round.rankOffset;
   place.localWorldSize = config.nprocPerNode;
-  console.say("drun: taking a lost node's place in the running job: {}, generation {} (restart {} of {})\n",
-              describePlace(place), round.generation, round.generationRestartCount,
-              config.rendezvous.maxRestarts);
+  console.say("drun: taking {} in the running job: {}, generation {} (restart {} of {})\n",
+              round.grew ? "a place it grows by" : "a lost node's place", describePlace(place), round.generation,
+              round.generationRestartCount, config.rendezvous.maxRestarts);
   // Its claimer decides the fallback; should it be gone too (its loss is not news to this node:
   // it may have died before this node took the place), this node re-forms by itself.
   lossOpen = true;
@@ -212,9 +212,10 @@ void ElasticAgent::Impl::withdrawLostPlaces(const Input& in) {
 void ElasticAgent::Impl::fallBackLostNode(const Input& in) {
   const uint64_t g = in.generation, r = round.round;
   const std::vector<rdzv::Vacancy> places = offered->places;
+  const bool grow = offered->grow;
   offered->withdrawn = true;
   const std::string waited = humanDuration(config.recovery.timeout);
-  offLoop->post([this, in, r, g, places, waited] {
+  offLoop->post([this, in, r, g, places, waited, grow] {
     std::string why;
     bool noneTaken = false;
     try {
@@ -225,7 +226,9 @@ void ElasticAgent::Impl::fallBackLostNode(const Input& in) {
       if (!untaken.empty())
         why = "no spare took the place of " + describePlaces(untaken) + " within " + waited +
               " (--rdzv-conf recovery_timeout)";
-      rendezvous->refundRecovery();
+      // A grow spent no unit; once decided, the next grow can be claimed.
+      if (grow) rendezvous->endGrowth(places.front());
+      else rendezvous->refundRecovery();
     } catch (const std::exception& e) {
       spdlog::debug("agent: withdrawing the lost node's place: {}", e.what());
     }

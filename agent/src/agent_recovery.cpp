@@ -293,9 +293,14 @@ void ElasticAgent::Impl::startReplacement(const Input& in) {
                           {"pid", opened->replacement}, {"generation", g}, {"standby", fromStandby}});
   // recovery_timeout counts from the death.
   const auto since = std::chrono::system_clock::now() - exit.when;
-  recoveryTimer.expires_after(std::max(std::chrono::milliseconds(0),
-                                       config.recovery.timeout -
-                                           std::chrono::duration_cast<std::chrono::milliseconds>(since)));
+  armRecoveryDue(g, std::max(std::chrono::milliseconds(0),
+                             config.recovery.timeout - std::chrono::duration_cast<std::chrono::milliseconds>(since)));
+}
+
+// RecoveryDue for generation g after `after`, unless g formed, was superseded or is not this
+// node's to decide by then.
+void ElasticAgent::Impl::armRecoveryDue(uint64_t g, std::chrono::milliseconds after) {
+  recoveryTimer.expires_after(after);
   recoveryTimer.async_wait([this, g](const boost::system::error_code& ec) {
     if (ec || !opened || opened->generation != g || generation > g) return;
     Input due;
@@ -327,7 +332,10 @@ void ElasticAgent::Impl::noteGeneration(const Input& in) {
   }
   note("recovery_started", {{"round", round.round}, {"generation", in.generation}, {"lost", lost},
                             {"restart_count", in.restartCount}});
-  if (began.world) return applyShrink(in);  // agent_shrink.cpp
+  // A node that took a place in generation g has g's world already (its take said it).
+  if (began.world && in.generation > round.generation)
+    return began.world->grows() ? applyGrow(in) : applyShrink(in);  // agent_grow.cpp, agent_shrink.cpp
+  if (began.world) return;
   if (here) return;  // startReplacement says it
   std::string what;
   for (const LostWorker& l : began.lost)
@@ -345,14 +353,20 @@ void ElasticAgent::Impl::recoveryFormed(const Input& in) {
   const int64_t ms = std::max<int64_t>(0, wallMs(std::chrono::system_clock::now()) - died);
   note("recovery_formed", {{"round", round.round}, {"generation", in.generation},
                            {"lost_ranks", rankList(formed.lost)}, {"ms", ms}});
-  console.say("drun: generation {} formed {} ms after rank(s) {} failed; the workers go on\n", in.generation, ms,
-              rankList(formed.lost));
+  if (formed.world && formed.world->grows())
+    console.say("drun: generation {} formed: the job runs with {} ranks on {} nodes; the workers go on\n",
+                in.generation, round.worldSize, round.nodeCount);
+  else
+    console.say("drun: generation {} formed {} ms after rank(s) {} failed; the workers go on\n", in.generation, ms,
+                rankList(formed.lost));
+  if (offered && offered->grow && offered->generation == in.generation) endGrowth(offered->places.front());
   recoveryTimer.cancel();
   opened.reset();
   lossOpen = false;
   rootCause.reset();  // recovered: not a cause of anything any more
   otherFailures = 0;
   if (group && group->running() == 0) onLoop([this] { dispatch(Event::WorkersSucceeded); });
+  else if (growDeferred) onLoop([this] { dispatch(nodeWaitingEvent(), Input{}); });  // agent_grow.cpp
 }
 
 // recovery_timeout passed, or the replacement ended first: the fallback is recorded (the first

@@ -15,6 +15,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "drun/rendezvous/keys.hpp"
 #include "elastic_agent_impl.hpp"
 
 namespace drun::agent {
@@ -34,6 +35,12 @@ bool dropsRank(const std::vector<rdzv::Vacancy>& places, int rank) {
   return std::any_of(places.begin(), places.end(), [rank](const rdzv::Vacancy& v) {
     return rank >= v.rankOffset && rank < v.rankOffset + v.localWorldSize;
   });
+}
+
+// The places that were members of the round (a grow's place nobody took never was one).
+int membersOf(const std::vector<rdzv::Vacancy>& places) {
+  return static_cast<int>(std::count_if(places.begin(), places.end(),
+                                        [](const rdzv::Vacancy& v) { return !rdzv::keys::isGrowPlace(v.lostId); }));
 }
 
 bool dropsNode(const std::vector<rdzv::Vacancy>& places, int nodeRank) {
@@ -72,16 +79,18 @@ void ElasticAgent::Impl::shrinkInPlace(const Input& in, const std::vector<rdzv::
   for (int node = 0; node < round.nodeCount; ++node)
     if (!dropsNode(places, node)) world.nodeRanks.push_back(node);
   std::vector<LostWorker> lost;
+  // A grow's place nobody took lost no process: recorded without a signal (applyShrink says so).
   for (const rdzv::Vacancy& v : places)
     for (int local = 0; local < v.localWorldSize; ++local)
-      lost.push_back({v.rankOffset + local, local, v.node, 0, SIGKILL, 0, epochMs()});
+      lost.push_back({v.rankOffset + local, local, v.node, 0, rdzv::keys::isGrowPlace(v.lostId) ? 0 : SIGKILL, 0,
+                      epochMs()});
   const std::string me = config.hostname + " pid " + std::to_string(::getpid()) + " (a shrink)";
   const int count = jobRestarts;
   // Not counted in opensInFlight: the generation opened here is the one whose outcome counts (its
   // "formed" may arrive before this returns, and must not wait for it).
   offLoopCall(
-      [this, prefix, world, lost, me, count, dropped = static_cast<int>(places.size())] {
-        rendezvous->dropMembers(dropped);
+      [this, prefix, world, lost, me, count, dropped = membersOf(places)] {
+        if (dropped > 0) rendezvous->dropMembers(dropped);
         try {
           return detail::openGeneration(recoveryStore(), prefix, lost, me, count, config.recovery.timeout, world);
         } catch (...) {
@@ -93,13 +102,7 @@ void ElasticAgent::Impl::shrinkInPlace(const Input& in, const std::vector<rdzv::
         const bool waiting = state == AgentState::Recovering || state == AgentState::Finishing;
         if (r != round.round || !waiting || generation > g) return;  // formed already, or gone
         opened = Opened{g, round.rankOffset, 0};
-        recoveryTimer.expires_after(config.recovery.timeout);
-        recoveryTimer.async_wait([this, g](const boost::system::error_code& ec) {
-          if (ec || !opened || opened->generation != g || generation > g) return;
-          Input due;
-          due.generation = g;
-          onLoop([this, due] { dispatch(Event::RecoveryDue, due); });
-        });
+        armRecoveryDue(g, config.recovery.timeout);
       },
       [this, r, in](std::exception_ptr error) {
         if (r != round.round) return;
@@ -141,10 +144,13 @@ void ElasticAgent::Impl::applyShrink(const Input& in) {
                            {"world_size", round.worldSize}, {"node_count_before", nodesBefore},
                            {"node_count", round.nodeCount}, {"node_rank", round.nodeRank},
                            {"rank_offset", round.rankOffset}});
-  console.say("drun: {} was lost and no spare took its place; the job shrinks in place from {} to {} ranks ({} to {} "
-              "nodes): generation {}, this node is node rank {} with ranks from {}\n",
-              lostNodes(began), worldBefore, round.worldSize, nodesBefore, round.nodeCount, in.generation,
-              round.nodeRank, round.rankOffset);
+  const bool growUntaken = std::all_of(began.lost.begin(), began.lost.end(), [](const LostWorker& l) { return l.signal == 0; });
+  console.say("drun: {}; the job shrinks in place from {} to {} ranks ({} to {} nodes): generation {}, this node is "
+              "node rank {} with ranks from {}\n",
+              growUntaken ? "the place the job grew by (for " + lostNodes(began) + ") was not taken"
+                          : lostNodes(began) + " was lost and no spare took its place",
+              worldBefore, round.worldSize, nodesBefore, round.nodeCount, in.generation, round.nodeRank,
+              round.rankOffset);
 }
 
 }  // namespace drun::agent

@@ -153,6 +153,17 @@ constexpr ElasticAgent::Impl::Rule ElasticAgent::Impl::kRules[] = {
     {SN, Event::JobFailed, SR, nullptr},
     {SN, Event::JobFailedFinal, SX, &Impl::noteFinalCause},
     {SN, Event::Signal, SX, &Impl::stopForSignal},
+    // a grow in place (docs/recovery.md "Elastic in place"; agent_grow.cpp): one at a time, and
+    // none while a recovery is open (noted, and claimed once it formed)
+    {Run, Event::GrowWanted, Run, &Impl::claimGrowth},
+    {Rec, Event::GrowWanted, Rec, &Impl::deferGrowth},
+    {Run, Event::GrowthOpened, Run, &Impl::offerGrowth},
+    {Rec, Event::GrowthOpened, Rec, &Impl::offerGrowth},
+    {Fin, Event::GrowthOpened, Fin, &Impl::offerGrowth},
+    {SR, Event::GrowthOpened, SR, &Impl::withdrawGrowth},
+    {SF, Event::GrowthOpened, SF, &Impl::withdrawGrowth},
+    {SX, Event::GrowthOpened, SX, &Impl::withdrawGrowth},
+    {R, Event::GrowthOpened, R, &Impl::withdrawGrowth},
 };
 
 // ---- the machine ----------------------------------------------------------------------------
@@ -273,7 +284,7 @@ void ElasticAgent::Impl::onJobEvent(const JobEvent& e) {
       break;
     case JobEvent::Kind::Succeeded: dispatch(Event::JobSucceeded, in); break;
     case JobEvent::Kind::MemberLost: dispatch(memberLostEvent(), in); break;
-    case JobEvent::Kind::NodeWaiting: dispatch(Event::NodeWaiting, in); break;
+    case JobEvent::Kind::NodeWaiting: dispatch(nodeWaitingEvent(), in); break;
     case JobEvent::Kind::StoreLost:
       dispatch(keepsWorkersThroughStoreLoss() ? Event::StoreLostKeepingWorkers : Event::StoreLost, in);
       break;

@@ -133,6 +133,7 @@ struct ElasticAgent::Impl {
     uint64_t generation = 0;
     std::vector<rdzv::Vacancy> places;
     bool withdrawn = false;  // at recovery_timeout: no spare can take them any more
+    bool grow = false;       // a grow's place (agent_grow.cpp): no unit of the budget to refund
   };
   std::optional<OfferedPlaces> offered;
   bool lossOpen = false;  // a lost node's recovery began here and has not formed (Finishing waits for it)
@@ -239,6 +240,7 @@ struct ElasticAgent::Impl {
   void stopStandbys();
   void openRecovery(const Input& in);
   void startReplacement(const Input& in);
+  void armRecoveryDue(uint64_t g, std::chrono::milliseconds after);  // recoveryTimer: RecoveryDue
   void refuseRecovery(const Input& in);
   void noteGeneration(const Input& in);
   void recoveryFormed(const Input& in);
@@ -269,6 +271,16 @@ struct ElasticAgent::Impl {
   bool canShrinkWithout(const std::vector<rdzv::Vacancy>& places) const;  // MIN nodes remain
   void shrinkInPlace(const Input& in, const std::vector<rdzv::Vacancy>& places);
   void applyShrink(const Input& in);  // every node: a shrink generation began
+
+  // ---- a grow in place (agent_grow.cpp) ----------------------------------------------------
+  Event nodeWaitingEvent() const;  // GrowWanted under in-process below MAX, else NodeWaiting
+  void claimGrowth(const Input& in);
+  void deferGrowth(const Input& in);
+  void offerGrowth(const Input& in);
+  void withdrawGrowth(const Input& in);
+  void endGrowth(const rdzv::Vacancy& place);  // off the loop: the next grow can be claimed
+  void applyGrow(const Input& in);             // every node: a grow generation began
+  bool growDeferred = false;  // a node waited while a recovery was open: claim once it formed
 };
 
 }  // namespace drun::agent

@@ -50,7 +50,9 @@ uint64_t openGeneration(rdzv::LivenessStore& store, const std::string& prefix, c
 uint64_t openGeneration(rdzv::LivenessStore& store, const std::string& prefix, const std::vector<LostWorker>& lost,
                         const std::string& me, int restartCount, std::chrono::milliseconds timeout,
                         const std::optional<rdzv::recovery::World>& world) {
-  if (lost.empty() || lost.size() + 3 > StoreBatch::kMaxOps) throw InvalidArgument("a generation for " +
+  // A grow loses no rank; any other generation loses at least one.
+  const bool grows = world && world->grows();
+  if ((lost.empty() && !grows) || lost.size() + 3 > StoreBatch::kMaxOps) throw InvalidArgument("a generation for " +
                                                                                    std::to_string(lost.size()) + " ranks");
   const Deadline deadline(timeout);
   const std::string key = keys::generation(prefix);
@@ -58,10 +60,14 @@ uint64_t openGeneration(rdzv::LivenessStore& store, const std::string& prefix, c
   uint64_t g = keys::parseGeneration(store.tryGet(key)) + 1;
   for (int attempt = 0; store.compareSet(keys::opener(prefix, g), "", me) != me; ++attempt, ++g)
     if (attempt >= 64) throw Error("could not claim a recovery generation after " + std::to_string(g) + " (64 tries)");
-  std::vector<std::string> names = {keys::lostRanks(prefix, g), keys::restartCount(prefix, g)};
+  std::vector<std::string> names = {keys::restartCount(prefix, g)};
+  std::vector<std::string> values = {std::to_string(restartCount)};
   std::vector<int> ranks;
   for (const LostWorker& l : lost) ranks.push_back(l.rank);
-  std::vector<std::string> values = {keys::encodeRanks(ranks), std::to_string(restartCount)};
+  if (!ranks.empty()) {
+    names.push_back(keys::lostRanks(prefix, g));
+    values.push_back(keys::encodeRanks(ranks));
+  }
   for (const LostWorker& l : lost) {
     names.push_back(keys::lost(prefix, g, l.rank));
     values.push_back(encodeLost(l));

@@ -45,7 +45,8 @@ struct Generation {
 uint64_t openGeneration(rdzv::LivenessStore& store, const std::string& prefix, const LostWorker& lost,
                         int restartCount, std::chrono::milliseconds timeout);
 // The same for several ranks lost at once (a lost node's): `opener` names the claiming agent.
-// With `world`, the generation is a shrink: its world record is written with the rest.
+// With `world`, the generation is a shrink or a grow (which may lose no rank): its world record
+// is written with the rest.
 uint64_t openGeneration(rdzv::LivenessStore& store, const std::string& prefix, const std::vector<LostWorker>& lost,
                         const std::string& opener, int restartCount, std::chrono::milliseconds timeout,
                         const std::optional<rdzv::recovery::World>& world = std::nullopt);

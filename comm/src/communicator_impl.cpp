@@ -115,9 +115,11 @@ void Communicator::Impl::fail(const char* what, std::exception_ptr error, const 
     }
     liveness = s_.liveness;
   }
-  // A newer generation explains any failure (a peer that aborted for it may be seen first).
-  if (auto [newest, why] = newerGeneration(); newest > 0) {
-    generationBegan(newest, why);
+  // A newer generation explains any failure (a peer that aborted for it may be seen first);
+  // not a grow, which loses nobody.
+  if (auto [newest, why] = newerGeneration();
+      newest > 0 && !(recovery() && recovery()->growsOnly(this->generation(), newest))) {
+    generationBegan(newest, why, false);
     throw CommError(where + why);
   }
   // A peer's death shows first on its sockets; its will reaches the store a moment later.

@@ -114,7 +114,7 @@ class Communicator::Impl : public std::enable_shared_from_this<Communicator::Imp
   std::unique_ptr<detail::OpProgress> makeProgress() const;  // members of 2+ ranks with a store
   // reform.cpp: a generation past this communicator's began (the watcher, or a failure that
   // found it): broken with `why`, pending operations aborted, the world's groups too.
-  void generationBegan(uint64_t newest, const std::string& why);
+  void generationBegan(uint64_t newest, const std::string& why, bool grow);
   // reform.cpp: (3, "generation 3 began: ...") when a generation past this communicator's
   // began, else (0, "").
   std::pair<uint64_t, std::string> newerGeneration();

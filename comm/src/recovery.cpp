@@ -42,14 +42,29 @@ std::string hostAndPid() {
 
 }  // namespace
 
-std::vector<int> parseKeptRanks(const std::string& value) {
+WorldRecord parseWorldRecord(const std::string& value) {
   auto bad = [&] {
     return ProtocolError("the workers' store's recovery world record holds '" +
                          text::printable(value, {.maxBytes = 200}) + "', not what drun writes");
   };
   const size_t tab = value.find('\t');
   if (tab == std::string::npos || tab == 0) throw bad();
-  std::vector<int> ranks;
+  WorldRecord record;
+  // A grow's: "\t<ranks added>\t<nodes added>" after the node ranks, each at least 1.
+  const size_t second = value.find('\t', tab + 1);
+  if (second != std::string::npos) {
+    const size_t third = value.find('\t', second + 1);
+    if (third == std::string::npos || value.find('\t', third + 1) != std::string::npos) throw bad();
+    auto count = [&](size_t from, size_t to) {
+      int n = 0;
+      auto [end, ec] = std::from_chars(value.data() + from, value.data() + to, n);
+      if (from == to || ec != std::errc() || end != value.data() + to || n < 1) throw bad();
+      return n;
+    };
+    record.added = count(second + 1, third);
+    count(third + 1, value.size());
+  }
+  std::vector<int>& ranks = record.kept;
   size_t start = 0;
   while (start < tab) {
     size_t comma = value.find(',', start);
@@ -62,7 +77,35 @@ std::vector<int> parseKeptRanks(const std::string& value) {
     ranks.push_back(r);
     start = comma + 1;
   }
-  return ranks;
+  return record;
+}
+
+bool Recovery::growsOnly(rdzv::LivenessStore& store, uint64_t from, uint64_t to) {
+  if (to <= from || to - from > rdzv::StoreBatch::kMaxOps / 2) return false;
+  rdzv::StoreBatch batch;
+  for (uint64_t g = from + 1; g <= to; ++g) {
+    batch.tryGet(recoveryKey(g, "world"));
+    batch.tryGet(recoveryKey(g, "lost_ranks"));
+  }
+  store.runBatch(batch);
+  for (size_t i = 0; i < batch.size(); i += 2) {
+    if (!batch.value(i) || batch.value(i + 1)) return false;  // no world record, or ranks lost
+    try {
+      if (parseWorldRecord(*batch.value(i)).added == 0) return false;
+    } catch (const ProtocolError&) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool Recovery::growsOnly(uint64_t from, uint64_t to) {
+  try {
+    return growsOnly(*store_, from, to);
+  } catch (const std::exception& e) {
+    spdlog::debug("drun_comm: the world records of generations {}..{} could not be read: {}", from + 1, to, e.what());
+    return false;
+  }
 }
 
 uint64_t parseGeneration(const std::string& text) {
@@ -152,12 +195,13 @@ Recovery::Place Recovery::placeIn(uint64_t base, uint64_t g, Place place) {
   for (uint64_t next = base + 1; next <= g; ++next) {
     auto value = store_->tryGet(recoveryKey(next, "world"));
     if (!value) continue;
-    const std::vector<int> kept = parseKeptRanks(*value);
+    const WorldRecord world = parseWorldRecord(*value);
+    const std::vector<int>& kept = world.kept;
     auto at = std::find(kept.begin(), kept.end(), place.rank);
     if (at == kept.end())
       throw CommError("generation " + std::to_string(next) + " shrank the world to " + std::to_string(kept.size()) +
                       " ranks without rank " + std::to_string(place.rank));
-    place = {static_cast<int>(at - kept.begin()), static_cast<int>(kept.size())};
+    place = {static_cast<int>(at - kept.begin()), static_cast<int>(kept.size()) + world.added};
   }
   return place;
 }
@@ -198,7 +242,7 @@ void Recovery::follow(uint64_t g, Listener listener) {
     latest = watch_->latest;
   }
   // A generation that began while this one formed (the watcher saw it before it was followed).
-  if (latest > g && listener) listener(latest, describe(*store_, size_, g, latest));
+  if (latest > g && listener) listener(latest, describe(*store_, size_, g, latest), growsOnly(g, latest));
 }
 
 void Recovery::stop() {
@@ -288,6 +332,12 @@ void Recovery::watchLoop(const std::shared_ptr<Watch>& w) {
       from = w->followed;
     }
     const std::string why = describe(conn, size, from, g);
+    bool grow = false;
+    try {
+      grow = growsOnly(conn, from, g);
+    } catch (const std::exception& e) {
+      spdlog::debug("drun_comm: recovery watcher: the world records could not be read: {}", e.what());
+    }
     std::lock_guard calling(w->calling);
     Listener listener;
     {
@@ -295,7 +345,7 @@ void Recovery::watchLoop(const std::shared_ptr<Watch>& w) {
       if (w->stopping) return;
       listener = w->listener;
     }
-    if (listener) listener(g, why);
+    if (listener) listener(g, why, grow);
   };
   for (;;) {
     std::shared_ptr<rdzv::LivenessStore> conn;

@@ -2,7 +2,8 @@
 // the workers' store (DRUN_WORKER_STORE, its prefix DRUN_WORKER_STORE_PREFIX already applied):
 //   - the keys: recovery/generation (absent = 0), recovery/<g>/lost/<rank> (the agent's record
 //     of a lost rank), recovery/<g>/joined/<rank>, recovery/<g>/formed, recovery/<g>/outcome,
-//     recovery/<g>/world (a shrink: the ranks of the generation before that g keeps, in order),
+//     recovery/<g>/world (a shrink or a grow: the ranks of the generation before that g keeps,
+//     in order, and the ranks a grow adds after them),
 //     and the communicator's own keys of generation g under drun_comm/g<g>/;
 //   - a watcher thread on a connection of its own (a store connection runs one call at a time,
 //     and a watch blocks): it follows recovery/generation and, for each value past the
@@ -35,8 +36,9 @@ class Recovery {
   // A new connection to the workers' store (prefixed), giving up after `connectTimeout`.
   using Connect = std::function<std::shared_ptr<rdzv::LivenessStore>(milliseconds connectTimeout)>;
   // newest: the generation now; why: "generation 3 began: rank 2 (node1 pid 77, killed by
-  // signal 9) was lost".
-  using Listener = std::function<void(uint64_t newest, const std::string& why)>;
+  // signal 9) was lost"; grow: every generation since the followed one is a grow (no rank lost:
+  // nothing to abort, the program moves at its next commit).
+  using Listener = std::function<void(uint64_t newest, const std::string& why, bool grow)>;
 
   // store: the workers' store (prefixed) the communicator uses; connect: more connections to it.
   Recovery(std::shared_ptr<rdzv::LivenessStore> store, Connect connect, int rank, int size,
@@ -63,10 +65,14 @@ class Recovery {
     int rank = 0;
     int size = 1;
   };
-  // `place` (of generation `base`) in generation `g`: each shrink in (base, g] renumbers it
+  // `place` (of generation `base`) in generation `g`: each shrink or grow in (base, g] renumbers it
   // (recovery/<g>/world). CommError when a shrink dropped it; ProtocolError for a record that
   // is not what an agent writes.
   Place placeIn(uint64_t base, uint64_t g, Place place);
+  // Whether every generation in (from, to] is a grow: a world record that adds ranks, no rank
+  // lost (docs/recovery.md "Elastic in place"). False when a record cannot be read.
+  bool growsOnly(uint64_t from, uint64_t to);
+  static bool growsOnly(rdzv::LivenessStore& store, uint64_t from, uint64_t to);
   // The rank and size the keys below and the watcher's descriptions use from now on.
   void resize(Place place);
   // recovery/<g>/joined/<rank> = "<host> pid <pid>" (g > 0).
@@ -106,7 +112,12 @@ uint64_t parseGeneration(const std::string& text);
 }  // namespace drun::comm::detail
 
 namespace drun::comm::detail {
-// recovery/<g>/world's ranks: "<ranks>\t<node ranks>" (the agent's codec); ProtocolError
-// for anything else.
-std::vector<int> parseKeptRanks(const std::string& value);
+// recovery/<g>/world: "<ranks>\t<node ranks>", a grow's with "\t<ranks added>\t<nodes added>"
+// (the agent's codec): the ranks kept in their new order and the ranks added after them.
+// ProtocolError for anything else.
+struct WorldRecord {
+  std::vector<int> kept;
+  int added = 0;
+};
+WorldRecord parseWorldRecord(const std::string& value);
 }  // namespace drun::comm::detail

@@ -68,15 +68,23 @@ std::pair<uint64_t, std::string> Communicator::Impl::newerGeneration() {
 
 void Communicator::Impl::followRecovery() {
   // The listener borrows this: destroy() stops the watcher first, and no call runs after that.
-  s_.recovery->follow(generation(), [this](uint64_t newest, const std::string& why) { generationBegan(newest, why); });
+  s_.recovery->follow(generation(), [this](uint64_t newest, const std::string& why, bool grow) {
+    generationBegan(newest, why, grow);
+  });
 }
 
-void Communicator::Impl::generationBegan(uint64_t newest, const std::string& why) {
+void Communicator::Impl::generationBegan(uint64_t newest, const std::string& why, bool grow) {
   std::shared_ptr<detail::Backend> backend;
   std::vector<std::shared_ptr<Impl>> groups;
   {
     std::lock_guard lock(mutex_);
     if (destroyed_ || newest <= generation()) return;
+    // A grow loses nobody: the old generation's operations go on, and the program moves to the
+    // larger world with reform() when it chooses (drun.torch: at its next commit).
+    if (grow) {
+      spdlog::debug("drun_comm: rank {} of {}: {} (a grow: nothing aborted)", s_.rank, s_.name, why);
+      return;
+    }
     if (!broken_) broken_ = Broken{Broken::Kind::Generation, why};
     backend = s_.backend;
     for (auto& w : groups_)
@@ -84,7 +92,7 @@ void Communicator::Impl::generationBegan(uint64_t newest, const std::string& why
   }
   spdlog::debug("drun_comm: rank {} of {}: {}", s_.rank, s_.name, why);
   if (backend) backend->abort();  // pending operations fail now, not at their deadlines
-  for (auto& g : groups) g->generationBegan(newest, why);
+  for (auto& g : groups) g->generationBegan(newest, why, false);
 }
 
 void Communicator::Impl::reform(milliseconds timeout) {
@@ -109,7 +117,8 @@ void Communicator::Impl::reform(milliseconds timeout) {
       throw TimeoutError("reform: no generation past " + std::to_string(from) + " began within " +
                          std::to_string(timeout.count()) + "ms (drun's agent opens one when a worker is lost)");
   }
-  generationBegan(newest, why);  // when the watcher has not yet: pending operations fail now
+  // When the watcher has not yet: pending operations fail now (a grow's go on to their end).
+  generationBegan(newest, why, s_.recovery->growsOnly(from, newest));
   std::unique_lock lock(mutex_);
   if (destroyed_) throw InvalidArgument("reform: the communicator was destroyed");
   if (reforming_) throw InvalidArgument("reform: another reform() of this communicator is in progress");
@@ -135,7 +144,7 @@ void Communicator::Impl::reform(milliseconds timeout) {
   lock.lock();
   s_.backend = std::move(f.backend);
   const int rankBefore = s_.rank, sizeBefore = s_.size;
-  s_.rank = f.place.rank;  // a shrink renumbered the world
+  s_.rank = f.place.rank;  // a shrink renumbered the world, a grow made it larger
   s_.size = f.place.size;
   s_.worldRanks.clear();
   for (int i = 0; i < s_.size; ++i) s_.worldRanks.push_back(i);

@@ -179,13 +179,42 @@ TEST_CASE("comm recovery: a shrink renumbers the survivors densely: rank() and s
   }
 }
 
-TEST_CASE("comm recovery: a shrink's world record that is not what drun writes fails reform() clearly",
+TEST_CASE("comm recovery: a grow aborts nothing: a receive pending across it completes, then the survivors "
+          "reform into the larger world with the newcomer, ranks kept",
           "[comm][recovery]") {
-  CHECK_THROWS_WITH(drun::comm::detail::parseKeptRanks("0,1"), Catch::Contains("not what drun writes"));
-  CHECK_THROWS_WITH(drun::comm::detail::parseKeptRanks("0,0\t0"), Catch::Contains("not what drun writes"));
-  CHECK_THROWS_WITH(drun::comm::detail::parseKeptRanks("0,-1\t0"), Catch::Contains("not what drun writes"));
-  CHECK_THROWS_WITH(drun::comm::detail::parseKeptRanks("\t0"), Catch::Contains("not what drun writes"));
-  CHECK(drun::comm::detail::parseKeptRanks("2,0\t1") == std::vector<int>{2, 0});
+  for (const char* transport : kRecoveryTransports) {
+    DYNAMIC_SECTION(transport) {
+      MarkerScope marker;
+      WorkersStore ws;
+      auto ranks = startRanks(ws, marker, 2, transport, {"grow"});
+      for (auto& r : ranks) awaitLine(*r, "pending");
+      ws.open(1, {}, "0,1\t0\t1\t1");  // ranks 0, 1 kept; one rank on one node added
+      ws.store().set("test/send", "1");
+      ranks.push_back(startRank(ws, marker, 2, 3, 1, transport, {"grow"}));
+      const std::string out = checkAllOk(ranks, "generation 1");
+      CHECK(contains(out, "rank 0: received 42 across the grow"));
+      CHECK(contains(out, "rank 0: reformed generation 1 as rank 0 of 3"));
+      CHECK(contains(out, "rank 1: reformed generation 1 as rank 1 of 3"));
+      CHECK(contains(out, "rank 2: joined generation 1 as rank 2 of 3"));
+      CHECK(ws.get("recovery/1/outcome") == std::optional<std::string>("formed"));
+      CHECK(ws.get("recovery/1/formed") == std::optional<std::string>("3"));
+    }
+  }
+}
+
+TEST_CASE("comm recovery: a world record that is not what drun writes fails reform() clearly",
+          "[comm][recovery]") {
+  using drun::comm::detail::parseWorldRecord;
+  for (const char* bad : {"0,1", "0,0\t0", "0,-1\t0", "\t0", "0,1\t0\t1", "0,1\t0\t0\t1", "0,1\t0\t1\t0",
+                          "0,1\t0\tx\t1", "0,1\t0\t1\t1\t1"}) {
+    INFO("'" << bad << "'");
+    CHECK_THROWS_WITH(parseWorldRecord(bad), Catch::Contains("not what drun writes"));
+  }
+  CHECK(parseWorldRecord("2,0\t1").kept == std::vector<int>{2, 0});
+  CHECK(parseWorldRecord("2,0\t1").added == 0);
+  const auto grown = parseWorldRecord("0,1,2,3\t0,1\t2\t1");
+  CHECK(grown.kept == std::vector<int>{0, 1, 2, 3});
+  CHECK(grown.added == 2);
 }
 
 TEST_CASE("comm recovery: a new generation fails pending operations at once, every rank reforms", "[comm][recovery]") {

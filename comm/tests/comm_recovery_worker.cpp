@@ -9,6 +9,11 @@
 //              test writes test/bumped_at_ns, steady clock, before it bumps); a group made before
 //              must refuse after reform(). With L: rank L reforms only once generation 2 began
 //              (the others are forming 1 by then and must abandon it)
+//   grow       a grow (docs/recovery.md "Elastic in place"): rank 0's receive from rank 1 is
+//              pending when the test opens a generation that adds a rank; it must not fail:
+//              rank 1 sends once the test says so (test/send), after the generation began; then
+//              both reform() into the larger world, which the newcomer (DRUN_GENERATION > 0)
+//              joins, and every rank checks an all_reduce of it
 //   loop N     N reforms in a row, rank 0 bumping the generation once every rank checked its
 //              all_reduce; fds, threads, memfd mappings and RSS printed before and after
 // Prints "rank R: ok generation G (N checks)" and exits 0, or what went wrong and exits 1.
@@ -179,6 +184,35 @@ void bump(Communicator& world, int late) {
   }
 }
 
+void grow(Communicator& world) {
+  if (world.generation() > 0) {  // the newcomer
+    std::printf("rank %d: joined generation %llu as rank %d of %d\n", me,
+                static_cast<unsigned long long>(world.generation()), world.rank(), world.size());
+    checkedAllReduce(world, "newcomer");
+    return;
+  }
+  auto store = workersStore();
+  checkedAllReduce(world, "generation 0");
+  std::printf("rank %d: pending\n", me);
+  std::fflush(stdout);
+  int64_t v = 0;
+  if (me == 0) {
+    world.recv(&v, 1, DType::Int64, 1, 7, 20s);
+    std::printf("rank %d: received %lld across the grow\n", me, static_cast<long long>(v));
+    tally.check(v == 42, "the receive pending across the grow got what rank 1 sent");
+  } else if (me == 1) {
+    store->wait({"test/send"}, 20s);
+    tally.check(storeGeneration(*store) >= 1, "the grow began before the send");
+    v = 42;
+    world.send(&v, 1, DType::Int64, 0, 7, 20s);
+  }
+  awaitGeneration(*store, 1);
+  world.reform(20s);
+  std::printf("rank %d: reformed generation %llu as rank %d of %d\n", me,
+              static_cast<unsigned long long>(world.generation()), world.rank(), world.size());
+  checkedAllReduce(world, "after the grow");
+}
+
 void loop(Communicator& world, int reforms) {
   auto store = workersStore();
   std::vector<long> before;
@@ -225,6 +259,7 @@ int main(int argc, char** argv) {
     if (mode == "lost") lost(*world, arg);
     else if (mode == "bump") bump(*world, arg);
     else if (mode == "loop") loop(*world, arg);
+    else if (mode == "grow") grow(*world);
     else {
       std::fprintf(stderr, "comm_recovery_worker: unknown mode '%s'\n", mode.c_str());
       return 2;

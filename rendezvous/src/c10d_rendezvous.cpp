@@ -239,6 +239,13 @@ class C10dRendezvous final : public Rendezvous {
     store_->runBatch(batch);
   }
 
+  std::optional<Vacancy> claimGrowth(int nodeCount, int worldSize) override {
+    if (!lastRound_) throw InvalidArgument("claimGrowth() before a round formed");
+    return rdzv::claimGrowth(*store_, id(), *lastRound_, node_.self.id, nodeCount, worldSize, options().maxNodes);
+  }
+
+  void endGrowth(const Vacancy& place) override { rdzv::endGrowth(*store_, id(), place); }
+
   std::unique_ptr<LivenessStore> connectSideStore() override {
     return connect_ ? connect_() : nullptr;
   }
@@ -352,14 +359,26 @@ class C10dRendezvous final : public Rendezvous {
   Announcement announcementFor(uint64_t running) {
     auto state = RoundCloser(*store_, node_).closedRound(running);
     if (state) barrier_.throwIfJobEnded(*store_);  // (only a job that formed can have ended)
-    if (state && state->nodeCount >= options().maxNodes) {
+    // The nodes it runs with now: the decision's, less the ones a shrink dropped, plus the ones
+    // a grow took in ("Elastic in place").
+    const int64_t nodes = state ? state->nodeCount + resizedBy(running) : 0;
+    if (state && nodes >= options().maxNodes) {
       spdlog::warn("rendezvous '{}': the job runs with {} node(s), the most it takes; {} waits as "
                    "a spare to replace a lost node",
-                   id(), state->nodeCount, node_.self.displayName());
+                   id(), nodes, node_.self.displayName());
       return {};
     }
     return {running, "node " + node_.self.displayName() + " is waiting to join (round " +
                          std::to_string(running + 1) + ")"};
+  }
+
+  // grown - dropped of round `running`: how far the survivors resized it in place.
+  int64_t resizedBy(uint64_t running) {
+    StoreBatch reads;
+    const size_t grown = reads.tryGet(keys::grown(id(), running));
+    const size_t dropped = reads.tryGet(keys::dropped(id(), running));
+    store_->runBatch(reads);
+    return keys::parseCounter(reads.value(grown)).value_or(0) - keys::parseCounter(reads.value(dropped)).value_or(0);
   }
 
   RoundResult joinFrom(Start start, Deadline& deadline, Clock::time_point started) {
@@ -387,7 +406,7 @@ class C10dRendezvous final : public Rendezvous {
         }
         lastRound_ = result.round;
         restartCount_ = result.restartCount;
-        lastNodeCount_ = result.nodeCount;
+        lastNodeCount_ = seat->decidedNodeCount > 0 ? seat->decidedNodeCount : result.nodeCount;
         lastNodeRank_ = result.nodeRank;
         lastWorldSize_ = result.worldSize;
         lastRosterDigest_ = seat->rosterDigest;
@@ -481,7 +500,7 @@ class C10dRendezvous final : public Rendezvous {
     WatchedRound w;
     w.runId = id();
     w.round = seat.result.round;
-    w.nodeCount = seat.result.nodeCount;
+    w.nodeCount = seat.decidedNodeCount > 0 ? seat.decidedNodeCount : seat.result.nodeCount;
     w.changesAtClose = seat.changesAtClose;
     w.leftAtClose = seat.leftAtClose;
     w.lostSeen = seat.lostSeen;

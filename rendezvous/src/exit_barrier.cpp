@@ -84,6 +84,7 @@ bool ExitBarrier::finish(LivenessStore& store, uint64_t round, int64_t nodeCount
                                           keys::encodeEnding(keys::RoundEnding::Finish));
   const size_t done = counted.add(keys::finished(id, round), 1);
   const size_t dropped = counted.tryGet(keys::dropped(id, round));
+  const size_t grown = counted.tryGet(keys::grown(id, round));
   store.runBatch(counted);
   if (keys::parseEnding(counted.value(claim)) == keys::RoundEnding::ScaleUp) {
     spdlog::info("rendezvous '{}': a member of round {} took waiting node(s) in before this "
@@ -98,9 +99,11 @@ bool ExitBarrier::finish(LivenessStore& store, uint64_t round, int64_t nodeCount
   // Then the watchers look (they read the counter itself).
   StoreBatch told;
   std::optional<size_t> status;
-  // Members the round shrank without count as finished (they have no workers left to finish).
+  // Members the round shrank without count as finished (they have no workers left to finish);
+  // members it grew by must finish as the decision's do.
   const int64_t without = keys::parseCounter(counted.value(dropped)).value_or(0);
-  if (counted.number(done) + without >= nodeCount) status = addOutcome(told, round, std::nullopt);
+  const int64_t added = keys::parseCounter(counted.value(grown)).value_or(0);
+  if (counted.number(done) + without >= nodeCount + added) status = addOutcome(told, round, std::nullopt);
   told.setWill(keys::finishedWill(id, round, node_.self.id, node_.self.displayName()));
   told.add(keys::changes(id, round), 1);
   runBumpingStatus(store, told, status);
@@ -160,10 +163,11 @@ void ExitBarrier::leave(LivenessStore& store, std::optional<uint64_t> lastRound,
   // that reads whether every member finished (one round trip, one etcd transaction).
   StoreBatch look;
   look.setWill(presenceWill());
-  std::optional<size_t> finished, dropped, ending, outcome;
+  std::optional<size_t> finished, dropped, grown, ending, outcome;
   if (lastRound) {
     finished = look.tryGet(keys::finished(id, *lastRound));
     dropped = look.tryGet(keys::dropped(id, *lastRound));
+    grown = look.tryGet(keys::grown(id, *lastRound));
     ending = look.tryGet(keys::ending(id, *lastRound));
     outcome = look.tryGet(keys::outcome(id));
   }
@@ -172,7 +176,7 @@ void ExitBarrier::leave(LivenessStore& store, std::optional<uint64_t> lastRound,
   // so that a node coming back (cut off in the barrier) learns the job succeeded.
   if (lastRound && keys::parseEnding(look.value(*ending)) == keys::RoundEnding::Finish &&
       keys::parseCounter(look.value(*finished)).value_or(0) + keys::parseCounter(look.value(*dropped)).value_or(0) >=
-          nodeCount &&
+          nodeCount + keys::parseCounter(look.value(*grown)).value_or(0) &&
       !look.value(*outcome))
     store.compareSet(keys::outcome(id), "", keys::encodeOutcome(std::nullopt));
   // The will cleared first (cut short there, the batch leaves a leak, never a -2), then `left`

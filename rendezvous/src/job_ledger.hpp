@@ -34,6 +34,7 @@ struct JobLedger {
   int64_t waiting = 0;    // nodes that announced they wait to join the next round
   int64_t replaced = 0;   // members gone whose place a spare took (docs/recovery.md "A lost node")
   int64_t dropped = 0;    // members gone that the round shrank without (docs/recovery.md "Elastic in place")
+  int64_t grown = 0;      // members the round grew by in place (a grow's taker: "Elastic in place")
   bool failed = false;    // the round has a failure record
   keys::RoundEnding ending = keys::RoundEnding::Open;  // finish or scale-up, whichever came first
 
@@ -46,14 +47,16 @@ struct JobLedger {
   int64_t membersLost() const { return clampedSince(lost); }
   // Members of the round that can still come back to re-form it.
   int64_t survivors() const {
-    const int64_t alive = int64_t{base.nodeCount} - membersGone();
+    const int64_t alive = members() - membersGone();
     return alive > 0 ? alive : 0;
   }
   // A round claimed for a scale-up never succeeds: its members re-form, and `finished` counts
   // the ones that finished after the claim too (ExitBarrier::finish).
   bool everyMemberFinished() const {
-    return ending == keys::RoundEnding::Finish && finished + dropped >= base.nodeCount;
+    return ending == keys::RoundEnding::Finish && finished + dropped >= members();
   }
+  // The round's members: its decision's, and the ones it grew by.
+  int64_t members() const { return int64_t{base.nodeCount} + grown; }
 
  private:
   int64_t clampedSince(int64_t counter) const {

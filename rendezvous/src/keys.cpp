@@ -119,6 +119,10 @@ std::string vacancyTaker(std::string_view runId, uint64_t r, std::string_view lo
 std::string vacancies(std::string_view runId, uint64_t r) { return cat(round(runId, r), "vacancies"); }
 std::string replaced(std::string_view runId, uint64_t r) { return cat(round(runId, r), "replaced"); }
 std::string dropped(std::string_view runId, uint64_t r) { return cat(round(runId, r), "dropped"); }
+std::string grows(std::string_view runId, uint64_t r) { return cat(round(runId, r), "grows"); }
+std::string grown(std::string_view runId, uint64_t r) { return cat(round(runId, r), "grown"); }
+std::string growPlace(int64_t k) { return "grow-" + std::to_string(k); }
+bool isGrowPlace(std::string_view placeId) { return placeId.starts_with("grow-"); }
 std::string eventCount(std::string_view runId) { return cat(job(runId), "events/next"); }
 std::string eventSlot(std::string_view runId, uint64_t n) {
   return cat(job(runId), "events/" + std::to_string(n % kEventSlots));

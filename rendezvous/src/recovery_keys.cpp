@@ -79,7 +79,11 @@ int indexOf(const std::vector<int>& list, int value) {
 int World::renumber(int previous) const { return indexOf(ranks, previous); }
 int World::renumberNode(int previous) const { return indexOf(nodeRanks, previous); }
 
-std::string encodeWorld(const World& w) { return encodeRanks(w.ranks) + "\t" + encodeRanks(w.nodeRanks); }
+std::string encodeWorld(const World& w) {
+  std::string out = encodeRanks(w.ranks) + "\t" + encodeRanks(w.nodeRanks);
+  if (w.grows()) out += "\t" + std::to_string(w.addedRanks) + "\t" + std::to_string(w.addedNodes);
+  return out;
+}
 
 World parseWorld(std::string_view value) {
   const size_t tab = value.find('\t');
@@ -89,9 +93,22 @@ World parseWorld(std::string_view value) {
   };
   if (tab == std::string_view::npos) throw bad();
   World w;
+  std::string_view nodes = value.substr(tab + 1);
+  if (const size_t added = nodes.find('\t'); added != std::string_view::npos) {
+    // A grow's counts: "<ranks added>\t<nodes added>", each at least 1.
+    const std::string_view counts = nodes.substr(added + 1);
+    nodes = nodes.substr(0, added);
+    const size_t between = counts.find('\t');
+    if (between == std::string_view::npos) throw bad();
+    auto addedRanks = parseDecimal<int>(counts.substr(0, between));
+    auto addedNodes = parseDecimal<int>(counts.substr(between + 1));
+    if (!addedRanks || !addedNodes || *addedRanks < 1 || *addedNodes < 1) throw bad();
+    w.addedRanks = *addedRanks;
+    w.addedNodes = *addedNodes;
+  }
   try {
     w.ranks = parseRanks(value.substr(0, tab));
-    w.nodeRanks = parseRanks(value.substr(tab + 1));
+    w.nodeRanks = parseRanks(nodes);
   } catch (const ProtocolError&) {
     throw bad();
   }

@@ -392,6 +392,7 @@ std::optional<Seat> RoundJoin::takePlace() {
   seat.leftAtClose = taken->leftAtClose;
   seat.lostSeen = taken->lostSeen;
   seat.memberId = taken->memberId;
+  seat.decidedNodeCount = taken->decidedNodeCount;
   on(Event::VacancyTaken, "node rank " + std::to_string(seat.result.nodeRank) + " of round " +
                               std::to_string(seat.result.round) + ", generation " +
                               std::to_string(seat.result.generation));

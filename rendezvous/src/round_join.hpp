@@ -47,6 +47,7 @@ struct Seat {
   // A spare that took a lost member's place in the running round: its id as that member
   // (result.round is then the running round, not the one it waited in).
   std::optional<std::string> memberId;
+  int decidedNodeCount = 0;  // the running round's decision's node count (0: result.nodeCount)
 };
 
 // A running round to tell that this node waits to join the next one (empty: tell nobody).

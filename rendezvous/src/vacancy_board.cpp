@@ -82,11 +82,13 @@ std::string takerId(const Bytes& taker) { return taker.substr(0, taker.find('\t'
 struct Member {
   std::string id;
   std::string name;
+  int nodeRank = 0;
   int rankOffset = 0;
   int localWorldSize = 1;
 };
 
-// The round's members now: the decision's roster, each place a spare took held by that spare.
+// The round's members now: the decision's roster, each place a spare took held by that spare,
+// then the places grows added (in the order they were offered), each held by its taker.
 std::vector<Member> currentMembers(LivenessStore& store, const std::string& runId, uint64_t round) {
   StoreBatch batch;
   const size_t state = batch.tryGet(keys::state(runId, round));
@@ -99,17 +101,25 @@ std::vector<Member> currentMembers(LivenessStore& store, const std::string& runI
   std::vector<Member> members;
   int offset = 0;
   for (const auto& entry : decided->roster) {
-    members.push_back({entry.id, entry.name, offset, entry.localWorldSize});
+    members.push_back({entry.id, entry.name, static_cast<int>(members.size()), offset, entry.localWorldSize});
     offset += entry.localWorldSize;
   }
+  // In the order posted: a place is offered only once its holder is a member (a grown member's
+  // loss is offered after its grow).
   for (const Posted& p : readOffers(store, runId, round, batch.value(list))) {
     if (!p.offer || !p.taker || *p.taker == kWithdrawn) continue;
-    if (p.offer->nodeRank < 0 || size_t(p.offer->nodeRank) >= members.size()) continue;
     const std::string id = takerId(*p.taker);
     if (!keys::isValidNodeId(id)) continue;
-    Member& m = members[size_t(p.offer->nodeRank)];
-    m.id = id;
-    m.name = text::printable(p.taker->substr(std::min(p.taker->size(), id.size() + 1)), {.maxBytes = 256});
+    const std::string name =
+        text::printable(p.taker->substr(std::min(p.taker->size(), id.size() + 1)), {.maxBytes = 256});
+    if (keys::isGrowPlace(p.lostId)) {
+      members.push_back({id, name, p.offer->nodeRank, p.offer->rankOffset, p.offer->localWorldSize});
+      continue;
+    }
+    auto held = std::find_if(members.begin(), members.end(), [&](const Member& m) { return m.id == p.lostId; });
+    if (held == members.end()) continue;
+    held->id = id;
+    held->name = name;
   }
   return members;
 }
@@ -162,7 +172,7 @@ std::vector<Vacancy> claimLostMembers(LivenessStore& store, const std::string& r
       const size_t at = 2 * (i - first);
       if (m.id == me || !look.value(at) || look.value(at + 1)) continue;
       if (store.compareSet(keys::vacancyClaim(runId, round, m.id), "", me) != me) continue;  // another's
-      claimed.push_back({round, m.id, m.name, static_cast<int>(i), m.rankOffset, m.localWorldSize});
+      claimed.push_back({round, m.id, m.name, m.nodeRank, m.rankOffset, m.localWorldSize});
     }
   }
   return claimed;
@@ -183,6 +193,38 @@ bool withdrawVacancy(LivenessStore& store, const std::string& runId, const Vacan
   return store.compareSet(keys::vacancyTaker(runId, v.round, v.lostId), "", withdrawn) == withdrawn;
 }
 
+std::optional<Vacancy> claimGrowth(LivenessStore& store, const std::string& runId, uint64_t round,
+                                   const std::string& me, int nodeCount, int worldSize, int maxNodes) {
+  if (nodeCount >= maxNodes) return std::nullopt;
+  StoreBatch look;
+  const size_t grows = look.tryGet(keys::grows(runId, round));
+  const size_t joined = look.tryGet(keys::joined(runId, round + 1));
+  store.runBatch(look);
+  const int64_t k = keys::parseCounter(look.value(grows)).value_or(0);
+  std::vector<keys::NodeDescriptor> waiting = keys::parseJoined(look.value(joined).value_or(""));
+  if (waiting.size() > StoreBatch::kMaxOps - 1) waiting.resize(StoreBatch::kMaxOps - 1);
+  const std::string place = keys::growPlace(k);
+  // The k-th grow's claim (set: that grow is open, or another survivor's) and who is alive.
+  StoreBatch alive;
+  const size_t claim = alive.tryGet(keys::vacancyClaim(runId, round, place));
+  for (const auto& n : waiting) alive.tryGet(keys::dead(runId, round + 1, n.id));
+  store.runBatch(alive);
+  if (alive.value(claim)) return std::nullopt;
+  for (size_t i = 0; i < waiting.size(); ++i) {
+    if (alive.value(claim + 1 + i)) continue;
+    if (store.compareSet(keys::vacancyClaim(runId, round, place), "", me) != me) return std::nullopt;
+    const keys::NodeDescriptor& n = waiting[i];
+    return Vacancy{round, place, n.displayName(), nodeCount, worldSize, n.localWorldSize};
+  }
+  return std::nullopt;
+}
+
+void endGrowth(LivenessStore& store, const std::string& runId, const Vacancy& place) {
+  const int64_t k = decimalField<int64_t>(place.lostId.substr(std::min(place.lostId.size(), size_t{5})), place.lostId);
+  // compare_set(k -> k + 1): ending the same grow twice moves nothing.
+  store.compareSet(keys::grows(runId, place.round), k == 0 ? "" : std::to_string(k), std::to_string(k + 1));
+}
+
 std::optional<TakenPlace> takeVacancy(LivenessStore& store, const C10dNode& node, uint64_t running,
                                       const std::string& memberId) {
   const std::string& id = node.runId();
@@ -195,7 +237,13 @@ std::optional<TakenPlace> takeVacancy(LivenessStore& store, const C10dNode& node
   for (const Posted& p : readOffers(store, id, running, list)) {
     if (!p.offer || p.taker || p.offer->localWorldSize != node.options.localWorldSize) continue;
     const VacancyOffer& o = *p.offer;
-    if (o.nodeRank >= state->nodeCount || int64_t{o.rankOffset} + o.localWorldSize > state->worldSize) continue;
+    // A grow's place is past the end of the world the decision made (node rank = the node count
+    // then, rank offset = the world size then); a lost member's is within it.
+    const bool grow = keys::isGrowPlace(p.lostId);
+    if (!grow && (o.nodeRank >= state->nodeCount || int64_t{o.rankOffset} + o.localWorldSize > state->worldSize))
+      continue;
+    if (grow && (o.nodeRank >= node.options.maxNodes || int64_t{o.rankOffset} + o.localWorldSize > INT32_MAX))
+      continue;
     const std::string taker = memberId + "\t" + name;
     if (store.compareSet(keys::vacancyTaker(id, running, p.lostId), "", taker) != taker) continue;
     // Exactly this node has the place: a member of `running` from here on, one batch (the
@@ -203,7 +251,7 @@ std::optional<TakenPlace> takeVacancy(LivenessStore& store, const C10dNode& node
     // registration in the next round given up (the closer must never take that id).
     StoreBatch batch;
     batch.set(keys::assign(id, running, memberId), keys::encodeAssignment({o.nodeRank, o.rankOffset}));
-    batch.add(keys::replaced(id, running), 1);
+    batch.add(grow ? keys::grown(id, running) : keys::replaced(id, running), 1);
     batch.setWill(keys::joinWill(id, running, memberId, name));
     batch.set(keys::dead(id, running + 1, node.self.id), "1");
     signalChange(batch, id, running + 1,
@@ -219,8 +267,8 @@ std::optional<TakenPlace> takeVacancy(LivenessStore& store, const C10dNode& node
     RoundResult& r = t.result;
     r.round = running;
     r.nodeRank = o.nodeRank;
-    r.nodeCount = state->nodeCount;
-    r.worldSize = state->worldSize;
+    r.nodeCount = grow ? o.nodeRank + 1 : state->nodeCount;
+    r.worldSize = grow ? o.rankOffset + o.localWorldSize : state->worldSize;
     r.rankOffset = o.rankOffset;
     r.restartCount = state->restartCount;
     r.masterAddr = state->masterAddr;
@@ -228,15 +276,19 @@ std::optional<TakenPlace> takeVacancy(LivenessStore& store, const C10dNode& node
     r.storePrefix = keys::round(id, running);
     r.generation = o.generation;
     r.generationRestartCount = o.restartCount;
+    r.grew = grow;
     if (r.nodeCount <= kMaxHostsInResult) {
-      r.hosts = keys::parseHostList(batch.value(hosts).value_or(""), size_t(r.nodeCount));
+      // A grow's: the decision's hosts (renumbered by shrinks since: not known here), then this one.
+      r.hosts = keys::parseHostList(batch.value(hosts).value_or(""), size_t(state->nodeCount));
+      r.hosts.resize(size_t(r.nodeCount));
       r.hosts[size_t(o.nodeRank)] = name;
     }
+    t.decidedNodeCount = state->nodeCount;
     t.changesAtTake = keys::parseCounter(batch.value(changes)).value_or(0);
     t.leftAtClose = state->leftAtClose;
     t.lostSeen = std::max<int64_t>(0, keys::parseCounter(batch.value(lost)).value_or(0) - state->leftAtClose);
-    spdlog::info("rendezvous '{}': {} takes node rank {} ({}'s place) in the running round {}: generation {}", id,
-                 name, o.nodeRank, o.node, running, o.generation);
+    spdlog::info("rendezvous '{}': {} takes node rank {} ({}) in the running round {}: generation {}", id, name,
+                 o.nodeRank, grow ? "a place the job grows by" : o.node + "'s place", running, o.generation);
     return t;
   }
   return std::nullopt;

@@ -45,6 +45,18 @@ void postVacancy(LivenessStore& store, const std::string& runId, const Vacancy& 
                  int restartCount);
 bool withdrawVacancy(LivenessStore& store, const std::string& runId, const Vacancy& vacancy);
 
+// A grow (docs/recovery.md "Elastic in place"): the survivors' side. With a node waiting in
+// round + 1 (registered, not dead) and the job's `nodeCount` below `maxNodes`, claims the next
+// grow of the round (compare_set on vacancy/grow-<k>/claim, k = `grows`: exactly one survivor,
+// one grow at a time) and returns its place: node rank `nodeCount`, rank offset `worldSize`, the
+// waiting node's local world size. nullopt: nobody waits, the job is full, or another survivor's
+// grow is open. The place is then posted and withdrawn as a lost member's (postVacancy,
+// withdrawVacancy); its claimer ends the grow once it is decided (endGrowth), which lets the
+// next one be claimed.
+std::optional<Vacancy> claimGrowth(LivenessStore& store, const std::string& runId, uint64_t round,
+                                   const std::string& me, int nodeCount, int worldSize, int maxNodes);
+void endGrowth(LivenessStore& store, const std::string& runId, const Vacancy& place);
+
 // The spare's side: the place this node took in round `running`, as a member under `memberId`.
 struct TakenPlace {
   RoundResult result;
@@ -52,9 +64,10 @@ struct TakenPlace {
   int64_t changesAtTake = 0;  // the membership watcher starts here
   int64_t leftAtClose = 0;
   int64_t lostSeen = 0;       // members lost so far (the place it took among them): not news to it
+  int decidedNodeCount = 0;   // the running round's decision's node count (the ledger's base)
 };
 // Looks at the offers of round `running` and takes the first open one of this node's local world
-// size: a member of `running` under `memberId` from then on. Its registration in the round it
+// size (a grow's place too: the round's node count and world size then include it): a member of `running` under `memberId` from then on. Its registration in the round it
 // waits in (running + 1, under its current id) is given up in the same batch.
 std::optional<TakenPlace> takeVacancy(LivenessStore& store, const C10dNode& node, uint64_t running,
                                       const std::string& memberId);

@@ -1,4 +1,4 @@
-// A shrink's world record (recovery/<g>/world, drun/rendezvous/recovery_keys.hpp): what the
+// A shrink's or a grow's world record (recovery/<g>/world, drun/rendezvous/recovery_keys.hpp): what the
 // claimer writes is what every agent and worker reads back, ranks renumber densely in the order
 // kept, and a value not written by drun is refused naming it.
 #include <catch2/catch.hpp>
@@ -22,8 +22,27 @@ TEST_CASE("recovery world: a shrink's record round-trips and renumbers densely",
   CHECK(world("P/", 3) == "P/recovery/3/world");
 }
 
+TEST_CASE("recovery world: a grow's record keeps every rank and adds ranks and nodes after them",
+          "[rendezvous][recovery]") {
+  World grown{{0, 1, 2, 3}, {0, 1}};
+  grown.addedRanks = 2;
+  grown.addedNodes = 1;
+  CHECK(encodeWorld(grown) == "0,1,2,3\t0,1\t2\t1");
+  const World back = parseWorld(encodeWorld(grown));
+  CHECK(back.grows());
+  CHECK(back.size() == 6);
+  CHECK(back.nodeCount() == 3);
+  CHECK(back.renumber(3) == 3);
+  CHECK(back.renumberNode(1) == 1);
+  const World shrunk = parseWorld("0,2\t0");
+  CHECK_FALSE(shrunk.grows());
+  CHECK(shrunk.size() == 2);
+  CHECK(shrunk.nodeCount() == 1);
+}
+
 TEST_CASE("recovery world: a record drun did not write is refused, naming it", "[rendezvous][recovery]") {
-  for (const char* bad : {"", "0,1", "0,1\t", "\t0", "0,0\t0", "0,1\t1,1", "0,-1\t0", "a\t0", "0\t0\t0"}) {
+  for (const char* bad : {"", "0,1", "0,1\t", "\t0", "0,0\t0", "0,1\t1,1", "0,-1\t0", "a\t0", "0\t0\t0",
+                          "0\t0\t0\t1", "0\t0\t1\t0", "0\t0\t1", "0\t0\t1\t1\t1", "0\t0\tx\t1", "0\t0\t-1\t1"}) {
     INFO("'" << bad << "'");
     CHECK_THROWS_AS(parseWorld(bad), drun::ProtocolError);
   }

@@ -11,34 +11,16 @@
 #include <thread>
 #include <set>
 
-#include "c10d_test_support.hpp"
-#include "hook_store.hpp"
-#include "interleaving_backend.hpp"
-#include "interleaving_harness.hpp"
+#include "hooked_agent.hpp"
 
 using namespace drun::rdzv;
 using namespace drun::rdzv::test;
 
 namespace {
 
-struct HookedAgent {
-  std::shared_ptr<NodeLink> link;
-  std::unique_ptr<Rendezvous> rendezvous;
-};
-
 HookedAgent hookedAgent(const std::shared_ptr<MemoryStore::Shared>& shared, const std::string& name,
                         NodeLink::Hook hook, int minNodes = 1, int maxNodes = 2) {
-  HookedAgent agent;
-  agent.link = std::make_shared<NodeLink>(name, std::move(hook), nullptr);
-  RendezvousOptions o = shortOptions(minNodes, maxNodes, "vac");
-  o.localAddr = name;
-  C10dStoreAccess access;
-  Connector connect = MemoryBackend(shared).connector(agent.link, o);
-  access.store = connect();
-  access.connectWatcher = std::move(connect);
-  access.endpoint = "memory";
-  agent.rendezvous = makeC10dRendezvous(o, std::move(access));
-  return agent;
+  return drun::rdzv::test::hookedAgent(shared, name, std::move(hook), minNodes, maxNodes, "vac");
 }
 
 // What one run at one point came to.

@@ -2,7 +2,8 @@
 // workers' store, without libdrun_comm: it takes part in every generation that begins (sets
 // recovery/<g>/joined/<rank>, adds to recovery/<g>/formed, the rank that completes it sets the
 // outcome "formed"; a generation superseded before its outcome is left for the newest; a
-// shrink's recovery/<g>/world renumbers its rank and world size) and runs its steps meanwhile.
+// shrink's or a grow's recovery/<g>/world renumbers its rank and world size) and runs its steps
+// meanwhile.
 // For the launcher's recovery tests.
 //
 //   recovery_worker [--steps N] [--step-ms MS] [--die RANK:STEP] [--never-join]
@@ -12,7 +13,7 @@
 //                       API); a replacement still joins the generation it was started in
 //
 // Prints "RW start rank=R local=L pid=P gen=G restart=C", "RW formed rank=R gen=G",
-// "RW shrunk rank=R was=Q world=W gen=G", "RW done rank=R pid=P world=W" (one write(2) per line). Without DRUN_WORKER_STORE (--recovery
+// "RW shrunk rank=R was=Q world=W gen=G", "RW grown rank=R was=R world=W gen=G", "RW done rank=R pid=P world=W" (one write(2) per line). Without DRUN_WORKER_STORE (--recovery
 // restart) it only runs its steps. Every wait is bounded (30 s); dies by SIGALRM after 180 s.
 #include <unistd.h>
 
@@ -98,7 +99,7 @@ int main(int argc, char** argv) {
     if (!env("DRUN_RDZV_TOKEN_FILE").empty()) o.token = drun::rdzv::readTokenFile(env("DRUN_RDZV_TOKEN_FILE"), "token");
     store = std::make_unique<drun::rdzv::TcpStore>(o);
   }
-  // The shrinks in (from, to] renumber this rank and the world; false when one dropped it.
+  // The shrinks and grows in (from, to] renumber this rank and the world; false when one dropped it.
   auto renumber = [&](uint64_t from, uint64_t to) {
     for (uint64_t g = from + 1; g <= to; ++g) {
       const auto record = store->tryGet(keys::world(prefix, g));
@@ -106,10 +107,10 @@ int main(int argc, char** argv) {
       const keys::World kept = keys::parseWorld(*record);
       const int now = kept.renumber(rank);
       if (now < 0) return false;
-      say("RW shrunk rank=" + std::to_string(now) + " was=" + std::to_string(rank) + " world=" +
-          std::to_string(kept.ranks.size()) + " gen=" + std::to_string(g));
+      say("RW " + std::string(kept.grows() ? "grown" : "shrunk") + " rank=" + std::to_string(now) + " was=" +
+          std::to_string(rank) + " world=" + std::to_string(kept.size()) + " gen=" + std::to_string(g));
       rank = now;
-      world = static_cast<int>(kept.ranks.size());
+      world = kept.size();
     }
     return true;
   };

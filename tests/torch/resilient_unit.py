@@ -8,8 +8,9 @@
   step and values into new objects; a commit reuses its buffers (no allocation);
 - a snapshot survives encode()/decode() (the bytes a replacement receives);
 - a shrink's world records renumber RANK, WORLD_SIZE, GROUP_RANK, ... in the environment, a
-  record that is not drun's is refused naming it, a rank a shrink dropped is told so, and
-  state.on_resize callbacks run with the old and new sizes.
+  grow's make the sizes larger and keep the ranks, a record that is not drun's is refused naming
+  it, a rank a shrink dropped is told so, state.on_resize callbacks run with the old and new
+  sizes, and commit() raises GrowAtCommit after committing once the world grew.
 
 Prints `RESILIENT_UNIT ok checks=N` or exits non-zero naming what failed.
 """
@@ -196,7 +197,16 @@ def shrink_renumbers_the_environment():
         check(False, "a dropped rank was renumbered")
     except RuntimeError as e:
         check("without rank 0" in str(e), f"a dropped rank is told: {e}")
-    for bad in ("0,1", "0,0\t0", "a\t0", "0,-1\t0"):
+    # A grow keeps every rank and adds two ranks on one node after them.
+    grown = {"RANK": "3", "WORLD_SIZE": "4", "ROLE_RANK": "3", "ROLE_WORLD_SIZE": "4", "GROUP_RANK": "1",
+             "GROUP_WORLD_SIZE": "2"}
+    check(recovery.renumber_environment(Records({5: "0,1,2,3\t0,1\t2\t1"}), 4, 5, grown) == (4, 6),
+          "generation 5 grows 4 to 6")
+    check(grown["RANK"] == "3" and grown["WORLD_SIZE"] == "6" and grown["ROLE_WORLD_SIZE"] == "6" and
+          grown["GROUP_RANK"] == "1" and grown["GROUP_WORLD_SIZE"] == "3", f"grown, ranks kept: {grown}")
+    check(recovery.is_grow(Records({5: "0,1,2,3\t0,1\t2\t1"}), 5), "a grow's record is a grow")
+    check(not recovery.is_grow(Records({2: "0,1,4,5\t0,2"}), 2), "a shrink's is not")
+    for bad in ("0,1", "0,0\t0", "a\t0", "0,-1\t0", "0\t0\t1", "0\t0\t0\t1", "0\t0\t1\t0", "0\t0\tx\t1"):
         try:
             recovery.parse_world(bad)
             check(False, f"{bad!r} parsed")
@@ -212,6 +222,17 @@ def shrink_renumbers_the_environment():
         check(False, "on_resize took a non-callable")
     except TypeError:
         check(True, "")
+    # A grow is noticed at commit(), after the step is committed.
+    from drun.torch.state import GrowAtCommit
+    due = [False]
+    growing = drun.torch.State(grow_due=lambda: due[0])
+    growing.commit()
+    due[0] = True
+    try:
+        growing.commit()
+        check(False, "commit() did not notice the grow")
+    except GrowAtCommit:
+        check(growing.step == 2 and growing._snapshot.step == 2, f"the step is committed first: {growing}")
 
 
 runs_once_with_one_warning()

@@ -18,7 +18,10 @@ rendezvous handler points at the workers' store under `torch/g<g>/`; each rank t
 
 A shrink (docs/recovery.md "Elastic in place": a lost node's place that no spare took) renumbers
 the survivors: `recovery/<g>/world` holds the ranks and node ranks of the generation before that
-g keeps, in their new order. Each init of a generation (rejoin, init_newest) first applies the
+g keeps, in their new order. A grow (a node that arrived later, taken in) keeps every rank and
+adds the newcomer's after them; it loses nobody, so the watcher aborts nothing for it and no
+error is taken for it (began()): the resilient function moves to the larger world after its
+next commit (grow_due(), state.commit()). Each init of a generation (rejoin, init_newest) first applies the
 records up to it to os.environ (RANK, WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE, ROLE_RANK,
 ROLE_WORLD_SIZE), so gloo and nccl groups are re-created with the new rank and size. The "drun"
 backend re-forms its communicator in place, renumbered, but torch's group object keeps the rank
@@ -68,35 +71,54 @@ def retrying_init(*args, **kwargs):
 
 def parse_world(value):
     """recovery/<g>/world: "<ranks>\t<node ranks>", each a comma-separated list of the ranks
-    (node ranks) kept; ValueError naming the value for anything else."""
+    (node ranks) kept, then for a grow "\t<ranks added>\t<nodes added>". Returns (ranks, node
+    ranks, ranks added, nodes added); ValueError naming the value for anything else."""
+    bad = ValueError(f"drun.torch: a recovery world record holds {value!r}, not what drun writes")
+    fields = value.split("\t")
+    if len(fields) not in (2, 4):
+        raise bad
     try:
-        ranks, nodes = value.split("\t")
-        kept = [int(r) for r in ranks.split(",")], [int(n) for n in nodes.split(",")]
+        kept = [int(r) for r in fields[0].split(",")], [int(n) for n in fields[1].split(",")]
+        added = (int(fields[2]), int(fields[3])) if len(fields) == 4 else (0, 0)
     except ValueError:
-        raise ValueError(f"drun.torch: a recovery world record holds {value!r}, not what drun writes") from None
+        raise bad from None
     for listed in kept:
         if any(x < 0 for x in listed) or len(set(listed)) != len(listed):
-            raise ValueError(f"drun.torch: a recovery world record holds {value!r}, not what drun writes")
-    return kept
+            raise bad
+    if len(fields) == 4 and min(added) < 1:
+        raise bad
+    return kept[0], kept[1], added[0], added[1]
+
+
+def is_grow(store, generation):
+    """Whether `generation` is a grow: a world record that adds ranks and no rank lost."""
+    try:
+        world = store.try_get(f"recovery/{generation}/world")
+        if world is None or store.try_get(f"recovery/{generation}/lost_ranks") is not None:
+            return False
+        return parse_world(world.decode() if isinstance(world, bytes) else world)[2] > 0
+    except ValueError:
+        return False
 
 
 def renumber_environment(store, from_generation, to_generation, environ=os.environ):
-    """Applies the shrinks in (from, to] to `environ`'s ranks and sizes. Returns (size before,
-    size after) when the world changed, else None; RuntimeError when a shrink dropped this rank."""
+    """Applies the shrinks and grows in (from, to] to `environ`'s ranks and sizes. Returns (size
+    before, size after) when the world changed, else None; RuntimeError when a shrink dropped this
+    rank."""
     before = int(environ.get("WORLD_SIZE", "1"))
     changed = False
     for g in range(from_generation + 1, to_generation + 1):
         value = store.try_get(f"recovery/{g}/world")
         if value is None:
             continue
-        ranks, nodes = parse_world(value.decode() if isinstance(value, bytes) else value)
+        ranks, nodes, added_ranks, added_nodes = parse_world(value.decode() if isinstance(value, bytes) else value)
         rank, node = int(environ.get("RANK", "0")), int(environ.get("GROUP_RANK", "0"))
         if rank not in ranks or node not in nodes:
             raise RuntimeError(f"drun.torch: generation {g} shrank the world without rank {rank}")
         environ["RANK"] = environ["ROLE_RANK"] = str(ranks.index(rank))
-        environ["WORLD_SIZE"] = environ["ROLE_WORLD_SIZE"] = str(len(ranks))
+        environ["WORLD_SIZE"] = environ["ROLE_WORLD_SIZE"] = str(len(ranks) + added_ranks)
         environ["GROUP_RANK"] = str(nodes.index(node))
-        environ["GROUP_WORLD_SIZE"] = str(len(nodes))
+        environ["GROUP_WORLD_SIZE"] = str(len(nodes) + added_nodes)
         changed = True
     return (before, int(environ["WORLD_SIZE"])) if changed else None
 
@@ -117,6 +139,7 @@ class Coordinator:
         self._pg_timeout = dist.constants.default_pg_timeout
         self._lock = threading.Condition()
         self._newest = self._generation
+        self._last_loss = 0  # the newest generation that is not a grow (a grow loses nobody)
         self._torch_stores = []  # (generation, WorkerStore) handed to torch's env://
         self._init_store = None  # the last of them, until a "drun" world group is formed over it
         self._formed = set()
@@ -125,6 +148,8 @@ class Coordinator:
         self._watch_store = worker_store.connect("")
         known = self._watch_store.try_get(GENERATION_KEY)
         self._newest = max(self._newest, _parse_generation(known))
+        if self._newest > self._generation and not is_grow(self._watch_store, self._newest):
+            self._last_loss = self._newest
         self._thread = threading.Thread(target=self._watch, args=(known,),
                                         name="drun-generation-watcher", daemon=True)
         self._thread.start()
@@ -156,6 +181,12 @@ class Coordinator:
         with self._lock:
             return self._newest
 
+    def grow_due(self):
+        """Whether the world grew since this process's generation and nothing was lost: the
+        resilient function moves to the larger world at its next commit (state.commit)."""
+        with self._lock:
+            return self._newest > self._generation and self._last_loss <= self._generation
+
     # torch's env:// handler hands out a store for this process's generation.
     def on_torch_store(self, store, generation, rank, timeout):
         self._pg_timeout = timeout
@@ -182,12 +213,13 @@ class Coordinator:
             return None
         deadline = time.monotonic() + RECOVERY_GRACE.total_seconds()
         with self._lock:
-            while self._newest <= self._generation and not self._stopping:
+            # A grow explains no error (it loses nobody): only a generation that lost ranks does.
+            while self._last_loss <= self._generation and not self._stopping:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return None
                 self._lock.wait(left)
-            return self._newest if self._newest > self._generation else None
+            return self._newest if self._last_loss > self._generation else None
 
     def _renumber(self, generation):
         """os.environ's ranks and sizes become those of `generation` (the shrinks up to it)."""
@@ -207,7 +239,7 @@ class Coordinator:
             self._generation = _backend.reform(group, self._pg_timeout or _REFORM_TIMEOUT)
             self._renumber(self._generation)
             if dist.get_world_size() != int(os.environ["WORLD_SIZE"]):
-                raise RuntimeError(f"drun.torch: generation {self._generation} shrank the world from "
+                raise RuntimeError(f"drun.torch: generation {self._generation} resized the world from "
                                    f"{dist.get_world_size()} to {os.environ['WORLD_SIZE']} ranks: the \"drun\" "
                                    "torch backend keeps a group's rank and size; use gloo for elastic in place")
         else:
@@ -265,12 +297,20 @@ class Coordinator:
             with self._lock:
                 if generation <= self._newest:
                     continue
+                since = self._newest
+            grow = all(is_grow(self._watch_store, g) for g in range(since + 1, generation + 1))
+            with self._lock:
+                if generation <= self._newest:
+                    continue
                 self._newest = generation
+                if not grow:
+                    self._last_loss = generation
                 superseded = [s for g, s in self._torch_stores if g < generation]
                 self._lock.notify_all()
             for store in superseded:
                 store.abandon(f"generation {generation} began")
-            self._abort_group(generation)
+            if not grow:  # a grow aborts nothing: the program moves at its next commit
+                self._abort_group(generation)
 
     def _abort_group(self, generation):
         if not dist.is_initialized():

@@ -12,7 +12,9 @@ each recovery: when an exception leaves it and the workers' store says a new gen
 runs again; the first track() brings every rank to the newest committed state. After a shrink
 (a lost node that no spare replaced) the ranks are renumbered first: state.rank and
 state.world_size are the new ones, and the callbacks given to state.on_resize(fn) run (fn(state,
-old_world_size, new_world_size)) before the function is entered again. Any other exception
+old_world_size, new_world_size)) before the function is entered again. A grow (a node taken in)
+is no failure: the step in progress ends, and after its state.commit() the function is entered
+again in the larger world (the same hooks run; the newcomer receives the committed state). Any other exception
 propagates. Under `--recovery restart`, or outside drun (one warning), the function runs once as
 an ordinary function.
 """
@@ -22,7 +24,7 @@ import os
 import sys
 import warnings
 
-from .state import State
+from .state import GrowAtCommit, State
 
 
 def _mode():
@@ -46,11 +48,13 @@ def resilient(fn):
             return fn(State(), *args, **kwargs)
         from . import recovery
         coordinator = recovery.coordinator()
-        state = State(generation=coordinator.generation)
+        state = State(generation=coordinator.generation, grow_due=coordinator.grow_due)
         coordinator.entered()
         while True:
             try:
                 return fn(state, *args, **kwargs)
+            except GrowAtCommit as e:
+                _say(f"{e}; entering again in the larger world")
             except Exception as e:  # noqa: BLE001 (a recovery is told apart below)
                 began = coordinator.began(e)
                 if began is None:
@@ -63,8 +67,8 @@ def resilient(fn):
             resized = coordinator.rejoin()
             state._rewind()
             if resized is not None:
-                _say(f"the world shrank in place from {resized[0]} to {resized[1]} ranks; this process is rank "
-                     f"{os.environ.get('RANK')} now")
+                _say(f"the world {'grew' if resized[1] > resized[0] else 'shrank'} in place from {resized[0]} to "
+                     f"{resized[1]} ranks; this process is rank {os.environ.get('RANK')} now")
                 state._resized(*resized)
 
     return run

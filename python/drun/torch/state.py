@@ -6,8 +6,13 @@
     state.commit()              this step is done: step += 1, a snapshot in memory
     state.best = 0.3            plain values set on the state are committed (deep-copied) too
     state.rank, state.world_size    this rank and the world's size now (a shrink renumbers them)
-    state.on_resize(fn)         fn(state, old_world_size, new_world_size) runs after a shrink,
-                                before the function is entered again: re-shard the data there
+    state.on_resize(fn)         fn(state, old_world_size, new_world_size) runs after a shrink or
+                                a grow, before the function is entered again: re-shard the data
+                                there
+
+A grow (a node taken in while the job runs) is noticed by commit(): once the step is committed it
+raises GrowAtCommit, which @drun.torch.resilient catches to enter the function again in the larger
+world (nothing is redone: the commit just made is what it goes back to).
 
 The snapshot lives in this process's memory (snapshot.py). After a recovery the first track()
 (or commit()) of every rank runs one exchange over the default process group (transfer.py): the
@@ -26,6 +31,10 @@ from . import transfer
 _OWN = ("step",)  # public names that are not the program's plain values
 
 
+class GrowAtCommit(Exception):
+    """Raised by State.commit() after the commit when the world grew: resilient re-enters."""
+
+
 def _trackable(obj):
     return callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))
 
@@ -33,10 +42,12 @@ def _trackable(obj):
 class State:
     """The committed progress of one resilient function (see the module's doc)."""
 
-    def __init__(self, generation=None):
+    def __init__(self, generation=None, grow_due=None):
         # generation: a callable giving the generation this process is in (0: nothing to
-        # exchange); None outside an in-process recovery.
+        # exchange); grow_due: a callable saying whether the world grew since (a lock and a
+        # comparison: the watcher thread did the store's part). None outside an in-process recovery.
         self._generation = generation
+        self._grow_due = grow_due
         self._synced = 0
         self._tracked = {}
         self._snapshot = None
@@ -101,6 +112,8 @@ class State:
         self.step += 1
         snapshot.step = self.step
         self._snapshot = snapshot
+        if self._grow_due is not None and self._grow_due():
+            raise GrowAtCommit(f"the world grew: step {self.step} committed")
 
     # What resilient does between a recovery and the function's next entry: back to the last
     # commit. The objects of the failed entry are dropped; the next entry tracks its own.

@@ -133,12 +133,22 @@ std::string workerStore(std::string_view runId, uint64_t round);  // "rdzv/<id>/
 //   <r>/replaced                  counter: members gone whose place a spare took
 //   <r>/dropped                   counter: members gone that the survivors shrank the round
 //                                 without (in place): the exit barrier counts them as finished
+// A place at the end of the running round, offered to a node waiting in the next one (docs/
+// recovery.md "Elastic in place", the grow): the same vacancy keys, keyed "grow-<k>", and
+//   <r>/grows                     counter: grow places decided (taken or withdrawn); the k-th
+//                                 grow's claim is vacancy/grow-<k>/claim (one grow at a time)
+//   <r>/grown                     counter: members the round grew by (the taker adds 1 as it
+//                                 takes the place): the exit barrier waits for them too
 std::string vacancyClaim(std::string_view runId, uint64_t round, std::string_view lostNode);
 std::string vacancy(std::string_view runId, uint64_t round, std::string_view lostNode);
 std::string vacancyTaker(std::string_view runId, uint64_t round, std::string_view lostNode);
 std::string vacancies(std::string_view runId, uint64_t round);
 std::string replaced(std::string_view runId, uint64_t round);
 std::string dropped(std::string_view runId, uint64_t round);
+std::string grows(std::string_view runId, uint64_t round);
+std::string grown(std::string_view runId, uint64_t round);
+std::string growPlace(int64_t k);            // "grow-<k>": the k-th grow's place id
+bool isGrowPlace(std::string_view placeId);  // a place a grow offered (not a lost member's)
 std::string sharedValue(std::string_view runId, std::string_view name);  // "rdzv/<id>/shared/<hex name>"
 
 // The job's history (docs/observe.md): `add(eventCount, 1) - 1` is an event's

@@ -16,11 +16,13 @@
 //   P recovery/<g>/formed             counter: the ranks whose g communicator connected
 //   P recovery/<g>/outcome            compare_set(absent -> it), the first writer wins: "formed",
 //                                     or "fallback: <reason>" (the opener, at recovery_timeout)
-//   P recovery/<g>/world              a shrink only (written before g begins): the world of g as
-//                                     "<ranks>\t<node ranks>", each a comma-separated list of the
-//                                     generation before's ranks (node ranks) kept, in their new
-//                                     order: the rank at index i is rank i of g, the size is the
-//                                     count (absent: the world is unchanged)
+//   P recovery/<g>/world              a shrink or a grow (written before g begins): the world of g
+//                                     as "<ranks>\t<node ranks>", each a comma-separated list of
+//                                     the generation before's ranks (node ranks) kept, in their new
+//                                     order: the rank at index i is rank i of g; a grow adds
+//                                     "\t<ranks added>\t<nodes added>": new ranks (node ranks)
+//                                     numbered after the kept ones. The size is kept + added
+//                                     (absent: the world is unchanged)
 //
 // Every value read is untrusted: the parsers throw ProtocolError naming the key's content.
 // Threading: pure functions; thread-safe.
@@ -51,17 +53,24 @@ uint64_t parseGeneration(const std::optional<std::string>& value);
 std::string encodeRanks(const std::vector<int>& ranks);
 std::vector<int> parseRanks(std::string_view value);  // throws ProtocolError
 
-// `world`: the ranks and node ranks of the generation before that a shrink keeps, in their
-// new order (rank i of the new world is ranks[i]).
+// `world`: the ranks and node ranks of the generation before that a shrink or a grow keeps, in
+// their new order (rank i of the new world is ranks[i]), then the ranks and nodes a grow adds
+// (numbered from ranks.size() and nodeRanks.size()).
 struct World {
   std::vector<int> ranks;
   std::vector<int> nodeRanks;
+  int addedRanks = 0;
+  int addedNodes = 0;
   // The new rank of `previous`, or -1 when the shrink dropped it.
   int renumber(int previous) const;
   int renumberNode(int previous) const;
+  int size() const { return static_cast<int>(ranks.size()) + addedRanks; }
+  int nodeCount() const { return static_cast<int>(nodeRanks.size()) + addedNodes; }
+  bool grows() const { return addedRanks > 0; }
 };
 std::string encodeWorld(const World& world);
-// Throws ProtocolError for anything but two non-empty lists of distinct ranks.
+// Throws ProtocolError for anything but two non-empty lists of distinct ranks, optionally
+// followed by two positive counts (a grow's).
 World parseWorld(std::string_view value);
 
 // `outcome`.

@@ -87,6 +87,7 @@ struct RoundResult {
   // recovery. 0 for a node that starts its workers with the round.
   uint64_t generation = 0;
   int generationRestartCount = 0;
+  bool grew = false;  // that place is one a grow added at the end ("Elastic in place")
   // The store restarted empty and this round carries this node's previous round on unchanged
   // (store_refill.hpp): the same node ids at the same node ranks, the same world and restart
   // count. Every member reads the same two rounds, so every member decides alike; its workers
@@ -234,6 +235,13 @@ class Rendezvous {
   // The survivors shrink the current round in place without `count` withdrawn places
   // (docs/recovery.md "Elastic in place"): the exit barrier counts them as finished.
   virtual void dropMembers(int count) {}
+  // A grow in place ("Elastic in place"): with a node waiting to join and the job's `nodeCount`
+  // (as the generations made it) below MAX, claims the round's next grow (exactly one node; one
+  // grow at a time) and returns its place: node rank `nodeCount`, rank offset `worldSize`. It is
+  // posted and withdrawn as a lost member's; its claimer ends it once decided (endGrowth), which
+  // lets the next grow be claimed. Blocks on the store (with its deadline); throws on its errors.
+  virtual std::optional<Vacancy> claimGrowth(int nodeCount, int worldSize) { return std::nullopt; }
+  virtual void endGrowth(const Vacancy& place) {}
 };
 
 // The single-node rendezvous: no network; reserves a free MASTER_PORT on `masterAddr`.
