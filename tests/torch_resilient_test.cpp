@@ -198,17 +198,21 @@ TEST_CASE("abort_gloo fails a gloo group's pending recv and later collectives at
   CHECK(marker.leftovers(5s).empty());
 }
 
-// Two namespace hosts of a 1:2 job on gloo, two ranks each; host 1's drun SIGKILLed while the job
-// trains, and no spare comes: host 0's ranks shrink in place to ranks 0 and 1 of 2 (their
-// processes kept, on_resize told), their parameters equal after the shrink and at the end.
-TEST_CASE("drun.torch.resilient on gloo: a node SIGKILLed with no spare, the survivors shrink in place "
-          "with DDP, equal parameters after", "[torch][multinode]") {
-  skipWithoutDrunTorch("elastic in place on gloo");
-  skipWithoutNetns("elastic in place on gloo");
+// Two namespace hosts of a 1:2 job on gloo and on the drun backend, two ranks each; host 1's drun
+// SIGKILLed while the job trains, and no spare comes: host 0's ranks shrink in place to ranks 0
+// and 1 of 2 (their processes kept, on_resize told; gloo's group re-created, the drun group's
+// communicator reformed and handed to a group of the new size), their parameters equal after the
+// shrink and at the end.
+TEST_CASE("drun.torch.resilient on gloo and on the drun backend: a node SIGKILLed with no spare, the "
+          "survivors shrink in place with DDP, equal parameters after", "[torch][multinode]") {
+  skipWithoutDrunTorch("elastic in place");
+  skipWithoutNetns("elastic in place");
+  const std::string backend = GENERATE(as<std::string>(), "gloo", "drun");
+  INFO("backend " << backend);
   TwoHosts job({"--nproc-per-node", "2", "--recovery", "in-process", "--max-restarts", "1", "--rdzv-conf",
                 "recovery_timeout=3,last_call_timeout=1"},
                {"python3", torchProgram("resilient_train.py").string()},
-               {drunPythonPath(), "TRAIN_BACKEND=gloo", "TRAIN_STEPS=150", "TRAIN_STEP_MS=40"});
+               {drunPythonPath(), "TRAIN_BACKEND=" + backend, "TRAIN_STEPS=150", "TRAIN_STEP_MS=40"});
   job.args[1] = "1:2";  // --nnodes
   Process host0(job.on(0));
   Process host1(job.on(1));

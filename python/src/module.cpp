@@ -61,6 +61,11 @@ PYBIND11_MODULE(_backend, m) {
       py::arg("group"), py::arg("timeout"),
       "Moves the default drun group to the newest generation in place; returns that generation.");
   m.def(
+      "hand_over", [](const c10::intrusive_ptr<c10d::ProcessGroup>& group) { return drunGroup(group).handOver(); },
+      py::arg("group"), py::call_guard<py::gil_scoped_release>(),
+      "After a reform that resized the world: a new group on the same communicator, with its new rank "
+      "and size (torch's groups keep theirs); the old one runs nothing more.");
+  m.def(
       "stop_queue", [](const c10::intrusive_ptr<c10d::ProcessGroup>& group) { drunGroup(group).stopQueue(); },
       py::arg("group"), py::call_guard<py::gil_scoped_release>(),
       "At the interpreter's exit: runs what the group queued and ends its threads (later collectives fail).");

@@ -94,7 +94,7 @@ ProcessGroupDrun::~ProcessGroupDrun() {
   queue_.reset();      // runs what is queued (each bounded by its timeout), joins the thread
   heartbeat_.reset();  // stops its thread
   try {
-    comm_->destroy();  // bounded by the timeout; never throws out of a destructor
+    if (!handedOver_) comm_->destroy();  // bounded by the timeout; never throws out of a destructor
   } catch (...) {
   }
   if (python != nullptr) PyEval_RestoreThread(python);
@@ -123,6 +123,15 @@ uint64_t ProcessGroupDrun::reform(std::chrono::milliseconds timeout) {
   if (!queue_->runIfNext(id)) future.wait();  // the tasks before it are each bounded
   future.get();
   return comm_->generation();
+}
+
+c10::intrusive_ptr<c10d::ProcessGroup> ProcessGroupDrun::handOver() {
+  if (comm_->rank() == getRank() && comm_->size() == getSize())
+    throw std::invalid_argument("drun backend: hand_over: the group's rank and size did not change");
+  queue_->stop();  // what this group queued ran; nothing more runs here
+  auto successor = c10::make_intrusive<ProcessGroupDrun>(comm_, heartbeat_, comm_->rank(), comm_->size());
+  handedOver_ = true;
+  return successor;
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDrun::enqueue(OpType type, const char* call,

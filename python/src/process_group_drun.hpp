@@ -55,6 +55,10 @@ class ProcessGroupDrun final : public c10d::ProcessGroup {
   uint64_t reform(std::chrono::milliseconds timeout);
   // The process is exiting: what is queued runs, the queue's threads end (CollectiveQueue::stop).
   void stopQueue() { queue_->stop(); }
+  // After a reform() that renumbered the world (a shrink or a grow in place): torch's groups
+  // keep their rank and size, so a new group takes this one's communicator with its new rank
+  // and size; this one runs nothing more and leaves the communicator to it.
+  c10::intrusive_ptr<c10d::ProcessGroup> handOver();
   // How this group's ranks talk: "shm", "tcp" or "hierarchical".
   std::string transport() const { return comm_->transport(); }
   // The generation of in-process recovery the group's communicator is at (0 without recovery).
@@ -120,6 +124,7 @@ class ProcessGroupDrun final : public c10d::ProcessGroup {
   static constexpr int kAllToAllTag = 0x7ffffff0;
 
   const pid_t owner_ = ::getpid();  // a forked child's copy of this group closes nothing
+  bool handedOver_ = false;         // handOver(): the communicator is the successor's
   std::shared_ptr<comm::Communicator> comm_;
   std::shared_ptr<Heartbeat> heartbeat_;
   // Collectives run here; reset first at destruction. Works hold weak references (their shortcut).

@@ -24,8 +24,9 @@ error is taken for it (began()): the resilient function moves to the larger worl
 next commit (grow_due(), state.commit()). Each init of a generation (rejoin, init_newest) first applies the
 records up to it to os.environ (RANK, WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE, ROLE_RANK,
 ROLE_WORLD_SIZE), so gloo and nccl groups are re-created with the new rank and size. The "drun"
-backend re-forms its communicator in place, renumbered, but torch's group object keeps the rank
-and size it was made with: a shrink under it is an error that names gloo.
+backend re-forms its communicator in place, renumbered; torch's group object keeps the rank and
+size it was made with, so after a resize the communicator is handed to a new default group
+(hand_over, _install_default_group).
 
 A replacement joins the newest generation it knows of when its init_process_group asks for the
 store (joining()), not the one it was started for: a generation that began while it started
@@ -128,6 +129,23 @@ def _parse_generation(value):
         return int(value) if value is not None else 0
     except ValueError:
         return 0  # not a generation: nothing began
+
+
+def _install_default_group(old, new):
+    """Makes `new` torch's default group in place of `old` (a drun group resized in place: torch
+    1.13's groups keep their rank and size, so the communicator moved to a new one). torch has
+    no public call for it: its registry (distributed_c10d's maps) is updated as
+    init_process_group fills it."""
+    c10d = dist.distributed_c10d
+    backend, store = c10d._pg_map.pop(old)
+    name = c10d._pg_names.pop(old, "0")
+    c10d._pg_group_ranks.pop(old, None)
+    c10d._pg_map[new] = (backend, store)
+    c10d._pg_names[new] = name
+    c10d._pg_group_ranks[new] = {i: i for i in range(new.size())}
+    c10d._update_default_pg(new)
+    from . import _groups  # the exit hook stops its queue too
+    _groups.add(new)
 
 
 class Coordinator:
@@ -239,9 +257,7 @@ class Coordinator:
             self._generation = _backend.reform(group, self._pg_timeout or _REFORM_TIMEOUT)
             self._renumber(self._generation)
             if dist.get_world_size() != int(os.environ["WORLD_SIZE"]):
-                raise RuntimeError(f"drun.torch: generation {self._generation} resized the world from "
-                                   f"{dist.get_world_size()} to {os.environ['WORLD_SIZE']} ranks: the \"drun\" "
-                                   "torch backend keeps a group's rank and size; use gloo for elastic in place")
+                _install_default_group(group, _backend.hand_over(group))
         else:
             backend = dist.get_backend()
             dist.destroy_process_group()
