@@ -1,6 +1,8 @@
 // HttpServer: drun-rendezvous --http ADDR:PORT, Boost.Beast on the store server's io thread:
 //   /metrics    Prometheus text format (metrics.hpp)
 //   /api/jobs   every job as JSON (JobMonitor::jobsJson, plus the server's counters)
+//   /api/jobs/ID  one job and its events (404 with a JSON error when unknown)
+//   /healthz    200 with {"status","uptime_seconds","jobs","connections"} while serving
 //   /           the live page (page.hpp): plain HTML + JS that polls /api/jobs
 // With a token, every request proves it: "Authorization: Bearer <token>" or "?token=<token>"
 // (compared in constant time), else 401.
@@ -40,10 +42,11 @@ struct HttpCounters {
 
 class HttpServer {
  public:
-  // path (without the query) -> {content type, body}; "" content type = 404.
+  // path (without the query) -> {content type, body, status}; "" content type = 404 (text).
   struct Reply {
     std::string contentType;
     std::string body;
+    unsigned status = 200;
   };
   using Handler = std::function<Reply(const std::string& path)>;
 
