@@ -243,3 +243,49 @@ TEST_CASE("drun-rendezvous --http: /healthz answers while serving, /api/jobs/ID 
   }
   CHECK(bodyOf(httpGet(daemon.httpPort, "/api/jobs/nosuchjob")).find("no job nosuchjob") != std::string::npos);
 }
+
+TEST_CASE("drun-rendezvous --http: namespace hosts: a lost node counts in /metrics, the next round under cause node_lost", "[observe][multinode]") {
+  if (auto why = NetnsCluster::unavailableReason()) skipTest("multi-node test: " + *why);
+  NetnsCluster cluster(3);
+  MarkerScope marker;
+  TempDir dir;
+  Process daemon(RunOptions{.argv = cluster.exec(0, {(buildDir() / "bin" / "drun-rendezvous").string(), "--port",
+                                                     "29534", "--http", "127.0.0.1:29535"}),
+                            .timeout = 120s});
+  REQUIRE(daemon.waitForOutput([](const std::string& o, const std::string&) { return portAfter(o, "http on") != 0; }, 10s));
+  const std::string endpoint = cluster.address(0) + ":29534";
+  auto node = [&](int host) {
+    return startNamespaceNode(cluster, host, dir.path(), endpoint, "obs7", "2", "replace_timeout=60", marker);
+  };
+  auto metrics = [&] {
+    return run({.argv = cluster.exec(0, {"/usr/bin/python3", "-c",
+                                         "import urllib.request; print(urllib.request.urlopen("
+                                         "'http://127.0.0.1:29535/metrics', timeout=5).read().decode())"}),
+                .timeout = 20s}).out;
+  };
+  auto a = node(0);
+  auto b = node(1);
+  REQUIRE(eventually([&] {
+    return fileHas(dir / "events0", "\"worker_started\"") && fileHas(dir / "events1", "\"worker_started\"");
+  }, 30s));
+  b->signal(SIGKILL);  // node 1 is lost; node 2 takes its place
+  b->wait();
+  auto c = node(2);
+  REQUIRE(eventually([&] { return fileHas(dir / "events2", "\"worker_started\""); }, 30s));
+  std::string text;
+  const bool counted = eventually([&] {
+    text = metrics();
+    return text.find("drun_rdzv_job_round_restarts_total{rdzv_id=\"obs7\",cause=\"node_lost\"} 1\n") != std::string::npos;
+  }, 10s);
+  INFO(text);
+  CHECK(counted);
+  CHECK(text.find("drun_rdzv_job_lost_nodes_total{rdzv_id=\"obs7\"} 1\n") != std::string::npos);
+  CHECK(text.find("drun_rdzv_job_round_restarts_total{rdzv_id=\"obs7\",cause=\"failure\"} 0\n") != std::string::npos);
+  CHECK(text.find("drun_rdzv_job_nodes{rdzv_id=\"obs7\"} 2\n") != std::string::npos);
+  CHECK(text.find("drun_rdzv_job_state{rdzv_id=\"obs7\",state=\"running\"} 1\n") != std::string::npos);
+  std::ofstream(dir / "go").put('\n');
+  CHECK(a->wait().status() == 0);
+  CHECK(c->wait().status() == 0);
+  daemon.signal(SIGTERM);
+  CHECK(daemon.wait().status() == 0);
+}
