@@ -79,8 +79,9 @@ void checkCancelled(const Daemon& daemon, const std::string& runId, const std::f
   REQUIRE(api["cancelled"].size() == 1);
   CHECK(api["cancelled"][0]["by"].get<std::string>().find(by) != std::string::npos);
   for (const json& round : api["rounds"]) CHECK(round["lost"].empty());
-  CHECK(contains(bodyOf(httpGet(daemon.httpPort, "/metrics")),
-                 "drun_rdzv_job_cancels_total{job=\"" + runId + "\"} 1\n"));
+  const std::string metrics = bodyOf(httpGet(daemon.httpPort, "/metrics"));
+  CHECK(contains(metrics, "drun_rdzv_job_cancels_total{rdzv_id=\"" + runId + "\"} 1\n"));
+  CHECK(contains(metrics, "drun_rdzv_job_state{rdzv_id=\"" + runId + "\",state=\"cancelled\"} 1\n"));
 }
 
 }  // namespace

@@ -1,7 +1,9 @@
 // Watching a job (docs/observe.md): drun-rendezvous --http while a job fails
-// and restarts: /metrics parsed by prometheus_client's parser, the page in headless chromium,
-// the token and malformed requests.
+// and restarts: /metrics parsed by prometheus_client's parser and checked by promtool, one job's
+// JSON, /healthz, the page in headless chromium, the token and malformed requests.
 #include "observe_support.hpp"
+
+#include "drun/common/version.hpp"
 
 using namespace drun::test;
 using namespace drun::test::observe;
@@ -49,7 +51,7 @@ TEST_CASE("drun-rendezvous --http: /metrics parses as Prometheus text while a jo
   CHECK(response.find("Content-Type: text/plain; version=0.0.4") != std::string::npos);
   dir.write("metrics.txt", bodyOf(response));
   const std::string check = R"PY(
-import sys
+import sys, time
 from prometheus_client.parser import text_string_to_metric_families
 fams = {f.name: f for f in text_string_to_metric_families(open(sys.argv[1]).read())}
 def value(name, sample=None, **labels):
@@ -60,8 +62,22 @@ def value(name, sample=None, **labels):
 assert fams["drun_rdzv_connections"].type == "gauge"
 assert value("drun_rdzv_connections") >= 1, "connections"
 assert value("drun_rdzv_jobs") == 1, "jobs"
-assert value("drun_rdzv_job_rounds", "drun_rdzv_job_rounds_total", job="obs4") == 2, "rounds"
-assert value("drun_rdzv_job_restarts", job="obs4") == 1, "restarts"
+assert value("drun_rdzv_job_rounds", "drun_rdzv_job_rounds_total", rdzv_id="obs4") == 2, "rounds"
+assert value("drun_rdzv_job_restarts", rdzv_id="obs4") == 1, "restarts"
+assert not any("job" in s.labels for f in fams.values() for s in f.samples), "no label job"
+assert value("drun_rdzv_job_state", rdzv_id="obs4", state="running") == 1, "state running"
+for other in ("forming", "succeeded", "failed", "cancelled"):
+    assert value("drun_rdzv_job_state", rdzv_id="obs4", state=other) == 0, other
+assert value("drun_rdzv_job_world_size", rdzv_id="obs4") == 2, "world size"
+assert value("drun_rdzv_job_nodes", rdzv_id="obs4") == 1, "nodes"
+assert value("drun_rdzv_job_waiting_nodes", rdzv_id="obs4") == 0, "waiting"
+assert fams["drun_rdzv_job_round_restarts"].type == "counter"
+assert value("drun_rdzv_job_round_restarts", "drun_rdzv_job_round_restarts_total", rdzv_id="obs4", cause="failure") == 1
+assert value("drun_rdzv_job_round_restarts", "drun_rdzv_job_round_restarts_total", rdzv_id="obs4", cause="node_lost") == 0
+assert value("drun_rdzv_job_lost_nodes", "drun_rdzv_job_lost_nodes_total", rdzv_id="obs4") == 0, "lost"
+assert value("drun_rdzv_job_hangs", "drun_rdzv_job_hangs_total", rdzv_id="obs4") == 0, "hangs"
+assert value("drun_build_info", version=sys.argv[2]) == 1, "build info"
+assert abs(value("process_start_time_seconds") - time.time()) < 600, "start time"
 assert fams["drun_rdzv_round_close_seconds"].type == "histogram"
 assert value("drun_rdzv_round_close_seconds", "drun_rdzv_round_close_seconds_count") == 2, "closes"
 assert value("drun_rdzv_round_close_seconds", "drun_rdzv_round_close_seconds_bucket", le="+Inf") == 2
@@ -69,9 +85,22 @@ assert value("drun_rdzv_connections_refused", "drun_rdzv_connections_refused_tot
 assert value("drun_rdzv_held_bytes") > 0
 print("metrics ok")
 )PY";
-  RunResult parsed = run({.argv = {"/usr/bin/python3", "-c", check, (dir / "metrics.txt").string()}});
+  RunResult parsed = run({.argv = {"/usr/bin/python3", "-c", check, (dir / "metrics.txt").string(), drun::kVersion}});
   INFO(parsed.describe());
   CHECK(parsed.out.find("metrics ok") != std::string::npos);
+  // The job alone: its summary, its rounds' times and exits, its events.
+  json one = json::parse(bodyOf(httpGet(daemon.httpPort, "/api/jobs/obs4")), nullptr, false);
+  REQUIRE(one.is_object());
+  CHECK(one["run_id"] == "obs4");
+  CHECK(one["state"] == "running");
+  REQUIRE(one["rounds"].size() == 2);
+  CHECK(one["rounds"][0]["ended_ts_ms"].get<int64_t>() >= one["rounds"][0]["ts_ms"].get<int64_t>());
+  CHECK(one["rounds"][1]["ended_ts_ms"].is_null());
+  bool exit7 = false;
+  for (const json& x : one["rounds"][0]["exits"]) exit7 = exit7 || (x["rank"] == 1 && x["code"] == 7);
+  CHECK(exit7);
+  CHECK(one["history"].size() == one["events"].get<size_t>());
+  CHECK(one["history"][0]["event"] == "node_joining");
   std::ofstream(dir / "go").put('\n');
   CHECK(job->wait().status() == 0);
   // The ended job keeps its tombstone and its history in the store (until --orphan-ttl):
@@ -110,6 +139,14 @@ TEST_CASE("drun-rendezvous --http: the page shows the round and the root cause i
   CHECK(std::regex_search(dom.out, std::regex(R"(data-root-cause="rank 1 on [^"]+: exit code 7)")));
   CHECK(dom.out.find("last root cause: rank 1 on") != std::string::npos);
   CHECK(dom.out.find("restarts 1 of 2") != std::string::npos);
+  // Times: the job's start, each round's start and (when it ended) its end; per-rank exits; the
+  // nodes' addresses beside their host names.
+  CHECK(std::regex_search(dom.out, std::regex(R"(data-started-ms="\d{13}")")));
+  CHECK(std::regex_search(dom.out, std::regex(R"(elapsed (\d+m )?\d+s)")));
+  CHECK(std::regex_search(dom.out, std::regex(R"(data-round="0" data-start-ms="\d{13}" data-end-ms="\d{13}")")));
+  CHECK(std::regex_search(dom.out, std::regex(R"(data-round="1" data-start-ms="\d{13}" data-end-ms="")")));
+  CHECK(dom.out.find(R"(data-rank="1" data-exit="exit 7")") != std::string::npos);
+  CHECK(std::regex_search(dom.out, std::regex(R"(data-address="127\.0\.0\.1")")));
   const auto shot = buildDir() / "tests" / "observe_page.png";
   RunResult png = browse("--screenshot=" + shot.string());
   INFO(png.describe());
@@ -223,4 +260,89 @@ TEST_CASE("TORCHELASTIC_HEALTH_CHECK_PORT: GET /healthz answers the agent's stat
   CHECK(contains(refused.err, "drun: error: TORCHELASTIC_HEALTH_CHECK_PORT (the agent's health check): cannot "
                               "listen on 0.0.0.0:" + busy + ": Address already in use"));
   CHECK_FALSE(contains(refused.out, "never"));
+}
+
+TEST_CASE("drun-rendezvous --http: promtool check metrics passes while a job restarts", "[observe]") {
+  if (!hasCommand("promtool")) skipTest("promtool is not installed (Debian package prometheus)");
+  MarkerScope marker;
+  TempDir dir;
+  Daemon daemon;
+  auto job = failedOnceJob(daemon, marker, "obs6", (dir / "go").string());
+  const auto file = dir.write("metrics.txt", bodyOf(httpGet(daemon.httpPort, "/metrics")));
+  RunResult checked = run({.argv = {"/bin/sh", "-c", "promtool check metrics < \"$0\"", file.string()}, .timeout = 30s});
+  INFO(checked.describe());
+  CHECK(checked.status() == 0);
+  CHECK(checked.out + checked.err == "");  // no lint warnings either
+  std::ofstream(dir / "go").put('\n');
+  CHECK(job->wait().status() == 0);
+}
+
+TEST_CASE("drun-rendezvous --http: /healthz answers while serving, /api/jobs/ID refuses unknown and bad ids", "[observe]") {
+  Daemon daemon;
+  const std::string health = httpGet(daemon.httpPort, "/healthz");
+  INFO(health);
+  REQUIRE(health.rfind("HTTP/1.1 200", 0) == 0);
+  CHECK(health.find("Content-Type: application/json") != std::string::npos);
+  json h = json::parse(bodyOf(health), nullptr, false);
+  REQUIRE(h.is_object());
+  CHECK(h["status"] == "ok");
+  CHECK(h["uptime_seconds"].get<double>() >= 0);
+  CHECK(h["jobs"] == 0);
+  CHECK(h["connections"].is_number_unsigned());
+  for (const std::string& target : std::vector<std::string>{"/api/jobs/nosuchjob", "/api/jobs/", "/api/jobs/a%2Fb", "/api/jobs/..",
+                                   "/api/jobs/" + std::string(200, 'x')}) {
+    const std::string response = httpGet(daemon.httpPort, target);
+    INFO(target << " -> " << response);
+    CHECK(response.rfind("HTTP/1.1 404", 0) == 0);
+    CHECK(response.find("Content-Type: application/json") != std::string::npos);
+    json error = json::parse(bodyOf(response), nullptr, false);
+    CHECK((error.is_object() && error["error"].is_string()));
+  }
+  CHECK(bodyOf(httpGet(daemon.httpPort, "/api/jobs/nosuchjob")).find("no job nosuchjob") != std::string::npos);
+}
+
+TEST_CASE("drun-rendezvous --http: namespace hosts: a lost node counts in /metrics, the next round under cause node_lost", "[observe][multinode]") {
+  if (auto why = NetnsCluster::unavailableReason()) skipTest("multi-node test: " + *why);
+  NetnsCluster cluster(3);
+  MarkerScope marker;
+  TempDir dir;
+  Process daemon(RunOptions{.argv = cluster.exec(0, {(buildDir() / "bin" / "drun-rendezvous").string(), "--port",
+                                                     "29534", "--http", "127.0.0.1:29535"}),
+                            .timeout = 120s});
+  REQUIRE(daemon.waitForOutput([](const std::string& o, const std::string&) { return portAfter(o, "http on") != 0; }, 10s));
+  const std::string endpoint = cluster.address(0) + ":29534";
+  auto node = [&](int host) {
+    return startNamespaceNode(cluster, host, dir.path(), endpoint, "obs7", "2", "replace_timeout=60", marker);
+  };
+  auto metrics = [&] {
+    return run({.argv = cluster.exec(0, {"/usr/bin/python3", "-c",
+                                         "import urllib.request; print(urllib.request.urlopen("
+                                         "'http://127.0.0.1:29535/metrics', timeout=5).read().decode())"}),
+                .timeout = 20s}).out;
+  };
+  auto a = node(0);
+  auto b = node(1);
+  REQUIRE(eventually([&] {
+    return fileHas(dir / "events0", "\"worker_started\"") && fileHas(dir / "events1", "\"worker_started\"");
+  }, 30s));
+  b->signal(SIGKILL);  // node 1 is lost; node 2 takes its place
+  b->wait();
+  auto c = node(2);
+  REQUIRE(eventually([&] { return fileHas(dir / "events2", "\"worker_started\""); }, 30s));
+  std::string text;
+  const bool counted = eventually([&] {
+    text = metrics();
+    return text.find("drun_rdzv_job_round_restarts_total{rdzv_id=\"obs7\",cause=\"node_lost\"} 1\n") != std::string::npos;
+  }, 10s);
+  INFO(text);
+  CHECK(counted);
+  CHECK(text.find("drun_rdzv_job_lost_nodes_total{rdzv_id=\"obs7\"} 1\n") != std::string::npos);
+  CHECK(text.find("drun_rdzv_job_round_restarts_total{rdzv_id=\"obs7\",cause=\"failure\"} 0\n") != std::string::npos);
+  CHECK(text.find("drun_rdzv_job_nodes{rdzv_id=\"obs7\"} 2\n") != std::string::npos);
+  CHECK(text.find("drun_rdzv_job_state{rdzv_id=\"obs7\",state=\"running\"} 1\n") != std::string::npos);
+  std::ofstream(dir / "go").put('\n');
+  CHECK(a->wait().status() == 0);
+  CHECK(c->wait().status() == 0);
+  daemon.signal(SIGTERM);
+  CHECK(daemon.wait().status() == 0);
 }

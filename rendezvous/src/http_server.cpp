@@ -108,9 +108,9 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
         return response;
       }
       if (reply.contentType.empty()) {
-        fail(http::status::not_found, "no such page: try /, /api/jobs or /metrics");
+        fail(http::status::not_found, "no such page: try /, /api/jobs, /metrics or /healthz");
       } else {
-        response.result(http::status::ok);
+        response.result(http::int_to_status(reply.status));
         response.set(http::field::content_type, reply.contentType);
         response.body() = std::move(reply.body);
       }

@@ -17,6 +17,49 @@ bool parseRound(std::string_view text, uint64_t& out) {
   return ec == std::errc() && end == text.data() + text.size();
 }
 
+constexpr size_t kMaxExitsPerRound = 64;
+
+// What ends a round as far as the page tells: its time is the round's end.
+bool endsRound(const std::string& kind) {
+  return kind == "failure_recorded" || kind == "node_lost" || kind == "restart" || kind == "job_succeeded" ||
+         kind == "job_failed" || kind == "job_cancelled" || kind == "store_lost";
+}
+
+// Adds to each round of a summary its end time, its workers' exits and its nodes' names.
+void addRoundDetails(nlohmann::json& rounds, const std::deque<nlohmann::json>& events) {
+  std::map<int64_t, nlohmann::json*> byRound;
+  for (nlohmann::json& r : rounds) {
+    r["ended_ts_ms"] = nullptr;
+    r["exits"] = nlohmann::json::array();
+    byRound[r["round"].get<int64_t>()] = &r;
+  }
+  for (const nlohmann::json& e : events) {
+    auto round = e.find("round");
+    if (round == e.end() || !round->is_number_integer()) continue;
+    auto it = byRound.find(round->get<int64_t>());
+    if (it == byRound.end()) continue;
+    nlohmann::json& r = *it->second;
+    const std::string kind = e.value("event", "");
+    auto ts = e.find("ts_ms");
+    if (endsRound(kind) && ts != e.end() && ts->is_number_integer() &&
+        (r["ended_ts_ms"].is_null() || r["ended_ts_ms"].get<int64_t>() < ts->get<int64_t>()))
+      r["ended_ts_ms"] = *ts;
+    if (kind == "worker_exited" && r["exits"].size() < kMaxExitsPerRound)
+      r["exits"].push_back({{"rank", e.value("rank", nlohmann::json())}, {"node", e.value("node", nlohmann::json())},
+                            {"code", e.value("code", nlohmann::json())},
+                            {"signal_name", e.value("signal_name", nlohmann::json())}});
+    auto hosts = e.find("hosts");
+    auto nodeRank = e.find("node_rank");
+    if (kind == "round_formed" && hosts != e.end() && hosts->is_array() && nodeRank != e.end() &&
+        nodeRank->is_number_integer())
+      for (nlohmann::json& n : r["nodes"]) {
+        const int64_t rank = n["node_rank"].get<int64_t>();
+        if (rank >= 0 && size_t(rank) < hosts->size() && (*hosts)[size_t(rank)].is_string())
+          n["name"] = (*hosts)[size_t(rank)];
+      }
+  }
+}
+
 }  // namespace
 
 JobMonitor::Job* JobMonitor::jobOf(const std::string& runId) {
@@ -49,6 +92,7 @@ void JobMonitor::onWrite(const std::string& key, const Bytes* value) {
     job->present = true;  // the same id started again
     job->events.clear();
     job->outcome.clear();
+    job->counters = {};
   }
   if (rest.starts_with("events/") && rest != "events/next") return onEvent(*job, *value);
   if (rest == "outcome") {
@@ -74,6 +118,7 @@ void JobMonitor::onEvent(Job& job, const Bytes& value) {
                          [&](const nlohmann::json& e) { return e["seq"].get<uint64_t>() >= n; });
   if (at != job.events.end() && (*at)["seq"].get<uint64_t>() == n) return;  // known
   if (event["event"] == "job_cancelled") ++job.cancels;
+  job.counters.onEvent(event);
   job.events.insert(at, std::move(event));
   while (job.events.size() > keys::kEventSlots) job.events.pop_front();
 }
@@ -118,21 +163,27 @@ void JobMonitor::forgetEnded() {
   for (size_t i = 0; i + kMaxEndedJobs < ended.size(); ++i) jobs_.erase(ended[i]);
 }
 
+nlohmann::json JobMonitor::summary(const std::string& runId, const Job& job) const {
+  nlohmann::json s = summarizeJob(runId, std::vector<nlohmann::json>(job.events.begin(), job.events.end()));
+  s["present"] = job.present;
+  s["rounds_closed"] = job.roundsClosed;
+  s["restarts_decided"] = job.restarts;
+  if (s["events"] == 0 && job.nodes > 0) {  // no history (DRUN_JOB_HISTORY=0): the decision's view
+    s["node_count"] = job.nodes;
+    s["world_size"] = job.worldSize;
+    s["restarts"] = job.restarts;
+    s["state"] = !job.outcome.empty() ? job.outcome : job.present ? "running" : "ended";
+  }
+  addRoundDetails(s["rounds"], job.events);
+  for (const nlohmann::json& r : s["rounds"])
+    if (r["round"] == s["round"]) s["nodes"] = r["nodes"];  // with their names
+  s["first_ts_ms"] = job.events.empty() ? nlohmann::json() : job.events.front().value("ts_ms", nlohmann::json());
+  return s;
+}
+
 nlohmann::json JobMonitor::jobsJson() const {
   nlohmann::json jobs = nlohmann::json::array();
-  for (const auto& [id, job] : jobs_) {
-    nlohmann::json s = summarizeJob(id, std::vector<nlohmann::json>(job.events.begin(), job.events.end()));
-    s["present"] = job.present;
-    s["rounds_closed"] = job.roundsClosed;
-    s["restarts_decided"] = job.restarts;
-    if (s["events"] == 0 && job.nodes > 0) {  // no history (DRUN_JOB_HISTORY=0): the decision's view
-      s["node_count"] = job.nodes;
-      s["world_size"] = job.worldSize;
-      s["restarts"] = job.restarts;
-      s["state"] = !job.outcome.empty() ? job.outcome : job.present ? "running" : "ended";
-    }
-    jobs.push_back(std::move(s));
-  }
+  for (const auto& [id, job] : jobs_) jobs.push_back(summary(id, job));
   return {{"jobs", jobs}};
 }
 

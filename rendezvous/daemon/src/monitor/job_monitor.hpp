@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "drun/store/store.hpp"
+#include "job_counters.hpp"
 
 namespace drun::rdzv::monitor {
 
@@ -37,6 +38,7 @@ class JobMonitor {
     uint64_t roundsClosed = 0;
     int64_t restarts = 0;
     uint64_t cancels = 0;  // job_cancelled events: nodes whose drun or workers were signalled
+    JobCounters counters;  // lost nodes, restarts by cause, hangs
     int64_t nodes = 0;
     int64_t worldSize = 0;
     std::string outcome;  // "succeeded" / "failed" once the job's `outcome` is written
@@ -47,7 +49,13 @@ class JobMonitor {
   // The store's write observer.
   void onWrite(const std::string& key, const Bytes* value);
 
-  // /api/jobs: {"jobs": [summarizeJob(...) + "present", "rounds_closed", "restarts_decided"]}.
+  // One job: summarizeJob(...) + "present", "rounds_closed", "restarts_decided"; each round also
+  // "ended_ts_ms" (its last failure, loss, restart or end; null while it runs) and "exits"
+  // ([{"rank","node","code","signal_name"}] of its workers, the first 64), each round's node
+  // "name" (as the round named it: "host(address)" when they differ); "first_ts_ms" (the oldest
+  // event kept).
+  nlohmann::json summary(const std::string& runId, const Job& job) const;
+  // /api/jobs: {"jobs": [summary...]}.
   nlohmann::json jobsJson() const;
   const std::map<std::string, Job>& jobs() const { return jobs_; }
   // The histogram: counts per bucket (cumulative as Prometheus wants), sum, count.

@@ -4,10 +4,20 @@
 
 #include "drun/common/error.hpp"
 #include "drun/common/host_port.hpp"
+#include "drun/rendezvous/keys.hpp"
 #include "metrics.hpp"
 #include "page.hpp"
 
 namespace drun::rdzv::monitor {
+namespace {
+
+constexpr std::string_view kJobPath = "/api/jobs/";
+
+HttpServer::Reply jsonReply(const nlohmann::json& body, unsigned status = 200) {
+  return {"application/json", body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), status};
+}
+
+}  // namespace
 
 HttpOptions parseHttpAddress(const std::string& text) {
   HttpOptions o;
@@ -22,7 +32,8 @@ HttpOptions parseHttpAddress(const std::string& text) {
   return o;
 }
 
-Monitor::Monitor(StoreServer& server, HttpOptions options) : server_(server) {
+Monitor::Monitor(StoreServer& server, HttpOptions options)
+    : server_(server), startedAt_(std::chrono::system_clock::now()), startedSteady_(std::chrono::steady_clock::now()) {
   server.attach([&](boost::asio::io_context& io, StoreCore& core) {
     io_ = &io;
     jobs_ = std::make_unique<JobMonitor>();
@@ -34,14 +45,21 @@ Monitor::Monitor(StoreServer& server, HttpOptions options) : server_(server) {
       if (path == "/metrics")
         return HttpServer::Reply{"text/plain; version=0.0.4; charset=utf-8",
                                  renderMetrics(server_.stats(), *jobs_, http_->counters(),
-                                               store->jobIds().size())};
+                                               store->jobIds().size(), startedAt_)};
+      if (path == "/healthz") {
+        const double uptime = std::chrono::duration<double>(std::chrono::steady_clock::now() - startedSteady_).count();
+        const nlohmann::json body = {{"status", "ok"}, {"uptime_seconds", uptime},
+                                     {"jobs", store->jobIds().size()},
+                                     {"connections", server_.stats().connectionsOpen}};
+        return jsonReply(body);
+      }
+      if (path.starts_with(kJobPath)) return jobReply(path.substr(kJobPath.size()));
       if (path == "/api/jobs") {
         nlohmann::json body = jobs_->jobsJson();
         const StoreServerStats s = server_.stats();
         body["server"] = {{"connections", s.connectionsOpen}, {"stored_bytes", s.storedBytes},
                           {"jobs_in_store", store->jobIds()}};
-        return HttpServer::Reply{"application/json",
-                                 body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)};
+        return jsonReply(body);
       }
       if (path == "/" || path == "/index.html") return HttpServer::Reply{"text/html; charset=utf-8", kPageHtml};
       return HttpServer::Reply{};
@@ -50,6 +68,20 @@ Monitor::Monitor(StoreServer& server, HttpOptions options) : server_(server) {
 }
 
 Monitor::~Monitor() = default;
+
+HttpServer::Reply Monitor::jobReply(const std::string& runId) const {
+  const auto notFound = [](const std::string& why) { return jsonReply({{"error", why}}, 404); };
+  try {
+    keys::validateRunId(runId);
+  } catch (const InvalidArgument&) {
+    return notFound("not a job id: use 1 to 128 characters of letters, digits and _.:@+-");
+  }
+  auto it = jobs_->jobs().find(runId);
+  if (it == jobs_->jobs().end()) return notFound("no job " + runId + " on this drun-rendezvous");
+  nlohmann::json body = jobs_->summary(runId, it->second);
+  body["history"] = it->second.events;
+  return jsonReply(body);
+}
 
 uint16_t Monitor::port() const { return http_->port(); }
 

@@ -18,7 +18,8 @@ h1{font-size:20px;margin:0 0 .3em} #status{color:#777;margin-bottom:1em}
 .mark{font-weight:bold;cursor:help;padding:0 3px}.mark.failure{color:#c33}.mark.restart{color:#d80}
 .mark.lost{color:#d80}.mark.taken{color:#36c}
 .arrow{color:#aaa} table{border-collapse:collapse;margin:.3em 0} td,th{padding:1px 10px 1px 0;text-align:left}
-.cause{color:#c33} .muted{color:#777}
+.cause{color:#c33} .muted{color:#777} .when{font-size:11px;color:#777;margin-left:4px}
+.exits span{margin-right:10px}.exits .bad{color:#c33}
 </style></head>
 <body><h1>drun-rendezvous: jobs</h1><div id="status">loading...</div><div id="jobs"></div>
 <script>
@@ -36,15 +37,28 @@ function cause(f) {
   if (f.detail) t += "\n" + f.detail;
   return t;
 }
+function clock(ms) { return ms ? new Date(ms).toLocaleTimeString() : ""; }
+function duration(ms) {
+  const s = Math.max(0, Math.round(ms / 1000));
+  return (s >= 3600 ? Math.floor(s / 3600) + "h " : "") + (s >= 60 ? Math.floor(s / 60) % 60 + "m " : "") + s % 60 + "s";
+}
+function exitText(x) { return x.signal_name ? x.signal_name : "exit " + x.code; }
+function address(n) {
+  const m = /\(([^()]*)\)$/.exec(n.name || n.node);
+  return m ? m[1] : "";
+}
 function timeline(job) {
   const line = el("div", {class: "timeline"});
   job.rounds.forEach((r, i) => {
     if (i) line.append(el("span", {class: "arrow"}, "\u2192"));
     const cls = "round" + (r.failure ? " failed" : "") + (r.lost.length ? " lost" : "");
-    const when = r.ts_ms ? new Date(r.ts_ms).toLocaleTimeString() : "";
-    const box = el("span", {class: cls, "data-round": r.round,
-                            title: "round " + r.round + " formed " + when + ", world " + r.world_size +
-                                   ", " + r.nodes.length + " node(s)"}, "round " + r.round);
+    const span = clock(r.ts_ms) + "\u2013" + (r.ended_ts_ms ? clock(r.ended_ts_ms) : "");
+    const box = el("span", {class: cls, "data-round": r.round, "data-start-ms": r.ts_ms || "",
+                            "data-end-ms": r.ended_ts_ms || "",
+                            title: "round " + r.round + " formed " + clock(r.ts_ms) +
+                                   (r.ended_ts_ms ? ", ended " + clock(r.ended_ts_ms) : "") + ", world " +
+                                   r.world_size + ", " + r.nodes.length + " node(s)"},
+                   "round " + r.round, el("span", {class: "when"}, span));
     if (r.failure) box.append(el("span", {class: "mark failure", "data-root-cause": cause(r.failure),
                                           title: cause(r.failure)}, " \u2717"));
     for (const l of r.lost) box.append(el("span", {class: "mark lost", title: l}, " \u26a0"));
@@ -65,15 +79,30 @@ function render(data) {
     card.append(el("div", {}, "round " + (job.round === null ? "-" : job.round) + " \u00b7 world size " +
                    job.world_size + " \u00b7 " + job.node_count + " node(s) \u00b7 restarts " +
                    job.restarts + " of " + budget));
+    const started = job.rounds.length && job.rounds[0].ts_ms ? job.rounds[0].ts_ms : job.first_ts_ms;
+    const ended = ["succeeded", "failed", "cancelled", "ended"].includes(job.state);
+    if (started)
+      card.append(el("div", {class: "times", "data-started-ms": started},
+                     "started " + new Date(started).toLocaleString() + " \u00b7 " + (ended ? "ran " : "elapsed ") +
+                     duration((ended && job.last_ts_ms ? job.last_ts_ms : Date.now()) - started)));
     card.append(timeline(job));
+    for (const r of job.rounds.filter(r => r.exits && r.exits.length).slice(-3)) {
+      const line = el("div", {class: "exits", "data-exits-round": r.round}, "round " + r.round + " exits: ");
+      for (const x of r.exits)
+        line.append(el("span", {class: x.code === 0 ? "" : "bad", "data-rank": x.rank, "data-exit": exitText(x)},
+                       "rank " + x.rank + ": " + exitText(x)));
+      card.append(line);
+    }
     if (job.state === "cancelled" && job.cancelled && job.cancelled.length)
       card.append(el("div", {class: "cancelled"}, "cancelled: " + job.cancelled.map(c => c.by).join("; ")));
     if (job.last_root_cause)
       card.append(el("div", {class: "cause", title: cause(job.last_root_cause)},
                      "last root cause: " + cause(job.last_root_cause).split("\n")[0]));
-    const nodes = el("table", {}, el("tr", {}, el("th", {}, "node rank"), el("th", {}, "node"), el("th", {}, "ranks")));
+    const nodes = el("table", {}, el("tr", {}, el("th", {}, "node rank"), el("th", {}, "node"),
+                                     el("th", {}, "address"), el("th", {}, "ranks")));
     for (const n of job.nodes)
-      nodes.append(el("tr", {}, el("td", {}, n.node_rank), el("td", {}, n.node),
+      nodes.append(el("tr", {}, el("td", {}, n.node_rank), el("td", {}, n.node.replace(/\(.*\)$/, "")),
+                      el("td", {"data-address": address(n)}, address(n)),
                       el("td", {}, n.ranks.length === 2 ? n.ranks[0] + "\u2013" + n.ranks[1] : "")));
     card.append(nodes);
     card.append(el("div", {class: "muted"}, "waiting (spares, late joiners): " +

@@ -1,6 +1,7 @@
 // HttpServer: a small GET server, Boost.Beast on its owner's io thread; the handler maps a path to
 // a reply. Its users: drun-rendezvous --http ADDR:PORT (daemon/src/monitor: /metrics, /api/jobs,
-// the live page) and the agent's health check (TORCHELASTIC_HEALTH_CHECK_PORT: /healthz).
+// /api/jobs/ID, /healthz, the live page) and the agent's health check
+// (TORCHELASTIC_HEALTH_CHECK_PORT: /healthz).
 // With a token, every request proves it: "Authorization: Bearer <token>" or "?token=<token>"
 // (compared in constant time), else 401.
 //
@@ -41,10 +42,11 @@ struct HttpCounters {
 
 class HttpServer {
  public:
-  // path (without the query) -> {content type, body}; "" content type = 404.
+  // path (without the query) -> {content type, body, status}; "" content type = 404 (text).
   struct Reply {
     std::string contentType;
     std::string body;
+    unsigned status = 200;
   };
   using Handler = std::function<Reply(const std::string& path)>;
 
