@@ -237,6 +237,7 @@ int main(int argc, char** argv) {
     while ((signal = sigtimedwait(&stopSignals, nullptr, &period)) < 0) returnFreedMemory(server);
     spdlog::info("{} received: stopping", signal == SIGINT ? "SIGINT" : "SIGTERM");
     if (monitor) monitor->stop();
+    if (keeper) keeper->stop();
     server.stop();
     if (keeper) keeper->finish();  // the last changes, written before the process ends
     auto stats = server.stats();

@@ -192,6 +192,7 @@ TEST_CASE("state: a daemon's kept history is restored by the next one with the s
     first.server.start();
     boost::asio::post(*first.io, [core = first.core] { fillJobs(*core); });
     REQUIRE(waitForText(file, "succeeded"));  // written by the timer, with the server running
+    keeper.stop();
     first.server.stop();
     keeper.finish();
   }
@@ -203,10 +204,10 @@ TEST_CASE("state: a daemon's kept history is restored by the next one with the s
   StateKeeper keeper(second.server, {.dir = dir.path, .flushPeriod = 1h});
   CHECK(keeper.jobsRestored() == 2);
   StoreCore& core = *second.core;
-  CHECK(core.tryGet("rdzv/ended/outcome") == std::optional<drun::Bytes>("succeeded"));
-  CHECK(core.tryGet("rdzv/ended/round") == std::optional<drun::Bytes>("3"));
-  CHECK(core.tryGet("rdzv/ended/events/1") == std::optional<drun::Bytes>(R"({"v":1,"seq":1,"event":"job_ended"})"));
-  CHECK(core.tryGet("rdzv/running/events/next") == std::optional<drun::Bytes>("1"));
+  CHECK(core.tryGet("rdzv/ended/outcome") == std::optional<std::string>("succeeded"));
+  CHECK(core.tryGet("rdzv/ended/round") == std::optional<std::string>("3"));
+  CHECK(core.tryGet("rdzv/ended/events/1") == std::optional<std::string>(R"({"v":1,"seq":1,"event":"job_ended"})"));
+  CHECK(core.tryGet("rdzv/running/events/next") == std::optional<std::string>("1"));
   CHECK_FALSE(core.tryGet("rdzv/running/round"));  // its agents refill it as a store that lacks the job
   CHECK_FALSE(core.tryGet("rdzv/ended/3/status"));
 

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <functional>
 #include <spdlog/spdlog.h>
@@ -15,31 +16,39 @@
 
 namespace drun::rdzv::state {
 
-// Calls `tick` every period on the io thread until destroyed; an exception from it is logged.
+// Calls `tick` on the io thread one period after schedule(), once however often it was scheduled
+// meanwhile; an exception from it is logged. Armed only while a change waits, so that an idle
+// keeper holds no work on the io (the server's io ends when its work does).
 class StateKeeper::Timer {
  public:
   Timer(boost::asio::io_context& io, std::chrono::milliseconds period, std::function<void()> tick)
-      : timer_(io), period_(period), tick_(std::move(tick)) {
-    arm();
-  }
+      : timer_(io), period_(period), tick_(std::move(tick)) {}
 
- private:
-  void arm() {
+  void schedule() {
+    if (armed_ || stopped_) return;
+    armed_ = true;
     timer_.expires_after(period_);
     timer_.async_wait([this](const boost::system::error_code& error) {
-      if (error) return;  // cancelled: the keeper is going
+      if (error) return;  // cancelled: the keeper is stopping or gone
+      armed_ = false;
       try {
         tick_();
       } catch (const std::exception& e) {
         spdlog::error("--state-dir: keeping the jobs' history failed: {}", e.what());
       }
-      arm();
     });
   }
+  void stop() {
+    stopped_ = true;
+    timer_.cancel();
+  }
 
+ private:
   boost::asio::steady_timer timer_;
   std::chrono::milliseconds period_;
   std::function<void()> tick_;
+  bool armed_ = false;
+  bool stopped_ = false;
 };
 
 StateKeeper::StateKeeper(StoreServer& server, StateKeeperOptions options)
@@ -51,12 +60,15 @@ StateKeeper::StateKeeper(StoreServer& server, StateKeeperOptions options)
   if (!std::filesystem::is_directory(options_.dir) || ::access(options_.dir.c_str(), W_OK | X_OK) != 0)
     throw InvalidArgument("--state-dir " + options_.dir.string() + ": not a writable directory");
   server.attach([this](boost::asio::io_context& io, StoreCore& core) {
+    io_ = &io;
     core_ = &core;
     restore(core);
-    core.observeWrites([this](const std::string& key, const Bytes*) {
-      if (isHistoryKey(key)) stale_ = true;
-    });
     timer_ = std::make_unique<Timer>(io, options_.flushPeriod, [this] { flush(); });
+    core.observeWrites([this](const std::string& key, const Bytes*) {
+      if (!isHistoryKey(key)) return;
+      stale_ = true;
+      timer_->schedule();
+    });
   });
   writer_ = std::thread([this] { writerLoop(); });
 }
@@ -68,6 +80,10 @@ StateKeeper::~StateKeeper() {
   }
   wake_.notify_all();
   if (writer_.joinable()) writer_.join();
+}
+
+void StateKeeper::stop() {
+  boost::asio::post(*io_, [timer = timer_.get()] { timer->stop(); });
 }
 
 void StateKeeper::finish() {

@@ -5,16 +5,18 @@
 //     restored into the store; a file that cannot be used (unreadable, over the cap, truncated,
 //     not what this daemon writes) gets a warning naming it and what is wrong, is moved aside
 //     (state.json.bad-<time>), and the daemon starts empty;
-//   - a write observer marks the history stale when a kept key changes (history_file.hpp); a
-//     timer on the io thread, every flushPeriod, serializes it (bounded by maxBytes: jobs past
-//     it are left out, with a warning) and hands the text to the writer thread, which writes it
-//     off the loop (state_file.hpp). Only the newest text waits: an older one not yet written is
-//     replaced.
+//   - a write observer marks the history stale when a kept key changes (history_file.hpp) and
+//     arms a timer on the io thread: flushPeriod later, the history is serialized (bounded by
+//     maxBytes: jobs past it are left out, with a warning) and handed to the writer thread, which
+//     writes it off the loop (state_file.hpp). Only the newest text waits: an older one not yet
+//     written is replaced. The timer is armed only while a change waits.
 //
 // Threading: constructed before the server starts; its timer and observer run on the io thread.
-// finish() after the server stopped (its io thread joined): writes what changed since the last
-// write, from the calling thread, then joins the writer. Ownership: owns the writer thread
-// (joined by finish() or the destructor); the StoreServer must outlive it.
+// stop() from any thread before the server stops (it posts to the io; the timer no longer
+// holds the io). finish() after the server stopped (its io thread joined): writes what changed
+// since the last write, from the calling thread, then joins the writer. Ownership: owns the
+// writer thread (joined by finish() or the destructor); destroy it after the server stopped (or
+// before it started); the StoreServer must outlive it.
 #pragma once
 
 #include <chrono>
@@ -29,6 +31,10 @@
 #include <vector>
 
 #include "drun/store/store_server.hpp"
+
+namespace boost::asio {
+class io_context;
+}
 
 namespace drun::rdzv::state {
 
@@ -49,6 +55,7 @@ class StateKeeper {
 
   const std::filesystem::path& file() const { return file_; }
   size_t jobsRestored() const { return jobsRestored_; }
+  void stop();    // before the server stops
   void finish();  // after the server stopped; idempotent
 
  private:
@@ -59,6 +66,7 @@ class StateKeeper {
 
   StateKeeperOptions options_;
   std::filesystem::path file_;
+  boost::asio::io_context* io_ = nullptr;
   StoreCore* core_ = nullptr;
   std::unique_ptr<Timer> timer_;
   size_t jobsRestored_ = 0;
