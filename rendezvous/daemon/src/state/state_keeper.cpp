@@ -88,7 +88,6 @@ void StateKeeper::stop() {
 
 void StateKeeper::finish() {
   if (!writer_.joinable()) return;
-  timer_.reset();
   flush();
   {
     std::lock_guard lock(mutex_);
