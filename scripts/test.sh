@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 # interleavings over the in-memory store and the single-node end-to-end tests. Each binary's tests
 # carry its name as a CTest label; the tier is these binaries' tests less the ones below, which
 # need network namespaces, an etcd cluster, torch, several processes of libdrun_comm or minutes.
-quick_binaries=(common_tests store_tests rendezvous_tests agent_tests launcher_tests comm_tests e2e_tests)
+quick_binaries=(common_tests store_tests rendezvous_tests daemon_tests agent_tests launcher_tests comm_tests e2e_tests)
 quick_left_out=(
   '^etcd '                          # rendezvous_tests' etcd client and store: a 3-member cluster
   '^interleavings over etcd: '      # the same interleavings over a real etcd cluster

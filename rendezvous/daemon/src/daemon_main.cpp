@@ -8,6 +8,7 @@
 //                   [--max-stored-bytes 1G] [--max-stored-bytes-per-job 256M]
 //                   [--max-call-bytes 256M] [--max-call-bytes-per-connection 64M]
 //                   [--max-input-bytes 512M] [--max-output-bytes 512M] [--http [ADDR:]PORT]
+//                   [--state-dir DIR] [--max-state-bytes 16M]
 //
 // Prints "drun-rendezvous listening on HOST:PORT" on stdout once it accepts connections (with
 // --port 0, PORT is the one chosen). SIGINT/SIGTERM stop it gracefully.
@@ -34,6 +35,7 @@
 #include "drun/store/store_server.hpp"
 #include "drun/store/token_file.hpp"
 #include "monitor/monitor.hpp"
+#include "state/state_keeper.hpp"
 
 namespace {
 
@@ -141,6 +143,14 @@ int main(int argc, char** argv) {
   app.add_option("--http", httpAddress,
                  "[ADDR:]PORT: serve /metrics, /api/jobs and a live page of every job (default off; "
                  "loopback unless ADDR is given; the --token-file token guards it)");
+  std::string stateDir;
+  std::string maxStateBytes = "16M";
+  app.add_option("--state-dir", stateDir,
+                 "DIR: keep the jobs' history (their events; an ended job's outcome) in DIR/state.json "
+                 "across restarts (written within a second of a change; default off)");
+  app.add_option("--max-state-bytes", maxStateBytes,
+                 "the cap of DIR/state.json: jobs past it are left out, with a warning")
+      ->capture_default_str();
   app.add_option("--log-level", logLevel,
                  "trace, debug, info, warn, error or off (default: DRUN_LOG_LEVEL)");
   app.set_version_flag("--version", std::string("drun-rendezvous ") + drun::kVersion,
@@ -167,6 +177,7 @@ int main(int argc, char** argv) {
     if (options.handshakeTimeout.count() <= 0)
       throw drun::InvalidArgument("--handshake-timeout: must be more than 0");
     for (const ByteFlag& f : byteFlags) *f.option = parseBytes(f.text, f.flag);
+    const size_t stateCap = parseBytes(maxStateBytes, "--max-state-bytes");
     if (options.stalledFrameTimeout.count() <= 0)
       throw drun::InvalidArgument("--stalled-frame-timeout: must be more than 0");
     if (!tokenFile.empty()) options.token = drun::rdzv::readTokenFile(tokenFile, "--token-file");
@@ -201,6 +212,12 @@ int main(int argc, char** argv) {
       http.token = options.token;
       monitor = std::make_unique<drun::rdzv::monitor::Monitor>(server, http);
     }
+    // After the monitor: the history restored is what its page shows from the start.
+    std::unique_ptr<drun::rdzv::state::StateKeeper> keeper;
+    if (!stateDir.empty())
+      keeper = std::make_unique<drun::rdzv::state::StateKeeper>(
+          server, drun::rdzv::state::StateKeeperOptions{
+                      .dir = stateDir, .maxBytes = stateCap});
     server.start();
     std::cout << "drun-rendezvous listening on " << options.host << ":" << server.port()
               << std::endl;
@@ -220,7 +237,9 @@ int main(int argc, char** argv) {
     while ((signal = sigtimedwait(&stopSignals, nullptr, &period)) < 0) returnFreedMemory(server);
     spdlog::info("{} received: stopping", signal == SIGINT ? "SIGINT" : "SIGTERM");
     if (monitor) monitor->stop();
+    if (keeper) keeper->stop();
     server.stop();
+    if (keeper) keeper->finish();  // the last changes, written before the process ends
     auto stats = server.stats();
     spdlog::info("stopped: {} connections served, {} requests, {} protocol errors, {} leases "
                  "expired, {} slow clients dropped, {} wills run",

@@ -252,7 +252,10 @@ std::vector<std::string> StoreCore::jobIds() const {
 }
 
 void StoreCore::touched(const std::string& key, bool created, Wakeups& wakeups) {
-  if (observer_) observer_(key, find(key));
+  if (!observers_.empty()) {
+    const Bytes* now = find(key);
+    for (const WriteObserver& observe : observers_) observe(key, now);
+  }
   if (created) {
     if (auto node = keyWaiters_.extract(key)) {
       for (WaiterId id : node.mapped()) {

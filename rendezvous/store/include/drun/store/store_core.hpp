@@ -95,10 +95,11 @@ class StoreCore {
   const StoreBudget& budget() const { return budget_; }
   // The job scopes that hold keys, as their ids ("<jobRoot><id>/" -> "<id>"), sorted.
   std::vector<std::string> jobIds() const;
-  // Monitoring (drun-rendezvous --http): called after every change of a key, with its value now
-  // (nullptr: deleted), before the waiters it wakes run. Must not write to the core.
+  // Monitoring (drun-rendezvous --http, --state-dir): adds an observer, called after every
+  // change of a key, with its value now (nullptr: deleted), before the waiters it wakes run.
+  // Observers run in the order added. Must not write to the core.
   using WriteObserver = std::function<void(const std::string& key, const Bytes* value)>;
-  void observeWrites(WriteObserver observer) { observer_ = std::move(observer); }
+  void observeWrites(WriteObserver observer) { observers_.push_back(std::move(observer)); }
 
   // --- writes; each wakes the waiters and watchers it satisfies before returning
   void set(const std::string& key, Bytes value);
@@ -165,7 +166,7 @@ class StoreCore {
 
   StoreLimits limits_;
   StoreBudget budget_;
-  WriteObserver observer_;
+  std::vector<WriteObserver> observers_;
   size_t storedBytes_ = 0;
   std::unordered_map<std::string, size_t> scopeBytes_;  // bytes by scopeOf(key)
   std::map<std::string, Bytes, std::less<>> data_;  // ordered: erasePrefix is a range

@@ -133,10 +133,12 @@ class StoreServer {
   // for what it missed. Any thread.
   std::optional<std::chrono::steady_clock::time_point> lastWillRun() const;
 
-  // Monitoring (drun-rendezvous --http): calls `attach` at once with the server's io context and
-  // store, so that what it sets up (an HTTP endpoint, a write observer) runs on the io thread
-  // beside the sessions. Call before start()/run(); what it attaches may read the store and
-  // observe its writes (StoreCore::observeWrites), never write to it, and must never block.
+  // Monitoring (drun-rendezvous --http, --state-dir): calls `attach` at once with the server's io
+  // context and store, so that what it sets up (an HTTP endpoint, a write observer, a timer) runs
+  // on the io thread beside the sessions. Call before start()/run(); what it attaches may read
+  // the store and observe its writes (StoreCore::observeWrites), never write to it, and must
+  // never block. The one write outside a session: `attach` itself, running before the server
+  // serves, may restore kept keys into the store (drun-rendezvous --state-dir).
   void attach(const std::function<void(boost::asio::io_context&, StoreCore&)>& attach);
 
  private:
