@@ -50,7 +50,7 @@ print("rank", rank, "done in attempt", restart, flush=True)
 
 }  // namespace
 
-TEST_CASE("hang auto: a step-then-evaluate loop survives its evaluation; what was learned is said", "[hangs]") {
+TEST_CASE("hang auto: a step-then-evaluate loop survives its evaluation, and what was learned is said", "[hangs]") {
   MarkerScope marker;
   TempDir dir;
   const std::string program = dir.write("train.py", kStepThenEvaluate).string();

@@ -101,7 +101,7 @@ TEST_CASE("hang blame: --hang-idle, gloo: the rank waiting in all_reduce is idle
 // gets SIGUSR2 survives it, and the rank still writes its record on SIGUSR2 afterwards. (The
 // child leaves with os._exit: a forked child of a drun-backend rank that runs Python's
 // finalization hangs in the process group's teardown, with or without the recorder.)
-TEST_CASE("flight recorder: a forked child survives SIGUSR2; the rank still answers it", "[hangs][torch]") {
+TEST_CASE("flight recorder: a forked child survives SIGUSR2, and the rank still answers it", "[hangs][torch]") {
   skipWithoutDrunTorch("the flight recorder and fork");
   MarkerScope marker;
   TempDir dir;

@@ -50,7 +50,7 @@ Thread 1 (Thread 0x7f99 (LWP 300) "python3"):
 
 }  // namespace
 
-TEST_CASE("hang blame: a main thread in a collective or a store call waits; elsewhere it does not", "[hangs]") {
+TEST_CASE("hang blame: a main thread in a collective or a store call waits, elsewhere it does not", "[hangs]") {
   RankActivity waiter = classifyStack(kGlooWaiter, 100);
   CHECK(waiter.activity == Activity::Waiting);
   CHECK(waiter.where == "c10d::Work::wait");
@@ -100,7 +100,7 @@ TEST_CASE("hang blame: of two silent ranks, the one not waiting is blamed, whate
   CHECK(chooseCulprit({waiter, sleeper}, 0, true).culprit == 1);
 }
 
-TEST_CASE("hang blame: waiters are blamed only after their grace; a channel's collective means waiting", "[hangs]") {
+TEST_CASE("hang blame: waiters are blamed only after their grace, and a channel's collective means waiting", "[hangs]") {
   SurveyedRank a{0, true, 3000ms, "", classifyStack(kGlooWaiter, 100)};
   SurveyedRank b{1, true, 2000ms, "all_reduce #3 of world", classifyStack(kSleeper, 200)};
   CHECK(chooseCulprit({a, b}, 0, false).culprit == -1);  // every candidate waits: its peer is elsewhere

@@ -168,7 +168,7 @@ TEST_CASE("grow: a grown member lost leaves a place of its own, at its node rank
 }
 
 TEST_CASE("grow: after a shrink a node that comes back is announced (the job is below MAX again) and grows it "
-          "back; the exit barrier counts the dropped member and the grown one",
+          "back, and the exit barrier counts the dropped member and the grown one",
           "[rendezvous][vacancy][grow]") {
   ElasticJob job(3, 3);
   {
