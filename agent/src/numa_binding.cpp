@@ -160,25 +160,6 @@ HwlocBitmap coreComplex(const HwlocTopology& topo, const NumaDomain& domain, int
 
 }  // namespace
 
-std::optional<NumaMode> parseNumaMode(std::string_view text) {
-  if (text == "node") return NumaMode::Node;
-  if (text == "socket") return NumaMode::Socket;
-  if (text == "exclusive") return NumaMode::Exclusive;
-  if (text == "core-complex") return NumaMode::CoreComplex;
-  return std::nullopt;
-}
-
-const char* toString(NumaMode mode) {
-  switch (mode) {
-    case NumaMode::Off: return "off";
-    case NumaMode::Node: return "node";
-    case NumaMode::Socket: return "socket";
-    case NumaMode::Exclusive: return "exclusive";
-    case NumaMode::CoreComplex: return "core-complex";
-  }
-  return "?";
-}
-
 NumaPlan planNumaBinding(NumaMode mode, int localWorkers, const TopologySource& source) {
   NumaPlan plan;
   if (mode == NumaMode::Off || localWorkers <= 0) return plan;

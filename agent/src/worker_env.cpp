@@ -27,20 +27,6 @@ std::filesystem::path findPythonPackageDir() {
   return std::filesystem::is_directory(dir, ec) ? dir : std::filesystem::path();
 }
 
-std::vector<std::string> splitDeviceList(const std::string& list) {
-  std::vector<std::string> out;
-  size_t begin = 0;
-  for (;;) {
-    size_t end = list.find(',', begin);
-    std::string item = list.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
-    const size_t first = item.find_first_not_of(" \t\n\r\f\v");
-    const size_t last = item.find_last_not_of(" \t\n\r\f\v");
-    out.push_back(first == std::string::npos ? "" : item.substr(first, last - first + 1));
-    if (end == std::string::npos) return out;
-    begin = end + 1;
-  }
-}
-
 int defaultOmpThreads(int cpuCount, int localWorkers) {
   return std::max(1, cpuCount / std::max(1, localWorkers));
 }
