@@ -27,8 +27,8 @@ kind=${1:?usage: scripts/sanitize.sh address|thread [build dir]}
 case $kind in
   address)
     sanitize=address,undefined
-    targets=(common_tests store_tests etcd_tests rendezvous_tests agent_tests launcher_tests comm_tests
-             e2e_tests hang_tests observe_tests)  # not slurm_tests, etcd_e2e_tests, resilient_tests
+    targets=(common_tests store_tests etcd_tests rendezvous_tests daemon_tests agent_tests launcher_tests
+             comm_tests e2e_tests hang_tests observe_tests)  # not slurm_tests, etcd_e2e_tests, resilient_tests
     # A binary not built here leaves a failing "<name>_NOT_BUILT" entry (Catch's discovery):
     # every binary is either in targets or excluded by name below.
     select=(-LE 'fuzz|gpu|resilient_tests' -E '^(torch|torchrun compat|soak|interleavings over etcd|install): |^comm: every op|^slurm_|^etcd_e2e_tests|^resilient_tests')
