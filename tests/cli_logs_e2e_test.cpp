@@ -79,6 +79,25 @@ TEST_CASE("cli logs: --log-format json makes drun's own lines JSON objects, the 
   CHECK(std::regex_search(text.err, std::regex(R"((^|\n)drun: \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z debug: )")));
 }
 
+TEST_CASE("cli logs: under --log-format json the join's progress lines are JSON too; the last error stays text",
+          "[e2e]") {
+  const std::string endpoint = "127.0.0.1:" + std::to_string(freeLoopbackPort());
+  RunResult r = run(drunCommand({"--log-format", "json", "--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+                                 endpoint, "--rdzv-id", "json-progress", "--rdzv-conf", "join_timeout=3",
+                                 "/bin/true"}));
+  INFO(r.describe());
+  CHECK(r.status() == 1);  // nobody else joined
+  const std::regex json = jsonLine("drun");
+  int progress = 0;
+  for (const std::string& line : lines(r.err)) {
+    INFO(line);
+    if (line.rfind("drun: error: ", 0) == 0) continue;
+    CHECK(std::regex_match(line, json));
+    progress += contains(line, R"("level":"info")") && contains(line, "waiting");
+  }
+  CHECK(progress >= 1);
+}
+
 TEST_CASE("cli logs: drun-rendezvous --log-format json", "[e2e]") {
   Process daemon(RunOptions{.argv = {(buildDir() / "bin" / kDaemon).string(), "--host", "127.0.0.1", "--port",
                                      "0", "--log-format", "json", "--log-level", "info"},

@@ -39,7 +39,12 @@ int main(int argc, char** argv) {
       return 0;
     }
     drun::log::init("drun", cli.logLevel.value_or(""), cli.logFormat.value_or(""));
-    for (const std::string& warning : cli.warnings) std::fprintf(stderr, "drun: warning: %s\n", warning.c_str());
+    for (const std::string& warning : cli.warnings) {
+      const std::string line = drun::log::format() == drun::log::Format::Json
+                                   ? drun::log::jsonLine("drun", "warning", warning)
+                                   : "drun: warning: " + warning + "\n";
+      std::fputs(line.c_str(), stderr);
+    }
     for (const std::string& note : cli.notes) spdlog::info("{}", note);
   } catch (const drun::InvalidArgument& e) {
     std::fprintf(stderr, "drun: error: %s\n", e.what());
