@@ -71,6 +71,20 @@ TEST_CASE("cli logs: --log-format json makes drun's own lines JSON objects, the 
   CHECK(withNode);
   CHECK(contains(r.err, R"("level":"debug")"));
 
+  // The agent's own console lines (where the log files go, a failed worker's summary) alike.
+  TempDir logs;
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"--log-format", "json", "--log-dir", logs.path().string(), "-r", "3", "/bin/true"},
+           {"--log-format", "json", "/bin/false"}}) {
+    RunResult agentLines = run(drunCommand(args));
+    INFO(agentLines.describe());
+    REQUIRE_FALSE(lines(agentLines.err).empty());
+    for (const std::string& line : lines(agentLines.err)) {
+      INFO(line);
+      CHECK(std::regex_match(line, json));
+    }
+  }
+
   // The same from the environment; text (today's lines) stays the default.
   RunResult fromEnv = run(drunCommand({"/bin/true"}, {"DRUN_LOG_LEVEL=debug", "DRUN_LOG_FORMAT=json"}));
   INFO(fromEnv.describe());
