@@ -176,7 +176,7 @@ CliResult parseCommandLine(const std::vector<std::string>& args) {
   if (t.verbose) result.logLevel = "debug";
   if (!t.logLevel.empty()) result.logLevel = t.logLevel;
   if (!t.logFormat.empty()) {
-    log::parseFormat(t.logFormat, "--log-format");
+    usage([&] { return log::parseFormat(t.logFormat, "--log-format"); });
     result.logFormat = t.logFormat;
   }
   return result;
