@@ -93,7 +93,7 @@ TEST_CASE("cli logs: --log-format json makes drun's own lines JSON objects, the 
   CHECK(std::regex_search(text.err, std::regex(R"((^|\n)drun: \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z debug: )")));
 }
 
-TEST_CASE("cli logs: under --log-format json the join's progress lines are JSON too; the last error stays text",
+TEST_CASE("cli logs: under --log-format json the join's progress lines are JSON too, the last error stays text",
           "[e2e]") {
   const std::string endpoint = "127.0.0.1:" + std::to_string(freeLoopbackPort());
   RunResult r = run(drunCommand({"--log-format", "json", "--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint",

@@ -61,7 +61,7 @@ TEST_CASE("log file rotation: files of exactly max bytes, the newest in FILE.1, 
   CHECK(kept.size() == 3 * 1024 + (5000 - 4 * 1024));
 }
 
-TEST_CASE("log file rotation: 0 bytes never rotates; 0 files keeps only the current file", "[agent]") {
+TEST_CASE("log file rotation: 0 bytes never rotates, 0 files keeps only the current file", "[agent]") {
   TempDir dir;
   const std::string text = numberedLines(1000);
   const fs::path unbounded = dir.path() / "a.log";
