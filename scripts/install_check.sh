@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # install_check.sh BUILD_DIR: what `cmake --install` and `cpack -G DEB` give a user.
 #  1. cmake --install BUILD --prefix P: P/bin/drun and P/bin/drun-rendezvous exist and run a job,
-#     the Python modules drun ships are under P/lib/drun/python.
+#     the Python modules drun ships are under P/lib/drun/python, the man pages (drun.1,
+#     drun-rendezvous.1) under P/share/man/man1.
 #  2. cpack -G DEB: the .deb names its library dependencies; `dpkg --root` installs it into a fresh
 #     root (a dpkg database of its own; --force-depends: that root holds no libraries, the host's
 #     Debian 12 ones are used to run it), and the installed drun runs a job.
@@ -23,6 +24,9 @@ run_job() {  # run_job DRUN: two workers say hello
 cmake --install "$build" --prefix "$work/prefix" >/dev/null || fail "cmake --install"
 for f in bin/drun bin/drun-rendezvous; do
   [[ -x $work/prefix/$f ]] || fail "cmake --install did not install $f"
+done
+for page in drun.1 drun-rendezvous.1; do
+  [[ -s $work/prefix/share/man/man1/$page ]] || fail "cmake --install did not install share/man/man1/$page"
 done
 "$work/prefix/bin/drun-rendezvous" --help >/dev/null || fail "drun-rendezvous --help"
 run_job "$work/prefix/bin/drun"
@@ -46,6 +50,7 @@ touch "$root/var/lib/dpkg/status" "$root/var/lib/dpkg/available"
 dpkg --root="$root" --force-depends --force-not-root --force-script-chrootless -i "$deb" >/dev/null 2>&1 ||
   dpkg --root="$root" --force-depends --force-not-root -i "$deb" >/dev/null || fail "dpkg --root -i $deb"
 [[ -x $root/usr/bin/drun && -x $root/usr/bin/drun-rendezvous ]] || fail "the .deb did not install /usr/bin/drun{,-rendezvous}"
+[[ -s $root/usr/share/man/man1/drun.1 ]] || fail "the .deb did not install /usr/share/man/man1/drun.1"
 run_job "$root/usr/bin/drun"
 if [[ -d $build/lib/drun/python/drun ]]; then
   [[ -f $root/usr/lib/drun/python/drun/__init__.py ]] || fail "the .deb lacks the Python modules (usr/lib/drun/python)"

@@ -7,6 +7,7 @@
 
 #include "drun/agent/failure_summary.hpp"
 #include "drun/common/error.hpp"
+#include "drun/common/log.hpp"
 #include "drun/common/progress.hpp"
 #include "elastic_agent_impl.hpp"
 #include "event_fields.hpp"
@@ -90,6 +91,7 @@ void ElasticAgent::Impl::forgetLearnedTimeouts(const FailureRecord& cause) {
 
 void ElasticAgent::Impl::startWorkers(const Input& in) {
   round = *in.round;
+  log::setField("node", std::to_string(round.nodeRank));  // on drun's JSON log lines from now on
   spdlog::debug("agent: round {} node {}/{} world {} offset {} master {}:{} restart {}",
                 round.round, round.nodeRank, round.nodeCount, round.worldSize, round.rankOffset,
                 round.masterAddr, round.masterPort, round.restartCount);

@@ -22,10 +22,11 @@ class AgentConsole {
   explicit AgentConsole(std::shared_ptr<ConsoleWriter> writer = ConsoleWriter::standard())
       : writer_(std::move(writer)) {}
 
-  // Writes the formatted text as is (lines end with the "\n" the format has).
+  // Writes the formatted text as is (lines end with the "\n" the format has); under
+  // --log-format json, each line as one JSON log line (its "drun: " prefix dropped).
   template <typename... Args>
   void say(fmt::format_string<Args...> format, Args&&... args) {
-    writer_->write(ConsoleStream::Err, fmt::format(format, std::forward<Args>(args)...));
+    emit(fmt::format(format, std::forward<Args>(args)...));
   }
 
   // The console's reader went away (`drun ... | head`): a write to stdout or stderr failed.
@@ -40,6 +41,8 @@ class AgentConsole {
   const std::shared_ptr<ConsoleWriter>& writer() const { return writer_; }
 
  private:
+  void emit(std::string text);
+
   std::shared_ptr<ConsoleWriter> writer_;
 };
 

@@ -12,17 +12,41 @@
 
 #include "drun/common/error.hpp"
 #include "fd_write.hpp"
+#include "log_file_rotation.hpp"
 
 namespace drun::agent::detail {
 
 struct LogFileWriter::File {
-  int fd = -1;
+  int fd = -1;  // replaced by a rotation, on the writer's thread
   std::string name;
+  LogRotation rotation;
+  uint64_t size = 0;  // bytes in the current file; the writer's thread only
   bool failed = false;  // guarded by the writer's mutex
   ~File() {
     if (fd >= 0) ::close(fd);
   }
 };
+
+namespace {
+
+// `bytes` into `file`, rotating it (rotateLogFile) each time it holds rotation.maxBytes: 0 or the
+// errno of the first write or rotation that failed.
+int writeRotating(LogFileWriter::File& file, std::string_view bytes) {
+  const uint64_t cap = file.rotation.maxBytes;
+  while (!bytes.empty()) {
+    if (cap && file.size >= cap) {
+      if (const int error = rotateLogFile(file.name, file.rotation.maxFiles, file.fd)) return error;
+      file.size = 0;
+    }
+    const size_t n = cap ? static_cast<size_t>(std::min<uint64_t>(bytes.size(), cap - file.size)) : bytes.size();
+    if (const int error = writeAll(file.fd, bytes.data(), n)) return error;
+    file.size += n;
+    bytes.remove_prefix(n);
+  }
+  return 0;
+}
+
+}  // namespace
 
 struct LogFileWriter::State {
   struct Entry {
@@ -55,7 +79,7 @@ struct LogFileWriter::State {
       s.writing = true;
       const bool skip = entry.file->failed;
       lock.unlock();
-      const int error = skip ? 0 : writeAll(entry.file->fd, entry.bytes.data(), entry.bytes.size());
+      const int error = skip ? 0 : writeRotating(*entry.file, entry.bytes);
       lock.lock();
       s.queuedBytes -= entry.bytes.size();
       if (error) {
@@ -94,9 +118,11 @@ LogFileWriter::~LogFileWriter() {
   thread_.join(kStopBound);
 }
 
-std::shared_ptr<LogFileWriter::File> LogFileWriter::open(const std::filesystem::path& path) {
+std::shared_ptr<LogFileWriter::File> LogFileWriter::open(const std::filesystem::path& path,
+                                                         const LogRotation& rotation) {
   auto file = std::make_shared<File>();
   file->name = path.string();
+  file->rotation = rotation;
   file->fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
   if (file->fd < 0)
     throw Error("cannot create worker log file " + path.string() + ": " + std::strerror(errno));

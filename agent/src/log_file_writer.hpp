@@ -4,7 +4,8 @@
 // FIFO; the loop only queues. A bounded queue gives back-pressure: once it holds kHighWater bytes
 // the mux stops reading the pipes that feed files (their workers block on their own writes, as
 // with a slow console) until the thread is down to kLowWater. A write error closes that file and
-// is reported once (takeFailures(), on the loop: the thread does not log).
+// is reported once (takeFailures(), on the loop: the thread does not log). A file opened with a
+// LogRotation rotates on the thread too (log_file_rotation.cpp), between two writes.
 //
 // Threading: every public call from any thread; `whenWritable` callbacks run on the writer's
 // thread with its lock held: they must only post. Ownership: a process-wide instance
@@ -20,6 +21,7 @@
 #include <string_view>
 #include <vector>
 
+#include "drun/agent/log_rotation.hpp"
 #include "drun/common/owned_thread.hpp"
 
 namespace drun::agent::detail {
@@ -29,7 +31,7 @@ class LogFileWriter {
   static constexpr size_t kHighWater = 8 << 20;
   static constexpr size_t kLowWater = 2 << 20;
 
-  struct File;  // an open log file (fd, name, failed)
+  struct File;  // an open log file (fd, name, rotation, bytes in it, failed)
 
   static std::shared_ptr<LogFileWriter> standard();
   LogFileWriter();
@@ -40,8 +42,10 @@ class LogFileWriter {
   LogFileWriter(const LogFileWriter&) = delete;
   LogFileWriter& operator=(const LogFileWriter&) = delete;
 
-  // Creates (truncates) `path` for appending; throws drun::Error naming it when it cannot.
-  std::shared_ptr<File> open(const std::filesystem::path& path);
+  // Creates (truncates) `path` for appending, rotated as `rotation` says (its rotated copies of
+  // an earlier run stay until the first rotation replaces them); throws drun::Error naming it when
+  // it cannot.
+  std::shared_ptr<File> open(const std::filesystem::path& path, const LogRotation& rotation = {});
   // Queues `bytes` for `file` (nothing once a write to it failed).
   void write(const std::shared_ptr<File>& file, std::string_view bytes);
 

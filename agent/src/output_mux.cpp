@@ -186,8 +186,8 @@ struct OutputMux::Impl {
       std::filesystem::create_directories(dir, ec);
       if (ec)
         throw Error("cannot create worker log directory " + dir.string() + ": " + ec.message());
-      src.out.file = continuing ? continuing->out.file : files->open(dir / "stdout.log");
-      src.err.file = continuing ? continuing->err.file : files->open(dir / "stderr.log");
+      src.out.file = continuing ? continuing->out.file : files->open(dir / "stdout.log", options.logRotation);
+      src.err.file = continuing ? continuing->err.file : files->open(dir / "stderr.log", options.logRotation);
       for (Stream* stream : {&src.out, &src.err}) addFilters(*stream);
       // A redirected stream stays off the console unless it is also tee'd (torchrun: tee wins).
       src.out.toConsole = console && (!(routing.redirect & 1) || (routing.tee & 1));
@@ -201,7 +201,7 @@ struct OutputMux::Impl {
     const auto& substrings = stream.isStderr ? options.duplicateStderrFilters : options.duplicateStdoutFilters;
     if (substrings.empty()) return;
     auto& file = filteredFiles[stream.isStderr];
-    if (!file) file = files->open(*options.attemptDir / (stream.isStderr ? "filtered_stderr.log" : "filtered_stdout.log"));
+    if (!file) file = files->open(*options.attemptDir / (stream.isStderr ? "filtered_stderr.log" : "filtered_stdout.log"), options.logRotation);
     stream.filtered.addTarget(substrings, file);
   }
 

@@ -40,6 +40,9 @@ constexpr VarDoc kDrunEnvVars[] = {
     {"DRUN_JOB_HISTORY", VarType::Bool, "true",
      "drun: append the job's events to the rendezvous store (rdzv/<id>/events/, the last 256): "
      "what drun status and drun-rendezvous --http show; 0 turns it off"},
+    {"DRUN_LOG_FORMAT", VarType::String, "text",
+     "format of the log lines of drun and drun-rendezvous themselves (not the workers' output): text "
+     "(timestamped lines) or json (one object per line; as --log-format)"},
     {"DRUN_LOG_LEVEL", VarType::String, "warn",
      "log level of drun itself: trace, debug, info, warn, error, off (-v sets debug)"},
     {"DRUN_PYTHON", VarType::String, "python3",

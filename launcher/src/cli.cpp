@@ -13,6 +13,7 @@
 #include "cli_parts.hpp"
 #include "drun/common/env.hpp"
 #include "drun/common/host_port.hpp"
+#include "drun/common/log.hpp"
 #include "drun/common/version.hpp"
 #include "drun/agent/worker_env.hpp"
 #include "drun/launcher/program.hpp"
@@ -64,6 +65,7 @@ void fillOutput(const cli::CliText& t, AgentConfig& c) {
     cli::checkLogDir(t.logDir);
     c.logDir = std::filesystem::path(t.logDir);
   }
+  c.output.logRotation = cli::parseLogRotation(t.logMaxBytes, t.logMaxFiles);
   c.signalsToHandle = cli::parseSignals(t.signalsToHandle);
   if (t.prefix) cli::validatePrefix(*t.prefix);
   c.prefixTemplate = t.prefix;
@@ -173,6 +175,10 @@ CliResult parseCommandLine(const std::vector<std::string>& args) {
 
   if (t.verbose) result.logLevel = "debug";
   if (!t.logLevel.empty()) result.logLevel = t.logLevel;
+  if (!t.logFormat.empty()) {
+    usage([&] { return log::parseFormat(t.logFormat, "--log-format"); });
+    result.logFormat = t.logFormat;
+  }
   return result;
 }
 

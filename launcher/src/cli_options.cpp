@@ -59,6 +59,10 @@ void declareOptions(CLI::App& app, CliText& t) {
       "keep running (docs/recovery.md)");
   opt("shutdown-timeout", t.shutdownTimeout, "DURATION", "SIGTERM to SIGKILL grace when stopping workers (default 30s)");
   opt("log-dir", t.logDir, "DIR", "per-rank files under DIR/<run>/node<N>/attempt_<n>/<local_rank>/ (default none)");
+  opt("log-max-bytes", t.logMaxBytes, "BYTES",
+      "rotate each file under --log-dir at this size (64K, 256M, 1G): FILE.1 is the newest full "
+      "one (default 0: never)");
+  opt("log-max-files", t.logMaxFiles, "K", "rotated files kept beside each log file (default 5)");
   app.add_option("-r,--redirects", t.redirects, "streams to log files only, for all or per local rank (default 0)")
       ->envname("PET_REDIRECTS")->type_name("0-3|R:0-3,...");
   app.add_option("-t,--tee", t.tee, "streams copied to log files too, for all or per local rank (default 0)")
@@ -87,6 +91,10 @@ void declareOptions(CLI::App& app, CliText& t) {
   flag("-v,--verbose", "", t.verbose, "debug logging (same as DRUN_LOG_LEVEL=debug)");
   app.add_option(spellings("log-level"), t.logLevel, "drun's own log level (default warn; DRUN_LOG_LEVEL)")
       ->type_name("trace|debug|info|warn|error|off");
+  app.add_option(spellings("log-format"), t.logFormat,
+                 "drun's own log lines: text (timestamped) or json (one object per line; default "
+                 "text; DRUN_LOG_FORMAT)")
+      ->type_name("text|json");
   // The user's terminal (docs/output.md "The terminal"): ptys for the workers, stdin to a rank.
   // Hangs (docs/hangs.md): off unless given.
   opt("hang-timeout", t.hangTimeout, "SECONDS|NAME=SECONDS,...|auto[,floor=S,warmup=S]",

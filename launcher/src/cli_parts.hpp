@@ -26,6 +26,7 @@ namespace drun::launch::cli {
 struct CliText {
   std::string nproc = "1", nnodes = "1", maxRestarts = "0", monitorInterval = "0.1", role = "default";
   std::string shutdownTimeout = "30", redirects = "0", tee = "0", localRanksFilter, logDir;
+  std::string logMaxBytes = "0", logMaxFiles = "5", logFormat;
   std::string rdzvBackend = "c10d", rdzvEndpoint, rdzvId = "none", rdzvConf, nodeRank, masterAddr,
               masterPort, localAddr, startMethod = "spawn", logLevel;
   std::optional<std::string> prefix;
@@ -71,6 +72,7 @@ void validatePrefix(const std::string& tmpl);
 void parseTerminalOptions(const std::string& tty, const std::string& stdinRank, agent::OutputOptions& out);
 std::vector<int> parseSignals(const std::string& text);
 void checkLogDir(const std::filesystem::path& dir);
+agent::LogRotation parseLogRotation(const std::string& maxBytes, const std::string& maxFiles);
 std::string randomRunId();
 std::string thisHostname();
 

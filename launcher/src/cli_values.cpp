@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "cli_parts.hpp"
+#include "drun/common/byte_size.hpp"
 #include "drun/common/env.hpp"
 
 namespace drun::launch::cli {
@@ -192,6 +193,14 @@ void checkLogDir(const std::filesystem::path& dir) {
   // naming the option, not a failure of the job's start.
   std::filesystem::create_directories(dir, ec);
   if (ec) throw UsageError("--log-dir " + dir.string() + ": cannot create it: " + ec.message());
+}
+
+agent::LogRotation parseLogRotation(const std::string& maxBytes, const std::string& maxFiles) {
+  agent::LogRotation out;
+  out.maxBytes = usage([&] { return parseByteSize(maxBytes, "--log-max-bytes"); });
+  out.maxFiles = static_cast<int>(
+      usage([&] { return env::parseInt(maxFiles, "--log-max-files (a count, 0-1000)", 0, 1000); }));
+  return out;
 }
 
 }  // namespace drun::launch::cli

@@ -19,7 +19,12 @@ int main(int argc, char** argv) {
   ::signal(SIGPIPE, SIG_IGN);
   // `drun status ...` reports on a rendezvous' jobs (docs/observe.md); it runs nothing.
   if (argc > 1 && std::string(argv[1]) == "status") {
-    drun::log::init("drun", "");
+    try {
+      drun::log::init("drun", "");
+    } catch (const drun::InvalidArgument& e) {
+      std::fprintf(stderr, "drun status: error: %s\n", e.what());
+      return 2;
+    }
     const int code = drun::launch::runStatus(std::vector<std::string>(argv + 2, argv + argc));
     return code;
   }
@@ -33,8 +38,13 @@ int main(int argc, char** argv) {
       std::fputs(cli.printAndExit->c_str(), stdout);
       return 0;
     }
-    drun::log::init("drun", cli.logLevel.value_or(""));
-    for (const std::string& warning : cli.warnings) std::fprintf(stderr, "drun: warning: %s\n", warning.c_str());
+    drun::log::init("drun", cli.logLevel.value_or(""), cli.logFormat.value_or(""));
+    for (const std::string& warning : cli.warnings) {
+      const std::string line = drun::log::format() == drun::log::Format::Json
+                                   ? drun::log::jsonLine("drun", "warning", warning)
+                                   : "drun: warning: " + warning + "\n";
+      std::fputs(line.c_str(), stderr);
+    }
     for (const std::string& note : cli.notes) spdlog::info("{}", note);
   } catch (const drun::InvalidArgument& e) {
     std::fprintf(stderr, "drun: error: %s\n", e.what());
@@ -45,8 +55,11 @@ int main(int argc, char** argv) {
   try {
     // Long waits (the store connect, the join) are said through the console, in order with
     // everything else drun and its workers write.
-    cli.config.rendezvous.say = [console = drun::agent::ConsoleWriter::standard()](const std::string& line) {
-      console->write(drun::agent::ConsoleStream::Err, "drun: " + line + "\n");
+    // Under --log-format json they are JSON lines as the log's.
+    cli.config.rendezvous.say = [console = drun::agent::ConsoleWriter::standard(),
+                                 json = drun::log::format() == drun::log::Format::Json](const std::string& line) {
+      console->write(drun::agent::ConsoleStream::Err,
+                     json ? drun::log::jsonLine("drun", "info", line) : "drun: " + line + "\n");
     };
     auto rendezvous = drun::rdzv::makeRendezvous(cli.config.rendezvous);
     drun::agent::ElasticAgent agent(std::move(cli.config), std::move(rendezvous));

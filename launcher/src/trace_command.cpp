@@ -4,14 +4,35 @@
 #include <exception>
 
 #include "drun/agent/flight_trace.hpp"
+#include "drun/common/version.hpp"
 
 namespace drun::launch {
+namespace {
+
+constexpr const char* kTraceUsage =
+    "usage: drun trace DIR   (the flight records of a job's ranks, flight_record_rank*.json)\n";
+// --help, in the shape of drun's and drun status' (their man page is made from it).
+constexpr const char* kTraceHelp =
+    "drun trace: the ranks' flight records: who never entered which collective\n"
+    "Usage: drun trace DIR   (DIR holds the job's flight_record_rank*.json)\n";
+
+}  // namespace
 
 int runTrace(const std::vector<std::string>& args) {
-  if (args.size() != 1 || args[0].empty() || args[0] == "-h" || args[0] == "--help") {
-    std::fputs("usage: drun trace DIR   (the flight records of a job's ranks, flight_record_rank*.json)\n",
-               args.size() == 1 && (args[0] == "-h" || args[0] == "--help") ? stdout : stderr);
-    return args.size() == 1 && (args[0] == "-h" || args[0] == "--help") ? 0 : 2;
+  const std::string only = args.size() == 1 ? args[0] : "";
+  if (only == "-h" || only == "--help") {
+    std::fputs(kTraceHelp, stdout);
+    return 0;
+  }
+  if (only == "--version") {
+    std::printf("drun %s\n", kVersion);
+    return 0;
+  }
+  // No DIR, more than one, or an option drun trace does not have: a usage error, as drun's.
+  if (args.size() != 1 || only.empty() || only.front() == '-') {
+    if (!only.empty() && only.front() == '-') std::fprintf(stderr, "drun trace: error: unknown option '%s'\n", only.c_str());
+    std::fputs(kTraceUsage, stderr);
+    return 2;
   }
   try {
     auto records = agent::readFlightRecords(args[0]);

@@ -382,3 +382,33 @@ TEST_CASE("duplicate filters (--duplicate-stdout-filters, --duplicate-stderr-fil
   ScopedEnv port("TORCHELASTIC_HEALTH_CHECK_PORT", "65536");
   CHECK_THAT(usageError({"hostname"}), Catch::Contains("TORCHELASTIC_HEALTH_CHECK_PORT"));
 }
+
+TEST_CASE("log files' rotation (--log-max-bytes, --log-max-files) and drun's log format (--log-format)",
+          "[launcher]") {
+  const auto defaults = parse({"/bin/true"});
+  CHECK(defaults.output.logRotation.maxBytes == 0);
+  CHECK(defaults.output.logRotation.maxFiles == 5);
+  const auto sized = parse({"--log-max-bytes", "64K", "--log_max_files", "2", "/bin/true"});
+  CHECK(sized.output.logRotation.maxBytes == 65536);
+  CHECK(sized.output.logRotation.maxFiles == 2);
+  CHECK(parse({"--log-max-bytes", "3G", "/bin/true"}).output.logRotation.maxBytes == (uint64_t{3} << 30));
+  CHECK(parse({"--log-max-bytes", "1000", "/bin/true"}).output.logRotation.maxBytes == 1000);
+  {
+    ScopedEnv env("PET_LOG_MAX_BYTES", "1M");
+    CHECK(parse({"/bin/true"}).output.logRotation.maxBytes == (1 << 20));
+  }
+  for (const char* bad : {"12X", "-1", "K", "", "1.5M", "99999999999999999G"})
+    CHECK_THAT(usageError({"--log-max-bytes", bad, "/bin/true"}), Catch::Contains("--log-max-bytes"));
+  for (const char* bad : {"-1", "many", "1001"})
+    CHECK_THAT(usageError({"--log-max-files", bad, "/bin/true"}), Catch::Contains("--log-max-files"));
+
+  auto withFormat = [](std::vector<std::string> args) {
+    args.insert(args.begin(), "drun");
+    return parseCommandLine(args).logFormat;
+  };
+  CHECK_FALSE(withFormat({"/bin/true"}));
+  CHECK(withFormat({"--log-format", "json", "/bin/true"}) == std::optional<std::string>("json"));
+  CHECK(withFormat({"--log_format", "text", "/bin/true"}) == std::optional<std::string>("text"));
+  CHECK_THAT(usageError({"--log-format", "xml", "/bin/true"}),
+             Catch::Contains("--log-format: expected text or json, got 'xml'"));
+}

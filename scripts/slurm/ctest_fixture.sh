@@ -20,8 +20,10 @@ unavailable() {
     local probe="drunslurm-probe-$$"
     if ip netns add "$probe" 2>/dev/null; then ip netns del "$probe"; else why="cannot create network namespaces here (ip netns add failed)"; fi
   fi
-  if [ -z "$why" ] && ip link show drunslurm-br >/dev/null 2>&1 && [ ! -f "$DIR/netns.created" ]; then
-    why="another drun SLURM test cluster runs on this machine (bridge drunslurm-br exists, not made for $DIR)"
+  # shellcheck source=names.sh
+  . "$HERE/names.sh"
+  if [ -z "$why" ] && ip link show "$BR" >/dev/null 2>&1 && [ ! -f "$DIR/netns.created" ]; then
+    why="a drun SLURM test cluster with this one's names runs on this machine (bridge $BR exists, not made for $DIR)"
   fi
   echo "$why"
 }
@@ -36,11 +38,11 @@ case "${1:-}" in
       echo "ctest_fixture.sh: the [slurm] tests will be skipped: $why"
       exit 0
     fi
-    timeout 150 bash "$HERE/up.sh"
+    timeout 150 bash "$HERE/up.sh" "$DIR"
     ;;
   down)
     [ -f "$DIR/unavailable" ] && { rm -f "$DIR/unavailable"; exit 0; }
-    timeout 150 bash "$HERE/down.sh"
+    timeout 150 bash "$HERE/down.sh" "$DIR"
     ;;
   *) echo "usage: $0 up|down" >&2; exit 2 ;;
 esac

@@ -7,8 +7,10 @@
 # DRUN_SLURM_TAG=$DRUN_SLURM_DIR, which up.sh exports to every daemon it starts (slurmstepd
 # inherits it from slurmd). Processes are signalled by PID only. Every wait is bounded.
 # Idempotent. Keeps logs and the generated config for inspection. Exits 1 if a daemon survives.
+# Usage: down.sh [DIR] (default $DRUN_SLURM_DIR, else /tmp/drun-slurm), the DIR given to up.sh.
 set -uo pipefail
-DIR=${DRUN_SLURM_DIR:-/tmp/drun-slurm}
+[ $# -le 1 ] || { echo "usage: down.sh [DIR]" >&2; exit 2; }
+DIR=${1:-${DRUN_SLURM_DIR:-/tmp/drun-slurm}}
 TAG="DRUN_SLURM_TAG=$DIR"
 say() { echo "down.sh: $*"; }
 [ "$(id -u)" -eq 0 ] || { echo "down.sh: ERROR: must run as root" >&2; exit 1; }
@@ -92,14 +94,18 @@ mapfile -t left < <(sweep munged)
 # 3. network namespaces / bridge / veths recorded by up.sh: veths first (ip netns del cleans up
 # asynchronously), then namespaces, then the bridge.
 if [ -f "$DIR/netns.created" ]; then
-  while read -r kind name; do [ "$kind" = link ] && [ "$name" != drunslurm-br ] && ip link del "$name" 2>/dev/null && say "deleted link $name"; done <"$DIR/netns.created"
+  # (A state directory from before the bridge had a kind of its own lists it as "link drunslurm-br".)
+  is_bridge() { [ "$1" = bridge ] || { [ "$1" = link ] && [ "$2" = drunslurm-br ]; }; }
+  while read -r kind name; do [ "$kind" = link ] && ! is_bridge "$kind" "$name" && ip link del "$name" 2>/dev/null && say "deleted link $name"; done <"$DIR/netns.created"
   while read -r kind name; do [ "$kind" = netns ] && ip netns del "$name" 2>/dev/null && say "deleted netns $name"; done <"$DIR/netns.created"
-  while read -r kind name; do [ "$kind" = link ] && [ "$name" = drunslurm-br ] && ip link del "$name" 2>/dev/null && say "deleted bridge $name"; done <"$DIR/netns.created"
+  while read -r kind name; do is_bridge "$kind" "$name" && ip link del "$name" 2>/dev/null && say "deleted bridge $name"; done <"$DIR/netns.created"
   rm -f "$DIR/netns.created"
 fi
 
-# 4. runtime markers (logs and the generated config are kept for inspection)
-rm -rf "$DIR/run" "/tmp/drun-munge-$(printf %s "$DIR" | cksum | cut -d' ' -f1)" "$DIR/up.ok" "$DIR/nodes" "$DIR/shape" "$DIR/env.sh"
+# 4. runtime markers (logs and the generated config are kept for inspection); /tmp/drun-munge-*
+# is where an older up.sh put munged's socket.
+rm -rf "$DIR/run" "$DIR/munge-run" "/tmp/drun-munge-$(printf %s "$DIR" | cksum | cut -d' ' -f1)" \
+  "$DIR/up.ok" "$DIR/nodes" "$DIR/shape" "$DIR/env.sh" "$DIR/names"
 
 mapfile -t left < <(sweep munged slurmctld slurmscriptd slurmd slurmstepd)
 if [ ${#left[@]} -gt 0 ]; then echo "down.sh: ERROR: still running: ${left[*]}" >&2; exit 1; fi

@@ -8,35 +8,47 @@
 # /etc/hosts: every node resolves every other node's name (the first node hosts drun's
 # rendezvous), and the machine's /etc/hosts and /etc/slurm are never touched.
 #
-# Everything (config, munge key + socket, state, logs, pid files) lives under $DRUN_SLURM_DIR.
+# Everything (config, munge key + socket, state, logs, pid files) lives under DIR (the argument,
+# else $DRUN_SLURM_DIR). The names of what lives outside any directory (bridge, veths, network
+# namespaces) carry a short hash of DIR, and the subnet and slurmctld's port are picked from it
+# (the next free ones when taken): two clusters in two directories run side by side.
 # Idempotent: a healthy cluster of the same shape is left as it is; stale state is torn down first
 # (down.sh). Every wait is bounded. Prints "export SLURM_CONF=..." on success; on failure exits 1
 # with "up.sh: ERROR: ..." (and the last log lines once daemons were started).
 #
+# Usage: up.sh [DIR]
 # Knobs (all optional):
-#   DRUN_SLURM_DIR=/tmp/drun-slurm    working directory
+#   DRUN_SLURM_DIR=/tmp/drun-slurm    working directory when no DIR is given (absolute, at most
+#                                     80 characters, every directory above it traversable by all:
+#                                     munged's socket is there)
+#   DRUN_SLURM_PREFIX=ds<hash>        the names' prefix, 1-8 of [a-z0-9] (default: "ds" and 6 hex
+#                                     digits of DIR's sha256): bridge <P>-br, namespaces <P>-n<i>
 #   DRUN_SLURM_NODES=2                nodes n1..nN (1..16)
 #   DRUN_SLURM_CPUS=8                 CPUs each node declares (config_overrides: more than the
 #                                     machine has is fine; drun's workers are not CPU-bound here)
-#   DRUN_SLURM_CTLD_PORT=16817        slurmctld's TCP port on the host side (not SLURM's 6817, so
-#                                     a real SLURM on the machine is left alone)
-#   DRUN_SLURM_SUBNET=10.233.0        /24 of the bridge (tests/support/netns uses 10.231.0)
+#   DRUN_SLURM_CTLD_PORT=16817+h      slurmctld's TCP port on the host side (not SLURM's 6817, so
+#                                     a real SLURM on the machine is left alone); by default
+#                                     16817 + (hash mod 500), the next free one when taken
+#   DRUN_SLURM_SUBNET=10.233.h        /24 of the bridge (tests/support/netns uses 10.231.0); by
+#                                     default the third number from the hash (20-219), the next
+#                                     free /24 when taken
 #   DRUN_SLURM_APT=0                  1: apt-get install the packages when missing
 #   DRUN_SLURM_SMOKE=1                run `srun -N$NODES hostname` at the end
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-DIR=${DRUN_SLURM_DIR:-/tmp/drun-slurm}
+[ $# -le 1 ] || { echo "usage: up.sh [DIR]" >&2; exit 2; }
+DIR=${1:-${DRUN_SLURM_DIR:-/tmp/drun-slurm}}
+export DRUN_SLURM_DIR="$DIR"   # down.sh's, when up.sh calls it
+# shellcheck source=names.sh
+. "$HERE/names.sh"             # NAME BR NSP VETH HASH from DIR (and DRUN_SLURM_PREFIX)
 NODES=${DRUN_SLURM_NODES:-2}
 CPUS=${DRUN_SLURM_CPUS:-8}
-CTLD_PORT=${DRUN_SLURM_CTLD_PORT:-16817}
-SUBNET=${DRUN_SLURM_SUBNET:-10.233.0}
+CTLD_PORT=${DRUN_SLURM_CTLD_PORT:-$((16817 + HASH % 500))}
+SUBNET=${DRUN_SLURM_SUBNET:-10.233.$((20 + HASH % 200))}
 APT=${DRUN_SLURM_APT:-0}
 SMOKE=${DRUN_SLURM_SMOKE:-1}
 PREFIX=n
-BR=drunslurm-br     # bridge (interface names <= 15 characters)
-NSP=drunslurm-n     # network namespaces drunslurm-n1 ...
-VETH=drunslurm-v    # host-side veths drunslurm-v1 ...
 TAG="DRUN_SLURM_TAG=$DIR"
 
 T0=$(date +%s%N)
@@ -69,6 +81,7 @@ wait_for() {
 [[ "$SUBNET" =~ ^[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}$ ]] || die "DRUN_SLURM_SUBNET must look like 10.233.0 (got '$SUBNET')"
 [[ "$DIR" = /* && "$DIR" != *[[:space:]]* ]] || die "DRUN_SLURM_DIR must be an absolute path without blanks"
 [ ${#DIR} -le 80 ] || die "DRUN_SLURM_DIR is too long for munge's socket path (at most 80 characters): $DIR"
+[[ "$NAME" =~ ^[a-z0-9]{1,8}$ ]] || die "DRUN_SLURM_PREFIX must be 1-8 of [a-z0-9] (got '$NAME')"
 
 # ---------------------------------------------------------------- packages
 PKGS=(slurmctld slurmd slurm-client munge)
@@ -103,7 +116,7 @@ healthy() {
   timeout 10 scontrol ping 2>/dev/null | grep -q 'is UP' || return 1
   ! timeout 10 sinfo -h -N -o '%T' 2>/dev/null | grep -qvE '^(idle|allocated|mixed|completing)$'
 }
-SHAPE_KEY="nodes=$NODES cpus=$CPUS ctld_port=$CTLD_PORT subnet=$SUBNET"
+SHAPE_KEY="nodes=$NODES cpus=$CPUS ctld_port=${DRUN_SLURM_CTLD_PORT:-auto} subnet=${DRUN_SLURM_SUBNET:-auto} names=$NAME"
 if healthy; then
   if [ "$(cat "$DIR/shape" 2>/dev/null)" = "$SHAPE_KEY" ]; then
     say "cluster in $DIR is already up ($SHAPE_KEY); nothing to do"
@@ -118,9 +131,10 @@ if [ -d "$DIR/run" ] || [ -f "$DIR/netns.created" ] || [ -f "$DIR/nodes" ]; then
 fi
 
 # ---------------------------------------------------------------- fresh dirs
-# munged wants every directory above its socket traversable by all, which $DIR's parents need not
-# be (a mktemp -d checkout is 0700): the socket lives in a directory of its own under /tmp.
-MRUN="/tmp/drun-munge-$(printf %s "$DIR" | cksum | cut -d' ' -f1)"
+# munged's socket under DIR too: munged wants every directory above it traversable by all, which
+# DIR's parents need not be (a mktemp -d checkout is 0700); --force (below) lets it start anyway,
+# which is fine for a cluster whose clients all run as root.
+MRUN="$DIR/munge-run"
 rm -rf "$DIR/ctld" "$DIR/spool" "$DIR/run" "$DIR/log" "$DIR/etc" "$DIR/munge" "$MRUN" "$DIR/up.ok"
 mkdir -p "$DIR"/{ctld,spool,run,log,etc,munge,jobs} "$MRUN"
 chmod 755 "$DIR" "$MRUN" "$DIR/etc" "$DIR/run"
@@ -132,10 +146,20 @@ export DRUN_SLURM_TAG="$DIR"   # inherited by every daemon (and slurmstepd): dow
 
 # ---------------------------------------------------------------- ports, names
 port_busy() { ss -Hltn "sport = :$1" 2>/dev/null | grep -q .; }
+subnet_busy() { ip -br addr | grep -qF " $1."; }
+# Picked from the hash (no knob given): the next free one when another cluster (or anything) has it.
+if [ -z "${DRUN_SLURM_CTLD_PORT:-}" ]; then
+  for _ in $(seq 1 50); do port_busy "$CTLD_PORT" || break; CTLD_PORT=$((CTLD_PORT + 1)); done
+fi
+if [ -z "${DRUN_SLURM_SUBNET:-}" ]; then
+  third=${SUBNET##*.}
+  for _ in $(seq 1 50); do subnet_busy "$SUBNET" || break; third=$(( (third - 20 + 1) % 200 + 20 )); SUBNET=10.233.$third; done
+fi
 port_busy "$CTLD_PORT" && die "TCP port $CTLD_PORT (slurmctld) is already in use: $(ss -Hltnp "sport = :$CTLD_PORT")"
-ip link show "$BR" >/dev/null 2>&1 && die "bridge $BR already exists (another cluster on this machine? its down.sh removes it)"
-ip -br addr | grep -qF " $SUBNET." && die "some interface already has an address in $SUBNET.0/24"
+ip link show "$BR" >/dev/null 2>&1 && die "bridge $BR already exists (a cluster in another directory with the same DRUN_SLURM_PREFIX? its down.sh removes it)"
+subnet_busy "$SUBNET" && die "some interface already has an address in $SUBNET.0/24"
 for i in $(seq 1 "$NODES"); do [ -e "/run/netns/$NSP$i" ] && die "network namespace $NSP$i already exists"; done
+echo "bridge=$BR subnet=$SUBNET ctld_port=$CTLD_PORT" >"$DIR/names"
 
 # ---------------------------------------------------------------- munge
 say "starting munged (private key + socket in $DIR)"
@@ -143,7 +167,7 @@ DUMP_LOGS=1
 dd if=/dev/urandom of="$DIR/munge/munge.key" bs=1024 count=1 status=none
 chmod 400 "$DIR/munge/munge.key"
 MSOCK="$MRUN/munge.socket"
-/usr/sbin/munged --socket="$MSOCK" --key-file="$DIR/munge/munge.key" \
+/usr/sbin/munged --force --socket="$MSOCK" --key-file="$DIR/munge/munge.key" \
   --pid-file="$DIR/run/munged.pid" --log-file="$DIR/munge/munged.log" \
   --seed-file="$DIR/munge/munged.seed" </dev/null >"$DIR/log/munged.stderr" 2>&1 \
   || die "munged failed to start: $(cat "$DIR/log/munged.stderr")"
@@ -157,7 +181,7 @@ CTLD_ADDR="$SUBNET.1"
 say "creating bridge $BR ($CTLD_ADDR/24) and $NODES network namespaces"
 : >"$DIR/netns.created"
 ip link add "$BR" type bridge || die "cannot create bridge $BR"
-echo "link $BR" >>"$DIR/netns.created"
+echo "bridge $BR" >>"$DIR/netns.created"
 ip addr add "$CTLD_ADDR/24" dev "$BR"
 ip link set "$BR" up
 for i in $(seq 1 "$NODES"); do
@@ -259,5 +283,5 @@ if [ "$SMOKE" = 1 ]; then
 fi
 
 date -u +%FT%TZ >"$DIR/up.ok"
-say "cluster up: nodes $PREFIX[1-$NODES], controller $CTLD_HOST($CTLD_ADDR:$CTLD_PORT)"
+say "cluster up: nodes $PREFIX[1-$NODES], controller $CTLD_HOST($CTLD_ADDR:$CTLD_PORT), bridge $BR, namespaces $NSP[1-$NODES]"
 echo "export SLURM_CONF=$SLURM_CONF"

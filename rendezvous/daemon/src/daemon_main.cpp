@@ -8,7 +8,7 @@
 //                   [--max-stored-bytes 1G] [--max-stored-bytes-per-job 256M]
 //                   [--max-call-bytes 256M] [--max-call-bytes-per-connection 64M]
 //                   [--max-input-bytes 512M] [--max-output-bytes 512M] [--http [ADDR:]PORT]
-//                   [--state-dir DIR] [--max-state-bytes 16M]
+//                   [--state-dir DIR] [--max-state-bytes 16M] [--log-format text|json]
 //
 // Prints "drun-rendezvous listening on HOST:PORT" on stdout once it accepts connections (with
 // --port 0, PORT is the one chosen). SIGINT/SIGTERM stop it gracefully.
@@ -27,6 +27,7 @@
 #include <vector>
 #include <spdlog/spdlog.h>
 
+#include "drun/common/byte_size.hpp"
 #include "drun/common/env.hpp"
 #include "drun/common/error.hpp"
 #include "drun/common/log.hpp"
@@ -39,19 +40,9 @@
 
 namespace {
 
-// "1048576", "64K", "256M", "1G" (binary units) -> bytes; InvalidArgument naming the flag.
-size_t parseBytes(const std::string& text, const std::string& flag) {
-  size_t digits = 0;
-  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
-  const std::string unit = text.substr(digits);
-  int shift = -1;
-  if (unit.empty()) shift = 0;
-  if (unit == "K" || unit == "KiB") shift = 10;
-  if (unit == "M" || unit == "MiB") shift = 20;
-  if (unit == "G" || unit == "GiB") shift = 30;
-  if (digits == 0 || digits > 12 || shift < 0)
-    throw drun::InvalidArgument(flag + " '" + text + "': expected bytes, e.g. 1048576, 64K, 256M, 1G");
-  const uint64_t value = std::stoull(text.substr(0, digits)) << shift;
+// --max-*-bytes: parseByteSize's forms; none may be 0.
+size_t parseBudget(const std::string& text, const std::string& flag) {
+  const uint64_t value = drun::parseByteSize(text, flag);
   if (value == 0) throw drun::InvalidArgument(flag + ": must be more than 0");
   return static_cast<size_t>(value);
 }
@@ -78,6 +69,7 @@ int main(int argc, char** argv) {
   drun::rdzv::StoreServerOptions options;
   std::string leaseTimeout = "10s";
   std::string logLevel;
+  std::string logFormat;
   std::string orphanTtl = "60s";
   std::string maxLeaseTimeout = "5m";
   std::string stalledFrameTimeout = "30s";
@@ -153,6 +145,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--log-level", logLevel,
                  "trace, debug, info, warn, error or off (default: DRUN_LOG_LEVEL)");
+  app.add_option("--log-format", logFormat,
+                 "text (timestamped lines) or json (one object per line: time, level, component, "
+                 "message) (default: DRUN_LOG_FORMAT, else text)")
+      ->type_name("text|json");
   app.set_version_flag("--version", std::string("drun-rendezvous ") + drun::kVersion,
                        "print the version and exit");
   try {
@@ -164,7 +160,7 @@ int main(int argc, char** argv) {
   }
 
   try {
-    drun::log::init("drun-rendezvous", logLevel);
+    drun::log::init("drun-rendezvous", logLevel, logFormat);
     options.leaseTimeout = drun::env::parseDuration(leaseTimeout, "--lease-timeout");
     options.orphanTtl = drun::env::parseDuration(orphanTtl, "--orphan-ttl");
     options.maxLeaseTimeout = drun::env::parseDuration(maxLeaseTimeout, "--max-lease-timeout");
@@ -176,8 +172,8 @@ int main(int argc, char** argv) {
     options.handshakeTimeout = drun::env::parseDuration(handshakeTimeout, "--handshake-timeout");
     if (options.handshakeTimeout.count() <= 0)
       throw drun::InvalidArgument("--handshake-timeout: must be more than 0");
-    for (const ByteFlag& f : byteFlags) *f.option = parseBytes(f.text, f.flag);
-    const size_t stateCap = parseBytes(maxStateBytes, "--max-state-bytes");
+    for (const ByteFlag& f : byteFlags) *f.option = parseBudget(f.text, f.flag);
+    const size_t stateCap = parseBudget(maxStateBytes, "--max-state-bytes");
     if (options.stalledFrameTimeout.count() <= 0)
       throw drun::InvalidArgument("--stalled-frame-timeout: must be more than 0");
     if (!tokenFile.empty()) options.token = drun::rdzv::readTokenFile(tokenFile, "--token-file");

@@ -58,6 +58,7 @@
 #include <vector>
 
 #include "drun/agent/console_writer.hpp"
+#include "drun/agent/log_rotation.hpp"
 
 namespace drun::agent {
 
@@ -81,6 +82,8 @@ struct OutputOptions {
   // nullopt = no files (redirect/tee then have nowhere to write: the launcher always sets one
   // when routing is used).
   std::optional<std::filesystem::path> attemptDir;
+  // --log-max-bytes / --log-max-files: every file under attemptDir rotates so.
+  LogRotation logRotation;
   // Per local rank routing; ranks missing from the map use `defaultRouting`.
   StdRouting defaultRouting;
   std::map<int, StdRouting> routing;

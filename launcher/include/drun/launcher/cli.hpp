@@ -23,6 +23,7 @@ class UsageError : public InvalidArgument {
 struct CliResult {
   agent::AgentConfig config;
   std::optional<std::string> logLevel;  // -v / --log-level
+  std::optional<std::string> logFormat;  // --log-format (checked: text or json)
   std::optional<std::string> printAndExit;  // --help / --version text: print, exit 0
   std::vector<std::string> warnings;        // accepted but worth saying (main prints them)
   std::vector<std::string> notes;           // info for the log once it is set up (what came from SLURM)
