@@ -10,8 +10,8 @@
 //   alone in the queue to its caller for kCallerFirst after its push (a task with others behind
 //   it starts at once): a thread that took it first made a synchronous collective wait for that
 //   thread's run and hand-back, and a context switch among the ranks' threads. An asynchronous
-//   collective nobody waits for starts at most kCallerFirst late. A task pushed while the
-//   thread gives way to another wakes nobody: the thread looks again at its deadline, so a loop
+//   collective nobody waits for starts at most kCallerFirst late. A lone task pushed while the
+//   thread gives way to an earlier one wakes nobody: the thread looks again at its deadline, so a loop
 //   of synchronous collectives wakes it once per kCallerFirst, not once per call.
 // - A task pushed from inside another task of the same queue (a Future callback that issues a
 //   collective: DDP's comm hooks, powerSGD) runs at once, inline, on that thread: behind the
