@@ -11,8 +11,8 @@
 //   it starts at once): a thread that took it first made a synchronous collective wait for that
 //   thread's run and hand-back, and a context switch among the ranks' threads. An asynchronous
 //   collective nobody waits for starts at most kCallerFirst late. A lone task pushed while the
-//   thread gives way to an earlier one wakes nobody: the thread looks again at its deadline, so a loop
-//   of synchronous collectives wakes it once per kCallerFirst, not once per call.
+//   thread gives way to an earlier one wakes nobody: the thread looks again at its deadline,
+//   so a loop of synchronous collectives wakes it once per kCallerFirst, not once per call.
 // - A task pushed from inside another task of the same queue (a Future callback that issues a
 //   collective: DDP's comm hooks, powerSGD) runs at once, inline, on that thread: behind the
 //   running task it could never start, and the callback waiting for it would wait for ever. The
