@@ -137,3 +137,42 @@ dist.barrier()
     CHECK(contains(r.out, std::string("rank ") + rank + " recorded all_reduce"));
   }
 }
+
+// A collective that fails (here: its timeout, rank 1 never comes) has its rank's record written,
+// by the recorder's own thread, while the failure goes on to the caller.
+TEST_CASE("flight recorder: a collective that times out writes its rank's record, the collective "
+          "marked failed", "[hangs][torch]") {
+  skipWithoutDrunTorch("the flight recorder on a failure");
+  MarkerScope marker;
+  TempDir dir;
+  const char* program = R"(import datetime, json, os, time
+import torch, torch.distributed as dist
+import drun.torch
+dist.init_process_group("drun", timeout=datetime.timedelta(seconds=2))
+rank = dist.get_rank()
+dist.all_reduce(torch.ones(4))
+if rank == 1:
+    time.sleep(6)  # never enters the second all_reduce
+    os._exit(0)
+try:
+    dist.all_reduce(torch.ones(4))
+except RuntimeError:
+    pass
+record = os.path.join(os.environ["DRUN_FLIGHT_RECORD_DIR"], "flight_record_rank0.json")
+deadline = time.time() + 20
+while time.time() < deadline:
+    with open(record) as f:
+        text = f.read()
+    if '"reason": "a collective failed"' in text:
+        last = json.loads(text)["entries"][-1]
+        print("recorded", last["op"], last["state"], flush=True)
+        break
+    time.sleep(0.05)
+os._exit(0)
+)";
+  RunResult r = runTorchJob(marker, {dir.write("fails.py", program).string()}, {"DRUN_FLIGHT_RECORD_DIR=" + dir.path().string()});
+  INFO(r.describe());
+  REQUIRE(!r.timedOut);
+  CHECK(r.status() == 0);
+  CHECK(contains(r.out, "recorded all_reduce failed"));
+}

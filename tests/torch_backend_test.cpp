@@ -7,7 +7,8 @@
 // init_process_group's timeout (tests/torch/peer_death.py); the init methods file://, tcp:// and
 // store= (tests/torch/init_methods.py); asynchronous work (tests/torch/async_work.py); collectives
 // issued from Future callbacks and DDP's powerSGD_hook against gloo (tests/torch/callbacks.py);
-// a program's exit without destroy_process_group (tests/torch/exit_without_destroy.py).
+// a program's exit without destroy_process_group (tests/torch/exit_without_destroy.py); the default
+// mismatch check (tests/torch/mismatch.py).
 //
 // PYTHONPATH names the built package (<build>/lib/drun/python) until the agent sets it for its
 // workers. SKIPPED without torch, without the compiled drun.torch module (libtorch-dev), and the
@@ -147,6 +148,14 @@ std::vector<RunResult> runRanks(int world, const std::string& program,
   return results;
 }
 
+// The checks whose `TAG rank=R check=C ok=1` lines in `out` say they passed.
+std::set<std::string> passedChecks(const std::string& out, const std::string& tag) {
+  std::set<std::string> passed;
+  for (const auto& l : tagged(out, tag))
+    if (l.fields.count("ok") && l.fields.at("ok") == "1") passed.insert(l.fields.at("check"));
+  return passed;
+}
+
 std::vector<RunResult> runPeerDeath(int world, int victim, std::chrono::seconds timeout,
                                     const std::string& mode) {
   // The imports, then at most the timeout (the silent rank waits up to 3 of them).
@@ -279,12 +288,9 @@ TEST_CASE("torch backend drun: collectives issued from Future callbacks run (nes
   for (int rank = 0; rank < world; ++rank) {
     INFO("world " << world << " rank " << rank << ": " << results[rank].describe());
     CHECK(results[rank].status() == 0);
-    std::set<std::string> passed;
-    for (const auto& l : tagged(results[rank].out, "CALLBACKS")) {
-      CHECK(l.fields.count("hung") == 0);
-      if (l.fields.count("ok") && l.fields.at("ok") == "1") passed.insert(l.fields.at("check"));
-    }
-    CHECK(passed == std::set<std::string>{"nested", "raises", "blocked", "powersgd"});
+    for (const auto& l : tagged(results[rank].out, "CALLBACKS")) CHECK(l.fields.count("hung") == 0);
+    CHECK(passedChecks(results[rank].out, "CALLBACKS") ==
+          std::set<std::string>{"nested", "raises", "blocked", "powersgd"});
   }
 }
 
@@ -303,5 +309,18 @@ TEST_CASE("torch backend drun: a program that ends without destroy_process_group
       CHECK(lines[0].fields.at("child_status") == "0");
       CHECK_THAT(results[rank].err, !Catch::Contains("terminate called"));
     }
+  }
+}
+
+TEST_CASE("torch backend drun: by default, an all_reduce of 3 floats against 4 and a barrier "
+          "against an all_reduce raise on every rank, naming both sides, and the group goes on",
+          "[torch]") {
+  skipWithoutDrunTorch("the default mismatch check of the drun backend");
+  auto results = runRanks(2, "mismatch.py", {}, 120s);
+  for (int rank = 0; rank < 2; ++rank) {
+    INFO("rank " << rank << ": " << results[rank].describe());
+    CHECK(results[rank].status() == 0);
+    CHECK(passedChecks(results[rank].out, "MISMATCH") ==
+          std::set<std::string>{"counts", "barrier", "matched"});
   }
 }

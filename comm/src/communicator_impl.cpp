@@ -18,7 +18,7 @@ using detail::OpKind;
 using detail::isReduction;
 using detail::isRooted;
 
-Communicator::Impl::Impl(Setup setup) : s_(std::move(setup)), generation_(s_.generation) {
+Communicator::Impl::Impl(Setup setup) : s_(std::move(setup)), check_(s_.check), generation_(s_.generation) {
   progress_ = makeProgress();
 }
 
@@ -138,31 +138,6 @@ void Communicator::Impl::fail(const char* what, std::exception_ptr error, const 
   throw CommError(msg);
 }
 
-// Every rank contributes (op, dtype, count, root, reduce op) to a small all_gather and compares:
-// a rank that differs is named, and nobody runs a collective Gloo would abort on.
-void Communicator::Impl::compareFingerprints(const Collective& c) {
-  const bool typed = c.kind != OpKind::Barrier;
-  const int64_t mine[5] = {static_cast<int64_t>(c.kind), typed ? static_cast<int64_t>(c.dtype) : -1,
-                           static_cast<int64_t>(c.count), isRooted(c.kind) ? c.root : -1,
-                           isReduction(c.kind) ? static_cast<int64_t>(c.op) : -1};
-  std::vector<int64_t> all(5 * static_cast<size_t>(size()));
-  s_.backend->run({OpKind::AllGather, mine, all.data(), 5, DType::Int64, ReduceOp::Sum, 0, c.timeout});
-  auto describe = [&](const int64_t* f) {
-    std::string d = toString(static_cast<OpKind>(f[0]));
-    if (f[1] >= 0) d += std::string(" of ") + std::to_string(f[2]) + " " + toString(static_cast<DType>(f[1]));
-    if (f[3] >= 0) d += " root " + std::to_string(f[3]);
-    if (f[4] >= 0) d += std::string(" ") + toString(static_cast<ReduceOp>(f[4]));
-    return d;
-  };
-  std::string differ;
-  for (int r = 0; r < size(); ++r)
-    if (!std::equal(mine, mine + 5, all.data() + 5 * r))
-      differ += "; rank " + std::to_string(r) + " called " + describe(all.data() + 5 * r);
-  if (!differ.empty())
-    throw InvalidArgument(std::string(toString(c.kind)) + ": the ranks disagree: rank " +
-                          std::to_string(rank()) + " called " + describe(mine) + differ);
-}
-
 void Communicator::Impl::execute(const Collective& c) {
   // drun's hang detection (docs/hangs.md): a rank silent inside a collective is a waiter.
   // With a progress watchdog, OpProgress marks a collective in the worker channel about once a
@@ -184,7 +159,10 @@ void Communicator::Impl::execute(const Collective& c) {
     }
   } left{progress_.get()};
   try {
-    if (s_.checkCollectives) compareFingerprints(c);
+    // Fingerprints travel as a small all_gather of the collective's own transport.
+    check_.before(c, rank(), size(), [&](const int64_t* mine, int64_t* all, size_t count) {
+      s_.backend->run({OpKind::AllGather, mine, all, count, DType::Int64, ReduceOp::Sum, 0, c.timeout});
+    });
     if (c.kind == OpKind::Barrier || c.count > 0) s_.backend->run(c);
   } catch (const TimeoutError&) {
     // Who never came: every rank in the op published it within a second of entering.
@@ -222,7 +200,8 @@ Request Communicator::Impl::collective(Collective c, bool async) {
     throw InvalidArgument(std::string(what) + ": root " + std::to_string(c.root) +
                           " is not a rank of " + s_.name + " (size " + std::to_string(size()) + ")");
   if (isReduction(c.kind)) checkOpFits(c.op, c.dtype);
-  if (c.kind != OpKind::Barrier && c.count == 0 && !s_.checkCollectives)  // nothing to move
+  // Nothing to move; under the full check it is compared all the same.
+  if (c.kind != OpKind::Barrier && c.count == 0 && s_.check.mode != detail::CheckMode::Every)
     return Request(std::make_shared<detail::CompletedRequest>());
 
   if (!async && queue_.empty() && !running_) {
@@ -329,7 +308,7 @@ std::shared_ptr<Communicator> Communicator::Impl::newGroup(const std::vector<int
   g.plan = s_.plan;
   g.world = s_.world ? s_.world : shared_from_this();
   g.name = "group " + std::to_string(seq);
-  g.checkCollectives = s_.checkCollectives;
+  g.check = s_.check;
   g.size = static_cast<int>(ranks.size());
   auto me = std::find(ranks.begin(), ranks.end(), rank());
   g.rank = me == ranks.end() ? -1 : static_cast<int>(me - ranks.begin());

@@ -15,6 +15,7 @@
 
 #include "backend.hpp"
 #include "liveness.hpp"
+#include "mismatch_check.hpp"
 #include "recovery.hpp"
 #include "transport.hpp"
 
@@ -58,7 +59,7 @@ class Communicator::Impl : public std::enable_shared_from_this<Communicator::Imp
     std::shared_ptr<StoreHost> storeHost;      // world on the store's host only
     std::shared_ptr<Impl> world;               // groups: the world communicator
     std::string name = "world";                // "world" or "group 3", for messages
-    bool checkCollectives = false;             // compare fingerprints first (InitOptions)
+    detail::CheckOptions check{detail::CheckMode::Off};  // the mismatch check (InitOptions)
     uint64_t generation = 0;                   // in-process recovery's generation
     // World with a workers' store only: the recovery keys and watcher, and how reform()
     // connects a new generation's transports.
@@ -108,7 +109,6 @@ class Communicator::Impl : public std::enable_shared_from_this<Communicator::Imp
  private:
   friend class detail::AsyncWork;
   void execute(const detail::Collective& c);  // runs c via the backend; errors through fail()
-  void compareFingerprints(const detail::Collective& c);
   void workerLoop();
   void leaveWorld();
   std::unique_ptr<detail::OpProgress> makeProgress() const;  // members of 2+ ranks with a store
@@ -128,6 +128,7 @@ class Communicator::Impl : public std::enable_shared_from_this<Communicator::Imp
 
   Setup s_;
   uint64_t collectives_ = 0;  // collectives executed, for drun's worker channel ("all_reduce #42")
+  detail::MismatchCheck check_;  // on the thread that runs collectives
   std::unique_ptr<detail::OpProgress> progress_;  // members of 2+ ranks with a store
   mutable std::mutex mutex_;
   std::condition_variable cv_;

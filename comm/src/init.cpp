@@ -23,6 +23,27 @@ const std::string kRoot = "drun_comm/";
 const std::string kWorldMesh = "world/";        // Gloo's full-mesh addresses / NCCL's unique id
 const std::string kHostedByRank0 = "hosted_by_rank0";
 
+// The mismatch check (mismatch_check.hpp): InitOptions.checkCollectives, else DRUN_COMM_CHECK
+// ("sampled", the default; a true value: every collective; a false one: none), compared every
+// DRUN_COMM_CHECK_INTERVAL collectives when sampled.
+detail::CheckOptions checkOptions(const InitOptions& o) {
+  detail::CheckOptions check;
+  check.interval = static_cast<uint64_t>(
+      env::parseInt(env::getString("DRUN_COMM_CHECK_INTERVAL"), "DRUN_COMM_CHECK_INTERVAL", 1,
+                    static_cast<long long>(detail::MismatchCheck::kMaxInterval)));
+  if (o.checkCollectives) {
+    check.mode = *o.checkCollectives ? detail::CheckMode::Every : detail::CheckMode::Off;
+    return check;
+  }
+  const std::string mode = env::getString("DRUN_COMM_CHECK");
+  if (mode.empty() || mode == "sampled")
+    check.mode = detail::CheckMode::Sampled;
+  else
+    check.mode = env::parseBool(mode, "DRUN_COMM_CHECK (sampled, or a boolean)") ? detail::CheckMode::Every
+                                                                                  : detail::CheckMode::Off;
+  return check;
+}
+
 std::string requiredEnv(const char* name) {
   auto v = env::get(name);
   if (!v || v->empty())
@@ -131,8 +152,7 @@ std::shared_ptr<Communicator> makeWorld(WorldStore where, const InitOptions& o, 
   setup.liveness = liveness;
   setup.storeHost = std::move(where.host);
   // Fingerprints travel in host memory: the check is Gloo's (NCCL reports its own misuse).
-  setup.checkCollectives = o.backend == Backend::Gloo &&
-                           o.checkCollectives.value_or(env::getBool("DRUN_COMM_CHECK"));
+  if (o.backend == Backend::Gloo) setup.check = checkOptions(o);
   spdlog::debug("drun_comm: rank {} of {} connected ({}, {}, generation {})", rank, size,
                 toString(o.backend), setup.backend->transport(), setup.generation);
   auto impl = std::make_shared<Communicator::Impl>(std::move(setup));

@@ -152,6 +152,7 @@ void Communicator::Impl::reform(milliseconds timeout) {
   s_.liveness = std::move(f.liveness);
   progress_ = makeProgress();
   collectives_ = 0;  // the newcomers count from 0: progress keys and marks must agree
+  check_.restart();  // and the mismatch check's comparisons with them
   groupSeq_ = 0;
   groups_.clear();
   broken_.reset();

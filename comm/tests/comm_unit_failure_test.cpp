@@ -1,5 +1,6 @@
 // In-process tests of failures: a rank that never comes, a receive nobody answers, what abort()
-// does to pending Gloo requests, mismatched collectives under DRUN_COMM_CHECK.
+// does to pending Gloo requests, mismatched collectives under DRUN_COMM_CHECK (true, and the
+// default sampled check).
 #include <catch2/catch.hpp>
 #include <type_traits>
 
@@ -179,6 +180,79 @@ TEST_CASE("comm: with DRUN_COMM_CHECK, mismatched collectives fail on every rank
         world.allReduce(v.data(), 10, DType::Float32, ReduceOp::Sum);  // still usable
         T_CHECK(v[0] == 2.0f);
       }, 20s, /*check=*/true);
+    }
+  }
+}
+
+namespace {
+
+// Sets (or unsets, for nullptr) an environment variable for a scope.
+class EnvScope {
+ public:
+  EnvScope(const char* name, const char* value) : name_(name) {
+    if (value) setenv(name, value, 1);
+    else unsetenv(name);
+  }
+  ~EnvScope() { unsetenv(name_); }
+
+ private:
+  const char* name_;
+};
+
+}  // namespace
+
+TEST_CASE("comm: by default, a 3-vs-4-float all_reduce and a barrier against an all_reduce fail on "
+          "every rank, naming both sides", "[comm]") {
+  EnvScope check("DRUN_COMM_CHECK", nullptr);  // the default: sampled
+  for (const char* transport : kUnitTransports) {
+    DYNAMIC_SECTION(transport) {
+      TransportScope scope(transport);
+      runRanks(2, [&](int r, Communicator& world) {
+        std::vector<float> v(4, 1.0f);
+        T_CHECK_THROWS_WITH(world.allReduce(v.data(), r == 0 ? 3 : 4, DType::Float32, ReduceOp::Sum),
+                            Catch::Contains("rank 0 called all_reduce of 3 float32 sum") &&
+                                Catch::Contains("rank 1 called all_reduce of 4 float32 sum"));
+        auto mixed = [&] {
+          if (r == 0) world.barrier();
+          else world.allReduce(v.data(), 4, DType::Float32, ReduceOp::Sum);
+        };
+        T_CHECK_THROWS_WITH(mixed(), Catch::Contains("rank 0 called barrier") &&
+                                         Catch::Contains("rank 1 called all_reduce of 4 float32 sum"));
+        world.allReduce(v.data(), 4, DType::Float32, ReduceOp::Sum);  // nothing ran: still usable
+        T_CHECK(v[0] == 2.0f);
+      }, 20s, std::nullopt);
+    }
+  }
+}
+
+TEST_CASE("comm: by default, a mismatch past the first collectives is named at the next comparison, "
+          "and a matched program goes on", "[comm]") {
+  EnvScope check("DRUN_COMM_CHECK", nullptr);
+  EnvScope interval("DRUN_COMM_CHECK_INTERVAL", "8");
+  for (const char* transport : kUnitTransports) {
+    DYNAMIC_SECTION(transport) {
+      TransportScope scope(transport);
+      runRanks(2, [&](int r, Communicator& world) {
+        std::vector<float> v(4, 1.0f);
+        auto sum = [&] { world.allReduce(v.data(), 4, DType::Float32, ReduceOp::Sum); };
+        for (int i = 1; i <= 19; ++i) sum();  // the first 16 compared one by one, 17-19 hashed
+        world.allReduce(v.data(), 4, DType::Float32, r == 0 ? ReduceOp::Sum : ReduceOp::Max);  // #20
+        for (int i = 21; i <= 23; ++i) sum();
+        T_CHECK_THROWS_WITH(sum(), Catch::Contains("collective #20") &&  // #24 compares
+                                       Catch::Contains("rank 0 called all_reduce of 4 float32 sum") &&
+                                       Catch::Contains("rank 1 called all_reduce of 4 float32 max"));
+        // A matched program of every kind across several comparisons: no error, right results.
+        std::vector<float> all(8);
+        for (int i = 0; i < 40; ++i) {
+          std::fill(v.begin(), v.end(), static_cast<float>(r + 1));
+          world.allReduce(v.data(), 4, DType::Float32, ReduceOp::Sum);
+          T_CHECK(v[0] == 3.0f);
+          world.broadcast(v.data(), 4, DType::Float32, 1);
+          world.allGather(v.data(), all.data(), 4, DType::Float32);
+          T_CHECK(all[7] == 3.0f);
+          world.barrier();
+        }
+      }, 20s, std::nullopt);
     }
   }
 }

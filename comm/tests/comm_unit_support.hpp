@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <functional>
 #include <memory>
+#include <optional>
 
 #include "drun/comm/communicator.hpp"
 #include "drun/store/memory_store.hpp"
@@ -13,11 +14,13 @@
 
 namespace drun::test {
 
-// Runs fn(rank, world) on `n` threads, each rank initialised over one shared MemoryStore. The
+// Runs fn(rank, world) on `n` threads, each rank initialised over one shared MemoryStore (`check`:
+// InitOptions.checkCollectives, unset for DRUN_COMM_CHECK's default). The
 // ranks assert with the T_ macros (Catch2 is not thread-safe: thread_checks.hpp); their failures
 // are reported here, then the first exception of any rank is rethrown.
 inline void runRanks(int n, const std::function<void(int, drun::comm::Communicator&)>& fn,
-                     drun::comm::milliseconds timeout = std::chrono::seconds(20), bool check = false) {
+                     drun::comm::milliseconds timeout = std::chrono::seconds(20),
+                     std::optional<bool> check = false) {
   auto shared = drun::rdzv::MemoryStore::makeShared();
   drun::test::runThreads(n, [&](int r) {
     drun::comm::InitOptions o;

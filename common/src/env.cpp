@@ -13,8 +13,12 @@ namespace {
 
 // The one list of DRUN_* variables. Keep sorted by name.
 constexpr VarDoc kDrunEnvVars[] = {
-    {"DRUN_COMM_CHECK", VarType::Bool, "false",
-     "libdrun_comm: ranks compare every collective's arguments first (clear error on mismatch)"},
+    {"DRUN_COMM_CHECK", VarType::String, "sampled",
+     "libdrun_comm: ranks compare collectives' arguments (op, dtype, count, root, reduce op) and "
+     "fail naming both sides on a mismatch: sampled (the first 16, then a hash every "
+     "DRUN_COMM_CHECK_INTERVAL), true (each, before it runs) or false"},
+    {"DRUN_COMM_CHECK_INTERVAL", VarType::Int, "100",
+     "libdrun_comm: with DRUN_COMM_CHECK=sampled, the ranks compare every this many collectives (1-4096)"},
     {"DRUN_COMM_SHM_BYTES", VarType::Int, "4194304",
      "libdrun_comm (shm): bytes of each rank's collective slot in the host's shared segment"},
     {"DRUN_COMM_SHM_SINGLE_COPY", VarType::Bool, "true",

@@ -74,8 +74,9 @@ uint64_t CollectiveQueue::push(Task task) {
   }
   tasks_.push_back({id, Clock::now(), std::move(task)});
   const bool holding = holdingSince_.has_value();
+  const bool wake = threadWait_ == ThreadWait::Idle || (threadWait_ == ThreadWait::Caller && tasks_.size() > 1);
   lock.unlock();
-  ready_.notify_all();
+  if (wake) ready_.notify_all();
   if (holding) watched_.notify_all();
   return id;
 }
@@ -101,8 +102,10 @@ void CollectiveQueue::runLocked(std::unique_lock<std::mutex>& lock, Queued queue
   queued.task = {};  // drops the tensors before the next task starts
   lock.lock();
   running_ = false;
+  // The queue's thread waits for the queue to be free only with a task queued, or to stop.
+  const bool wake = threadWait_ == ThreadWait::Idle && (!tasks_.empty() || stopping_);
   lock.unlock();
-  ready_.notify_all();  // the queue's thread may wait for the queue to be free
+  if (wake) ready_.notify_all();
   lock.lock();
 }
 
@@ -147,12 +150,25 @@ void CollectiveQueue::runParts(Task& task) {
 void CollectiveQueue::loop() {
   std::unique_lock lock(mutex_);
   for (;;) {
+    threadWait_ = ThreadWait::Idle;
     ready_.wait(lock, [&] { return (stopping_ && !running_) || (!tasks_.empty() && !running_); });
+    threadWait_ = ThreadWait::Running;
     if (tasks_.empty()) return;  // stopping, and everything queued ran
+    if (leaveToCallerLocked(lock)) continue;
     Queued queued = std::move(tasks_.front());
     tasks_.pop_front();
     runLocked(lock, std::move(queued));
   }
+}
+
+bool CollectiveQueue::leaveToCallerLocked(std::unique_lock<std::mutex>& lock) {
+  if (stopping_ || tasks_.size() != 1) return false;
+  const Clock::time_point until = tasks_.front().pushed + kCallerFirst;
+  if (Clock::now() >= until) return false;
+  threadWait_ = ThreadWait::Caller;
+  ready_.wait_until(lock, until, [&] { return stopping_ || tasks_.size() > 1; });
+  threadWait_ = ThreadWait::Running;
+  return true;
 }
 
 std::deque<CollectiveQueue::Queued> CollectiveQueue::expireLocked(Clock::time_point now) {

@@ -6,7 +6,13 @@
 // - A caller that waits for a task nobody has started yet, at the head of the queue, runs it
 //   itself (runIfNext), so that a synchronous collective (torch waits at once) costs no thread
 //   hand-off (two wake-ups, tens of microseconds on a loaded machine: more than a shared-memory
-//   all_reduce).
+//   all_reduce). So that the caller finds it there, the queue's thread leaves a task that is
+//   alone in the queue to its caller for kCallerFirst after its push (a task with others behind
+//   it starts at once): a thread that took it first made a synchronous collective wait for that
+//   thread's run and hand-back, and a context switch among the ranks' threads. An asynchronous
+//   collective nobody waits for starts at most kCallerFirst late. A lone task pushed while the
+//   thread gives way to an earlier one wakes nobody: the thread looks again at its deadline,
+//   so a loop of synchronous collectives wakes it once per kCallerFirst, not once per call.
 // - A task pushed from inside another task of the same queue (a Future callback that issues a
 //   collective: DDP's comm hooks, powerSGD) runs at once, inline, on that thread: behind the
 //   running task it could never start, and the callback waiting for it would wait for ever. The
@@ -51,6 +57,9 @@ class CollectiveQueue {
     std::function<void(const std::string&)> fail;  // instead of both: never started
   };
 
+  // How long a task alone in the queue is left to its caller's wait() (above).
+  static constexpr std::chrono::microseconds kCallerFirst{50};
+
   CollectiveQueue();
   ~CollectiveQueue();
   CollectiveQueue(const CollectiveQueue&) = delete;
@@ -76,7 +85,17 @@ class CollectiveQueue {
     Clock::time_point pushed;
     Task task;
   };
+  // What the queue's thread is waiting for, so push() knows whether to wake it.
+  enum class ThreadWait {
+    Running,  // not waiting: it runs a task, or looks at the queue (it sees every push)
+    Idle,     // a task, or the queue free: a push wakes it
+    Caller,   // a lone task's kCallerFirst to pass: a push of a second task wakes it, the
+              // push of a lone task does not (the thread looks again at its deadline)
+  };
   void loop();
+  // With the lock held: waits while the front task, alone in the queue, is younger than
+  // kCallerFirst; true if it waited (the queue must be looked at again).
+  bool leaveToCallerLocked(std::unique_lock<std::mutex>& lock);
   void watch();
   // Runs `task` (the lock released meanwhile), then marks the queue free again.
   void runLocked(std::unique_lock<std::mutex>& lock, Queued queued);
@@ -93,6 +112,7 @@ class CollectiveQueue {
   uint64_t nextId_ = 0;
   bool running_ = false;  // a task runs (on the queue's thread or a waiter's)
   bool stopping_ = false;
+  ThreadWait threadWait_ = ThreadWait::Running;
   // While a completion runs: since when (or since the last nested collective ended), and whose.
   std::optional<Clock::time_point> holdingSince_;
   const char* holder_ = nullptr;

@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 
 namespace drun::torch_backend {
@@ -105,7 +106,7 @@ struct FlightRecorder::Impl {
   // Its thread exists only in the process that made it: a forked child (a DataLoader worker)
   // inherits the object, not the thread, and must neither join nor signal it.
   pid_t owner = ::getpid();
-  std::unique_ptr<std::thread> signalThread;
+  std::unique_ptr<std::thread> writerThread;  // writes the record (signal, failure); null: inline
 
   Entry* find(uint64_t ticket) {
     if (ticket == 0 || ring.empty()) return nullptr;
@@ -148,13 +149,10 @@ FlightRecorder::FlightRecorder() : impl_(std::make_unique<Impl>()) {
   if (dir.empty()) return;
   impl_->path = dir + "/flight_record_rank" + std::to_string(impl_->rank) + ".json";
   impl_->tmpPath = impl_->path + ".tmp" + std::to_string(::getpid());
-  // SIGUSR2 writes the record, unless the program took the signal for itself.
-  struct sigaction old {};
-  if (::sigaction(SIGUSR2, nullptr, &old) == 0 && old.sa_handler == SIG_DFL && !(old.sa_flags & SA_SIGINFO) &&
-      ::pipe2(impl_->pipe, O_CLOEXEC | O_NONBLOCK) == 0) {
-    gSignalPipe = impl_->pipe[1];
-    gOwner = impl_->owner;
-    impl_->signalThread = std::make_unique<std::thread>([this] {
+  // The recorder's thread writes the record when a byte comes through its pipe: 's' from the
+  // SIGUSR2 handler, 'f' from a failed collective (whose thread goes on at once), 'q' to end.
+  if (::pipe2(impl_->pipe, O_CLOEXEC | O_NONBLOCK) == 0) {
+    impl_->writerThread = std::make_unique<std::thread>([this] {
       const int fd = impl_->pipe[0];
       for (;;) {
         pollfd p{fd, POLLIN, 0};
@@ -162,12 +160,19 @@ FlightRecorder::FlightRecorder() : impl_(std::make_unique<Impl>()) {
         char bytes[64];
         const ssize_t n = ::read(fd, bytes, sizeof bytes);
         if (n == 0) return;
-        for (ssize_t i = 0; i < n; ++i) {
-          if (bytes[i] == 'q') return;
-        }
-        if (n > 0) write("SIGUSR2");
+        const std::string_view got(bytes, n > 0 ? static_cast<size_t>(n) : 0);
+        if (got.find('f') != std::string_view::npos) write("a collective failed");
+        if (got.find('s') != std::string_view::npos) write("SIGUSR2");
+        if (got.find('q') != std::string_view::npos) return;
       }
     });
+  }
+  // SIGUSR2 writes the record, unless the program took the signal for itself.
+  struct sigaction old {};
+  if (impl_->writerThread && ::sigaction(SIGUSR2, nullptr, &old) == 0 && old.sa_handler == SIG_DFL &&
+      !(old.sa_flags & SA_SIGINFO)) {
+    gSignalPipe = impl_->pipe[1];
+    gOwner = impl_->owner;
     struct sigaction sa {};
     sa.sa_handler = onSigusr2;
     sa.sa_flags = SA_RESTART;
@@ -179,13 +184,13 @@ FlightRecorder::FlightRecorder() : impl_(std::make_unique<Impl>()) {
 
 FlightRecorder::~FlightRecorder() {
   if (impl_->owner != ::getpid()) {
-    (void)impl_->signalThread.release();  // the parent's thread: not ours to end
+    (void)impl_->writerThread.release();  // the parent's thread: not ours to end
     return;
   }
-  if (impl_->signalThread) {
-    const char quit = 'q';
+  if (impl_->writerThread) {
+    const char quit = 'q';  // after a failure's 'f' still in the pipe: that record is written first
     (void)!::write(impl_->pipe[1], &quit, 1);
-    impl_->signalThread->join();
+    impl_->writerThread->join();
   }
   for (int fd : impl_->pipe)
     if (fd >= 0) ::close(fd);
@@ -234,7 +239,11 @@ void FlightRecorder::ended(uint64_t ticket, bool ok) {
     e->state = ok ? 2 : 3;
     e->endNs = wallNs();
   }
-  if (!ok) write("a collective failed");
+  if (ok) return;
+  // The recorder's thread writes it: the collective's thread (the group's queue) goes on. A
+  // full pipe already holds a byte that writes the record.
+  const char failed = 'f';
+  if (!impl_->writerThread || (::write(impl_->pipe[1], &failed, 1) < 0 && errno != EAGAIN)) write("a collective failed");
 }
 
 void FlightRecorder::write(const char* reason) noexcept {

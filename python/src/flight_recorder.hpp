@@ -11,8 +11,9 @@
 // neither: nothing is written. SIGUSR2 is taken only while its disposition is the default.
 //
 // Threading: any thread may record (one mutex, no allocation after the first collective of a
-// group); the signal handler only writes a byte to a pipe, and the recorder's own thread (owned,
-// joined at exit) writes the file.
+// group); the signal handler and a failed collective only write a byte to a pipe, and the
+// recorder's own thread (owned, joined at exit, after the writes asked for) writes the file, so
+// the group's queue goes on while it is written.
 #pragma once
 
 #include <ATen/ATen.h>

@@ -73,11 +73,15 @@ def busbw(op, nbytes, seconds, size):
     return nbytes * factor / seconds / 1e9
 
 
-def call_times(once, calls, group):
-    """Median and 90th percentile seconds of once(), timed call by call after a warm-up."""
+def call_times(once, calls, group, barrier=None):
+    """Median and 90th percentile seconds of once(), timed call by call after a warm-up and a
+    barrier of `group` (or a call of `barrier`)."""
     for _ in range(min(100, calls)):
         once()
-    dist.barrier(group=group)
+    if barrier:
+        barrier()
+    else:
+        dist.barrier(group=group)
     times = []
     for _ in range(calls):
         started = time.perf_counter()
@@ -127,8 +131,9 @@ def check_cost(size):
     DRUN_COMM_CHECK (each timed call by call, 2000 and 200 calls)."""
     os.environ["DRUN_COMM_CHECK"] = "true"  # read when a communicator is made
     checked = dist.new_group(list(range(size)), backend="drun")
-    del os.environ["DRUN_COMM_CHECK"]
+    os.environ["DRUN_COMM_CHECK"] = "false"  # not the default sampled check either
     plain = dist.new_group(list(range(size)), backend="drun")
+    del os.environ["DRUN_COMM_CHECK"]
     rows = []
     for nbytes, calls in ((8, 2000), (1 << 20, 200)):
         x = torch.ones(max(1, nbytes // 4))

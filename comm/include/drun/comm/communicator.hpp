@@ -76,10 +76,13 @@ struct InitOptions {
   std::string masterAddr;
   // NCCL: the CUDA device; -1 = LOCAL_RANK (0 when unset).
   int device = -1;
-  // Gloo: before every collective, the ranks compare what they were asked to do (op, dtype,
-  // count, root, reduce op) and fail with InvalidArgument naming the ranks that differ, instead
-  // of Gloo aborting the process on mismatched sizes. Costs one small all_gather per collective
-  // (torch's TORCH_DISTRIBUTED_DEBUG=DETAIL does the same). Unset = DRUN_COMM_CHECK (default off).
+  // Gloo: true: before every collective, the ranks compare what they were asked to do (op,
+  // dtype, count, root, reduce op) and fail with InvalidArgument naming the ranks that differ,
+  // instead of Gloo aborting the process on mismatched sizes; one small all_gather per
+  // collective (torch's TORCH_DISTRIBUTED_DEBUG=DETAIL does the same). false: no check. Unset:
+  // DRUN_COMM_CHECK, whose default "sampled" compares the first 16 collectives so, then a hash
+  // of all of them every DRUN_COMM_CHECK_INTERVAL (100) collectives, naming the first that
+  // differed (it ran: its results are wrong).
   std::optional<bool> checkCollectives;
 };
 
