@@ -159,7 +159,7 @@ TEST_CASE("vacancy: malformed offers are skipped, never taken", "[rendezvous][va
   job.cluster.store().add(keys::status("job", 1), 1);  // a wake: the spare looks again
   CHECK_FALSE(readyWithin(fc, 300ms));
   for (auto& m : job.members) m->leave();
-  CHECK_THROWS_AS(getWithin(fc), TimeoutError);  // nobody left to replace: it gives up
+  CHECK_THROWS_AS(getWithin(fc), drun::TimeoutError);  // nobody left to replace: it gives up
 }
 
 TEST_CASE("vacancy: a place offered while the round is finishing: the spare that takes it finishes in "
