@@ -13,17 +13,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-RunResult runTorchJob(const MarkerScope& marker, std::vector<std::string> args, std::vector<std::string> env = {}) {
-  RunOptions o;
-  o.argv = {drunPath().string(), "--standalone", "--nproc-per-node", "2"};
-  o.argv.insert(o.argv.end(), args.begin(), args.end());
-  o.env = std::move(env);
-  for (std::string e : {marker.env(), std::string("OMP_NUM_THREADS=1"), std::string("PYTHON_EXEC=") + kTorchPython})
-    o.env.push_back(e);
-  o.timeout = 120s;
-  return run(o);
-}
-
 // Both ranks beat after each of 5 all_reduces; then rank 1 sleeps (line 15) while rank 0 waits
 // for it in the 6th. argv[1]: the backend; argv[2] "beat": heartbeats, else none (--hang-idle).
 constexpr const char* kSleeperProgram = R"(import sys, time
@@ -45,6 +34,30 @@ dist.all_reduce(t)
 print("rank", rank, "done", flush=True)
 )";
 
+// One drun --standalone --nproc-per-node 2 of a torch program: its marker, and a directory for the
+// program and the flight records.
+struct TorchJob {
+  MarkerScope marker;
+  TempDir dir;
+
+  RunResult launch(std::vector<std::string> args, std::vector<std::string> env = {}) const {
+    RunOptions o;
+    o.argv = {drunPath().string(), "--standalone", "--nproc-per-node", "2"};
+    o.argv.insert(o.argv.end(), args.begin(), args.end());
+    o.env = std::move(env);
+    for (std::string e : {marker.env(), std::string("OMP_NUM_THREADS=1"), std::string("PYTHON_EXEC=") + kTorchPython})
+      o.env.push_back(e);
+    o.timeout = 120s;
+    return run(o);
+  }
+  // kSleeperProgram on `backend` ("gloo", "drun"), its ranks beating ("beat") or not ("quiet"),
+  // under `hangOption` 2 ("--hang-timeout", "--hang-idle").
+  RunResult launchSleeper(const std::string& hangOption, const std::string& backend, const std::string& beats,
+                          std::vector<std::string> env = {}) {
+    return launch({hangOption, "2", dir.write("hang.py", kSleeperProgram).string(), backend, beats}, std::move(env));
+  }
+};
+
 void checkRankOneBlamed(const RunResult& r, const std::string& rule, const std::string& rankZeroWaits) {
   INFO(r.describe());
   REQUIRE(!r.timedOut);
@@ -59,22 +72,19 @@ void checkRankOneBlamed(const RunResult& r, const std::string& rule, const std::
 
 }  // namespace
 
-TEST_CASE("hang blame: gloo, rank 1 sleeps while rank 0 waits in all_reduce: rank 1 is blamed", "[hangs][torch]") {
+TEST_CASE_METHOD(TorchJob, "hang blame: gloo, rank 1 sleeps while rank 0 waits in all_reduce: rank 1 is blamed",
+                 "[hangs][torch]") {
   skipWithoutTorch("hang blame with gloo");
-  MarkerScope marker;
-  TempDir dir;
-  RunResult r = runTorchJob(marker, {"--hang-timeout", "2", dir.write("hang.py", kSleeperProgram).string(), "gloo", "beat"});
+  RunResult r = launchSleeper("--hang-timeout", "gloo", "beat");
   checkRankOneBlamed(r, R"(no heartbeat for [0-9.]+s \(hang timeout 2\.0s\)\n)", "c10d::Work::wait");
 }
 
 // The flight records (each rank's last collectives, written on the agent's SIGUSR2) say rank 1
 // never entered the 6th all_reduce, in the summary and in `drun trace`.
-TEST_CASE("hang blame: drun's backend, rank 1 sleeps while rank 0 waits in all_reduce: rank 1 is blamed", "[hangs][torch]") {
+TEST_CASE_METHOD(TorchJob, "hang blame: drun's backend, rank 1 sleeps while rank 0 waits in all_reduce: rank 1 is blamed",
+                 "[hangs][torch]") {
   skipWithoutDrunTorch("hang blame with the drun backend");
-  MarkerScope marker;
-  TempDir dir;
-  RunResult r = runTorchJob(marker, {"--hang-timeout", "2", dir.write("hang.py", kSleeperProgram).string(), "drun", "beat"},
-                            {"DRUN_FLIGHT_RECORD_DIR=" + dir.path().string()});
+  RunResult r = launchSleeper("--hang-timeout", "drun", "beat", {"DRUN_FLIGHT_RECORD_DIR=" + dir.path().string()});
   checkRankOneBlamed(r, R"(no heartbeat for [0-9.]+s \(hang timeout 2\.0s\)\n)",
                      R"(all_reduce #[0-9]+ of \S+; flight records: rank 1 never entered all_reduce #6 of group 0-1 )"
                      R"(\(its last: all_reduce #5 of group 0-1, completed\))");
@@ -89,11 +99,10 @@ TEST_CASE("hang blame: drun's backend, rank 1 sleeps while rank 0 waits in all_r
 
 // --hang-idle judges the main thread: rank 0's gloo and torch threads keep its process's CPU time
 // moving while its main thread waits in all_reduce; both ranks are idle, and rank 1 is blamed.
-TEST_CASE("hang blame: --hang-idle, gloo: the rank waiting in all_reduce is idle, the sleeper is blamed", "[hangs][torch]") {
+TEST_CASE_METHOD(TorchJob, "hang blame: --hang-idle, gloo: the rank waiting in all_reduce is idle, the sleeper is blamed",
+                 "[hangs][torch]") {
   skipWithoutTorch("--hang-idle with gloo");
-  MarkerScope marker;
-  TempDir dir;
-  RunResult r = runTorchJob(marker, {"--hang-idle", "2", dir.write("hang.py", kSleeperProgram).string(), "gloo", "quiet"});
+  RunResult r = launchSleeper("--hang-idle", "gloo", "quiet");
   checkRankOneBlamed(r, R"(no CPU time and no output for [0-9.]+s \(--hang-idle 2\.0s\)\n)", "c10d::Work::wait");
 }
 
@@ -101,10 +110,9 @@ TEST_CASE("hang blame: --hang-idle, gloo: the rank waiting in all_reduce is idle
 // gets SIGUSR2 survives it, and the rank still writes its record on SIGUSR2 afterwards. (The
 // child leaves with os._exit: a forked child of a drun-backend rank that runs Python's
 // finalization hangs in the process group's teardown, with or without the recorder.)
-TEST_CASE("flight recorder: a forked child survives SIGUSR2, and the rank still answers it", "[hangs][torch]") {
+TEST_CASE_METHOD(TorchJob, "flight recorder: a forked child survives SIGUSR2, and the rank still answers it",
+                 "[hangs][torch]") {
   skipWithoutDrunTorch("the flight recorder and fork");
-  MarkerScope marker;
-  TempDir dir;
   const char* program = R"(import json, os, signal, sys, time
 import torch, torch.distributed as dist
 import drun.torch
@@ -128,7 +136,7 @@ while time.time() < deadline:
     time.sleep(0.05)
 dist.barrier()
 )";
-  RunResult r = runTorchJob(marker, {dir.write("fork.py", program).string()}, {"DRUN_FLIGHT_RECORD_DIR=" + dir.path().string()});
+  RunResult r = launch({dir.write("fork.py", program).string()}, {"DRUN_FLIGHT_RECORD_DIR=" + dir.path().string()});
   INFO(r.describe());
   REQUIRE(!r.timedOut);
   CHECK(r.status() == 0);

@@ -20,8 +20,7 @@ std::string healthJson(const HealthStatus& s) {
 
 HealthCheck::HealthCheck(boost::asio::io_context& io, uint16_t port, std::function<HealthStatus()> status) {
   rdzv::monitor::HttpOptions options;
-  options.host = "0.0.0.0";
-  options.port = port;
+  options.address = {"0.0.0.0", port};
   options.serverName = "drun";
   options.setting = "TORCHELASTIC_HEALTH_CHECK_PORT (the agent's health check)";
   auto handler = [status = std::move(status)](const std::string& path) {

@@ -191,9 +191,9 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
 
 HttpServer::HttpServer(asio::io_context& io, const HttpOptions& options, Handler handler)
     : impl_(std::make_shared<Impl>(io, options, std::move(handler))) {
-  const std::string where = options.host + ":" + std::to_string(options.port);
+  const std::string where = options.address.toString();
   try {
-    tcp::endpoint endpoint(asio::ip::make_address(options.host), options.port);
+    tcp::endpoint endpoint(asio::ip::make_address(options.address.host), options.address.port);
     impl_->acceptor.open(endpoint.protocol());
     impl_->acceptor.set_option(tcp::acceptor::reuse_address(true));
     impl_->acceptor.bind(endpoint);

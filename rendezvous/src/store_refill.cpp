@@ -41,11 +41,13 @@ std::optional<uint64_t> refillStore(Store& store, const std::string& runId, cons
   const std::string key = keys::refill(runId);
   std::optional<Bytes> current = store.tryGet(key);
   if (!current) {
-    // A store that still holds the job (a cut link, not a restart): nothing to refill.
-    if (store.check({keys::currentRound(runId)}) || store.check({keys::outcome(runId)}))
-      return std::nullopt;
-    current = store.compareSet(key, "", encodeRefill(carried));
-    if (*current == encodeRefill(carried)) {
+    // A store that still holds the job (a cut link, not a restart): nothing to refill. Unless
+    // another survivor refilled it since the read above (it writes the record before the round):
+    // then this node joins that refill.
+    if (store.check({keys::currentRound(runId)}) || store.check({keys::outcome(runId)})) {
+      current = store.tryGet(key);
+      if (!current) return std::nullopt;
+    } else if (*(current = store.compareSet(key, "", encodeRefill(carried))) == encodeRefill(carried)) {
       store.compareSet(keys::currentRound(runId), "", std::to_string(carried.round));
       bumpStatus(store, runId, 0);  // a newcomer already waiting in round 0 moves to R
       spdlog::info("rendezvous '{}': the store lost the job (restarted); refilled it: round {}, "

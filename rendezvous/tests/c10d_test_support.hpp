@@ -1,6 +1,7 @@
 // Test support for the c10d rendezvous tests: agents as threads over one MemoryStore (or
-// TcpStore clients of one StoreServer), options with short timeouts, and waits with bounds that
-// only catch hangs.
+// TcpStore clients of one StoreServer, a restartable one too; the server's and clients' options
+// are server_test_support.hpp's), options with short timeouts, and waits with bounds that only
+// catch hangs.
 #pragma once
 
 #include <algorithm>
@@ -17,6 +18,7 @@
 #include "drun/store/memory_store.hpp"
 #include "drun/store/store_server.hpp"
 #include "drun/store/tcp_store.hpp"
+#include "server_test_support.hpp"
 
 namespace drun::rdzv::test {
 
@@ -64,14 +66,21 @@ struct MemoryCluster {
   LivenessStore& store() { return observer; }
 };
 
+// An agent whose store and membership watcher are TcpStore clients with `client`'s options.
+inline std::unique_ptr<Rendezvous> tcpAgent(const RendezvousOptions& o, const TcpStoreOptions& client,
+                                            TcpStore** handle = nullptr) {
+  C10dStoreAccess access;
+  auto store = std::make_unique<TcpStore>(client);
+  if (handle) *handle = store.get();
+  access.store = std::move(store);
+  access.connectWatcher = [client] { return std::make_unique<TcpStore>(client); };
+  access.endpoint = "127.0.0.1:" + std::to_string(client.port);
+  return makeC10dRendezvous(o, std::move(access));
+}
+
 // Agents as TcpStore clients of one StoreServer on a loopback port.
 struct TcpCluster {
-  StoreServer server{[] {
-    StoreServerOptions o;
-    o.host = "127.0.0.1";
-    o.port = 0;
-    return o;
-  }()};
+  StoreServer server{localOptions()};
   std::unique_ptr<TcpStore> observer;
 
   TcpCluster() {
@@ -79,24 +88,48 @@ struct TcpCluster {
     observer = std::make_unique<TcpStore>(clientOptions());
   }
   TcpStoreOptions clientOptions() const {
-    TcpStoreOptions o;
-    o.port = server.port();
-    o.connectTimeout = 5s;
-    o.timeout = 10s;
-    o.heartbeatInterval = 100ms;
+    TcpStoreOptions o = test::clientOptions(server.port());
     o.leaseTimeout = 1s;
     return o;
   }
   std::unique_ptr<Rendezvous> agent(const RendezvousOptions& o, TcpStore** handle = nullptr) {
-    C10dStoreAccess access;
-    auto store = std::make_unique<TcpStore>(clientOptions());
-    if (handle) *handle = store.get();
-    access.store = std::move(store);
-    access.connectWatcher = [c = clientOptions()] { return std::make_unique<TcpStore>(c); };
-    access.endpoint = "127.0.0.1:" + std::to_string(server.port());
-    return makeC10dRendezvous(o, std::move(access));
+    return tcpAgent(o, clientOptions(), handle);
   }
   LivenessStore& store() { return *observer; }
+};
+
+// Agents as TcpStore clients of a StoreServer that can be restarted, empty, on its port (a
+// drun-rendezvous daemon restarted under a running job).
+class RestartableStore {
+ public:
+  RestartableStore() { start(0); }
+
+  void restartEmpty() {
+    server_->stop();
+    server_.reset();
+    start(port_);
+  }
+
+  // An agent that waits up to 10 s for the store to come back.
+  std::unique_ptr<Rendezvous> agent(RendezvousOptions o) {
+    o.reconnectTimeout = 10s;
+    TcpStoreOptions client = clientOptions(port_);
+    client.connectTimeout = 2s;
+    client.leaseTimeout = 1s;
+    return tcpAgent(o, client);
+  }
+
+ private:
+  void start(uint16_t port) {
+    StoreServerOptions o = localOptions();
+    o.port = port;
+    server_ = std::make_unique<StoreServer>(o);
+    server_->start();
+    port_ = server_->port();
+  }
+
+  std::unique_ptr<StoreServer> server_;
+  uint16_t port_ = 0;
 };
 
 // Blocks until `count` agents have joined round `round` (the arrival counter), via watch.

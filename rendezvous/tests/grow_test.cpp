@@ -7,39 +7,11 @@
 // after a shrink is announced (the job is below MAX again) and grows it back.
 #include <catch2/catch.hpp>
 
-#include "c10d_test_support.hpp"
 #include "drun/rendezvous/keys.hpp"
+#include "elastic_job.hpp"
 
 using namespace drun::rdzv;
 using namespace drun::rdzv::test;
-
-namespace {
-
-// `n` members of an n:max job (hostA, hostB, ...), round 0 formed.
-struct ElasticJob {
-  MemoryCluster cluster;
-  RendezvousOptions o;
-  std::vector<std::unique_ptr<Rendezvous>> members;
-  std::vector<RoundResult> rounds;
-  std::vector<MemoryStore*> handles;
-
-  ElasticJob(int n, int maxNodes) : o(options(n, maxNodes)) {
-    o.maxRestarts = 2;
-    handles.resize(size_t(n));
-    for (int i = 0; i < n; ++i)
-      members.push_back(cluster.agent(withNode(o, std::string("host") + char('A' + i)), &handles[size_t(i)]));
-    std::vector<std::future<RoundResult>> joins;
-    for (auto& m : members) joins.push_back(startNext(*m));
-    for (auto& f : joins) rounds.push_back(getWithin(f));
-  }
-  std::unique_ptr<Rendezvous> newcomer(const std::string& host, MemoryStore** handle = nullptr) {
-    return cluster.agent(withNode(o, host), handle);
-  }
-  void awaitWaiting(int64_t n) { awaitArrivals(cluster.store(), "job", 1, n); }
-  int64_t counter(const std::string& key) { return keys::parseCounter(cluster.store().tryGet(key)).value_or(0); }
-};
-
-}  // namespace
 
 TEST_CASE("grow: one survivor claims a grow for a waiting node, which takes node rank = node count and rank "
           "offset = world size, and the exit barrier waits for it",
@@ -171,15 +143,7 @@ TEST_CASE("grow: after a shrink a node that comes back is announced (the job is 
           "back, and the exit barrier counts the dropped member and the grown one",
           "[rendezvous][vacancy][grow]") {
   ElasticJob job(3, 3);
-  {
-    FirstChange lost(*job.members[0], "member lost");
-    job.handles[2]->closeForTest();
-    lost.get();
-  }
-  std::vector<Vacancy> claimed = job.members[0]->claimLostMembers();
-  REQUIRE(claimed.size() == 1);
-  job.members[0]->postVacancy(claimed[0], 1, 1);
-  CHECK(job.members[0]->withdrawVacancy(claimed[0]));
+  job.loseAndWithdraw(2, 0);
   job.members[0]->dropMembers(1);
   // hostC comes back as a newcomer: 3 - 1 nodes run, below MAX: it is announced, not a spare.
   auto c = job.newcomer("hostC");

@@ -14,49 +14,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// Agents as TcpStore clients of a StoreServer that can be restarted, empty, on its port.
-class RestartableStore {
- public:
-  RestartableStore() { start(0); }
-
-  void restartEmpty() {
-    server_->stop();
-    server_.reset();
-    start(port_);
-  }
-
-  std::unique_ptr<Rendezvous> agent(RendezvousOptions o) {
-    o.reconnectTimeout = 10s;
-    C10dStoreAccess access;
-    access.store = std::make_unique<TcpStore>(clientOptions());
-    access.connectWatcher = [c = clientOptions()] { return std::make_unique<TcpStore>(c); };
-    access.endpoint = "127.0.0.1:" + std::to_string(port_);
-    return makeC10dRendezvous(o, std::move(access));
-  }
-
- private:
-  void start(uint16_t port) {
-    StoreServerOptions o;
-    o.host = "127.0.0.1";
-    o.port = port;
-    server_ = std::make_unique<StoreServer>(o);
-    server_->start();
-    port_ = server_->port();
-  }
-  TcpStoreOptions clientOptions() const {
-    TcpStoreOptions o;
-    o.port = port_;
-    o.connectTimeout = 2s;
-    o.timeout = 10s;
-    o.heartbeatInterval = 100ms;
-    o.leaseTimeout = 1s;
-    return o;
-  }
-
-  std::unique_ptr<StoreServer> server_;
-  uint16_t port_ = 0;
-};
-
 // Restarts the store empty under `agents`, and waits until each learned the store is gone (its
 // watcher's StoreLost).
 void restartUnder(RestartableStore& store, const std::vector<Rendezvous*>& agents) {

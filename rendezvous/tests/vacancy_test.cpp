@@ -6,56 +6,13 @@
 // survivors shrink without (dropped) counts as finished in the exit barrier.
 #include <catch2/catch.hpp>
 
-#include "c10d_test_support.hpp"
 #include "drun/rendezvous/keys.hpp"
+#include "elastic_job.hpp"
 
 using namespace drun::rdzv;
 using namespace drun::rdzv::test;
 
 namespace {
-
-struct RunningJob {
-  MemoryCluster cluster;
-  std::vector<std::unique_ptr<Rendezvous>> members;
-  std::vector<RoundResult> rounds;
-  std::vector<MemoryStore*> handles;
-
-  // `n` members of an n:n job (hostA, hostB, ...), round 0 formed.
-  explicit RunningJob(int n, int maxRestarts = 2) {
-    RendezvousOptions o = options(n, n);
-    o.maxRestarts = maxRestarts;
-    handles.resize(size_t(n));
-    for (int i = 0; i < n; ++i)
-      members.push_back(cluster.agent(withNode(o, std::string("host") + char('A' + i)), &handles[size_t(i)]));
-    std::vector<std::future<RoundResult>> joins;
-    for (auto& m : members) joins.push_back(startNext(*m));
-    for (auto& f : joins) rounds.push_back(getWithin(f));
-  }
-  std::unique_ptr<Rendezvous> spare(const std::string& host) {
-    RendezvousOptions o = options(int(members.size()), int(members.size()));
-    o.maxRestarts = 2;
-    return cluster.agent(withNode(o, host));
-  }
-  // Member i dies: its connection closes, its will runs.
-  void kill(size_t i) { handles[i]->closeForTest(); }
-  // Member i dies, and member `witness` is told (MemberLost).
-  void lose(size_t i, size_t witness) {
-    FirstChange lost(*members[witness], "member lost");
-    kill(i);
-    lost.get();
-  }
-  // Member i dies; `claimer` claims its place, offers it (generation 1) and withdraws it (no spare
-  // took it).
-  void loseAndWithdraw(size_t i, size_t claimer) {
-    lose(i, claimer);
-    std::vector<Vacancy> claimed = members[claimer]->claimLostMembers();
-    REQUIRE(claimed.size() == 1);
-    members[claimer]->postVacancy(claimed[0], 1, 1);
-    CHECK(members[claimer]->withdrawVacancy(claimed[0]));
-  }
-  // Blocks until `n` nodes joined round 1 (spares waiting there).
-  void awaitWaiting(int64_t n) { awaitArrivals(cluster.store(), "job", 1, n); }
-};
 
 bool readyWithin(std::future<RoundResult>& f, std::chrono::milliseconds bound) {
   return f.wait_for(bound) == std::future_status::ready;
@@ -66,9 +23,9 @@ bool readyWithin(std::future<RoundResult>& f, std::chrono::milliseconds bound) {
 TEST_CASE("vacancy: one survivor claims a lost member's place, exactly one of two spares takes it, "
           "and the job ends with the spare as that member",
           "[rendezvous][vacancy]") {
-  RunningJob job(3);
-  auto c = job.spare("spareC");
-  auto d = job.spare("spareD");
+  ElasticJob job(3, 3);
+  auto c = job.newcomer("spareC");
+  auto d = job.newcomer("spareD");
   auto fc = startNext(*c);
   auto fd = startNext(*d);
   job.awaitWaiting(2);
@@ -126,9 +83,9 @@ TEST_CASE("vacancy: one survivor claims a lost member's place, exactly one of tw
 
 TEST_CASE("vacancy: a withdrawn place cannot be taken, and the survivors re-form with the spare",
           "[rendezvous][vacancy]") {
-  RunningJob job(2);
+  ElasticJob job(2, 2);
   job.loseAndWithdraw(1, 0);
-  auto c = job.spare("spareC");
+  auto c = job.newcomer("spareC");
   auto fc = startNext(*c);
   job.awaitWaiting(1);
   CHECK_FALSE(readyWithin(fc, 300ms));
@@ -142,11 +99,9 @@ TEST_CASE("vacancy: a withdrawn place cannot be taken, and the survivors re-form
 TEST_CASE("vacancy: a spare lost after it took a place leaves a place of its own, and a re-forming "
           "round counts it as the member it replaced",
           "[rendezvous][vacancy]") {
-  RunningJob job(2);
+  ElasticJob job(2, 2);
   MemoryStore* spareHandle = nullptr;
-  RendezvousOptions o = options(2, 2);
-  o.maxRestarts = 2;
-  auto c = job.cluster.agent(withNode(o, "spareC"), &spareHandle);
+  auto c = job.newcomer("spareC", &spareHandle);
   auto fc = startNext(*c);
   job.awaitWaiting(1);
   job.lose(1, 0);
@@ -181,7 +136,7 @@ TEST_CASE("vacancy: a spare lost after it took a place leaves a place of its own
 
 TEST_CASE("vacancy: a place whose claimer died stays claimed, and the other survivor claims the claimer's",
           "[rendezvous][vacancy]") {
-  RunningJob job(3);
+  ElasticJob job(3, 3);
   job.lose(2, 1);
   std::vector<Vacancy> byA = job.members[0]->claimLostMembers();
   REQUIRE(byA.size() == 1);
@@ -192,7 +147,7 @@ TEST_CASE("vacancy: a place whose claimer died stays claimed, and the other surv
 }
 
 TEST_CASE("vacancy: malformed offers are skipped, never taken", "[rendezvous][vacancy]") {
-  RunningJob job(2);
+  ElasticJob job(2, 2);
   job.cluster.store().append(keys::vacancies("job", 0), "bogus-id\nnot an id!\n");
   job.cluster.store().set(keys::vacancy("job", 0, "bogus-id"), "x\ty");
   RendezvousOptions o = options(2, 2);
@@ -204,14 +159,14 @@ TEST_CASE("vacancy: malformed offers are skipped, never taken", "[rendezvous][va
   job.cluster.store().add(keys::status("job", 1), 1);  // a wake: the spare looks again
   CHECK_FALSE(readyWithin(fc, 300ms));
   for (auto& m : job.members) m->leave();
-  CHECK_THROWS_AS(getWithin(fc), TimeoutError);  // nobody left to replace: it gives up
+  CHECK_THROWS_AS(getWithin(fc), drun::TimeoutError);  // nobody left to replace: it gives up
 }
 
 TEST_CASE("vacancy: a place offered while the round is finishing: the spare that takes it finishes in "
           "the lost member's place and the job succeeds",
           "[rendezvous][vacancy]") {
-  RunningJob job(2);
-  auto c = job.spare("spareC");
+  ElasticJob job(2, 2);
+  auto c = job.newcomer("spareC");
   auto fc = startNext(*c);
   job.awaitWaiting(1);
   job.lose(1, 0);
@@ -235,7 +190,7 @@ TEST_CASE("vacancy: a withdrawn place the survivors shrink without: the exit bar
           "[rendezvous][vacancy]") {
   for (const bool finishFirst : {false, true}) {
     DYNAMIC_SECTION((finishFirst ? "both survivors finished before the drop" : "the drop before they finished")) {
-      RunningJob job(3);
+      ElasticJob job(3, 3);
       job.loseAndWithdraw(1, 0);
       FirstChange endOnA(*job.members[0], "succeeded");
       FirstChange endOnC(*job.members[2], "succeeded");
@@ -262,7 +217,7 @@ TEST_CASE("vacancy: a withdrawn place the survivors shrink without: the exit bar
 TEST_CASE("vacancy: the claimer lost right after it dropped a withdrawn place: a loss for the others, "
           "never a success",
           "[rendezvous][vacancy]") {
-  RunningJob job(3);
+  ElasticJob job(3, 3);
   job.loseAndWithdraw(1, 0);
   job.members[0]->dropMembers(1);
   FirstChange lost(*job.members[2], "member lost");

@@ -1,5 +1,5 @@
 """Runs the program its arguments name (argv[1:]) from a Python process that first imports drun,
-for recovery_e2e_test.cpp: under `drun --recovery in-process` this makes a standby worker of a
+for recovery_node_e2e_test.cpp: under `drun --recovery in-process` this makes a standby worker of a
 program that is not Python (tests/recovery/recovery_worker). A standby waits in `import drun`
 until the agent assigns it a rank (drun/_standby.py), then runs the program as that rank, with
 the rank's environment; a worker started as a rank goes straight on.

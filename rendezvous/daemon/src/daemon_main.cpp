@@ -30,6 +30,7 @@
 #include "drun/common/byte_size.hpp"
 #include "drun/common/env.hpp"
 #include "drun/common/error.hpp"
+#include "drun/common/host_port.hpp"
 #include "drun/common/log.hpp"
 #include "drun/common/version.hpp"
 #include "drun/rendezvous/keys.hpp"
@@ -220,7 +221,8 @@ int main(int argc, char** argv) {
     spdlog::info("listening on {}:{} (lease {}ms)", options.host, server.port(),
                  options.leaseTimeout.count());
     if (monitor)
-      std::cout << "drun-rendezvous http on " << http.host << ":" << monitor->port() << std::endl;
+      std::cout << "drun-rendezvous http on " << drun::HostPort{http.address.host, monitor->port()}.toString()
+                << std::endl;
     if (options.token.empty() && options.jobTokens.empty())
       spdlog::warn("the store on {}:{} is open to anyone who can reach the port: give it a "
                    "--token-file (and the jobs --rdzv-conf token_file)",

@@ -24,11 +24,9 @@ HttpOptions parseHttpAddress(const std::string& text) {
   // PORT and :PORT listen on the default host (loopback); anything else is HOST:PORT / [V6]:PORT.
   const bool portOnly = !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
   std::string full = text;
-  if (portOnly) full = bracketedHost(o.host) + ":" + text;
-  else if (text.starts_with(':')) full = bracketedHost(o.host) + text;
-  const HostPort address = HostPort::parse(full, {"--http", std::nullopt, 0});
-  o.host = address.host;
-  o.port = address.port;
+  if (portOnly) full = bracketedHost(o.address.host) + ":" + text;
+  else if (text.starts_with(':')) full = bracketedHost(o.address.host) + text;
+  o.address = HostPort::parse(full, {"--http", std::nullopt, 0});
   return o;
 }
 

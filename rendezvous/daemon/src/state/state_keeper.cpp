@@ -10,6 +10,7 @@
 #include <system_error>
 
 #include "drun/common/error.hpp"
+#include "drun/common/owned_thread.hpp"
 #include "drun/rendezvous/keys.hpp"
 #include "history_file.hpp"
 #include "state_file.hpp"
@@ -70,7 +71,7 @@ StateKeeper::StateKeeper(StoreServer& server, StateKeeperOptions options)
       timer_->schedule();
     });
   });
-  writer_ = std::thread([this] { writerLoop(); });
+  writer_ = spawnThreadWithSignalsBlocked([this] { writerLoop(); });  // signals are the loop's
 }
 
 StateKeeper::~StateKeeper() {

@@ -20,11 +20,12 @@
 
 #include <boost/asio/io_context.hpp>
 
+#include "drun/common/host_port.hpp"
+
 namespace drun::rdzv::monitor {
 
 struct HttpOptions {
-  std::string host = "127.0.0.1";
-  uint16_t port = 0;  // 0 = any; see HttpServer::port()
+  HostPort address{"127.0.0.1", 0};  // port 0 = any; see HttpServer::port()
   std::string token;  // "" = open
   size_t maxConnections = 64;
   std::chrono::milliseconds requestTimeout{10000};
