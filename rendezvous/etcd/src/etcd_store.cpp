@@ -98,6 +98,7 @@ void EtcdStore::interrupt() { client_->interrupt(); }
 
 void EtcdStore::set(const std::string& key, const Bytes& value) {
   checkLease();
+  session_->checkWritable();
   client_->txn({}, replaceFamily(k(key), value), {}, true);
 }
 
@@ -208,6 +209,7 @@ std::vector<Bytes> EtcdStore::multiGet(const std::vector<std::string>& keys, mil
 
 void EtcdStore::multiSet(const std::vector<std::string>& keys, const std::vector<Bytes>& values) {
   checkLease();
+  session_->checkWritable();
   if (keys.size() != values.size()) throw InvalidArgument("multiSet: keys and values differ in count");
   // etcd refuses a key twice in one transaction: each key once, with its last value, in the
   // order of its last occurrence. Over kEtcdMaxOpsPerTxn ops, several transactions in that order:
@@ -351,6 +353,7 @@ int64_t EtcdStore::addOnce(const std::string& key, const std::string& full, int6
 
 void EtcdStore::append(const std::string& key, const Bytes& value) {
   checkLease();
+  session_->checkWritable();
   const std::string full = k(key);
   // A key of its own, unique: repeating the put (its answer lost) writes the same thing again.
   client_->put(appendKey(full, uniqueId()), value);

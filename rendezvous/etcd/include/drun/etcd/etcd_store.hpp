@@ -57,6 +57,10 @@ struct EtcdStoreOptions {
   std::string scope = "default";   // the run id: wills are watched per scope
   milliseconds leaseTtl = 5s;      // etcd raises it to its minimum (about 2 s); rounded up to seconds
   milliseconds connectTimeout = 10s;  // granting the lease, over every endpoint
+  // Reads only (drun status): no lease is granted and no keep-alive runs, and reads are served
+  // by any member (EtcdClientOptions::readsFromAnyMember), so reading needs no quorum; every
+  // write (set, add, append, a will, a batch...) is refused with InvalidArgument.
+  bool readOnly = false;
 };
 
 class EtcdSession;
@@ -116,6 +120,10 @@ class EtcdStore final : public LivenessStore {
   int64_t deletePrefix(const std::string& prefix) override;
   void interrupt() override;
   void runBatch(StoreBatch& batch) override;
+  // Every key under `prefix` rewritten as its value alone on a new lease of TTL `keep` (whole
+  // seconds, at least 1), which nobody renews: etcd removes them when it ends. Families written
+  // since the read are left as they are (a new start of the job). Throws as a write does.
+  void expireEndedJob(const std::string& prefix, milliseconds keep) override;
 
   EtcdSession& session() { return *session_; }
 
