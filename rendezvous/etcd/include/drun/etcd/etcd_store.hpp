@@ -39,8 +39,10 @@
 // store and the last owner let go of it.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -158,8 +160,19 @@ class EtcdStore final : public LivenessStore {
   // runBatch's single transaction; false (nothing written) when the batch does not fit one.
   bool runBatchAsOneTxn(StoreBatch& batch);
 
+  // The family a wait that timed out had followed, and the revision it knew it at: the next
+  // wait for the same key resumes there (awaitValue). Families of up to kLookFamilyLimit keys.
+  struct LastLook {
+    std::string key;
+    int64_t revision = 0;
+    std::map<std::string, EtcdKeyValue> family;
+  };
+  static constexpr size_t kLookFamilyLimit = 64;
+
   std::shared_ptr<EtcdSession> session_;
   std::unique_ptr<EtcdClient> client_;
+  std::mutex lookMutex_;
+  std::optional<LastLook> lastLook_;
   bool ownsWill_ = false;
   std::mutex tokensMutex_;
   std::vector<std::string> finishedTokens_;  // tokens of adds that answered: the next add removes them
