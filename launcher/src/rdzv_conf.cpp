@@ -56,6 +56,8 @@ const ConfKey kConfKeys[] = {
      nullptr, &rdzv::RendezvousOptions::etcdCaFile},
     {"etcd_prefix", "etcd backend: every key drun writes is under it (default /drun/)", nullptr,
      &rdzv::RendezvousOptions::etcdPrefix},
+    {"etcd_history_ttl", "etcd backend: an ended job's outcome and history stay this long, then "
+     "etcd removes them", &rdzv::RendezvousOptions::etcdHistoryTtl},
 };
 
 }  // namespace

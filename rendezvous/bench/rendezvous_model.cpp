@@ -19,6 +19,16 @@
 // Then the two-level plan (docs/benchmarks/rendezvous.md, "tree"): G group stores of N/G agents
 // and one root store of G group leaders, composed from measured flat rounds (the tree itself is a
 // plan, not code).
+//
+//   rendezvous_model --store etcd [--sizes 8,64,256,1024,4096]
+//
+// The same round's calls as the requests an EtcdStore sends etcd for them (docs/etcd.md's table:
+// a batch one txn, a tryGet one range, a compareSet a range and a txn, an append one put, a
+// multiSet a txn per 64 keys, a wait for an absent key a range and up to two watch streams),
+// plus each agent's session (its lease grant, its will executor's names-only reads and watch),
+// by kind and per agent; checked against: requests <= kEtcdPerAgent N + N / 64 + 8 (constant
+// per agent; the closer's decision is the N / 64). Keep-alives are left out: their number is the
+// round's length over a third of the lease TTL, not a count of calls.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -48,10 +58,19 @@ constexpr uint64_t kFrameBytesPerNode = 160;
 constexpr uint64_t kHostListBytesPerNode = 32;  // "=node17(10.0.0.17)\n": a name that does not fold
 constexpr uint64_t kEtcdMaxRequest = 1536 * 1024;  // etcd's default --max-request-bytes
 
+// The requests to etcd's gateway the same calls cost through EtcdStore, by kind.
+struct EtcdRequests {
+  uint64_t range = 0, txn = 0, put = 0, watch = 0, lease = 0;
+  uint64_t total() const { return range + txn + put + watch + lease; }
+};
+constexpr uint64_t kEtcdPerAgent = 14;
+constexpr uint64_t kEtcdOpsPerTxn = 128;  // etcd's --max-txn-ops (EtcdStore cuts multiSet there)
+
 struct Cost {
   uint64_t calls = 0, bytes = 0, maxFrame = 0, wakeups = 0, storedBytes = 0;
   uint64_t trips = 0;  // round trips: a call alone, or a batch (StoreBatch) of them
   double coreMs = 0;  // CPU time of the store's work (encode/decode excluded)
+  EtcdRequests etcd;
 };
 
 // One emulated round against one StoreCore; every call goes through `call` for its frames.
@@ -62,6 +81,11 @@ class Round {
   Cost run() {
     std::vector<StoreCore::ClientId> clients(n_);
     for (int i = 0; i < n_; ++i) clients[i] = core_.newClient();
+    // Each agent's etcd session: its lease, and its will executor's first look (the will records'
+    // and the live keys' names) and its watch of the live keys' deletions.
+    cost_.etcd.lease += n_;
+    cost_.etcd.range += 2 * static_cast<uint64_t>(n_);
+    cost_.etcd.watch += n_;
     std::vector<int> woken;
     for (int i = 0; i < n_; ++i) join(i, clients[i], woken);
     for (int i : woken) seat(i);
@@ -103,8 +127,25 @@ class Round {
     wire::encodeResponse(p, out);
     ++cost_.calls;
     if (!inBatch_) ++cost_.trips;
+    if (!inBatch_) countEtcd(q);
     cost_.bytes += request + out.size();
     cost_.maxFrame = std::max<uint64_t>(cost_.maxFrame, std::max(request, out.size()));
+  }
+
+  // A call outside a batch as EtcdStore sends it (a batch is one txn: beginBatch).
+  void countEtcd(const wire::Request& q) {
+    EtcdRequests& e = cost_.etcd;
+    switch (q.op) {
+      case wire::Op::TryGet: ++e.range; break;
+      case wire::Op::Add: case wire::Op::SetWill: ++e.txn; break;
+      case wire::Op::CompareSet: ++e.range, ++e.txn; break;
+      case wire::Op::Append: ++e.put; break;
+      case wire::Op::MultiSet: e.txn += (2 * q.keys.size() + kEtcdOpsPerTxn - 1) / kEtcdOpsPerTxn; break;
+      // A wait for a key: its family read, a watch from now and, when others wrote since the read
+      // (in a round that forms, every waiter but the last), one more from the read's revision.
+      case wire::Op::Watch: e.range += 1, e.watch += 2; break;
+      default: throw Error("model: no etcd mapping for a call of op " + std::to_string(int(q.op)));
+    }
   }
 
   static wire::Request request(wire::Op op, const std::string& key) {
@@ -140,6 +181,7 @@ class Round {
   // The calls between beginBatch() and endBatch() are one round trip (a pipelined StoreBatch).
   void beginBatch() {
     ++cost_.trips;
+    ++cost_.etcd.txn;
     inBatch_ = true;
   }
   void endBatch() { inBatch_ = false; }
@@ -256,20 +298,55 @@ std::string check(int n, const Cost& c) {
   return broken;
 }
 
+// The etcd requests of one round of each size, per agent by kind; the number of sizes that
+// break the model.
+int printEtcdModel(const std::vector<int>& sizes) {
+  int failures = 0;
+  std::printf("etcd: the requests an EtcdStore sends for one round of N agents, per agent by kind\n");
+  std::printf("%7s | %6s %6s %6s %6s %6s | %9s %10s | %s\n", "N", "range", "txn", "put", "watch", "lease",
+              "requests", "per agent", "model");
+  for (int n : sizes) {
+    const EtcdRequests e = Round(n, "model-" + std::to_string(n)).run().etcd;
+    const auto N = static_cast<uint64_t>(n);
+    const bool holds = e.total() <= kEtcdPerAgent * N + N / 64 + 8;
+    failures += !holds;
+    const double per = double(n);
+    std::printf("%7d | %6.2f %6.2f %6.2f %6.2f %6.2f | %9llu %10.2f | %s\n", n, double(e.range) / per,
+                double(e.txn) / per, double(e.put) / per, double(e.watch) / per, double(e.lease) / per,
+                static_cast<unsigned long long>(e.total()), double(e.total()) / per, holds ? "ok" : "FAILS");
+  }
+  return failures;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::vector<int> sizes = {10000, 20000, 50000, 100000};
+  bool sizesGiven = false, etcd = false;
   int groups = 32;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string arg = argv[i];
     if (arg == "--sizes") {
       sizes = parseSizes(argv[i + 1]);
+      sizesGiven = true;
     } else if (arg == "--groups") {
       groups = std::max(1, std::atoi(argv[i + 1]));
+    } else if (arg == "--store" && std::string(argv[i + 1]) == "etcd") {
+      etcd = true;
     } else {
-      std::fprintf(stderr, "usage: rendezvous_model [--sizes 10000,...] [--groups G]\n");
+      std::fprintf(stderr, "usage: rendezvous_model [--sizes 10000,...] [--groups G] [--store etcd]\n");
       return 2;
+    }
+  }
+  if (etcd) {
+    if (!sizesGiven) sizes = {8, 64, 256, 1024, 4096};
+    try {
+      const int broken = printEtcdModel(sizes);
+      if (broken) std::fprintf(stderr, "rendezvous_model: %d size(s) break the etcd model\n", broken);
+      return broken ? 1 : 0;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "rendezvous_model: %s\n", e.what());
+      return 1;
     }
   }
   int failures = 0;

@@ -89,13 +89,15 @@ EtcdStoreOptions etcdStoreOptions(const RendezvousOptions& options) {
 
 std::unique_ptr<LivenessStore> openEtcdStatusStore(const RendezvousOptions& options) {
   EtcdStoreOptions storeOptions = etcdStoreOptions(options);
-  storeOptions.scope = "status";  // no will: nothing of it is watched for
+  storeOptions.scope = "status";
+  storeOptions.readOnly = true;  // no lease, no will: reading needs no writable quorum
   storeOptions.connectTimeout = options.readTimeout;
   return std::make_unique<EtcdStore>(openEtcdSession(storeOptions));
 }
 
 std::vector<std::string> listEtcdJobs(const RendezvousOptions& options) {
-  const EtcdStoreOptions storeOptions = etcdStoreOptions(options);
+  EtcdStoreOptions storeOptions = etcdStoreOptions(options);
+  storeOptions.client.readsFromAnyMember = true;  // as openEtcdStatusStore's reads
   EtcdClient client(storeOptions.client);
   const std::string root = storeOptions.prefix + "kv/rdzv/";  // keys::job(id) = "rdzv/<id>/"
   std::vector<std::string> ids;

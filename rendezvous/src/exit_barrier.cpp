@@ -212,8 +212,9 @@ void ExitBarrier::serveAfterOwnLoss(const std::function<std::unique_ptr<Liveness
   }
 }
 
-// Everything but `outcome` and `round`, which stay as the job's tombstone (an outcome with a round
-// is one of a job that formed): a node that was cut off and
+// Everything but `outcome`, `round` and the history, which stay as the job's tombstone (an
+// outcome with a round is one of a job that formed; the store lets them go after
+// etcd_history_ttl where it keeps keys past the job, expireEndedJob): a node that was cut off and
 // comes back learns how the job ended (JobEnded) instead of waiting alone in a fresh round; a
 // new start finds it with nobody present and resets it. Rounds older than the current one less
 // two are gone already (RoundCloser::forgetRound); a spare waits at most one round ahead.
@@ -234,6 +235,7 @@ void ExitBarrier::removeJobKeys(LivenessStore& store) {
     int64_t n = 0;
     for (size_t i = 0; i < drop.size(); ++i) n += drop.number(i);
     spdlog::debug("rendezvous '{}': last node out, removed {} key(s)", id, n);
+    store.expireEndedJob(keys::job(id), node_.options.etcdHistoryTtl);
   } catch (const Error& e) {
     spdlog::debug("rendezvous '{}': keys left in the store: {}", id, e.what());
   }

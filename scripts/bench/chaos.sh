@@ -45,7 +45,15 @@
 # fault kind x outcome (succeeded / failed, expected / failed, unexpected: a failure no planned
 # fault explains, shown but not counted as a violation / one column per violation kind).
 # Exit status: 0 no violation; 1 violations (or the time budget ended the run early); 2 usage;
-# 77 cannot run here (not root, no `ip netns`, drun not built).
+# 77 cannot run here (not root, no `ip netns`, drun not built; no etcd with --store etcd).
+#
+#   sudo scripts/bench/chaos.sh --store etcd [--iterations N] [--seed S] [--kind KIND]
+#
+# runs every job with --rdzv-backend etcd on a 3-member etcd cluster made once per run on hosts
+# 8-10 (scripts/etcd/up.sh with MEMBER_NETNS; the lease TTL is heartbeat_timeout, 2 s), with the
+# same faults and invariants, except: store_slow freezes one member (not the store: the job goes
+# on), link_cut may cut a member's host, and no host's loss takes the store with it (h0 is an
+# agent like the others). A replay needs the same --store.
 # Environment: DRUN_BIN_DIR (build/bin), KEEP_LOGS (0: keep only violating iterations' logs).
 #
 #   sudo scripts/bench/chaos.sh --recovery in-process [--iterations N] [--seed S] [--kind KIND]
@@ -64,8 +72,16 @@ readonly kSkip=77
 skip() { echo "chaos.sh: SKIPPED: $*"; exit "$kSkip"; }
 [[ $(id -u) -eq 0 ]] || skip "needs root (network namespaces)"
 ip netns list >/dev/null 2>&1 || skip "'ip netns' is not available"
-[[ -x "$DRUN_BIN_DIR/drun" && -x "$DRUN_BIN_DIR/drun-rendezvous" ]] \
-  || skip "no $DRUN_BIN_DIR/drun or drun-rendezvous (build first, or set DRUN_BIN_DIR)"
+etcd_args=()
+needed=(drun drun-rendezvous)
+if [[ " $* " == *" --store etcd "* || " $* " == *" --store=etcd "* ]]; then
+  command -v etcd >/dev/null || [[ -x /usr/bin/etcd ]] || skip "etcd is not installed (--store etcd)"
+  etcd_args=(--etcd-scripts "$repo/scripts/etcd")
+  needed=(drun)  # no drun-rendezvous: every job's store is etcd
+fi
+for program in "${needed[@]}"; do
+  [[ -x "$DRUN_BIN_DIR/$program" ]] || skip "no $DRUN_BIN_DIR/$program (build first, or set DRUN_BIN_DIR)"
+done
 [[ -x /usr/bin/python3 ]] || skip "no /usr/bin/python3"
 if [[ " $* " == *" in-process "* || " $* " == *" --recovery=in-process "* ]]; then
   "$DRUN_BIN_DIR/drun" --help 2>/dev/null | grep -q -- '--recovery' \
@@ -85,7 +101,8 @@ work=$(mktemp -d /tmp/drun-chaos.XXXXXX)
 chmod 755 "$work"
 status=0
 /usr/bin/python3 scripts/bench/chaos_driver.py --drun-bin "$(realpath -m "$DRUN_BIN_DIR")" \
-  --netns "$repo/scripts/netns.sh" --work-dir "$work" --keep-logs "${KEEP_LOGS:-0}" "$@" || status=$?
+  --netns "$repo/scripts/netns.sh" --work-dir "$work" --keep-logs "${KEEP_LOGS:-0}" "${etcd_args[@]}" "$@" \
+  || status=$?
 # Only violating iterations left logs (unless KEEP_LOGS=1): keep the directory when it has any.
 if [[ -z "$(ls -A "$work")" ]]; then rmdir "$work"; else echo "chaos.sh: logs in $work"; fi
 exit "$status"

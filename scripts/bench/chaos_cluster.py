@@ -129,3 +129,40 @@ def shm_entries():
         return set(os.listdir("/dev/shm"))
     except OSError:
         return set()
+
+
+class EtcdMembers:
+    """A 3-member etcd cluster on namespace hosts of `cluster` (scripts/etcd/up.sh with
+    MEMBER_NETNS / MEMBER_ADDRS), for chaos.sh --store etcd: made once per run, owned by this
+    process (up.sh's OWNER_PID stops it if the driver dies without down())."""
+
+    BASE_PORT = 2379
+
+    def __init__(self, etcd_dir, cluster, hosts, directory):
+        self.scripts = etcd_dir
+        self.dir = directory
+        self.endpoints = ""
+        env = dict(os.environ, BASE_PORT=str(self.BASE_PORT), OWNER_PID=str(os.getpid()),
+                   MEMBER_NETNS=" ".join(f"{cluster.prefix}-{h}" for h in hosts),
+                   MEMBER_ADDRS=" ".join(cluster.addr(h) for h in hosts))
+        out = subprocess.run([os.path.join(etcd_dir, "up.sh"), directory], env=env,
+                             stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+        if out.returncode != 0:
+            raise RuntimeError(f"scripts/etcd/up.sh failed ({out.returncode}): "
+                               f"{(out.stderr or out.stdout).strip()[-400:]}")
+        self.endpoints = out.stdout.split()[-1]
+
+    def member_pid(self, i):
+        try:
+            with open(os.path.join(self.dir, f"m{i}.pid")) as f:
+                return int(f.read().strip())
+        except (OSError, ValueError):
+            return None
+
+    def down(self):
+        for i in range(3):  # a member frozen by a fault that was never undone
+            pid = self.member_pid(i)
+            if pid:
+                signal_pid(pid, signal.SIGCONT)
+        subprocess.run([os.path.join(self.scripts, "down.sh"), self.dir], stdin=subprocess.DEVNULL,
+                       capture_output=True, timeout=30)

@@ -20,9 +20,10 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import chaos_checks as checks  # noqa: E402
-from chaos_cluster import Cluster  # noqa: E402
+from chaos_cluster import Cluster, EtcdMembers  # noqa: E402
 from chaos_iteration import Iteration  # noqa: E402
-from chaos_plan import HEARTBEAT_TIMEOUT_S, HOSTS, KINDS, MAX_RESTARTS, make_plan  # noqa: E402
+from chaos_plan import (ETCD_HOSTS, HEARTBEAT_TIMEOUT_S, HOSTS, HOSTS_WITH_ETCD, KINDS,  # noqa: E402
+                        MAX_RESTARTS, make_plan)
 import chaos_inprocess  # noqa: E402
 
 OUTCOMES = ("succeeded", "failed, expected", "failed, unexpected", "violation")
@@ -86,6 +87,10 @@ def main():
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--recovery", choices=("restart", "in-process"), default="restart",
                    help="in-process: jobs under drun --recovery in-process (chaos_inprocess.py)")
+    p.add_argument("--store", choices=("any", "etcd"), default="any",
+                   help="etcd: every job on a 3-member etcd cluster on hosts 8-10 (--rdzv-backend "
+                        "etcd); any: each plan's own (an agent's embedded store or drun-rendezvous)")
+    p.add_argument("--etcd-scripts", help="scripts/etcd (up.sh, down.sh), for --store etcd")
     p.add_argument("--kind", choices=KINDS + chaos_inprocess.KINDS,
                    help="only this fault kind (seeds of other kinds are skipped)")
     p.add_argument("--hang-bound", type=float, default=30.0,
@@ -115,24 +120,33 @@ def main():
             return 1
     if args.kind and args.kind not in KINDS:
         p.error(f"--kind {args.kind} is a kind of --recovery in-process only")
+    if args.store == "etcd" and not args.etcd_scripts:
+        p.error("--store etcd needs --etcd-scripts")
     seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(3), "big")
     args.worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "chaos_worker.sh")
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, on_signal)
-    print(f"chaos: {args.iterations} iteration(s) from seed {seed} (replay one: chaos.sh "
+    store_words = " --store etcd" if args.store == "etcd" else ""
+    print(f"chaos: {args.iterations} iteration(s) from seed {seed} (replay one: chaos.sh{store_words} "
           f"--seed <its seed> --iterations 1); drun from {args.drun_bin}", flush=True)
 
-    cluster = Cluster(args.netns, f"dchaos{os.getpid() % 100000}", HOSTS)
+    cluster = Cluster(args.netns, f"dchaos{os.getpid() % 100000}",
+                      HOSTS_WITH_ETCD if args.store == "etcd" else HOSTS)
+    args.etcd = None
     results, margins, started, it, stopped_early = [], [], time.time(), None, ""
     try:
         cluster.up()
+        if args.store == "etcd":
+            args.etcd = EtcdMembers(args.etcd_scripts, cluster, ETCD_HOSTS,
+                                    os.path.join(args.work_dir, "etcd"))
+            print(f"chaos: etcd members at {args.etcd.endpoints}", flush=True)
         s = seed
         while len(results) < args.iterations:
             if args.time_budget and time.time() - started > args.time_budget:
                 stopped_early = (f"time budget of {args.time_budget:.0f} s spent after "
                                  f"{len(results)} of {args.iterations} iterations")
                 break
-            plan = make_plan(s)
+            plan = make_plan(s, args.store)
             s += 1
             if args.kind and plan.kind != args.kind:
                 continue
@@ -166,6 +180,8 @@ def main():
         if it is not None:
             it.cleanup()
         cluster.restore_links()
+        if args.etcd:
+            args.etcd.down()
         cluster.down()
     print_table(results, time.time() - started)
     gaps = [m.min_gap_s for m in margins if m.min_gap_s is not None]

@@ -47,9 +47,12 @@ class Iteration:
 
     def start_agent(self, name, host, role):
         p = self.plan
-        endpoint = f"{self.cluster.addr(p.store_host)}:{cl.PORT}"
+        if p.store == "etcd":
+            rendezvous = ["--rdzv-backend", "etcd", "--rdzv-endpoint", self.args.etcd.endpoints]
+        else:
+            rendezvous = ["--rdzv-endpoint", f"{self.cluster.addr(p.store_host)}:{cl.PORT}"]
         argv = [os.path.join(self.args.drun_bin, "drun"), "--nnodes", p.nnodes,
-                "--nproc-per-node", str(p.nproc), "--rdzv-endpoint", endpoint,
+                "--nproc-per-node", str(p.nproc), *rendezvous,
                 "--rdzv-id", self.run_id, "--max-restarts", str(MAX_RESTARTS),
                 "--shutdown-timeout", str(SHUTDOWN_TIMEOUT_S), "--rdzv-conf", RDZV_CONF,
                 "--no-python", self.args.worker, str(p.life_ms)]
@@ -80,7 +83,12 @@ class Iteration:
     def live(self, name):
         return self.procs[name].poll() is None
 
-    def store_pids(self):
+    def store_pids(self, target="store"):
+        """The process(es) a store_slow freezes: the daemon, the store's agent, or on etcd the
+        member the target names ("member:I")."""
+        if target.startswith("member:"):
+            pid = self.args.etcd.member_pid(int(target.split(":")[1]))
+            return [pid] if pid else []
         if self.daemon:
             return [self.daemon.pid]
         return [self.agents["h0"].pid] if "h0" in self.agents and self.live("h0") else []
@@ -103,14 +111,14 @@ class Iteration:
                                      detail=action.target,
                                      hits_store=self.is_store_agent(action.target))
         elif kind in ("agent_stop", "store_slow"):
-            pids = (self.store_pids() if kind == "store_slow" else
+            pids = (self.store_pids(action.target) if kind == "store_slow" else
                     [self.agents[action.target].pid] if self.live(action.target) else [])
             if pids:
                 for pid in pids:
                     cl.signal_pid(pid, signal.SIGSTOP)
                 fault = checks.Fault(kind, now, now + action.duration, tuple(pids),
                                      detail=f"{action.target} pids {pids}",
-                                     hits_store=kind == "store_slow"
+                                     hits_store=(kind == "store_slow" and self.plan.store != "etcd")
                                      or self.is_store_agent(action.target))
                 self.pending_undo.append((now + action.duration, fault,
                                           lambda: [cl.signal_pid(p, signal.SIGCONT) for p in pids]))

@@ -14,6 +14,9 @@ KINDS = ("worker_kill", "agent_kill", "agent_stop", "link_cut", "store_slow", "n
 FIRST_NEWCOMER_HOST = 4   # initial agents use hosts 0..3, newcomers 4..6
 DAEMON_HOST = 7
 HOSTS = 8
+# --store etcd: a 3-member etcd cluster (scripts/etcd/up.sh) on hosts 8..10, made once per run.
+ETCD_HOSTS = (8, 9, 10)
+HOSTS_WITH_ETCD = 11
 
 # The job's rendezvous settings: short, so that an iteration ends in seconds.
 HEARTBEAT_TIMEOUT_S = 2.0
@@ -45,6 +48,7 @@ class Plan:
     min_nodes: int
     max_nodes: int
     store: str                # embedded (agent h0 hosts it) | daemon (drun-rendezvous on host 7)
+                              # | etcd (--rdzv-backend etcd on the run's 3-member cluster)
     nproc: int
     life_ms: int
     initial: list             # [(name, host, role)]
@@ -56,7 +60,8 @@ class Plan:
 
     @property
     def store_host(self):
-        return 0 if self.store == "embedded" else DAEMON_HOST
+        """The host whose loss takes the store with it (none on etcd: one member of three)."""
+        return {"embedded": 0, "daemon": DAEMON_HOST}.get(self.store)
 
     def describe(self):
         acts = "; ".join(
@@ -68,11 +73,15 @@ class Plan:
                 f"{self.nproc} worker(s)/node for {self.life_ms} ms; {acts}")
 
 
-def make_plan(seed):
+def make_plan(seed, store_mode=None):
+    """store_mode "etcd": every job on the run's etcd cluster; store_slow freezes one member and
+    link_cut may cut a member's host (a replay needs the same --store)."""
     rng = random.Random(seed)
     kind = KINDS[seed % len(KINDS)]
     min_nodes, max_nodes = rng.choice([(2, 3), (3, 3)])
     store = rng.choice(["embedded", "embedded", "daemon"])
+    if store_mode == "etcd":
+        store = "etcd"
     nproc = rng.choice([1, 2])
     life_ms = rng.randint(1500, 2500)
     arrivals = kind in ("newcomer", "newcomers_min", "duplicate")
@@ -96,10 +105,12 @@ def make_plan(seed):
             actions.append(Action(at, kind, target, round(rng.uniform(0.1, 3.0), 3)))
         elif kind == "link_cut":
             hosts = [h for _, h, _ in initial] + ([DAEMON_HOST] if store == "daemon" else [])
+            hosts += [rng.choice(ETCD_HOSTS)] if store == "etcd" else []
             actions.append(Action(at, kind, f"host:{rng.choice(hosts)}",
                                   round(rng.uniform(0.5, 5.0), 3)))
         elif kind == "store_slow":
-            actions.append(Action(at, kind, "store", round(rng.uniform(0.1, 1.5), 3)))
+            target = f"member:{rng.randrange(len(ETCD_HOSTS))}" if store == "etcd" else "store"
+            actions.append(Action(at, kind, target, round(rng.uniform(0.1, 1.5), 3)))
         elif kind == "newcomer":
             host = FIRST_NEWCOMER_HOST + i
             actions.append(Action(at, kind, new_agents=[(f"n{host}", host, "newcomer")]))

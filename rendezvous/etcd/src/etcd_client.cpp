@@ -24,6 +24,7 @@ constexpr int64_t kGrpcInvalidArgument = 3;
 constexpr int64_t kGrpcPermissionDenied = 7;
 constexpr int64_t kGrpcUnavailable = 14;
 constexpr int64_t kGrpcUnauthenticated = 16;
+constexpr unsigned kHttpServiceUnavailable = 503;  // the gateway's status for UNAVAILABLE
 
 // Printable ASCII without spaces: what a host name or a token may hold.
 bool isPlainText(const std::string& text) {
@@ -150,7 +151,8 @@ EtcdClient::EtcdClient(EtcdClientOptions options) : options_(std::move(options))
   if (options_.endpoints.empty()) throw InvalidArgument("etcd client: no endpoint");
   for (const std::string& item : options_.endpoints)
     connections_.push_back(std::make_unique<etcd::EtcdConnection>(
-        splitEndpoint(item), options_.caFile, etcd::keepAliveProbesFor(options_.silentPeerTimeout)));
+        splitEndpoint(item), options_.caFile, etcd::keepAliveProbesFor(options_.silentPeerTimeout),
+        !options_.readsFromAnyMember));
   // Clients start on a random member: N agents spread their load over the cluster (each member
   // serves its clients' JSON gateway; raft proposals go to the leader either way).
   current_ = std::random_device{}() % connections_.size();
@@ -158,9 +160,18 @@ EtcdClient::EtcdClient(EtcdClientOptions options) : options_(std::move(options))
 
 EtcdClient::~EtcdClient() = default;
 
-void EtcdClient::interrupt() {
+void EtcdClient::interrupt(const std::string& why) {
+  {
+    std::lock_guard lock(reasonMutex_);
+    if (interruptReason_.empty()) interruptReason_ = why;
+  }
   interrupted_ = true;
   for (auto& connection : connections_) connection->interrupt();
+}
+
+NetworkError EtcdClient::interruptedError(const std::string& what) const {
+  std::lock_guard lock(reasonMutex_);
+  return NetworkError(what + ": interrupted" + (interruptReason_.empty() ? "" : ": " + interruptReason_));
 }
 
 std::string EtcdClient::endpointName() const {
@@ -202,12 +213,23 @@ std::string EtcdClient::call(const std::string& path, const std::string& body,
   bool lastWasTimeout = false;
   bool renewedToken = false;
   const auto started = Clock::now();
+  // Per member, whether its last answer in this call was UNAVAILABLE (HTTP 503, gRPC code 14:
+  // it has no leader, or its leader reaches no quorum): with no member serving, that is a
+  // cluster without a quorum, which the error says in words.
+  std::vector<bool> unavailable(connections_.size(), false);
   // The call's end: the last member's failure decides the kind (a member silent for its whole
   // attempt: TimeoutError; every member refusing or failing: NetworkError).
   auto giveUp = [&] {
-    const std::string text = "etcd " + path + " got no answer within " +
-                             std::to_string(std::chrono::duration_cast<milliseconds>(Clock::now() - started).count()) +
-                             "ms from any member; last: " + lastError;
+    const auto noLeader = static_cast<size_t>(std::count(unavailable.begin(), unavailable.end(), true));
+    std::string text = "etcd " + path + " got no answer within " +
+                       std::to_string(std::chrono::duration_cast<milliseconds>(Clock::now() - started).count()) +
+                       "ms from any member";
+    if (noLeader > 0)
+      text += ": etcd has no quorum (" + std::to_string(noLeader) + " of " + std::to_string(connections_.size()) +
+              " member(s) answered that they have no leader" +
+              (noLeader < connections_.size() ? ", the others did not answer" : "") +
+              "; a majority of the members must be up and reach each other)";
+    text += "; last: " + lastError;
     if (lastWasTimeout) throw TimeoutError(text);
     throw NetworkError(text);
   };
@@ -217,7 +239,7 @@ std::string EtcdClient::call(const std::string& path, const std::string& body,
       const size_t i = (first + k) % connections_.size();
       etcd::EtcdConnection& connection = *connections_[i];
       const std::string what = "etcd " + connection.endpoint().toString() + ": " + path;
-      if (interrupted_) throw NetworkError(what + ": interrupted");
+      if (interrupted_) throw interruptedError(what);
       if (deadline.expired()) giveUp();
       const Deadline attempt = Deadline::at(std::min(deadline.when(), Clock::now() + options_.attemptTimeout));
       bool sent = false;
@@ -228,6 +250,7 @@ std::string EtcdClient::call(const std::string& path, const std::string& body,
         // Each call and its time (DRUN_LOG_LEVEL=trace): what the rendezvous costs on etcd.
         spdlog::trace("etcd {} {}: HTTP {} in {} us", connection.endpoint().toString(), path, reply.status,
                       std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started).count());
+        unavailable[i] = false;
         if (reply.status == 200) {
           current_ = i;
           return reply.body;
@@ -241,7 +264,8 @@ std::string EtcdClient::call(const std::string& path, const std::string& body,
           --k;
           continue;
         }
-        if (code == kGrpcUnavailable) {
+        if (code == kGrpcUnavailable || reply.status == kHttpServiceUnavailable) {
+          unavailable[i] = true;
           // "no leader" is refused before the call reaches raft (the require-leader check):
           // nothing was applied, so even a write may go to another member.
           const bool refusedUnapplied = message.find("no leader") != std::string::npos;
@@ -256,6 +280,7 @@ std::string EtcdClient::call(const std::string& path, const std::string& body,
           throw AuthError(what + ": " + message);
         throw EtcdError(what + " refused (code " + std::to_string(code) + "): " + message, code);
       } catch (const TimeoutError& e) {
+        unavailable[i] = false;
         current_ = (i + 1) % connections_.size();  // the next call starts on another member
         // A write sent to a member that then went silent (killed, cut off) has an unknown
         // outcome: the connection's failure, not a wait that ran out, so NetworkError, which the
@@ -265,8 +290,10 @@ std::string EtcdClient::call(const std::string& path, const std::string& body,
         lastError = e.what();
         lastWasTimeout = true;
       } catch (const NetworkError& e) {
+        unavailable[i] = false;
         current_ = (i + 1) % connections_.size();
-        if (interrupted_ || (sent && !idempotent)) throw;
+        if (interrupted_) throw interruptedError(what);
+        if (sent && !idempotent) throw;
         lastError = e.what();
         lastWasTimeout = false;
       }
@@ -295,6 +322,7 @@ EtcdRange EtcdClient::range(const std::string& key, const std::string& rangeEnd,
   if (!rangeEnd.empty()) body["range_end"] = etcd::base64Encode(rangeEnd);
   if (countOnly) body["count_only"] = true;
   if (keysOnly) body["keys_only"] = true;
+  if (options_.readsFromAnyMember) body["serializable"] = true;
   const std::string reply = call("/v3/kv/range", body.dump(), Deadline(options_.callTimeout), true);
   try {
     return etcd::parseRange(etcd::parseObject(reply, "etcd /v3/kv/range"));

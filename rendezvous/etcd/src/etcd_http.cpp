@@ -188,7 +188,8 @@ struct EtcdConnection::Impl {
 namespace {
 
 http::request<http::string_body> makeRequest(const Endpoint& endpoint, const std::string& target,
-                                             const std::string& body, const std::string& token) {
+                                             const std::string& body, const std::string& token,
+                                             bool requireLeader) {
   http::request<http::string_body> request{http::verb::post, target, 11};
   request.set(http::field::host, endpoint.host);
   request.set(http::field::content_type, "application/json");
@@ -198,7 +199,7 @@ http::request<http::string_body> makeRequest(const Endpoint& endpoint, const std
   // fails over) and closes its watch streams within about three election timeouts, where it would
   // otherwise keep a watch open that no event can reach (an agent on the majority side would
   // learn that a cut-off node was lost tens of seconds late).
-  request.set("Grpc-Metadata-Hasleader", "true");
+  if (requireLeader) request.set("Grpc-Metadata-Hasleader", "true");
   request.keep_alive(true);
   request.body() = body;
   request.prepare_payload();
@@ -226,8 +227,8 @@ bool applyKeepAliveProbes(int fd, const KeepAliveProbes& probes) {
   return ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &probes.userTimeoutMs, sizeof probes.userTimeoutMs) == 0 && ok;
 }
 
-EtcdConnection::EtcdConnection(Endpoint endpoint, std::string caFile, KeepAliveProbes probes)
-    : endpoint_(std::move(endpoint)), impl_(std::make_unique<Impl>()) {
+EtcdConnection::EtcdConnection(Endpoint endpoint, std::string caFile, KeepAliveProbes probes, bool requireLeader)
+    : endpoint_(std::move(endpoint)), requireLeader_(requireLeader), impl_(std::make_unique<Impl>()) {
   impl_->probes = probes;
   if (caFile.empty()) return;
   impl_->tls = std::make_unique<asio::ssl::context>(asio::ssl::context::tls_client);
@@ -247,7 +248,7 @@ void EtcdConnection::interrupt() {
 
 HttpReply EtcdConnection::post(const std::string& target, const std::string& body,
                                const std::string& token, const Deadline& deadline, bool* sent) {
-  auto request = makeRequest(endpoint_, target, body, token);
+  auto request = makeRequest(endpoint_, target, body, token, requireLeader_);
   HttpReply reply;
   bool mayHaveSent = false;
   for (int attempt = 0;; ++attempt) {
@@ -295,7 +296,7 @@ HttpReply EtcdConnection::post(const std::string& target, const std::string& bod
 void EtcdConnection::stream(const std::string& target, const std::string& body,
                             const std::string& token, const Deadline& deadline,
                             const std::function<bool(unsigned, std::string_view)>& onLine) {
-  auto request = makeRequest(endpoint_, target, body, token);
+  auto request = makeRequest(endpoint_, target, body, token, requireLeader_);
   std::exception_ptr callbackFailure;
   impl_->run(endpoint_, deadline, "POST " + target + " (stream)", [&]() -> awaitable<void> {
     if (!impl_->connected) co_await impl_->connect(endpoint_, deadline);

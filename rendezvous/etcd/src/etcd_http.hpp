@@ -53,7 +53,9 @@ bool applyKeepAliveProbes(int fd, const KeepAliveProbes& probes);
 class EtcdConnection {
  public:
   // caFile: "" = plain HTTP; else HTTPS, the member's certificate verified against this CA.
-  EtcdConnection(Endpoint endpoint, std::string caFile, KeepAliveProbes probes = {});
+  // requireLeader: every request asks for a leader (makeRequest says why); false for reads
+  // that a member without one may serve.
+  EtcdConnection(Endpoint endpoint, std::string caFile, KeepAliveProbes probes = {}, bool requireLeader = true);
   ~EtcdConnection();
   EtcdConnection(const EtcdConnection&) = delete;
   EtcdConnection& operator=(const EtcdConnection&) = delete;
@@ -77,6 +79,7 @@ class EtcdConnection {
  private:
   struct Impl;
   Endpoint endpoint_;
+  bool requireLeader_;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -44,6 +44,15 @@ EtcdSession::EtcdSession(const EtcdStoreOptions& options) : options_(options) {
   willDir_ = options_.prefix + "will/" + options_.scope + "/";
   liveDir_ = options_.prefix + "live/" + options_.scope + "/";
   const auto seconds = std::max<int64_t>(1, (options_.leaseTtl.count() + 999) / 1000);
+  if (options_.readOnly) {
+    ttl_ = std::chrono::seconds(seconds);  // no lease: only the connections' silence probes use it
+    options_.client.readsFromAnyMember = true;
+    ownId_ = "read-only";
+    watchClient_ = clientWith(clientOptions(), options_.client.callTimeout);
+    applyClient_ = clientWith(clientOptions(), options_.client.callTimeout);
+    keepAliveClient_ = clientWith(clientOptions(), options_.client.callTimeout);
+    return;
+  }
   EtcdClientOptions grantOptions = options_.client;
   grantOptions.callTimeout = options_.connectTimeout;
   grantOptions.silentPeerTimeout = std::chrono::seconds(seconds);  // as asked (etcd may raise it)
@@ -75,7 +84,7 @@ EtcdSession::~EtcdSession() {
   if (keepAliveThread_.joinable()) keepAliveThread_.join();
   if (executorThread_.joinable()) executorThread_.join();
   spdlog::trace("etcd session {}: its threads ended", ownId_);
-  if (lost()) return;  // etcd ends it (or did)
+  if (lost() || options_.readOnly) return;  // etcd ends it (or did); a read-only session has none
   try {
     EtcdClientOptions quick = clientOptions();
     quick.attemptTimeout = std::min<milliseconds>(quick.attemptTimeout, milliseconds(500));
@@ -113,7 +122,7 @@ void EtcdSession::markLost(const std::string& why) {
   if (lost_) return;
   lostReason_ = why;
   lost_ = true;
-  for (EtcdClient* client : attached_) client->interrupt();
+  for (EtcdClient* client : attached_) client->interrupt("this agent lost its etcd lease: " + why);
   watchClient_->interrupt();
   applyClient_->interrupt();
   changed_.notify_all();
@@ -182,13 +191,19 @@ void EtcdSession::keepAlive() {
   }
 }
 
+void EtcdSession::checkWritable() const {
+  if (options_.readOnly) throw InvalidArgument("etcd store: opened read-only (no lease): it writes nothing");
+}
+
 void EtcdSession::setWill(EtcdClient& client, const Store::Will& will) {
+  checkWritable();
   if (lost()) throw NetworkError("etcd: this agent lost its lease: " + lostReason());
   client.txn({}, willWrites(will), {}, true);
   willStored(will);
 }
 
 std::vector<EtcdOp> EtcdSession::willWrites(const Store::Will& will) const {
+  checkWritable();
   if (etcd_keys::isEmptyWill(will)) return {EtcdOp::erase(willKey(ownId_))};
   // Keys as etcd holds them.
   Store::Will full;

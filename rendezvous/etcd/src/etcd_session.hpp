@@ -50,7 +50,12 @@ class EtcdSession {
   milliseconds ttl() const { return ttl_; }
   bool lost() const { return lost_.load(); }
   // A key never handed out before in this cluster, under applied/ (an add's retry token).
-  std::string nextAppliedKey() { return appliedDir_ + std::to_string(appliedCount_++); }
+  std::string nextAppliedKey() {
+    checkWritable();
+    return appliedDir_ + std::to_string(appliedCount_++);
+  }
+  // InvalidArgument when the session was opened read-only (EtcdStoreOptions::readOnly).
+  void checkWritable() const;
   std::string lostReason() const;
 
   // A store's client is interrupted when the lease is lost (its blocked call ends at once).

@@ -98,6 +98,7 @@ void EtcdStore::interrupt() { client_->interrupt(); }
 
 void EtcdStore::set(const std::string& key, const Bytes& value) {
   checkLease();
+  session_->checkWritable();
   client_->txn({}, replaceFamily(k(key), value), {}, true);
 }
 
@@ -113,30 +114,62 @@ std::optional<Bytes> EtcdStore::tryGet(const std::string& key) {
 // written since the read (etcd_client.hpp: watchFromNow), where one from the read's revision
 // could wait up to 100 ms for etcd's catch-up loop: a job's end is a burst of writes, and each
 // watcher that looks again in it would. TimeoutError at the deadline.
+// A wait in slices (a round's status, watched until a progress line or the last call is due,
+// then again) resumes where the slice that timed out left it: the family as it knew it and the
+// revision it knew it at, watched from the next one, with no read (lastLook_). A resumed family
+// whose value is already `done` is read afresh instead.
 template <class Done>
 std::optional<Bytes> EtcdStore::awaitValue(const std::string& full, const Deadline& deadline, Done done) {
-  const EtcdRange now = client_->range(full, familyEnd(full));
-  std::optional<Bytes> value = foldFamily(full, now.kvs);
-  if (done(value)) return value;
   std::map<std::string, EtcdKeyValue> family;
-  for (const EtcdKeyValue& kv : now.kvs) family[kv.key] = kv;
+  int64_t known = 0;  // the revision `family` is as etcd held it at
+  {
+    std::lock_guard lock(lookMutex_);
+    if (lastLook_ && lastLook_->key == full) {
+      family = std::move(lastLook_->family);
+      known = lastLook_->revision;
+    }
+    lastLook_.reset();
+  }
+  auto fold = [&] {
+    std::vector<EtcdKeyValue> kvs;
+    for (const auto& [name, kv] : family) kvs.push_back(kv);
+    return foldFamily(full, kvs);
+  };
+  std::optional<Bytes> value = fold();
+  const bool resumed = known > 0 && !done(value);
+  if (!resumed) {
+    const EtcdRange now = client_->range(full, familyEnd(full));
+    family.clear();
+    for (const EtcdKeyValue& kv : now.kvs) family[kv.key] = kv;
+    known = now.revision;
+    value = fold();
+    if (done(value)) return value;
+  }
+  int64_t seen = known;
   auto follow = [&](const std::vector<EtcdWatchEvent>& events) {
     for (const EtcdWatchEvent& event : events) {
+      seen = std::max(seen, event.kv.modRevision);
       if (event.deleted)
         family.erase(event.kv.key);
       else
         family[event.kv.key] = event.kv;
     }
-    std::vector<EtcdKeyValue> kvs;
-    for (const auto& [name, kv] : family) kvs.push_back(kv);
-    value = foldFamily(full, kvs);
+    value = fold();
     return !done(value);
   };
-  if (client_->watchFromNow(full, familyEnd(full), now.revision + 1, deadline, follow)) return value;
-  // The store moved on before the watch began (other agents write: a busy round does at every
-  // revision): from the read's revision, at etcd's pace, rather than read again (a read and a
-  // watch more per look, for every waiter, as long as the round's writes go on).
-  client_->watch(full, familyEnd(full), now.revision + 1, deadline, follow);
+  try {
+    if (!resumed && client_->watchFromNow(full, familyEnd(full), known + 1, deadline, follow)) return value;
+    // The store moved on before the watch began (other agents write: a busy round does at every
+    // revision), or a resumed wait: from the revision known, at etcd's pace, rather than read
+    // again (a read and a watch more per look, for every waiter, as long as the round's writes go on).
+    client_->watch(full, familyEnd(full), known + 1, deadline, follow);
+  } catch (const TimeoutError&) {
+    if (family.size() <= kLookFamilyLimit) {
+      std::lock_guard lock(lookMutex_);
+      lastLook_ = LastLook{full, seen, std::move(family)};
+    }
+    throw;
+  }
   return value;
 }
 
@@ -208,6 +241,7 @@ std::vector<Bytes> EtcdStore::multiGet(const std::vector<std::string>& keys, mil
 
 void EtcdStore::multiSet(const std::vector<std::string>& keys, const std::vector<Bytes>& values) {
   checkLease();
+  session_->checkWritable();
   if (keys.size() != values.size()) throw InvalidArgument("multiSet: keys and values differ in count");
   // etcd refuses a key twice in one transaction: each key once, with its last value, in the
   // order of its last occurrence. Over kEtcdMaxOpsPerTxn ops, several transactions in that order:
@@ -351,6 +385,7 @@ int64_t EtcdStore::addOnce(const std::string& key, const std::string& full, int6
 
 void EtcdStore::append(const std::string& key, const Bytes& value) {
   checkLease();
+  session_->checkWritable();
   const std::string full = k(key);
   // A key of its own, unique: repeating the put (its answer lost) writes the same thing again.
   client_->put(appendKey(full, uniqueId()), value);

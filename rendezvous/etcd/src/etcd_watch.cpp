@@ -76,7 +76,7 @@ bool EtcdClient::watchStream(const std::string& key, const std::string& rangeEnd
   for (;;) {
     etcd::EtcdConnection& connection = *connections_[current_];
     const std::string what = "etcd " + connection.endpoint().toString() + ": /v3/watch";
-    if (interrupted_) throw NetworkError(what + ": interrupted");
+    if (interrupted_) throw interruptedError(what);
     Json request{{"key", etcd::base64Encode(key)}};
     if (!rangeEnd.empty()) request["range_end"] = etcd::base64Encode(rangeEnd);
     if (next > 0 && !fromNow) request["start_revision"] = std::to_string(next);
@@ -90,8 +90,10 @@ bool EtcdClient::watchStream(const std::string& key, const std::string& rangeEnd
                         [&](unsigned status, std::string_view line) {
                           if (status != 200) {
                             const Json error = etcd::parseObject(line, what);
-                            const std::string text = what + " refused (HTTP " + std::to_string(status) +
-                                                     "): " + etcd::errorMessage(error);
+                            const std::string text =
+                                what + " refused (HTTP " + std::to_string(status) +
+                                (status == 503 ? ": unavailable, the member has no leader or no quorum" : "") +
+                                "): " + etcd::errorMessage(error);
                             // Unavailable (a member without a leader, or shutting down): the
                             // next member may serve it, as a call goes on to it.
                             if (status == 503) throw NetworkError(text);
@@ -111,7 +113,7 @@ bool EtcdClient::watchStream(const std::string& key, const std::string& rangeEnd
                         });
       return !movedOn;
     } catch (const NetworkError& e) {
-      if (interrupted_) throw;
+      if (interrupted_) throw interruptedError(what);
       lastError = e.what();
     }
     // This member failed: resume on the next one from `next`.

@@ -189,3 +189,30 @@ TEST_CASE("etcd client: a CA file that cannot be loaded is refused naming etcd_c
   o.caFile = "/nonexistent/ca.pem";
   CHECK_THROWS_WITH(EtcdClient(o), Catch::Contains("etcd_cacert") && Catch::Contains("/nonexistent/ca.pem"));
 }
+
+TEST_CASE("etcd client: every member answering UNAVAILABLE (no leader) is a cluster without a quorum, "
+          "said in words", "[etcd]") {
+  // The gateway's answer for gRPC code 14; the message is not what the client goes by.
+  const std::string body = R"({"error":"something else","code":14,"message":"something else"})";
+  const std::string reply = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: " +
+                            std::to_string(body.size()) + "\r\n\r\n" + body;
+  FakeGateway first(reply), second(reply);
+  EtcdClientOptions options = quick(first);
+  options.endpoints = {first.endpoint(), second.endpoint(), "127.0.0.1:1"};  // the third refuses
+  options.callTimeout = 1s;
+  EtcdClient client(options);
+  CHECK_THROWS_WITH(client.range("a"), Catch::Contains("etcd has no quorum") &&
+                                           Catch::Contains("2 of 3 member(s) answered that they have no leader") &&
+                                           Catch::Contains("the others did not answer"));
+}
+
+TEST_CASE("etcd client: a call ended by interrupt() says why", "[etcd]") {
+  FakeGateway silent("");
+  EtcdClient client(quick(silent));
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(100ms);
+    client.interrupt("this agent lost its etcd lease: no member renewed it");
+  });
+  CHECK_THROWS_WITH(client.range("a"), Catch::Contains("interrupted: this agent lost its etcd lease"));
+  stopper.join();
+}

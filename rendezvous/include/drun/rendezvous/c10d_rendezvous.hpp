@@ -71,8 +71,8 @@ std::unique_ptr<Rendezvous> makeC10dRendezvous(const RendezvousOptions& options)
 // member reachable within the join timeout, at most 60 s), AuthError.
 std::unique_ptr<Rendezvous> makeEtcdRendezvous(const RendezvousOptions& options);
 // drun status on etcd: a store on the cluster `options` names (etcdEndpoints, auth, prefix;
-// readTimeout for each call and the connect) with a lease of its own and no will, and the run
-// ids that have a round key there.
+// readTimeout for each call) that reads only (no lease is granted, no will: it works while
+// etcd has a leader but no quorum to write), and the run ids that have a round key there.
 std::unique_ptr<LivenessStore> openEtcdStatusStore(const RendezvousOptions& options);
 std::vector<std::string> listEtcdJobs(const RendezvousOptions& options);
 

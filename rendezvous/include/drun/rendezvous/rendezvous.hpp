@@ -65,6 +65,9 @@ struct RendezvousOptions {
   std::string etcdPasswordFile;        // etcd_password_file: its first line (mode 600)
   std::string etcdCaFile;              // etcd_cacert: https, members verified against this CA
   std::string etcdPrefix = "/drun/";   // etcd_prefix: every key drun writes is under it
+  // etcd_history_ttl: an ended job's outcome and history stay in etcd this long after its last
+  // node left (on a lease of their own), then etcd removes them
+  milliseconds etcdHistoryTtl = 3600s;
 };
 
 // What one agent gets from a completed round.

@@ -62,6 +62,10 @@ struct EtcdClientOptions {
   // A member that answers nothing, TCP keep-alive probes included, for this long is taken for
   // dead (its connection fails: the call or watch fails over). EtcdSession sets its lease TTL.
   milliseconds silentPeerTimeout = 3s;
+  // Reads served by whichever member is asked, from what it holds (etcd's serializable range),
+  // with no leader required: they work while the cluster has no quorum, and may be a moment
+  // behind it. For reading only (drun status); writes still need a quorum.
+  bool readsFromAnyMember = false;
 };
 // Parses "h1:2379,h2,[::1]:2379" into endpoints. Throws InvalidArgument.
 std::vector<std::string> parseEtcdEndpoints(const std::string& list);
@@ -190,7 +194,8 @@ class EtcdClient {
                     const Deadline& deadline,
                     const std::function<bool(const std::vector<EtcdWatchEvent>&)>& onEvents);
 
-  void interrupt();
+  // Ends the call in progress and every later one (NetworkError "...: interrupted: <why>").
+  void interrupt(const std::string& why = {});
   // The member the last call went to, for messages.
   std::string endpointName() const;
   // The end of the range of every key that starts with `prefix`.
@@ -204,6 +209,7 @@ class EtcdClient {
                    const std::function<bool(const std::vector<EtcdWatchEvent>&)>& onEvents,
                    bool deletesOnly, bool fromNow);
   void authenticate(etcd::EtcdConnection& connection, const Deadline& deadline);
+  NetworkError interruptedError(const std::string& what) const;
 
   EtcdClientOptions options_;
   std::vector<std::unique_ptr<etcd::EtcdConnection>> connections_;
@@ -211,6 +217,8 @@ class EtcdClient {
   size_t current_ = 0;
   std::string token_;
   std::atomic<bool> interrupted_{false};
+  mutable std::mutex reasonMutex_;  // guards interruptReason_ (set while a call holds mutex_)
+  std::string interruptReason_;
 };
 
 }  // namespace drun::rdzv

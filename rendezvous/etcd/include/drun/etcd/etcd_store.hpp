@@ -39,8 +39,10 @@
 // store and the last owner let go of it.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -57,6 +59,10 @@ struct EtcdStoreOptions {
   std::string scope = "default";   // the run id: wills are watched per scope
   milliseconds leaseTtl = 5s;      // etcd raises it to its minimum (about 2 s); rounded up to seconds
   milliseconds connectTimeout = 10s;  // granting the lease, over every endpoint
+  // Reads only (drun status): no lease is granted and no keep-alive runs, and reads are served
+  // by any member (EtcdClientOptions::readsFromAnyMember), so reading needs no quorum; every
+  // write (set, add, append, a will, a batch...) is refused with InvalidArgument.
+  bool readOnly = false;
 };
 
 class EtcdSession;
@@ -116,6 +122,10 @@ class EtcdStore final : public LivenessStore {
   int64_t deletePrefix(const std::string& prefix) override;
   void interrupt() override;
   void runBatch(StoreBatch& batch) override;
+  // Every key under `prefix` rewritten as its value alone on a new lease of TTL `keep` (whole
+  // seconds, at least 1), which nobody renews: etcd removes them when it ends. Families written
+  // since the read are left as they are (a new start of the job). Throws as a write does.
+  void expireEndedJob(const std::string& prefix, milliseconds keep) override;
 
   EtcdSession& session() { return *session_; }
 
@@ -150,8 +160,19 @@ class EtcdStore final : public LivenessStore {
   // runBatch's single transaction; false (nothing written) when the batch does not fit one.
   bool runBatchAsOneTxn(StoreBatch& batch);
 
+  // The family a wait that timed out had followed, and the revision it knew it at: the next
+  // wait for the same key resumes there (awaitValue). Families of up to kLookFamilyLimit keys.
+  struct LastLook {
+    std::string key;
+    int64_t revision = 0;
+    std::map<std::string, EtcdKeyValue> family;
+  };
+  static constexpr size_t kLookFamilyLimit = 64;
+
   std::shared_ptr<EtcdSession> session_;
   std::unique_ptr<EtcdClient> client_;
+  std::mutex lookMutex_;
+  std::optional<LastLook> lastLook_;
   bool ownsWill_ = false;
   std::mutex tokensMutex_;
   std::vector<std::string> finishedTokens_;  // tokens of adds that answered: the next add removes them

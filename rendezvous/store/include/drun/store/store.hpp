@@ -86,6 +86,12 @@ class LivenessStore : public Store {
   // deletePrefix("rdzv/<run_id>/") so a long-lived daemon does not keep finished jobs' keys.
   virtual int64_t deletePrefix(const std::string& prefix) = 0;
 
+  // The job under `prefix` ended and its last node left, having removed all but what tells how
+  // it ended (its outcome, round and history: `drun status`): that stays for `keep`, then may go.
+  // Default: kept as long as the store is (an agent's store ends with it; drun-rendezvous bounds
+  // the history it keeps). EtcdStore binds it to a lease of that TTL.
+  virtual void expireEndedJob(const std::string& /*prefix*/, milliseconds /*keep*/) {}
+
   // Ends this client's connection now, from any thread: a call blocked in another thread returns
   // at once with NetworkError instead of at its deadline (a watcher being stopped does not hold a
   // connection for a whole watch). The will runs as on any close. Default: nothing to end.
