@@ -8,7 +8,7 @@
 #   scripts/sanitize.sh --build KIND [dir]    only configure and build the tree (at nice 19)
 #   scripts/sanitize.sh --test KIND [dir]     only run the tests of a tree --build made
 # The whole suite runs the two halves as two CTest entries (tests/CMakeLists.txt): the build
-# beside the other tests, filling the cores they leave idle, the tests alone.
+# beside the other tests, in the CPU time they leave, the tests with no other test beside them.
 # Any report fails the test that caused it: -fno-sanitize-recover=all aborts on the first one,
 # and the runtime options below make the sanitizers exit non-zero.
 #
