@@ -5,6 +5,10 @@
 #                                             needs no second pass (below)
 #   scripts/sanitize.sh thread  [build dir]   ThreadSanitizer: the store, agent and in-process
 #                                             comm tests
+#   scripts/sanitize.sh --build KIND [dir]    only configure and build the tree (at nice 19)
+#   scripts/sanitize.sh --test KIND [dir]     only run the tests of a tree --build made
+# The whole suite runs the two halves as two CTest entries (tests/CMakeLists.txt): the build
+# beside the other tests, in the CPU time they leave, the tests with no other test beside them.
 # Any report fails the test that caused it: -fno-sanitize-recover=all aborts on the first one,
 # and the runtime options below make the sanitizers exit non-zero.
 #
@@ -23,7 +27,14 @@
 # The agent spawns with fork() in these builds (agent/src/process_spawn.cpp says why).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-kind=${1:?usage: scripts/sanitize.sh address|thread [build dir]}
+usage="usage: scripts/sanitize.sh [--build|--test] address|thread [build dir]"
+phase=all
+case ${1:-} in
+  --build) phase=build; shift ;;
+  --test) phase=test; shift ;;
+  -*) echo "scripts/sanitize.sh: unknown option '$1'; $usage" >&2; exit 2 ;;
+esac
+kind=${1:?$usage}
 case $kind in
   address)
     sanitize=address,undefined
@@ -60,15 +71,27 @@ dir=${2:-build-$kind}
 # processes and sockets far more than they compute, so compile time matters more than speed
 # (-O0 compiles a test file faster than -O1 under ASan and than the main build's -O2 -g:
 # docs/benchmarks/build.md).
-cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=None -DCMAKE_CXX_FLAGS="-O0 -g1 $extra_flags" \
-  -DDRUN_SANITIZE="$sanitize" >/dev/null
 # Quiet build and test runs, their logs kept in $dir: what this prints is only the verdict and,
 # on failure, the failing tests' names and their reports first (CI shows the head of a failing
 # test's output; a build log in front would hide the report).
 build_log="$dir/sanitize-build.log"
-if ! nice cmake --build "$dir" --target "${targets[@]}" --parallel "$(nproc)" >"$build_log" 2>&1; then
-  tail -n 60 "$build_log"
-  echo "sanitize.sh: the $kind build failed (whole log: $build_log)" >&2
+if [[ $phase != test ]]; then
+  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=None -DCMAKE_CXX_FLAGS="-O0 -g1 $extra_flags" \
+    -DDRUN_SANITIZE="$sanitize" >/dev/null
+  # nice 19: in the whole suite this build runs beside the other tests, and takes only the CPU
+  # time they leave.
+  if ! nice -n 19 cmake --build "$dir" --target "${targets[@]}" --parallel "$(nproc)" \
+       >"$build_log" 2>&1; then
+    tail -n 60 "$build_log"
+    echo "sanitize.sh: the $kind build failed (whole log: $build_log)" >&2
+    exit 1
+  fi
+  if [[ $phase == build ]]; then
+    echo "sanitize.sh: $kind: built ${targets[*]} in $dir"
+    exit 0
+  fi
+elif [[ ! -f $dir/CTestTestfile.cmake ]]; then
+  echo "sanitize.sh: $dir holds no $kind tree: build it first (scripts/sanitize.sh --build $kind $dir)" >&2
   exit 1
 fi
 

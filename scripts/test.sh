@@ -32,7 +32,8 @@ fi
 # Two tests a core: the tests mostly wait (on processes, sockets, timeouts), so one a core leaves
 # the CPUs half idle (docs/benchmarks/build.md, "Two tests a core").
 # Timing bounds in tests are generous upper bounds for hangs, not measurements.
-ctest_args=(--test-dir build --output-on-failure --timeout 300 -j "$((2 * $(nproc)))")
+slots=$((2 * $(nproc)))
+ctest_args=(--test-dir build --output-on-failure --timeout 300)
 # The packages, then build/ configured for testing: line tables only (DRUN_DEBUG_INFO=lines, the
 # top CMakeLists.txt says what it keeps), as the sanitized trees are; DRUN_DEBUG_INFO=full keeps -g.
 DRUN_SKIP_BUILD=1 bash scripts/setup.sh --tests
@@ -42,7 +43,9 @@ if ((quick)); then
   cmake --build build --parallel "$(nproc)" --target "${quick_binaries[@]}"
   labels=$(IFS='|'; echo "${quick_binaries[*]}")
   left_out=$(IFS='|'; echo "${quick_left_out[*]}")
-  exec ctest "${ctest_args[@]}" -L "^($labels)\$" -E "$left_out" "$@"
+  exec ctest "${ctest_args[@]}" -j "$slots" -L "^($labels)\$" -E "$left_out" "$@"
 fi
 cmake --build build --parallel "$(nproc)"
-exec ctest "${ctest_args[@]}" "$@"
+# One slot more for the whole suite: the sanitized trees' builds run as entries beside the tests
+# (nice 19, one at a time: tests/CMakeLists.txt says why), and the tests keep their two a core.
+exec ctest "${ctest_args[@]}" -j "$((slots + 1))" "$@"
