@@ -148,11 +148,9 @@ dist.barrier()
 
 // A collective that fails (here: its timeout, rank 1 never comes) has its rank's record written,
 // by the recorder's own thread, while the failure goes on to the caller.
-TEST_CASE("flight recorder: a collective that times out writes its rank's record, the collective "
-          "marked failed", "[hangs][torch]") {
+TEST_CASE_METHOD(TorchJob, "flight recorder: a collective that times out writes its rank's record, the collective "
+                 "marked failed", "[hangs][torch]") {
   skipWithoutDrunTorch("the flight recorder on a failure");
-  MarkerScope marker;
-  TempDir dir;
   const char* program = R"(import datetime, json, os, time
 import torch, torch.distributed as dist
 import drun.torch
@@ -178,7 +176,7 @@ while time.time() < deadline:
     time.sleep(0.05)
 os._exit(0)
 )";
-  RunResult r = runTorchJob(marker, {dir.write("fails.py", program).string()}, {"DRUN_FLIGHT_RECORD_DIR=" + dir.path().string()});
+  RunResult r = launch({dir.write("fails.py", program).string()}, {"DRUN_FLIGHT_RECORD_DIR=" + dir.path().string()});
   INFO(r.describe());
   REQUIRE(!r.timedOut);
   CHECK(r.status() == 0);
