@@ -163,6 +163,7 @@ TEST_CASE("grow: a grown member lost leaves a place of its own, at its node rank
   CHECK(claimed[0].nodeRank == 2);
   CHECK(claimed[0].rankOffset == 2);
   CHECK(claimed[0].node == "hostC");
+  CHECK(claimed[0].numberedIn == 1);  // numbered in the grow's generation, as its offer said
   CHECK_FALSE(keys::isGrowPlace(claimed[0].lostId));
   CHECK(job.members[0]->claimLostMembers().empty());
 }
@@ -178,6 +179,7 @@ TEST_CASE("grow: after a shrink a node that comes back is announced (the job is 
   }
   std::vector<Vacancy> claimed = job.members[0]->claimLostMembers();
   REQUIRE(claimed.size() == 1);
+  CHECK(claimed[0].numberedIn == 0);  // a member of the decision: numbered as the roster is
   job.members[0]->postVacancy(claimed[0], 1, 1);
   CHECK(job.members[0]->withdrawVacancy(claimed[0]));
   job.members[0]->dropMembers(1);
