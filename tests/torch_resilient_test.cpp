@@ -253,18 +253,17 @@ TEST_CASE("drun.torch.resilient on gloo and on the drun backend: a node SIGKILLe
   for (const auto& l : finals) CHECK(l.fields.at("step") == "150");
 }
 
+namespace {
+
 // The same job, host 1's drun started again after the shrink: it is taken in at a commit (a
 // grow), host 0's ranks keep their processes and ranks in the world of 4 again (on_resize told),
 // the newcomer's ranks 2 and 3 receive the committed state, and every rank ends equal.
-TEST_CASE("drun.torch.resilient on gloo: a node SIGKILLed, the survivors shrink in place, the node's agent "
-          "started again is taken in at a commit, equal parameters after", "[torch][multinode]") {
-  skipWithoutDrunTorch("elastic in place on gloo");
-  skipWithoutNetns("elastic in place on gloo");
+void shrinkThenGrow(const std::string& backend) {
   // recovery_timeout: the newcomer's workers start (import torch, on a busy machine) within it.
   TwoHosts job({"--nproc-per-node", "2", "--recovery", "in-process", "--max-restarts", "1", "--rdzv-conf",
                 "recovery_timeout=15,last_call_timeout=1"},
                {"python3", torchProgram("resilient_train.py").string()},
-               {drunPythonPath(), "TRAIN_BACKEND=gloo", "TRAIN_STEPS=900", "TRAIN_STEP_MS=40"});
+               {drunPythonPath(), "TRAIN_BACKEND=" + backend, "TRAIN_STEPS=900", "TRAIN_STEP_MS=40"});
   job.args[1] = "1:2";  // --nnodes
   Process host0(job.on(0));
   auto host1 = std::make_unique<Process>(job.on(1));
@@ -298,4 +297,23 @@ TEST_CASE("drun.torch.resilient on gloo: a node SIGKILLed, the survivors shrink 
     }
   REQUIRE(sums.size() == 4);
   for (const std::string& s : sums) CHECK(s == sums[0]);
+}
+
+}  // namespace
+
+TEST_CASE("drun.torch.resilient on gloo: a node SIGKILLed, the survivors shrink in place, the node's agent "
+          "started again is taken in at a commit, equal parameters after", "[torch][multinode]") {
+  skipWithoutDrunTorch("elastic in place on gloo");
+  skipWithoutNetns("elastic in place on gloo");
+  shrinkThenGrow("gloo");
+}
+
+// On the drun backend the survivors' communicator reforms in place twice (smaller, then larger)
+// and is handed to a default group of the new size each time; the newcomer's ranks form the
+// grow's generation with them.
+TEST_CASE("drun.torch.resilient on the drun backend: a node SIGKILLed, the survivors shrink in place, the node's "
+          "agent started again is taken in at a commit, equal parameters after", "[torch][multinode]") {
+  skipWithoutDrunTorch("elastic in place on the drun backend");
+  skipWithoutNetns("elastic in place on the drun backend");
+  shrinkThenGrow("drun");
 }

@@ -419,18 +419,18 @@ void ElasticAgent::Impl::exitSignalledWhileJoining(const Input& in) {
   console.say("drun: received {}; leaving the job\n", signalName(in.signal));
   exitCode = 128 + in.signal;
   noteSignalledEnd();
-  leaveAndStop(false, /*joinInFlight=*/true);
+  leaveAndStop(false);
 }
 
 // Leaves the job off the loop (clean: it ended for everyone; else as a lost node, so the
 // others re-form), then ends the loop. The leave is queued behind the rendezvous call in
 // flight (a failure report, finish()): leave() always follows finish(), so the store's host
 // runs its exit barrier even when the job's Succeeded event overtook its own finish(). Only a
-// join in flight is not waited for: the loop ends at once, and run() returns with the join left
-// running (Impl::leftRunning); the process's exit closes its connection, whose will tells the
-// others.
-void ElasticAgent::Impl::leaveAndStop(bool clean, bool joinInFlight) {
-  if (joinInFlight || joinsInFlight > 0) {
+// join in flight (joinsInFlight: every rule into Rendezvous posts one) is not waited for: the
+// loop ends at once, and run() returns with the join left running (Impl::leftRunning); the
+// process's exit closes its connection, whose will tells the others.
+void ElasticAgent::Impl::leaveAndStop(bool clean) {
+  if (joinsInFlight > 0) {
     io.stop();
     return;
   }

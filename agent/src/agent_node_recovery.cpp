@@ -42,6 +42,32 @@ std::string describePlaces(const std::vector<rdzv::Vacancy>& places) {
   return out;
 }
 
+// The places as the job numbers them now: the shrinks and grows since each was numbered
+// (Vacancy::numberedIn) renumber its node rank and ranks. A place one of them dropped was claimed
+// before (its member lost then): it is not the job's any more and is left out.
+std::vector<rdzv::Vacancy> numberedNow(rdzv::LivenessStore& store, const std::string& prefix,
+                                       std::vector<rdzv::Vacancy> places) {
+  if (places.empty()) return places;
+  uint64_t oldest = places.front().numberedIn;
+  for (const rdzv::Vacancy& v : places) oldest = std::min(oldest, v.numberedIn);
+  const std::map<uint64_t, rdzv::recovery::World> worlds = detail::readWorldsAfter(store, prefix, oldest);
+  std::vector<rdzv::Vacancy> now;
+  for (rdzv::Vacancy& v : places) {
+    std::vector<rdzv::recovery::World> since;
+    for (auto at = worlds.upper_bound(v.numberedIn); at != worlds.end(); ++at) since.push_back(at->second);
+    const auto place = rdzv::recovery::renumberPlace({v.nodeRank, v.rankOffset}, since);
+    if (!place) {
+      spdlog::warn("agent: the lost {}'s place (node rank {}) is not in the job's world any more", v.node, v.nodeRank);
+      continue;
+    }
+    v.nodeRank = place->nodeRank;
+    v.rankOffset = place->rankOffset;
+    v.numberedIn = worlds.empty() ? v.numberedIn : std::max(v.numberedIn, worlds.rbegin()->first);
+    now.push_back(std::move(v));
+  }
+  return now;
+}
+
 // What claiming the loss came to, off the loop.
 struct LossClaim {
   std::vector<rdzv::Vacancy> places;  // claimed here (empty: another node handles the loss)
@@ -122,7 +148,12 @@ void ElasticAgent::Impl::claimLostNode(const Input& in) {
   offLoopCall(
       [this, prefix] {
         LossClaim claim;
-        claim.places = rendezvous->claimLostMembers();
+        try {
+          claim.places = numberedNow(recoveryStore(), prefix, rendezvous->claimLostMembers());
+        } catch (...) {
+          recoveryConnection.reset();
+          throw;
+        }
         if (claim.places.empty()) return claim;
         std::vector<LostWorker> lost;
         for (const rdzv::Vacancy& v : claim.places)

@@ -359,7 +359,12 @@ void ElasticAgent::Impl::recoveryFormed(const Input& in) {
   else
     console.say("drun: generation {} formed {} ms after rank(s) {} failed; the workers go on\n", in.generation, ms,
                 rankList(formed.lost));
-  if (offered && offered->grow && offered->generation == in.generation) endGrowth(offered->places.front());
+  // The grow this node claimed is decided once its generation or a newer one (a death while it
+  // formed supersedes it, and forms with the grown world) formed: the next grow can be claimed.
+  if (offered && offered->grow && offered->generation <= in.generation) {
+    endGrowth(offered->places.front());
+    offered.reset();
+  }
   recoveryTimer.cancel();
   opened.reset();
   lossOpen = false;

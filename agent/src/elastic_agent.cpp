@@ -204,17 +204,14 @@ void ElasticAgent::Impl::internalError(const std::string& what) {
     io.stop();
     return;
   }
-  // In Rendezvous the join is the call in flight (RoundFormed's action runs in Running).
-  const bool joinInFlight = state == AgentState::Rendezvous;
   transition(AgentState::Failed, std::string(toString(Event::InternalError)) + ": " + what);
   exitCode = 1;
   if (hangMonitor) hangMonitor->stop();
   stopStandbys();
   if (group && group->running() > 0)
-    group->stop(SIGKILL, std::chrono::milliseconds(0),
-                [this, joinInFlight] { leaveAndStop(false, joinInFlight); });
+    group->stop(SIGKILL, std::chrono::milliseconds(0), [this] { leaveAndStop(false); });
   else
-    leaveAndStop(false, joinInFlight);
+    leaveAndStop(false);
 }
 
 void ElasticAgent::Impl::onLoop(std::function<void()> f) {

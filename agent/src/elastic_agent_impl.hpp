@@ -224,7 +224,7 @@ struct ElasticAgent::Impl {
   void stopCancelled(const Input& in);
   void noteCancelBy(int signal);  // a signal to drun: who was signalled, when it is a cancel
   void noteSignalledEnd();        // job_cancelled or job_failed, with the console's line
-  void leaveAndStop(bool clean, bool joinInFlight = false);
+  void leaveAndStop(bool clean);
 
   // ---- in-process recovery (agent_recovery.cpp) -------------------------------------------
   Event recoveryEventFor(const WorkerExit& exit, Input& in);  // WorkerFailed unless in-process

@@ -118,6 +118,21 @@ Generation readGeneration(rdzv::LivenessStore& store, const std::string& prefix,
   return out;
 }
 
+std::map<uint64_t, rdzv::recovery::World> readWorldsAfter(rdzv::LivenessStore& store, const std::string& prefix,
+                                                          uint64_t after) {
+  const uint64_t current = keys::parseGeneration(store.tryGet(keys::generation(prefix)));
+  std::map<uint64_t, rdzv::recovery::World> worlds;
+  for (uint64_t first = after + 1; first <= current; first += StoreBatch::kMaxOps) {
+    StoreBatch batch;
+    const uint64_t last = std::min(current, first + StoreBatch::kMaxOps - 1);
+    for (uint64_t g = first; g <= last; ++g) batch.tryGet(keys::world(prefix, g));
+    store.runBatch(batch);
+    for (uint64_t g = first; g <= last; ++g)
+      if (auto w = batch.value(g - first)) worlds.emplace(g, keys::parseWorld(*w));
+  }
+  return worlds;
+}
+
 std::string fallbackReason(rdzv::LivenessStore& store, const std::string& prefix, uint64_t g, int worldSize,
                            const std::vector<int>& replaced) {
   std::vector<int> missing;

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <chrono>
+#include <map>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -53,6 +54,11 @@ uint64_t openGeneration(rdzv::LivenessStore& store, const std::string& prefix, c
 
 // Reads generation g's lost ranks, restart count and world (written before g began).
 Generation readGeneration(rdzv::LivenessStore& store, const std::string& prefix, uint64_t g);
+
+// The world records of the generations after `after` up to the current one, by generation (a
+// generation without one kept the world as it was).
+std::map<uint64_t, rdzv::recovery::World> readWorldsAfter(rdzv::LivenessStore& store, const std::string& prefix,
+                                                          uint64_t after);
 
 // Why generation g has not formed, from who joined it: "the survivors never joined the
 // recovery" when no rank but the replacements did, else "rank 3 never joined" / "ranks 1, 2

@@ -6,7 +6,7 @@
 //                           the one decision)
 //   job_ledger.cpp          the job's counters of a closed round: members gone, lost, survivors
 //   exit_barrier.cpp        the node's presence in the job, the exit barrier, an ended job's reset
-//   reconnector.cpp         connecting again after losing the store
+//   store_rejoin.cpp        after losing the store: connecting again, refilling a fresh one
 //   membership_watcher.cpp  events of a running round;  round_planner.cpp  pure planning
 //   c10d_factory.cpp        the embed-the-server policy
 // next() = make sure the job has not ended (ExitBarrier::enter), check --nnodes against the job's
@@ -18,8 +18,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
-#include <mutex>
 #include <optional>
 #include <utility>
 
@@ -33,10 +31,9 @@
 #include "drun/store/store_server.hpp"
 #include "exit_barrier.hpp"
 #include "membership_watcher.hpp"
-#include "reconnector.hpp"
 #include "round_closer.hpp"
 #include "round_join.hpp"
-#include "store_refill.hpp"
+#include "store_rejoin.hpp"
 #include "vacancy_board.hpp"
 
 namespace drun::rdzv {
@@ -86,7 +83,7 @@ class C10dRendezvous final : public Rendezvous {
     self.previousRank = lastRound_ ? std::optional<int>(lastNodeRank_) : std::nullopt;
 
     for (int attempt = 0;; ++attempt) {
-      if (storeLost_ && !reconnectAttempt(attempt)) continue;
+      if (rejoin_.lost() && !rejoin_.attempt(attempt, [this] { reconnectStore(); }, id())) continue;
       // A fresh MASTER_PORT every round: ranks of an old round, fenced off or not yet stopped, can
       // never reach the new round's store. Held while the round forms, released once it has.
       // Drawn again for every attempt: a join retried after a lost connection can land in the
@@ -105,7 +102,7 @@ class C10dRendezvous final : public Rendezvous {
         // and join afresh, within the same deadline.
         if (!connect_ || server_ || attempt >= 3) throw;
         spdlog::info("rendezvous '{}': {}; reconnecting", id(), e.what());
-        markStoreLost();
+        rejoin_.markLost();
       }
     }
   }
@@ -124,10 +121,7 @@ class C10dRendezvous final : public Rendezvous {
     } catch (const ProtocolError& e) {
       spdlog::warn("rendezvous '{}': {}; reporting this node's failure instead", id(), e.what());
     }
-    {
-      std::lock_guard lock(lostMutex_);
-      failedRound_ = r;
-    }
+    rejoin_.noteFailed(r);
     wakeWatchers(*store_, id(), r);  // they read the record itself
     if (cause.final) barrier_.publishOutcome(*store_, r, cause);
     return cause;
@@ -149,7 +143,7 @@ class C10dRendezvous final : public Rendezvous {
     stopWatcher();
     bool left = false;
     try {
-      if (storeLost_) throw NetworkError("the store connection was lost");
+      if (rejoin_.lost()) throw NetworkError("the store connection was lost");
       barrier_.leave(*store_, lastRound_, lastNodeCount_, server_.get());
       left = true;
     } catch (const std::exception& e) {
@@ -164,11 +158,11 @@ class C10dRendezvous final : public Rendezvous {
   }
 
   bool reconnectAfterLoss() override {
-    if (!storeLost_) return false;
+    if (!rejoin_.lost()) return false;
     stopWatcher();
-    for (int attempt = 0; !reconnectAttempt(attempt); ++attempt) {
+    for (int attempt = 0; !rejoin_.attempt(attempt, [this] { reconnectStore(); }, id()); ++attempt) {
     }
-    return refillRound_.has_value();
+    return rejoin_.refilled();
   }
 
   void abandon() override {
@@ -255,11 +249,8 @@ class C10dRendezvous final : public Rendezvous {
   void onJobEvent(std::function<void(const JobEvent&)> callback) override {
     std::lock_guard lock(slot_->mutex);
     slot_->callback = [this, callback = std::move(callback)](const JobEvent& event) {
-      if (event.kind == JobEvent::Kind::StoreLost) markStoreLost();
-      if (event.kind == JobEvent::Kind::Failed) {
-        std::lock_guard lock(lostMutex_);
-        failedRound_ = event.round;
-      }
+      if (event.kind == JobEvent::Kind::StoreLost) rejoin_.markLost();
+      if (event.kind == JobEvent::Kind::Failed) rejoin_.noteFailed(event.round);
       if (callback) callback(event);
     };
   }
@@ -382,8 +373,7 @@ class C10dRendezvous final : public Rendezvous {
   }
 
   RoundResult joinFrom(Start start, Deadline& deadline, Clock::time_point started) {
-    uint64_t round = refillRound_.value_or(start.round);
-    refillRound_.reset();
+    uint64_t round = rejoin_.takeRefillRound().value_or(start.round);
     Announcement announce = std::move(start.announce);
     // Arrived while the job runs (announced, or a spare: the previous round closed).
     bool forRunningJob = !lastRound_ && round > 0;
@@ -398,7 +388,7 @@ class C10dRendezvous final : public Rendezvous {
         continue;
       }
       if (seat) {
-        seat->result.continuesPrevious = carriesOn(*seat);
+        seat->result.continuesPrevious = rejoin_.carriesOn(*seat);
         const RoundResult& result = seat->result;
         if (seat->memberId) {  // a spare that took a lost member's place in the running round
           node_.self.id = *seat->memberId;
@@ -428,54 +418,16 @@ class C10dRendezvous final : public Rendezvous {
     }
   }
 
-  void markStoreLost() {
-    std::lock_guard lock(lostMutex_);
-    if (!storeLost_) lostAt_ = Clock::now();
-    storeLost_ = true;
-  }
-
-  // One attempt of `attempt` to reconnect the lost store (throws when it stays gone past
-  // reconnect_timeout). False when it came back but a call after it (the refill's) broke: one
-  // more attempt, as a join that broke.
-  bool reconnectAttempt(int attempt) {
-    try {
-      reconnectStore();
-      return true;
-    } catch (const NetworkError& e) {
-      if (storeLost_ || attempt >= 3) throw;  // still lost (the store stayed gone): the answer
-      spdlog::info("rendezvous '{}': {}; reconnecting", id(), e.what());
-      markStoreLost();
-      return false;
-    }
-  }
-
   void reconnectStore() {
     if (server_) throw NetworkError("rendezvous '" + id() + "': lost the store at " + node_.endpoint);
     store_.reset();
-    Clock::time_point lostAt;
-    std::optional<uint64_t> failedRound;
-    {
-      std::lock_guard lock(lostMutex_);
-      lostAt = lostAt_;
-      failedRound = failedRound_;
-    }
-    store_ = reconnect(connect_, node_, lostAt);
-    storeLost_ = false;
+    store_ = rejoin_.reconnect(connect_, node_);
     barrier_.forget();  // its will counted it out of the job (or the store forgot the job)
     configChecked_ = false;
-    // A store that restarted empty: the survivors carry the job on (store_refill.hpp), this node
-    // as a member of its last round, keeping its rank where it can.
-    if (lastRound_) {
-      const Refill carried{*lastRound_ + 1,
-                           restartCount_ + (failedRound == lastRound_ ? 1 : 0)};
-      if ((refillRound_ = refillStore(*store_, id(), carried))) {
-        carried_ = CarriedRound{lastRosterDigest_, lastNodeRank_, lastNodeCount_, lastWorldSize_, restartCount_};
-        spdlog::info("rendezvous '{}': re-forming the job in round {} of the restarted store "
-                     "(restart count {} or more)", id(), *refillRound_, carried.restarts);
-        return;
-      }
-    }
-    carried_.reset();
+    // A store that restarted empty: this node carries its last round on (StoreRejoin::refill).
+    const RanRound ran{lastRound_.value_or(0), restartCount_, lastNodeRank_, lastNodeCount_, lastWorldSize_,
+                       lastRosterDigest_};
+    if (lastRound_ && rejoin_.refill(*store_, id(), ran)) return;
     lastRound_.reset();  // the old round counted this node gone: it comes back as a newcomer
     // A newcomer under a new id: the old connection's will marked the old id dead in the round
     // it was joining, and a closer strikes every registration of a dead id (a node joining that
@@ -486,13 +438,6 @@ class C10dRendezvous final : public Rendezvous {
     node_.self.rejoining = false;
     node_.self.previousRank.reset();
     node_.descriptorLine = keys::encodeDescriptor(node_.self);
-  }
-
-  // Whether the round this node just took carries on the one it ran before the store restarted
-  // (RoundResult::continuesPrevious). Consumed: a later round is compared with nothing.
-  bool carriesOn(const Seat& seat) {
-    std::optional<CarriedRound> before = std::exchange(carried_, std::nullopt);
-    return before && !seat.memberId && before->carriesOn(seat.result, seat.rosterDigest);
   }
 
   void startWatcher(const Seat& seat) {
@@ -513,7 +458,7 @@ class C10dRendezvous final : public Rendezvous {
       // connection closes so that its will runs (lost: the others re-form without it, where a
       // clean leave() would have them wait for it to finish), and it joins again as a newcomer.
       store_.reset();
-      markStoreLost();
+      rejoin_.markLost();
       throw NetworkError("the membership watcher could not connect: " + std::string(e.what()));
     }
   }
@@ -530,18 +475,13 @@ class C10dRendezvous final : public Rendezvous {
   ExitBarrier barrier_;
   std::unique_ptr<MembershipWatcher> watcher_;
   PortReservation reservation_;
+  StoreRejoin rejoin_;  // losing the store, and coming back
   std::optional<uint64_t> lastRound_;
-  std::optional<uint64_t> failedRound_;  // the last round this node saw fail (reported or told)
-  std::optional<uint64_t> refillRound_;  // the round to re-form in a refilled store
-  std::mutex lostMutex_;                 // lostAt_, failedRound_: set by the watcher's thread too
-  Clock::time_point lostAt_;
   int restartCount_ = 0;
   int64_t lastNodeCount_ = 0;
   int lastNodeRank_ = 0;
   int lastWorldSize_ = 0;
   uint64_t lastRosterDigest_ = 0;  // 0: not known (a place taken from a spare's wait)
-  std::optional<CarriedRound> carried_;  // the round this node ran when it refilled the store
-  std::atomic<bool> storeLost_{false};
   bool left_ = false;
   bool configChecked_ = false;
 };

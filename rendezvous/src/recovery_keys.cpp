@@ -79,6 +79,14 @@ int indexOf(const std::vector<int>& list, int value) {
 int World::renumber(int previous) const { return indexOf(ranks, previous); }
 int World::renumberNode(int previous) const { return indexOf(nodeRanks, previous); }
 
+std::optional<Place> renumberPlace(Place place, const std::vector<World>& worldsAfter) {
+  for (const World& w : worldsAfter) {
+    place = {w.renumberNode(place.nodeRank), w.renumber(place.rankOffset)};
+    if (place.nodeRank < 0 || place.rankOffset < 0) return std::nullopt;
+  }
+  return place;
+}
+
 std::string encodeWorld(const World& w) {
   std::string out = encodeRanks(w.ranks) + "\t" + encodeRanks(w.nodeRanks);
   if (w.grows()) out += "\t" + std::to_string(w.addedRanks) + "\t" + std::to_string(w.addedNodes);

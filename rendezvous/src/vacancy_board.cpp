@@ -85,6 +85,7 @@ struct Member {
   int nodeRank = 0;
   int rankOffset = 0;
   int localWorldSize = 1;
+  uint64_t numberedIn = 0;  // the generation of the numbering (Vacancy::numberedIn)
 };
 
 // The round's members now: the decision's roster, each place a spare took held by that spare,
@@ -113,7 +114,8 @@ std::vector<Member> currentMembers(LivenessStore& store, const std::string& runI
     const std::string name =
         text::printable(p.taker->substr(std::min(p.taker->size(), id.size() + 1)), {.maxBytes = 256});
     if (keys::isGrowPlace(p.lostId)) {
-      members.push_back({id, name, p.offer->nodeRank, p.offer->rankOffset, p.offer->localWorldSize});
+      members.push_back({id, name, p.offer->nodeRank, p.offer->rankOffset, p.offer->localWorldSize,
+                         p.offer->generation});
       continue;
     }
     auto held = std::find_if(members.begin(), members.end(), [&](const Member& m) { return m.id == p.lostId; });
@@ -172,7 +174,7 @@ std::vector<Vacancy> claimLostMembers(LivenessStore& store, const std::string& r
       const size_t at = 2 * (i - first);
       if (m.id == me || !look.value(at) || look.value(at + 1)) continue;
       if (store.compareSet(keys::vacancyClaim(runId, round, m.id), "", me) != me) continue;  // another's
-      claimed.push_back({round, m.id, m.name, m.nodeRank, m.rankOffset, m.localWorldSize});
+      claimed.push_back({round, m.id, m.name, m.nodeRank, m.rankOffset, m.localWorldSize, m.numberedIn});
     }
   }
   return claimed;

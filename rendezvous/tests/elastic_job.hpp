@@ -44,13 +44,14 @@ struct ElasticJob {
     lost.get();
   }
   // Member i dies; `claimer` claims its place, offers it (generation 1) and withdraws it (no spare
-  // took it).
-  void loseAndWithdraw(size_t i, size_t claimer) {
+  // took it). Returns the place as claimed.
+  Vacancy loseAndWithdraw(size_t i, size_t claimer) {
     lose(i, claimer);
     std::vector<Vacancy> claimed = members[claimer]->claimLostMembers();
     REQUIRE(claimed.size() == 1);
     members[claimer]->postVacancy(claimed[0], 1, 1);
     CHECK(members[claimer]->withdrawVacancy(claimed[0]));
+    return claimed[0];
   }
   // Blocks until `n` nodes joined round 1 (spares waiting there).
   void awaitWaiting(int64_t n) { awaitArrivals(cluster.store(), "job", 1, n); }

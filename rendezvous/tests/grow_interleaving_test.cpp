@@ -1,11 +1,12 @@
 // A grow in place (docs/recovery.md "Elastic in place") with a death at each point of its store
 // steps, over MemoryStore through HookStore (docs/interleavings.md): the newcomer dying at each
-// point of taking the grow's place, the claimer dying at each point of claiming and posting it.
-// Whatever the point: the place ends taken by the newcomer as a member (counted in `grown`, its
+// point of taking the grow's place, the claimer dying at each point of claiming and posting it,
+// another survivor dying at each point of the claim, the post and the take. Whatever the point: the place ends taken by the newcomer as a member (counted in `grown`, its
 // loss told to the survivors and offered again at its node rank), taken by nobody (withdrawn,
 // nothing counted), or won by a newcomer that never became a member (the withdraw fails: the
 // grow's generation falls back at its deadline); a grow claimed by a dead claimer is never
-// claimed twice; and the survivors re-form afterwards with `present` back to 0.
+// claimed twice; a dead survivor's place is claimed by exactly one node; and the survivors
+// re-form afterwards (one round, distinct node ranks) with `present` back to 0.
 #include <catch2/catch.hpp>
 
 #include <atomic>
@@ -184,6 +185,88 @@ bool growClaimerDiesAt(int point) {
   return true;
 }
 
+struct SurvivorPoint {
+  bool killed = false;      // hostB died at the point (else: the grow ended before it)
+  bool newcomerTold = false;  // hostC's watcher reported hostB's loss (it died after the take)
+};
+
+// hostA and hostB run (1:3), hostC waits in round 1; hostA claims a grow and posts it, hostC takes
+// it, and hostB (a survivor that claimed nothing) dies at the `point`-th store operation of the
+// claim, the post and the take (counted across hostA's and hostC's calls).
+SurvivorPoint survivorDiesAt(int point) {
+  auto shared = MemoryStore::makeShared();
+  MemoryStore observer(shared);
+  std::atomic<int> counted{-1};
+  std::atomic<bool> killed{false};
+  std::string killedAt;
+  HookedAgent b;
+  auto count = [&](const StoreOp& op) {
+    if (counted.load() < 0 || counted.fetch_add(1) != point || killed.exchange(true)) return;
+    killedAt = op.describe();
+    b.link->dropAll(true);
+  };
+  HookedAgent a = growingAgent(shared, "hostA", [&](const StoreOp& op) {
+    if (op.call == "claim") count(op);
+  }, 1, 3);
+  b = growingAgent(shared, "hostB", nullptr, 1, 3);
+  auto fa = startNext(*a.rendezvous);
+  auto fb = startNext(*b.rendezvous);
+  REQUIRE(getWithin(fa).nodeCount == 2);
+  REQUIRE(getWithin(fb).nodeCount == 2);
+  HookedAgent c = growingAgent(shared, "hostC", [&](const StoreOp& op) {
+    if (op.call == "join" && observer.check({keys::vacancies("grow", 0)})) count(op);
+  }, 1, 3);
+  FirstChange lostByC(*c.rendezvous, "member lost");
+  auto fc = std::async(std::launch::async, [&] {
+    c.link->beginCall("join");
+    RoundResult took = c.rendezvous->next();
+    c.link->endCall();
+    return took;
+  });
+  awaitArrivals(observer, "grow", 1, 1);
+  FirstChange lostByA(*a.rendezvous, "member lost");
+  counted = 0;
+  a.link->beginCall("claim");
+  std::optional<Vacancy> place = a.rendezvous->claimGrowth(2, 2);
+  REQUIRE(place.has_value());
+  a.rendezvous->postVacancy(*place, 1, 0);
+  a.link->endCall();
+  // The newcomer takes the place whatever happened to hostB: a member of round 0 at node rank 2.
+  const RoundResult took = getWithin(fc);
+  CHECK(took.round == 0);
+  CHECK(took.nodeRank == 2);
+  CHECK(took.worldSize == 3);
+  CHECK(growCounter(observer, keys::grown("grow", 0)) == 1);
+  CHECK_FALSE(a.rendezvous->withdrawVacancy(*place));
+  a.rendezvous->endGrowth(*place);
+  CHECK(growCounter(observer, keys::grows("grow", 0)) == 1);
+  SurvivorPoint outcome;
+  outcome.killed = killed.load();
+  INFO("point " << point << " (" << killedAt << ")");
+  if (!outcome.killed) b.link->dropAll(true);  // past the take: hostB dies with the grow decided
+  CHECK_THAT(lostByA.get(), Catch::Contains("hostB"));
+  // hostC is told of the loss unless it took the place after it (then it is not news to it).
+  outcome.newcomerTold = lostByC.reportedWithin(500ms);
+  // hostB's place is claimed by exactly one survivor, with hostB's numbering (node rank 1, rank 1).
+  std::vector<Vacancy> byA = a.rendezvous->claimLostMembers();
+  std::vector<Vacancy> byC = c.rendezvous->claimLostMembers();
+  REQUIRE(byA.size() + byC.size() == 1);
+  const Vacancy& lost = byA.empty() ? byC.front() : byA.front();
+  CHECK(lost.nodeRank == 1);
+  CHECK(lost.rankOffset == 1);
+  // The survivors re-form (a second loss while the grow's generation forms): one round of two.
+  auto nextA = startNext(*a.rendezvous);
+  auto nextC = startNext(*c.rendezvous);
+  const RoundResult ra = getWithin(nextA), rc = getWithin(nextC);
+  checkRound({ra, rc}, {1, 1});
+  CHECK(ra.round == 1);
+  a.rendezvous->leave();
+  c.rendezvous->leave();
+  b.rendezvous.reset();
+  CHECK(growCounter(observer, keys::present("grow")) == 0);
+  return outcome;
+}
+
 }  // namespace
 
 TEST_CASE("grow interleavings: the newcomer dies at each point of taking a grow's place",
@@ -205,4 +288,17 @@ TEST_CASE("grow interleavings: the claimer dies at each point of claiming and po
   int points = 0;
   for (int point = 0; point < 40 && growClaimerDiesAt(point); ++point) ++points;
   CHECK(points >= 4);  // the look, the waiting nodes' flags, the claim, the offer
+}
+
+TEST_CASE("grow interleavings: another survivor dies at each point of a grow",
+          "[rendezvous][vacancy][grow][v2]") {
+  int points = 0, told = 0;
+  for (int point = 0; point < 40; ++point) {
+    const SurvivorPoint outcome = survivorDiesAt(point);
+    if (!outcome.killed) break;
+    ++points;
+    if (outcome.newcomerTold) ++told;
+  }
+  CHECK(points >= 6);  // the claim's look and compare_set, the post, the take's reads and batch
+  CHECK(told < points);  // a loss before the take is not news to the newcomer
 }

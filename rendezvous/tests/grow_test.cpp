@@ -135,6 +135,7 @@ TEST_CASE("grow: a grown member lost leaves a place of its own, at its node rank
   CHECK(claimed[0].nodeRank == 2);
   CHECK(claimed[0].rankOffset == 2);
   CHECK(claimed[0].node == "hostC");
+  CHECK(claimed[0].numberedIn == 1);  // numbered in the grow's generation, as its offer said
   CHECK_FALSE(keys::isGrowPlace(claimed[0].lostId));
   CHECK(job.members[0]->claimLostMembers().empty());
 }
@@ -143,7 +144,8 @@ TEST_CASE("grow: after a shrink a node that comes back is announced (the job is 
           "back, and the exit barrier counts the dropped member and the grown one",
           "[rendezvous][vacancy][grow]") {
   ElasticJob job(3, 3);
-  job.loseAndWithdraw(2, 0);
+  const Vacancy claimed = job.loseAndWithdraw(2, 0);
+  CHECK(claimed.numberedIn == 0);  // a member of the decision: numbered as the roster is
   job.members[0]->dropMembers(1);
   // hostC comes back as a newcomer: 3 - 1 nodes run, below MAX: it is announced, not a spare.
   auto c = job.newcomer("hostC");

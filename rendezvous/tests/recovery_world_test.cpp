@@ -48,3 +48,25 @@ TEST_CASE("recovery world: a record drun did not write is refused, naming it", "
   }
   CHECK_THROWS_WITH(parseWorld("0,x\t0"), Catch::Contains("0,x"));
 }
+
+TEST_CASE("recovery world: a node's place numbered in one generation is renumbered through the worlds after it",
+          "[rendezvous][recovery]") {
+  // Three nodes of two ranks; generation 1 shrinks without node 1, generation 2 grows by a node.
+  const World shrink = parseWorld("0,1,4,5\t0,2");
+  const World grow = parseWorld("0,1,2,3\t0,1\t2\t1");
+  // Node 2 (ranks 4, 5 in the roster) is node 1 with ranks from 2 after the shrink, and stays so.
+  auto place = renumberPlace({2, 4}, {shrink});
+  REQUIRE(place.has_value());
+  CHECK(place->nodeRank == 1);
+  CHECK(place->rankOffset == 2);
+  place = renumberPlace({2, 4}, {shrink, grow});
+  REQUIRE(place.has_value());
+  CHECK(place->nodeRank == 1);
+  CHECK(place->rankOffset == 2);
+  // The node the grow added, numbered in the grow's generation, is where it was put.
+  place = renumberPlace({2, 4}, {});
+  REQUIRE(place.has_value());
+  CHECK(place->nodeRank == 2);
+  CHECK(place->rankOffset == 4);
+  CHECK_FALSE(renumberPlace({1, 2}, {shrink, grow}).has_value());  // the shrink dropped node 1
+}

@@ -69,6 +69,14 @@ struct World {
   bool grows() const { return addedRanks > 0; }
 };
 std::string encodeWorld(const World& world);
+// A node's place numbered in one generation, renumbered through the worlds of the generations
+// after it, in their order: nullopt when one of them dropped it. A node's ranks are contiguous
+// and a world keeps their order, so its first rank carries the others.
+struct Place {
+  int nodeRank = 0;
+  int rankOffset = 0;
+};
+std::optional<Place> renumberPlace(Place place, const std::vector<World>& worldsAfter);
 // Throws ProtocolError for anything but two non-empty lists of distinct ranks, optionally
 // followed by two positive counts (a grow's).
 World parseWorld(std::string_view value);

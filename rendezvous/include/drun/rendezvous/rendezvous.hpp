@@ -108,6 +108,10 @@ struct Vacancy {
   int nodeRank = 0;
   int rankOffset = 0;
   int localWorldSize = 1;
+  // The recovery generation nodeRank and rankOffset are numbered in: 0, the round's decision (a
+  // place a spare took keeps its lost member's), or the grow's that added the place. Shrinks and
+  // grows since renumber it (drun/rendezvous/recovery_keys.hpp renumberPlace).
+  uint64_t numberedIn = 0;
 };
 
 // The root cause of a failed round, as every node prints it.
