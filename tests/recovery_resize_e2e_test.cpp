@@ -1,5 +1,6 @@
 // Elastic in place end to end, several resizes in one round (docs/recovery.md "Elastic in
 // place"): drun --recovery in-process with recovery_worker (tests/recovery/) on namespace hosts.
+// A node a grow took in, lost with a spare waiting, is replaced in the grown world.
 // After a shrink renumbered the nodes, a node lost later is recorded and dropped under its new
 // node rank and ranks, so the job shrinks again instead of restarting; a grow that a worker's
 // death superseded is decided when the newer generation forms, so a node that arrives later is
@@ -20,12 +21,13 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// One --recovery in-process job (--nnodes 1:3) of recovery_worker (2 workers a host, 20 ms steps)
-// on the hosts of `cluster`, host 0 serving the store; `startAfter` > 0: the workers sleep that
-// long before recovery_worker starts (through sh).
+// One --recovery in-process job (--nnodes `nnodes`) of recovery_worker (2 workers a host, 20 ms
+// steps) on the hosts of `cluster`, host 0 serving the store; `startAfter` > 0: the workers sleep
+// that long before recovery_worker starts (through sh).
 RunOptions resizeJobOn(NetnsCluster& cluster, MarkerScope& marker, const std::string& runId, int host,
-                       const std::string& conf = "recovery_timeout=2,last_call_timeout=1", int startAfter = 0) {
-  std::vector<std::string> argv = {drunPath().string(), "--nnodes", "1:3", "--nproc-per-node", "2", "--rdzv-endpoint",
+                       const std::string& conf = "recovery_timeout=2,last_call_timeout=1", int startAfter = 0,
+                       const std::string& nnodes = "1:3") {
+  std::vector<std::string> argv = {drunPath().string(), "--nnodes", nnodes, "--nproc-per-node", "2", "--rdzv-endpoint",
                                    cluster.address(0) + ":29400", "--rdzv-id", runId, "--max-restarts", "1",
                                    "--recovery", "in-process", "--rdzv-conf", conf,
                                    // node ranks follow names: host i is node rank i of the first round
@@ -142,5 +144,43 @@ TEST_CASE("recovery: a grow superseded by a worker's death is decided when the n
   CHECK(contains(third.err, "taking a place it grows by in the running job"));
   CHECK(contains(first.err, "a node joins the running job in place: world 4 -> 6 ranks (2 -> 3 nodes), generation 3"));
   CHECK(contains(first.err, "generation 3 formed"));
+  CHECK(marker.leftovers(5s).empty());
+}
+
+TEST_CASE("recovery: a node a grow took in, lost with a spare waiting, is replaced in the grown world: the spare's "
+          "workers are ranks 2 and 3 of 4, no shrink, exit 0", "[multinode]") {
+  skipWithoutNetns("multi-node recovery test");
+  NetnsCluster cluster(3);
+  MarkerScope marker;
+  const std::string runId = "spare-grown-" + randomHex(8);
+  const std::string conf = "recovery_timeout=20,last_call_timeout=1";
+  auto job = [&](int host) { return resizeJobOn(cluster, marker, runId, host, conf, 0, "1:2"); };
+  Process host0(job(0));
+  REQUIRE(host0.waitForLines("RW start", 2, scaled(30s)));
+  Process host1(job(1));  // taken in by a grow: generation 1, 2 nodes, the job's MAX
+  REQUIRE(host0.waitForOutput([](const std::string&, const std::string& err) { return contains(err, "generation 1 formed"); },
+                              scaled(30s)));
+  Process spare(job(2));  // beyond MAX: a spare
+  REQUIRE(spare.waitForOutput([](const std::string&, const std::string& err) { return contains(err, "spare"); },
+                              scaled(30s)));
+  host1.signal(SIGKILL);
+  host1.wait();
+  const RunResult took = spare.wait();
+  const RunResult first = host0.wait();
+  for (const RunResult* r : {&first, &took}) {
+    INFO(r->describe());
+    REQUIRE_FALSE(r->timedOut);
+    CHECK(r->status() == 0);
+    CHECK_FALSE(contains(r->err, "restarting the job"));
+    CHECK_FALSE(contains(r->err, "re-forming the job"));
+    CHECK_FALSE(contains(r->err, "shrinks in place"));
+    CHECK(contains(r->out, "world=4"));
+    CHECK_FALSE(contains(r->out, "world=2"));
+  }
+  INFO(took.describe());
+  CHECK(contains(took.err, "taking a lost node's place in the running job"));
+  CHECK(startedPid(took.out, 2) > 0);
+  CHECK(startedPid(took.out, 3) > 0);
+  CHECK(contains(took.out, "gen=2"));
   CHECK(marker.leftovers(5s).empty());
 }

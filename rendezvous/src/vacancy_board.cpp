@@ -7,6 +7,7 @@
 
 #include "drun/common/error.hpp"
 #include "drun/common/safe_text.hpp"
+#include "drun/rendezvous/recovery_keys.hpp"
 #include "drun/store/store_batch.hpp"
 
 namespace drun::rdzv {
@@ -126,6 +127,52 @@ std::vector<Member> currentMembers(LivenessStore& store, const std::string& runI
   return members;
 }
 
+// The running round's world as the workers number it in a generation: its node count, world
+// size and each node rank's host ("" for a node a grow added: its name is not recorded).
+struct NumberedWorld {
+  int nodeCount = 0;
+  int worldSize = 0;
+  std::vector<std::string> hosts;
+};
+
+// One world record applied: the nodes it keeps in their new order, then the ones it adds.
+void renumber(NumberedWorld& world, const recovery::World& record) {
+  std::vector<std::string> hosts;
+  for (int kept : record.nodeRanks)
+    hosts.push_back(kept >= 0 && size_t(kept) < world.hosts.size() ? world.hosts[size_t(kept)] : "");
+  hosts.resize(size_t(record.nodeCount()));
+  world = {record.nodeCount(), record.size(), std::move(hosts)};
+}
+
+// `decided` (the round's decision) through the world records (a shrink's, a grow's) of
+// generations 1..g in the round's workers' store (recovery_keys.hpp): what the workers of
+// generation g are numbered in. Records are untrusted: a malformed one is skipped, with a warning.
+NumberedWorld worldIn(LivenessStore& store, const std::string& runId, uint64_t round, uint64_t g,
+                      NumberedWorld decided) {
+  const std::string prefix = keys::workerStore(runId, round);
+  uint64_t last = 0;
+  try {
+    last = std::min(g, recovery::parseGeneration(store.tryGet(recovery::generation(prefix))));
+  } catch (const ProtocolError& e) {
+    spdlog::warn("rendezvous '{}' round {}: {}", runId, round, e.what());
+  }
+  for (uint64_t first = 1; first <= last; first += StoreBatch::kMaxOps) {
+    StoreBatch batch;
+    const uint64_t end = std::min(last, first + StoreBatch::kMaxOps - 1);
+    for (uint64_t at = first; at <= end; ++at) batch.tryGet(recovery::world(prefix, at));
+    store.runBatch(batch);
+    for (uint64_t at = first; at <= end; ++at) {
+      const auto& value = batch.value(size_t(at - first));
+      if (value) try {
+          renumber(decided, recovery::parseWorld(*value));
+        } catch (const ProtocolError& e) {
+          spdlog::warn("rendezvous '{}' round {}: {}", runId, round, e.what());
+        }
+    }
+  }
+  return decided;
+}
+
 }  // namespace
 
 std::string encodeOffer(const VacancyOffer& o) {
@@ -239,10 +286,17 @@ std::optional<TakenPlace> takeVacancy(LivenessStore& store, const C10dNode& node
   for (const Posted& p : readOffers(store, id, running, list)) {
     if (!p.offer || p.taker || p.offer->localWorldSize != node.options.localWorldSize) continue;
     const VacancyOffer& o = *p.offer;
-    // A grow's place is past the end of the world the decision made (node rank = the node count
-    // then, rank offset = the world size then); a lost member's is within it.
+    // The place is numbered in its generation's world: the decision's, through the shrinks and
+    // grows before it (the claimer renumbered it so).
+    NumberedWorld decided{state->nodeCount, state->worldSize, {}};
+    if (state->nodeCount <= kMaxHostsInResult)
+      decided.hosts =
+          keys::parseHostList(store.tryGet(keys::hosts(id, running)).value_or(""), size_t(state->nodeCount));
+    const NumberedWorld world = worldIn(store, id, running, o.generation, std::move(decided));
+    // A grow's place is past the end of the world before it (node rank = the node count then,
+    // rank offset = the world size then); a lost member's is within its generation's world.
     const bool grow = keys::isGrowPlace(p.lostId);
-    if (!grow && (o.nodeRank >= state->nodeCount || int64_t{o.rankOffset} + o.localWorldSize > state->worldSize))
+    if (!grow && (o.nodeRank >= world.nodeCount || int64_t{o.rankOffset} + o.localWorldSize > world.worldSize))
       continue;
     if (grow && (o.nodeRank >= node.options.maxNodes || int64_t{o.rankOffset} + o.localWorldSize > INT32_MAX))
       continue;
@@ -261,7 +315,6 @@ std::optional<TakenPlace> takeVacancy(LivenessStore& store, const C10dNode& node
                      std::to_string(running));
     const size_t changes = batch.tryGet(keys::changes(id, running));
     const size_t lost = batch.tryGet(keys::lost(id, running));
-    const size_t hosts = batch.tryGet(keys::hosts(id, running));
     store.runBatch(batch);
     bumpStatus(store, id, running + 1);
     TakenPlace t;
@@ -269,8 +322,8 @@ std::optional<TakenPlace> takeVacancy(LivenessStore& store, const C10dNode& node
     RoundResult& r = t.result;
     r.round = running;
     r.nodeRank = o.nodeRank;
-    r.nodeCount = grow ? o.nodeRank + 1 : state->nodeCount;
-    r.worldSize = grow ? o.rankOffset + o.localWorldSize : state->worldSize;
+    r.nodeCount = grow ? o.nodeRank + 1 : world.nodeCount;
+    r.worldSize = grow ? o.rankOffset + o.localWorldSize : world.worldSize;
     r.rankOffset = o.rankOffset;
     r.restartCount = state->restartCount;
     r.masterAddr = state->masterAddr;
@@ -280,8 +333,7 @@ std::optional<TakenPlace> takeVacancy(LivenessStore& store, const C10dNode& node
     r.generationRestartCount = o.restartCount;
     r.grew = grow;
     if (r.nodeCount <= kMaxHostsInResult) {
-      // A grow's: the decision's hosts (renumbered by shrinks since: not known here), then this one.
-      r.hosts = keys::parseHostList(batch.value(hosts).value_or(""), size_t(state->nodeCount));
+      r.hosts = world.hosts;
       r.hosts.resize(size_t(r.nodeCount));
       r.hosts[size_t(o.nodeRank)] = name;
     }

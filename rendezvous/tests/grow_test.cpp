@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 
 #include "drun/rendezvous/keys.hpp"
+#include "drun/rendezvous/recovery_keys.hpp"
 #include "elastic_job.hpp"
 
 using namespace drun::rdzv;
@@ -114,7 +115,8 @@ TEST_CASE("grow: a withdrawn grow place adds nobody, and the next grow is claime
   c->leave();
 }
 
-TEST_CASE("grow: a grown member lost leaves a place of its own, at its node rank and ranks",
+TEST_CASE("grow: a grown member lost leaves a place of its own, at its node rank and ranks, which a spare "
+          "takes with the grown world (its node rank past the decision's node count)",
           "[rendezvous][vacancy][grow]") {
   ElasticJob job(2, 3);
   MemoryStore* cHandle = nullptr;
@@ -123,8 +125,16 @@ TEST_CASE("grow: a grown member lost leaves a place of its own, at its node rank
   job.awaitWaiting(1);
   std::optional<Vacancy> place = job.members[0]->claimGrowth(2, 2);
   REQUIRE(place.has_value());
+  // As the grow's opener does: generation 1's world record keeps both nodes and adds one.
+  const std::string prefix = keys::workerStore("job", 0);
+  job.cluster.store().set(recovery::world(prefix, 1), recovery::encodeWorld({{0, 1}, {0, 1}, 1, 1}));
+  job.cluster.store().set(recovery::generation(prefix), "1");
   job.members[0]->postVacancy(*place, 1, 0);
   REQUIRE(getWithin(fc).nodeRank == 2);
+  job.members[0]->endGrowth(*place);
+  auto d = job.newcomer("spareD");  // at MAX now: a spare
+  auto fd = startNext(*d);
+  job.awaitWaiting(2);
   {
     FirstChange lost(*job.members[1], "member lost");
     cHandle->closeForTest();
@@ -138,6 +148,19 @@ TEST_CASE("grow: a grown member lost leaves a place of its own, at its node rank
   CHECK(claimed[0].numberedIn == 1);  // numbered in the grow's generation, as its offer said
   CHECK_FALSE(keys::isGrowPlace(claimed[0].lostId));
   CHECK(job.members[0]->claimLostMembers().empty());
+
+  job.cluster.store().set(recovery::generation(prefix), "2");
+  job.members[1]->postVacancy(claimed[0], 2, 1);
+  const RoundResult took = getWithin(fd);
+  CHECK(took.generation == 2);
+  CHECK(took.nodeRank == 2);
+  CHECK(took.rankOffset == 2);
+  CHECK(took.nodeCount == 3);
+  CHECK(took.worldSize == 3);
+  REQUIRE(took.hosts.size() == 3);
+  CHECK(took.hosts[0] == "hostA");
+  CHECK(took.hosts[2] == "spareD");
+  CHECK(job.counter(keys::replaced("job", 0)) == 1);
 }
 
 TEST_CASE("grow: after a shrink a node that comes back is announced (the job is below MAX again) and grows it "

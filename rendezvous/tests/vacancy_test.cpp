@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include "drun/rendezvous/keys.hpp"
+#include "drun/rendezvous/recovery_keys.hpp"
 #include "elastic_job.hpp"
 
 using namespace drun::rdzv;
@@ -226,4 +227,59 @@ TEST_CASE("vacancy: the claimer lost right after it dropped a withdrawn place: a
   FirstChange end(*job.members[2], "succeeded");
   CHECK(job.members[2]->finish());
   CHECK_FALSE(end.reportedWithin(300ms));  // 1 finished + 1 dropped of 3: the claimer never finished
+}
+
+TEST_CASE("vacancy: after a shrink, a spare that takes a later lost member's place gets the shrunk world "
+          "(node count, world size, its place renumbered), and the job ends with it",
+          "[rendezvous][vacancy]") {
+  ElasticJob job(3, 3);
+  job.loseAndWithdraw(1, 0);  // hostB lost, generation 1 offered and withdrawn
+  // hostA shrinks without it: as its agent does, generation 2's world record in the workers'
+  // store keeps ranks and node ranks 0 and 2 (hostC becomes node rank 1, rank 1 of 2).
+  const std::string prefix = keys::workerStore("job", 0);
+  const recovery::World shrunk{{0, 2}, {0, 2}};
+  job.cluster.store().set(recovery::world(prefix, 2), recovery::encodeWorld(shrunk));
+  job.cluster.store().set(recovery::generation(prefix), "2");
+  job.members[0]->dropMembers(1);
+
+  auto d = job.newcomer("spareD");
+  auto fd = startNext(*d);
+  job.awaitWaiting(1);
+  job.lose(2, 0);  // hostC lost: hostA claims its place, numbered as the decision's roster
+  std::vector<Vacancy> claimed = job.members[0]->claimLostMembers();
+  REQUIRE(claimed.size() == 1);
+  Vacancy v = claimed[0];
+  CHECK(v.node == "hostC");
+  CHECK(v.nodeRank == 2);
+  CHECK(v.numberedIn == 0);
+  // The claimer renumbers the place through the worlds since (agent_node_recovery.cpp), then
+  // opens generation 3 for it and offers it.
+  const auto now = recovery::renumberPlace({v.nodeRank, v.rankOffset}, {shrunk});
+  REQUIRE(now.has_value());
+  v.nodeRank = now->nodeRank;
+  v.rankOffset = now->rankOffset;
+  v.numberedIn = 2;
+  job.cluster.store().set(recovery::generation(prefix), "3");
+  job.members[0]->postVacancy(v, /*generation=*/3, /*restartCount=*/1);
+
+  const RoundResult took = getWithin(fd);
+  CHECK(took.round == 0);
+  CHECK(took.generation == 3);
+  CHECK(took.nodeRank == 1);
+  CHECK(took.rankOffset == 1);
+  CHECK(took.nodeCount == 2);  // the shrunk world's, not the decision's 3
+  CHECK(took.worldSize == 2);
+  REQUIRE(took.hosts.size() == 2);
+  CHECK(took.hosts[0] == "hostA");
+  CHECK(took.hosts[1] == "spareD");
+
+  // The exit barrier: hostA and the spare finish, hostB was dropped.
+  FirstChange endOnA(*job.members[0], "succeeded");
+  CHECK(job.members[0]->finish());
+  CHECK_FALSE(endOnA.reportedWithin(200ms));
+  CHECK(d->finish());
+  endOnA.get();
+  job.members[0]->leave();
+  d->leave();
+  CHECK(keysBesidesTombstone(job.cluster.store(), "job") == 0);
 }
