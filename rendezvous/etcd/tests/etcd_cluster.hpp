@@ -72,13 +72,18 @@ class EtcdCluster {
   // one the kernel has not finished tearing down (a put there can time out instead of being
   // refused, most under TSan). Bounded: 5 s.
   void kill(int member) {
-    std::ifstream in(dir_ + "/m" + std::to_string(member) + ".pid");
-    pid_t pid = 0;
-    if (!(in >> pid) || pid <= 0) return;
+    const pid_t pid = memberPid(member);
+    if (pid <= 0) return;
     ::kill(pid, SIGKILL);
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
     while (alive(pid) && std::chrono::steady_clock::now() < until)
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  // Sends `sig` to member i (0..2): SIGSTOP freezes it (its sockets stay open, nothing answers),
+  // SIGCONT resumes it.
+  void signal(int member, int sig) {
+    const pid_t pid = memberPid(member);
+    if (pid > 0) ::kill(pid, sig);
   }
   // The member that leads now (0..2), asked through each member's /v3/maintenance/status;
   // -1 when none answers as leader.
@@ -115,6 +120,12 @@ class EtcdCluster {
     if (!std::getline(stat, text)) return false;
     const size_t paren = text.rfind(')');
     return paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] != 'Z';
+  }
+  // Member i's PID as up.sh recorded it (0: none).
+  pid_t memberPid(int member) const {
+    std::ifstream in(dir_ + "/m" + std::to_string(member) + ".pid");
+    pid_t pid = 0;
+    return (in >> pid) && pid > 0 ? pid : 0;
   }
   static std::string script(const char* name) {
     return std::string(DRUN_SOURCE_DIR) + "/scripts/etcd/" + name;
