@@ -58,4 +58,12 @@ struct ElasticJob {
   int64_t counter(const std::string& key) { return keys::parseCounter(cluster.store().tryGet(key)).value_or(0); }
 };
 
+// The place a spare or a newcomer took: its node rank and first rank, and the world it joins.
+inline void checkPlace(const RoundResult& took, int nodeRank, int rankOffset, int nodeCount, int worldSize) {
+  CHECK(took.nodeRank == nodeRank);
+  CHECK(took.rankOffset == rankOffset);
+  CHECK(took.nodeCount == nodeCount);
+  CHECK(took.worldSize == worldSize);
+}
+
 }  // namespace drun::rdzv::test

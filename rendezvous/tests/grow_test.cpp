@@ -38,10 +38,7 @@ TEST_CASE("grow: one survivor claims a grow for a waiting node, which takes node
   claimer.postVacancy(place, /*generation=*/3, /*restartCount=*/0);
   const RoundResult took = getWithin(fc);
   CHECK(took.round == 0);
-  CHECK(took.nodeRank == 2);
-  CHECK(took.rankOffset == 2);
-  CHECK(took.nodeCount == 3);
-  CHECK(took.worldSize == 3);
+  checkPlace(took, 2, 2, 3, 3);
   CHECK(took.generation == 3);
   CHECK(took.storePrefix == job.rounds[0].storePrefix);
   REQUIRE(took.hosts.size() == 3);
@@ -153,10 +150,7 @@ TEST_CASE("grow: a grown member lost leaves a place of its own, at its node rank
   job.members[1]->postVacancy(claimed[0], 2, 1);
   const RoundResult took = getWithin(fd);
   CHECK(took.generation == 2);
-  CHECK(took.nodeRank == 2);
-  CHECK(took.rankOffset == 2);
-  CHECK(took.nodeCount == 3);
-  CHECK(took.worldSize == 3);
+  checkPlace(took, 2, 2, 3, 3);
   REQUIRE(took.hosts.size() == 3);
   CHECK(took.hosts[0] == "hostA");
   CHECK(took.hosts[2] == "spareD");

@@ -50,10 +50,7 @@ TEST_CASE("vacancy: one survivor claims a lost member's place, exactly one of tw
   auto& other = cTook ? fd : fc;
   RoundResult took = getWithin(taker);
   CHECK(took.round == 0);
-  CHECK(took.nodeRank == job.rounds[1].nodeRank);
-  CHECK(took.rankOffset == job.rounds[1].rankOffset);
-  CHECK(took.nodeCount == 3);
-  CHECK(took.worldSize == 3);
+  checkPlace(took, job.rounds[1].nodeRank, job.rounds[1].rankOffset, 3, 3);
   CHECK(took.masterPort == job.rounds[0].masterPort);
   CHECK(took.storePrefix == job.rounds[0].storePrefix);
   CHECK(took.generation == 4);
@@ -265,10 +262,7 @@ TEST_CASE("vacancy: after a shrink, a spare that takes a later lost member's pla
   const RoundResult took = getWithin(fd);
   CHECK(took.round == 0);
   CHECK(took.generation == 3);
-  CHECK(took.nodeRank == 1);
-  CHECK(took.rankOffset == 1);
-  CHECK(took.nodeCount == 2);  // the shrunk world's, not the decision's 3
-  CHECK(took.worldSize == 2);
+  checkPlace(took, 1, 1, 2, 2);  // the shrunk world's, not the decision's 3
   REQUIRE(took.hosts.size() == 2);
   CHECK(took.hosts[0] == "hostA");
   CHECK(took.hosts[1] == "spareD");
