@@ -9,6 +9,7 @@
 #include <regex>
 
 #include "drun/common/test_skip.hpp"
+#include "host_runs.hpp"
 #include "launcher_e2e.hpp"
 #include "netns.hpp"
 #include "process.hpp"
@@ -137,14 +138,14 @@ TEST_CASE("recovery: a worker dying on one namespace host is replaced there whil
     o.timeout = scaled(60s);
     return o;
   };
-  Process host0(on(0));
-  Process host1(on(1));
-  std::vector<RunResult> runs = {host0.wait(), host1.wait()};
+  HostRuns hosts({on(0), on(1)});
+  const std::vector<RunResult> runs = hosts.waitAll();
+  INFO(hosts.describe());
   std::map<int, std::vector<Start>> byRank;
   std::map<int, long> done;
   int replacedOn = -1;
   for (size_t h = 0; h < runs.size(); ++h) {
-    INFO(runs[h].describe());
+    INFO("host " << h);
     REQUIRE_FALSE(runs[h].timedOut);
     CHECK(runs[h].status() == 0);
     for (const Start& s : starts(runs[h].out)) byRank[s.rank].push_back(s);

@@ -17,6 +17,7 @@
 
 #include "drun/common/test_skip.hpp"
 #include "event_lines.hpp"
+#include "host_runs.hpp"
 #include "launcher_e2e.hpp"
 #include "netns.hpp"
 #include "process.hpp"
@@ -60,28 +61,30 @@ struct NamespaceJob {
   }
 };
 
-// The job's drun started on hosts (one RunOptions each) and running: each host's two workers
-// started. A host is lost by SIGKILL: its workers die with it (parent-death signal).
-struct RunningHosts {
-  std::vector<std::unique_ptr<Process>> hosts;
+// Each host's two workers started (a host is lost by SIGKILL: its workers die with it, by the
+// parent-death signal); on failure, every host's output.
+void requireWorkersStarted(HostRuns& hosts) {
+  for (size_t h = 0; h < hosts.size(); ++h)
+    if (!hosts[h].waitForLines("RW start", 2, scaled(30s))) {
+      INFO(hosts.describe());
+      FAIL("host " << h << "'s workers did not start");
+    }
+}
 
-  explicit RunningHosts(const std::vector<RunOptions>& options) {
-    for (const RunOptions& o : options) hosts.push_back(std::make_unique<Process>(o));
-    for (auto& p : hosts) REQUIRE(p->waitForLines("RW start", 2, scaled(30s)));
-  }
-  Process& operator[](size_t host) { return *hosts[host]; }
-  // SIGKILLs the host's drun and returns its run.
-  RunResult kill(size_t host) {
-    hosts[host]->signal(SIGKILL);
-    return hosts[host]->wait();
-  }
-};
+// Waits until the host's stderr says `what`; on failure, every host's output.
+void requireSaid(HostRuns& hosts, size_t host, const std::string& what) {
+  if (hosts[host].waitForOutput([&](const std::string&, const std::string& err) { return contains(err, what); },
+                                scaled(30s)))
+    return;
+  INFO(hosts.describe());
+  FAIL("host " << host << " did not say \"" << what << "\"");
+}
 
 // The survivor and the spare that took the lost node's place: generation 1 formed, nothing
 // re-formed or restarted, exit 0.
 void checkRecoveredInPlace(const std::vector<RunResult>& runs) {
   for (const RunResult& r : runs) {
-    INFO(r.describe());
+    INFO("run " << &r - runs.data() << " of those checked");
     REQUIRE_FALSE(r.timedOut);
     CHECK(r.status() == 0);
     CHECK_FALSE(contains(r.err, "re-forming the job"));
@@ -98,15 +101,14 @@ TEST_CASE("recovery: a member node SIGKILLed is replaced by a spare that takes i
   // host 0 serves the store (the endpoint); host 1 is lost; host 2 arrives once the job runs with
   // its MAX of 2 nodes: a spare.
   NamespaceJob job(3, "2", "recovery_timeout=30", 400);
-  RunningHosts hosts({job.on(0), job.on(1)});
-  Process spare(job.on(2));
-  REQUIRE(spare.waitForOutput([](const std::string&, const std::string& err) { return contains(err, "spare"); },
-                              scaled(30s)));
+  HostRuns hosts({job.on(0), job.on(1)});
+  requireWorkersStarted(hosts);
+  const size_t spare = hosts.start(job.on(2), "spare (host 2)");
+  requireSaid(hosts, spare, "spare");
   const RunResult lost = hosts.kill(1);
-  const std::vector<RunResult> runs = {hosts[0].wait(), spare.wait()};
+  const std::vector<RunResult> runs = {hosts.wait(0), hosts.wait(spare)};
+  INFO(hosts.describe());
   checkRecoveredInPlace(runs);
-  INFO(runs[0].describe());
-  INFO(runs[1].describe());
   CHECK(contains(runs[0].err, "was lost; the other nodes' workers go on, and its place is offered to a spare: "
                               "generation 1 (restart 1 of 1)"));
   CHECK(contains(runs[1].err, "taking a lost node's place in the running job"));
@@ -153,8 +155,8 @@ std::set<int> checkShrunkInPlace(const RunResult& run, int world) {
 // A survivor of the 2:3 job that lost one of its three nodes: exit 0, shrunk from 6 to 4 ranks in
 // place, no restart, its two workers the same processes throughout; returns their ranks after the
 // shrink.
-std::set<int> checkSurvivorOfThree(const RunResult& r) {
-  INFO(r.describe());
+std::set<int> checkSurvivorOfThree(const RunResult& r, size_t host) {
+  INFO("host " << host);
   REQUIRE_FALSE(r.timedOut);
   CHECK(r.status() == 0);
   CHECK(contains(r.err, "the job shrinks in place from 6 to 4 ranks (3 to 2 nodes)"));
@@ -173,10 +175,11 @@ TEST_CASE("recovery: a member node SIGKILLed with no spare to take its place: th
   RunOptions first = job.on(0);  // its events to `events`: the option right after drun's path
   first.argv.insert(std::find(first.argv.begin(), first.argv.end(), drunPath().string()) + 1,
                     {"--events", events.string()});
-  RunningHosts hosts({first, job.on(1)});
+  HostRuns hosts({first, job.on(1)});
+  requireWorkersStarted(hosts);
   hosts.kill(1);
-  const RunResult r = hosts[0].wait();
-  INFO(r.describe());
+  const RunResult r = hosts.wait(0);
+  INFO(hosts.describe());
   REQUIRE_FALSE(r.timedOut);
   CHECK(r.status() == 0);
   CHECK(contains(r.err, "its place is offered to a spare: generation 1"));
@@ -203,11 +206,14 @@ TEST_CASE("recovery: one of three nodes SIGKILLed, no spare: the two others shri
           "unchanged, ranks renumbered densely, exit 0", "[multinode]") {
   skipWithoutNetns("multi-node recovery test");
   NamespaceJob job(3, "2:3", "recovery_timeout=2,last_call_timeout=1", 300);
-  RunningHosts hosts({job.on(0), job.on(1), job.on(2)});
+  HostRuns hosts({job.on(0), job.on(1), job.on(2)});
+  requireWorkersStarted(hosts);
   hosts.kill(1);
+  const std::vector<RunResult> runs = hosts.waitAll();
+  INFO(hosts.describe());
   std::set<int> ranks;
   for (size_t h : {0, 2})
-    for (int rank : checkSurvivorOfThree(hosts[h].wait())) ranks.insert(rank);
+    for (int rank : checkSurvivorOfThree(runs[h], h)) ranks.insert(rank);
   CHECK(ranks == std::set<int>{0, 1, 2, 3});
   CHECK(job.marker.leftovers(5s).empty());
 }
@@ -216,16 +222,14 @@ TEST_CASE("recovery: one of three nodes SIGKILLed, the two others shrink in plac
           "is taken in at a commit: the job grows back to 6 ranks, worker pids unchanged, exit 0", "[multinode]") {
   skipWithoutNetns("multi-node recovery test");
   NamespaceJob job(3, "2:3", "recovery_timeout=2,last_call_timeout=1", 600);
-  RunningHosts hosts({job.on(0), job.on(1), job.on(2)});
+  HostRuns hosts({job.on(0), job.on(1), job.on(2)});
+  requireWorkersStarted(hosts);
   hosts.kill(1);
-  if (!hosts[0].waitForOutput([](const std::string&, const std::string& err) { return contains(err, "generation 2 formed"); },
-                              scaled(30s))) {
-    INFO(hosts[0].wait().describe());
-    FAIL("the survivors did not shrink in place");
-  }
-  Process host1(job.on(1));  // back: the job runs below MAX, so it is taken in
-  const RunResult back = host1.wait();
-  INFO(back.describe());
+  requireSaid(hosts, 0, "generation 2 formed");  // the survivors shrank in place
+  const size_t host1 = hosts.start(job.on(1), "host 1, back");  // the job runs below MAX: taken in
+  const RunResult back = hosts.wait(host1);
+  const std::vector<RunResult> runs = hosts.waitAll();
+  INFO(hosts.describe());
   REQUIRE_FALSE(back.timedOut);
   CHECK(back.status() == 0);
   CHECK(contains(back.err, "taking a place it grows by in the running job"));
@@ -238,9 +242,8 @@ TEST_CASE("recovery: one of three nodes SIGKILLed, the two others shrink in plac
   CHECK(grownRanks == std::set<int>{4, 5});
   std::set<int> ranks;
   for (size_t h : {0, 2}) {
-    const RunResult r = hosts[h].wait();
-    for (int rank : checkSurvivorOfThree(r)) ranks.insert(rank);  // ranks kept by the grow
-    INFO(r.describe());
+    const RunResult& r = runs[h];
+    for (int rank : checkSurvivorOfThree(r, h)) ranks.insert(rank);  // ranks kept by the grow
     CHECK(contains(r.err, "a node joins the running job in place: world 4 -> 6 ranks (2 -> 3 nodes), generation 3"));
     CHECK(contains(r.err, "generation 3 formed: the job runs with 6 ranks on 3 nodes"));
     CHECK_FALSE(contains(r.err, "re-forming the job"));
@@ -255,9 +258,10 @@ TEST_CASE("recovery: a spare keeps a standby worker per local rank while it wait
   skipWithoutNetns("multi-node recovery test");
   TempDir dir;
   NamespaceJob job(3, "2", "recovery_timeout=30", 300);
-  RunningHosts hosts({job.throughPython(0, dir / "host0.jsonl"), job.throughPython(1, dir / "host1.jsonl")});
-  Process spare(job.throughPython(2, dir / "spare.jsonl"));
-  REQUIRE(spare.waitForLines("SE importing", 2, scaled(30s)));  // its two standbys
+  HostRuns hosts({job.throughPython(0, dir / "host0.jsonl"), job.throughPython(1, dir / "host1.jsonl")});
+  requireWorkersStarted(hosts);
+  const size_t spare = hosts.start(job.throughPython(2, dir / "spare.jsonl"), "spare (host 2)");
+  REQUIRE(hosts[spare].waitForLines("SE importing", 2, scaled(30s)));  // its two standbys
   std::map<long, int> standbySlots;  // pid -> slot, of the standbys the spare kept while waiting
   auto readStandbys = [&](const std::vector<nlohmann::json>& events) {
     for (const auto& e : ofKind(events, "standby_started"))
@@ -267,9 +271,9 @@ TEST_CASE("recovery: a spare keeps a standby worker per local rank while it wait
   SECTION("the lost node's ranks go to the standbys") {
     std::this_thread::sleep_for(scaled(1s));  // ... waiting in `import drun`
     const RunResult lost = hosts.kill(1);
-    const std::vector<RunResult> runs = {hosts[0].wait(), spare.wait()};
+    const std::vector<RunResult> runs = {hosts.wait(0), hosts.wait(spare)};
+    INFO(hosts.describe());
     checkRecoveredInPlace(runs);
-    INFO(runs[1].describe());
     const auto events = readEvents(dir / "spare.jsonl");
     readStandbys(events);
     CHECK(standbySlots.size() == 2);
@@ -292,9 +296,9 @@ TEST_CASE("recovery: a spare keeps a standby worker per local rank while it wait
     for (const Start& s : starts(lost.out)) CHECK(took.count(s.rank) == 1);  // the lost node's ranks
   }
   SECTION("no place: the job ends, and the spare's standbys with it") {
-    const std::vector<RunResult> runs = {hosts[0].wait(), hosts[1].wait(), spare.wait()};
+    const std::vector<RunResult> runs = hosts.waitAll();
+    INFO(hosts.describe());
     for (const RunResult& r : runs) {
-      INFO(r.describe());
       REQUIRE_FALSE(r.timedOut);
       CHECK(r.status() == 0);
     }

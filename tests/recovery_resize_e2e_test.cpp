@@ -12,6 +12,7 @@
 #include <set>
 
 #include "drun/common/test_skip.hpp"
+#include "host_runs.hpp"
 #include "launcher_e2e.hpp"
 #include "netns.hpp"
 #include "process.hpp"
@@ -66,10 +67,10 @@ TEST_CASE("recovery: after a shrink renumbered the nodes, a second node lost is 
   NetnsCluster cluster(3);
   MarkerScope marker;
   const std::string runId = "resize-" + randomHex(8);
-  Process host0(resizeJobOn(cluster, marker, runId, 0));
-  Process host1(resizeJobOn(cluster, marker, runId, 1));
-  Process host2(resizeJobOn(cluster, marker, runId, 2));
-  for (Process* p : {&host0, &host1, &host2}) REQUIRE(p->waitForLines("RW start", 2, scaled(30s)));
+  HostRuns hosts({resizeJobOn(cluster, marker, runId, 0), resizeJobOn(cluster, marker, runId, 1),
+                  resizeJobOn(cluster, marker, runId, 2)});
+  Process& host0 = hosts[0];
+  for (size_t h = 0; h < hosts.size(); ++h) REQUIRE(hosts[h].waitForLines("RW start", 2, scaled(30s)));
   auto runsRank = [](Process& p, int rank) {
     return p.waitForOutput([rank](const std::string& out, const std::string&) { return startedPid(out, rank) > 0; },
                            1s);
@@ -77,21 +78,18 @@ TEST_CASE("recovery: after a shrink renumbered the nodes, a second node lost is 
   REQUIRE(runsRank(host0, 0));  // host 0 serves the store and the first ranks
   // Node rank 1 (ranks 2 and 3) is lost first; node rank 2 (ranks 4 and 5) is node rank 1 with
   // ranks 2 and 3 of 4 after the shrink, and is lost next.
-  const bool oneFirst = runsRank(host1, 2);
-  Process& first = oneFirst ? host1 : host2;
-  Process& second = oneFirst ? host2 : host1;
-  REQUIRE(runsRank(second, 4));
-  first.signal(SIGKILL);
-  first.wait();
-  if (!second.waitForOutput([](const std::string&, const std::string& err) { return contains(err, "generation 2 formed"); },
-                            scaled(30s))) {
-    INFO(second.wait().describe());
+  const bool oneFirst = runsRank(hosts[1], 2);
+  const size_t first = oneFirst ? 1 : 2, second = oneFirst ? 2 : 1;
+  REQUIRE(runsRank(hosts[second], 4));
+  hosts.kill(first);
+  if (!hosts[second].waitForOutput(
+          [](const std::string&, const std::string& err) { return contains(err, "generation 2 formed"); }, scaled(30s))) {
+    INFO(hosts.describe());
     FAIL("the survivors did not shrink in place");
   }
-  second.signal(SIGKILL);
-  second.wait();
-  const RunResult r = host0.wait();
-  INFO(r.describe());
+  hosts.kill(second);
+  const RunResult r = hosts.wait(0);
+  INFO(hosts.describe());
   REQUIRE_FALSE(r.timedOut);
   CHECK(r.status() == 0);
   CHECK(contains(r.err, "the job shrinks in place from 6 to 4 ranks (3 to 2 nodes): generation 2"));
@@ -110,10 +108,11 @@ TEST_CASE("recovery: a grow superseded by a worker's death is decided when the n
   MarkerScope marker;
   const std::string runId = "regrow-" + randomHex(8);
   const std::string conf = "recovery_timeout=20,last_call_timeout=1";
-  Process host0(resizeJobOn(cluster, marker, runId, 0, conf));
+  HostRuns hosts({resizeJobOn(cluster, marker, runId, 0, conf)});
+  Process& host0 = hosts[0];
   REQUIRE(host0.waitForLines("RW start", 2, scaled(30s)));
   // Host 1 is taken in by a grow (generation 1), its workers slow to start: the grow stays open.
-  Process host1(resizeJobOn(cluster, marker, runId, 1, conf, 4));
+  hosts.start(resizeJobOn(cluster, marker, runId, 1, conf, 4));
   auto saidOn0 = [&](const std::string& what) {
     return host0.waitForOutput([&](const std::string&, const std::string& err) { return contains(err, what); },
                                scaled(30s));
@@ -124,23 +123,22 @@ TEST_CASE("recovery: a grow superseded by a worker's death is decided when the n
                               scaled(5s)));
   ::kill(static_cast<pid_t>(pid), SIGKILL);  // generation 2 supersedes the grow
   if (!saidOn0("generation 2 formed")) {
-    INFO(host0.wait().describe());
+    INFO(hosts.describe());
     FAIL("generation 2 did not form");
   }
   // The next node is taken in by a grow of its own.
-  Process host2(resizeJobOn(cluster, marker, runId, 2, conf));
-  const RunResult third = host2.wait();
-  const RunResult second = host1.wait();
-  const RunResult first = host0.wait();
+  hosts.start(resizeJobOn(cluster, marker, runId, 2, conf));
+  const RunResult third = hosts.wait(2);
+  const RunResult second = hosts.wait(1);
+  const RunResult first = hosts.wait(0);
+  INFO(hosts.describe());
   for (const RunResult* r : {&first, &second, &third}) {
-    INFO(r->describe());
+    INFO("host " << (r == &first ? 0 : r == &second ? 1 : 2));
     REQUIRE_FALSE(r->timedOut);
     CHECK(r->status() == 0);
     CHECK_FALSE(contains(r->err, "restarting the job"));
     CHECK_FALSE(contains(r->err, "re-forming the job"));
   }
-  INFO(first.describe());
-  INFO(third.describe());
   CHECK(contains(third.err, "taking a place it grows by in the running job"));
   CHECK(contains(first.err, "a node joins the running job in place: world 4 -> 6 ranks (2 -> 3 nodes), generation 3"));
   CHECK(contains(first.err, "generation 3 formed"));
@@ -155,20 +153,20 @@ TEST_CASE("recovery: a node a grow took in, lost with a spare waiting, is replac
   const std::string runId = "spare-grown-" + randomHex(8);
   const std::string conf = "recovery_timeout=20,last_call_timeout=1";
   auto job = [&](int host) { return resizeJobOn(cluster, marker, runId, host, conf, 0, "1:2"); };
-  Process host0(job(0));
-  REQUIRE(host0.waitForLines("RW start", 2, scaled(30s)));
-  Process host1(job(1));  // taken in by a grow: generation 1, 2 nodes, the job's MAX
-  REQUIRE(host0.waitForOutput([](const std::string&, const std::string& err) { return contains(err, "generation 1 formed"); },
-                              scaled(30s)));
-  Process spare(job(2));  // beyond MAX: a spare
-  REQUIRE(spare.waitForOutput([](const std::string&, const std::string& err) { return contains(err, "spare"); },
-                              scaled(30s)));
-  host1.signal(SIGKILL);
-  host1.wait();
-  const RunResult took = spare.wait();
-  const RunResult first = host0.wait();
+  HostRuns hosts({job(0)});
+  REQUIRE(hosts[0].waitForLines("RW start", 2, scaled(30s)));
+  hosts.start(job(1));  // taken in by a grow: generation 1, 2 nodes, the job's MAX
+  REQUIRE(hosts[0].waitForOutput([](const std::string&, const std::string& err) { return contains(err, "generation 1 formed"); },
+                                 scaled(30s)));
+  const size_t spare = hosts.start(job(2), "spare (host 2)");  // beyond MAX
+  REQUIRE(hosts[spare].waitForOutput([](const std::string&, const std::string& err) { return contains(err, "spare"); },
+                                     scaled(30s)));
+  hosts.kill(1);
+  const RunResult took = hosts.wait(spare);
+  const RunResult first = hosts.wait(0);
+  INFO(hosts.describe());
   for (const RunResult* r : {&first, &took}) {
-    INFO(r->describe());
+    INFO((r == &first ? "host 0" : "the spare"));
     REQUIRE_FALSE(r->timedOut);
     CHECK(r->status() == 0);
     CHECK_FALSE(contains(r->err, "restarting the job"));
@@ -177,7 +175,6 @@ TEST_CASE("recovery: a node a grow took in, lost with a spare waiting, is replac
     CHECK(contains(r->out, "world=4"));
     CHECK_FALSE(contains(r->out, "world=2"));
   }
-  INFO(took.describe());
   CHECK(contains(took.err, "taking a lost node's place in the running job"));
   CHECK(startedPid(took.out, 2) > 0);
   CHECK(startedPid(took.out, 3) > 0);

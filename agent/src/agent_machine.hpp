@@ -75,7 +75,7 @@ struct Input {
   std::optional<rdzv::FailureRecord> failure;
   int signal = 0;
   int code = 0;
-  uint64_t generation = 0;  // the recovery's generation
+  uint64_t generation = 0;  // the recovery's generation (NodeLost: the loss's, when it came first)
   int restartCount = 0;     // the job's restart count including it
   std::vector<rdzv::Vacancy> places;  // NodeRecoveryOpened, GrowthOpened: the places offered
 };

@@ -14,6 +14,7 @@
 
 #include "drun/common/progress.hpp"
 #include "elastic_agent_impl.hpp"
+#include "lost_node_news.hpp"
 
 namespace drun::agent {
 
@@ -78,16 +79,20 @@ struct LossClaim {
 
 }  // namespace
 
-Event ElasticAgent::Impl::memberLostEvent() const {
-  if (!config.recovery.inProcess()) return Event::MemberLost;
-  if (state == AgentState::Running) return Event::NodeLost;
-  // The generation another survivor opened for this loss may arrive before the loss itself: the
-  // loss is that generation's (lost ranks recorded without a pid), not a second one.
+Event ElasticAgent::Impl::memberLostEvent(Input& in) const {
+  detail::LossSeen seen;
+  seen.inProcess = config.recovery.inProcess();
+  seen.running = state == AgentState::Running;
+  seen.recovering = state == AgentState::Recovering;
+  seen.lossOpen = lossOpen;
+  seen.newest = generation;
   auto newest = generations.find(generation);
-  const bool forLostNode = newest != generations.end() && !newest->second.lost.empty() &&
+  seen.newestForLostNode = newest != generations.end() && !newest->second.lost.empty() &&
                            std::all_of(newest->second.lost.begin(), newest->second.lost.end(),
                                        [](const LostWorker& l) { return l.pid == 0; });
-  return state == AgentState::Recovering && !lossOpen && forLostNode ? Event::NodeLost : Event::MemberLost;
+  const detail::LossNews news = detail::classifyLoss(seen);
+  in.generation = news.itsGeneration;
+  return news.keepWorkers ? Event::NodeLost : Event::MemberLost;
 }
 
 void ElasticAgent::Impl::prepareNodeRecovery(AttemptContext& context) {
@@ -125,13 +130,14 @@ void ElasticAgent::Impl::prepareNodeRecovery(AttemptContext& context) {
 void ElasticAgent::Impl::claimLostNode(const Input& in) {
   const uint64_t r = round.round;
   const uint64_t generationAtLoss = generation;
+  const detail::LossNews news{true, in.generation};  // memberLostEvent's
   const std::string prefix = workerStore->prefix(r);
   const std::string reason = in.reason;
   lossOpen = true;
   // recovery_timeout from the loss: the claimer decides its generation's fallback (RecoveryDue);
   // any other survivor re-forms unless a recovery began meanwhile.
   lossTimer.expires_after(config.recovery.timeout);
-  lossTimer.async_wait([this, r, generationAtLoss, reason](const boost::system::error_code& ec) {
+  lossTimer.async_wait([this, r, generationAtLoss, news, reason](const boost::system::error_code& ec) {
     if (ec || r != round.round || !lossOpen) return;  // formed meanwhile
     Input due;
     if (offered) {
@@ -139,7 +145,7 @@ void ElasticAgent::Impl::claimLostNode(const Input& in) {
       if (opened && opened->generation == due.generation) dispatch(Event::RecoveryDue, due);
       return;
     }
-    if (generation > generationAtLoss) return;
+    if (detail::lossRecoveryBegan(news, generationAtLoss, generation)) return;
     due.reason = reason + "; no recovery of it began within " + humanDuration(config.recovery.timeout) +
                  " (--rdzv-conf recovery_timeout)";
     dispatch(Event::LossUnrecovered, due);

@@ -280,7 +280,11 @@ void ElasticAgent::Impl::onJobEvent(const JobEvent& e) {
       dispatch(e.failure && e.failure->final ? Event::JobFailedFinal : Event::JobFailed, in);
       break;
     case JobEvent::Kind::Succeeded: dispatch(Event::JobSucceeded, in); break;
-    case JobEvent::Kind::MemberLost: dispatch(memberLostEvent(), in); break;
+    case JobEvent::Kind::MemberLost: {
+      const Event lost = memberLostEvent(in);
+      dispatch(lost, in);
+      break;
+    }
     case JobEvent::Kind::NodeWaiting: dispatch(nodeWaitingEvent(), in); break;
     case JobEvent::Kind::StoreLost:
       dispatch(keepsWorkersThroughStoreLoss() ? Event::StoreLostKeepingWorkers : Event::StoreLost, in);

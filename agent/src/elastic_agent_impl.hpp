@@ -260,7 +260,9 @@ struct ElasticAgent::Impl {
   void keepSpareStandbys();
 
   // ---- a lost node replaced in place (agent_node_recovery.cpp) -----------------------------
-  Event memberLostEvent() const;  // NodeLost under in-process while running, else MemberLost
+  // NodeLost under in-process while running (or when the generation opened for the loss came
+  // first: in.generation is set to it), else MemberLost.
+  Event memberLostEvent(Input& in) const;
   void prepareNodeRecovery(AttemptContext& context);
   void claimLostNode(const Input& in);
   void offerLostPlaces(const Input& in);
