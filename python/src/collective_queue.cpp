@@ -163,11 +163,16 @@ void CollectiveQueue::loop() {
 
 bool CollectiveQueue::leaveToCallerLocked(std::unique_lock<std::mutex>& lock) {
   if (stopping_ || tasks_.size() != 1) return false;
-  const Clock::time_point until = tasks_.front().pushed + kCallerFirst;
-  if (Clock::now() >= until) return false;
+  const uint64_t lone = tasks_.front().id;
+  const Clock::time_point until = tasks_.front().pushed + callerWindow_;
+  if (Clock::now() >= until) {  // its caller left it: this thread runs it
+    callerWindow_ = kCallerFirst;
+    return false;
+  }
   threadWait_ = ThreadWait::Caller;
   ready_.wait_until(lock, until, [&] { return stopping_ || tasks_.size() > 1; });
   threadWait_ = ThreadWait::Running;
+  if (tasks_.empty() || tasks_.front().id != lone) callerWindow_ = std::min(2 * callerWindow_, kCallerFirstMax);
   return true;
 }
 

@@ -7,12 +7,17 @@
 //   itself (runIfNext), so that a synchronous collective (torch waits at once) costs no thread
 //   hand-off (two wake-ups, tens of microseconds on a loaded machine: more than a shared-memory
 //   all_reduce). So that the caller finds it there, the queue's thread leaves a task that is
-//   alone in the queue to its caller for kCallerFirst after its push (a task with others behind
+//   alone in the queue to its caller for a window after its push (a task with others behind
 //   it starts at once): a thread that took it first made a synchronous collective wait for that
-//   thread's run and hand-back, and a context switch among the ranks' threads. An asynchronous
-//   collective nobody waits for starts at most kCallerFirst late. A lone task pushed while the
-//   thread gives way to an earlier one wakes nobody: the thread looks again at its deadline,
-//   so a loop of synchronous collectives wakes it once per kCallerFirst, not once per call.
+//   thread's run and hand-back, and a context switch among the ranks' threads. A lone task pushed
+//   while the thread gives way to an earlier one wakes nobody: the thread looks again at its
+//   deadline, so a loop of synchronous collectives wakes it about twice per window (the
+//   deadline, then the next push after it went idle), not once per call. Each of those wake-ups
+//   takes a core from a rank for a context switch (tens of microseconds on a virtual machine),
+//   so the window adapts: it doubles, from kCallerFirst up to kCallerFirstMax, each time the
+//   caller took its task, and falls back to kCallerFirst when a lone task reached its deadline
+//   unstarted. An asynchronous collective nobody waits for starts at most kCallerFirst late, or
+//   kCallerFirstMax right after a run of synchronous ones.
 // - A task pushed from inside another task of the same queue (a Future callback that issues a
 //   collective: DDP's comm hooks, powerSGD) runs at once, inline, on that thread: behind the
 //   running task it could never start, and the callback waiting for it would wait for ever. The
@@ -57,8 +62,10 @@ class CollectiveQueue {
     std::function<void(const std::string&)> fail;  // instead of both: never started
   };
 
-  // How long a task alone in the queue is left to its caller's wait() (above).
+  // How long a task alone in the queue is left to its caller's wait() (above): the window's
+  // bounds.
   static constexpr std::chrono::microseconds kCallerFirst{50};
+  static constexpr std::chrono::microseconds kCallerFirstMax{1000};
 
   CollectiveQueue();
   ~CollectiveQueue();
@@ -93,8 +100,8 @@ class CollectiveQueue {
               // push of a lone task does not (the thread looks again at its deadline)
   };
   void loop();
-  // With the lock held: waits while the front task, alone in the queue, is younger than
-  // kCallerFirst; true if it waited (the queue must be looked at again).
+  // With the lock held: waits while the front task, alone in the queue, is younger than the
+  // window, and adapts the window; true if it waited (the queue must be looked at again).
   bool leaveToCallerLocked(std::unique_lock<std::mutex>& lock);
   void watch();
   // Runs `task` (the lock released meanwhile), then marks the queue free again.
@@ -113,6 +120,7 @@ class CollectiveQueue {
   bool running_ = false;  // a task runs (on the queue's thread or a waiter's)
   bool stopping_ = false;
   ThreadWait threadWait_ = ThreadWait::Running;
+  std::chrono::microseconds callerWindow_ = kCallerFirst;  // the queue's thread's only
   // While a completion runs: since when (or since the last nested collective ended), and whose.
   std::optional<Clock::time_point> holdingSince_;
   const char* holder_ = nullptr;

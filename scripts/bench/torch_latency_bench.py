@@ -2,8 +2,10 @@
 """The latency of a synchronous 8-byte torch all_reduce on the backend "drun" beside "gloo", in
 one job (scripts/bench/torch_latency.sh runs it under drun): RUNS runs back to back, each the
 median and 90th percentile of CALLS calls timed one by one, drun's and gloo's in turn in the same
-processes. Then the cost of the default mismatch check (DRUN_COMM_CHECK unset, sampled) against
-none (off) and the full check (true), at 8 B and 1 MiB: medians of calls timed one by one.
+processes, with how often the drun group's helper threads were woken per call (a figure load
+does not blur: each wake-up takes a core from a rank). Then the cost of the default mismatch
+check (DRUN_COMM_CHECK unset, sampled) against none (off) and the full check (true), at 8 B and
+1 MiB: medians of calls timed one by one.
 
 With COMM_ONLY=1: the same runs of an 8-byte all_reduce through drun.comm (ctypes, libdrun_comm
 alone, no torch), the floor the backend stands on at that moment.
@@ -34,6 +36,28 @@ def load():
 def latency(group):
     x = torch.ones(2)
     return call_times(lambda: dist.all_reduce(x, group=group), CALLS, group)
+
+
+def helper_switches():
+    """Voluntary context switches of this process's threads other than the main one: how often
+    its helper threads (the drun group's queue thread above all) were woken."""
+    total = 0
+    for tid in os.listdir("/proc/self/task"):
+        if int(tid) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/self/task/{tid}/status") as f:
+                total += sum(int(line.split()[1]) for line in f if line.startswith("voluntary_ctxt"))
+        except OSError:  # the thread ended
+            pass
+    return total
+
+
+def latency_and_wakes(group):
+    """latency(group) and the helper threads' wake-ups per call during it (warm-up included)."""
+    before = helper_switches()
+    times = latency(group)
+    return times, (helper_switches() - before) / (CALLS + min(100, CALLS))
 
 
 def check_cost(size):
@@ -84,16 +108,18 @@ def main():
     rows = []
     for _ in range(RUNS):
         before = load()
-        rows.append((before, latency(None), latency(gloo)))
+        drun_times, wakes = latency_and_wakes(None)
+        rows.append((before, drun_times, latency(gloo), wakes))
     if rank == 0:
         print(f"### all_reduce of 8 bytes, synchronous, {label}, torch {torch.__version__}: "
               f"{RUNS} runs of {CALLS} calls, each timed")
-        print("| run | load (1 min) | drun median us | drun p90 us | gloo median us | gloo p90 us |")
-        print("|---:|---:|---:|---:|---:|---:|")
-        for i, (avg, (a50, a90), (b50, b90)) in enumerate(rows, 1):
-            print(f"| {i} | {avg} | {a50 * 1e6:.1f} | {a90 * 1e6:.1f} | {b50 * 1e6:.1f} | "
-                  f"{b90 * 1e6:.1f} |")
-        medians = sorted(a50 for _, (a50, _), _ in rows)
+        print("| run | load (1 min) | drun median us | drun p90 us | drun helper wake-ups per call "
+              "| gloo median us | gloo p90 us |")
+        print("|---:|---:|---:|---:|---:|---:|---:|")
+        for i, (avg, (a50, a90), (b50, b90), wakes) in enumerate(rows, 1):
+            print(f"| {i} | {avg} | {a50 * 1e6:.1f} | {a90 * 1e6:.1f} | {wakes:.3f} | "
+                  f"{b50 * 1e6:.1f} | {b90 * 1e6:.1f} |")
+        medians = sorted(a50 for _, (a50, _), _, _ in rows)
         print(f"\ndrun medians {medians[0] * 1e6:.1f}-{medians[-1] * 1e6:.1f} us over {RUNS} runs")
     if CHECK:
         costs = check_cost(size)
