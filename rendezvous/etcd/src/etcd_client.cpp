@@ -298,6 +298,7 @@ std::string EtcdClient::call(const std::string& path, const std::string& body,
         lastWasTimeout = false;
       }
     }
+    if (options_.singlePass) giveUp();
     // Every member failed once: a short pause (a leader election takes about a second). A pause
     // that would reach the deadline ends the call now: the pass after it would start with no
     // time, and its attempt's "timed out" would replace the members' real failure (every member

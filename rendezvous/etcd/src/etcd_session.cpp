@@ -1,6 +1,8 @@
 #include "etcd_session.hpp"
 
+#include <algorithm>
 #include <cstdio>
+#include <random>
 
 #include <spdlog/spdlog.h>
 
@@ -63,8 +65,11 @@ EtcdSession::EtcdSession(const EtcdStoreOptions& options) : options_(options) {
   ttl_ = granted;
   ownId_ = leaseName(lease_);
   appliedDir_ = options_.prefix + "applied/" + ownId_ + "/";
-  // A keep-alive call may take a third of the TTL; the others the store's usual deadline.
-  keepAliveClient_ = clientWith(clientOptions(), std::max<milliseconds>(ttl_ / 3, milliseconds(500)));
+  // A keep-alive call may take a third of the TTL and asks each member once: the keep-alive
+  // thread paces the retries (keepAliveRetryAt); the others the store's usual deadline.
+  EtcdClientOptions keepAliveOptions = clientOptions();
+  keepAliveOptions.singlePass = true;
+  keepAliveClient_ = clientWith(keepAliveOptions, std::max<milliseconds>(ttl_ / 3, milliseconds(500)));
   watchClient_ = clientWith(clientOptions(), options_.client.callTimeout);
   applyClient_ = clientWith(clientOptions(), options_.client.callTimeout);
   keepAliveThread_ = spawnThreadWithSignalsBlocked([this] { keepAlive(); });
@@ -149,12 +154,27 @@ void EtcdSession::endLeaseForTest() {
   revoker.leaseRevoke(lease_, Deadline(options_.client.callTimeout));
 }
 
+Clock::time_point keepAliveRetryAt(Clock::time_point now, Clock::time_point lostAt, int failures,
+                                   milliseconds ttl, double random01) {
+  const milliseconds cap = std::max<milliseconds>(ttl / 4, milliseconds(200));
+  milliseconds step(200);
+  for (int i = 1; i < failures && step < cap; ++i) step *= 2;
+  step = std::min(step, cap);
+  const auto jitter = std::chrono::duration_cast<milliseconds>(step / 2 * std::clamp(random01, 0.0, 1.0));
+  const Clock::time_point lastChance = lostAt - ttl / 8;
+  if (now < lastChance) return std::min(now + step / 2 + jitter, lastChance);
+  return std::max(now, lostAt);
+}
+
 void EtcdSession::keepAlive() {
   const milliseconds interval = std::max<milliseconds>(ttl_ / 3, milliseconds(100));
   const milliseconds lostAfter = ttl_ * 3 / 4;
   Clock::time_point renewed = grantedAt_;
   Clock::time_point next = grantedAt_ + interval;
   std::string lastError = "no answer";
+  int failures = 0;  // in a row, since the last renewal
+  std::minstd_rand random(static_cast<std::minstd_rand::result_type>(lease_ ^ Clock::now().time_since_epoch().count()));
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
   for (;;) {
     if (waitStopping(next)) return;
     const Clock::time_point sentAt = Clock::now();
@@ -175,6 +195,7 @@ void EtcdSession::keepAlive() {
           return;
         }
         renewed = sentAt;
+        failures = 0;
         next = sentAt + interval;
         continue;
       } catch (const std::exception& e) {
@@ -187,7 +208,7 @@ void EtcdSession::keepAlive() {
                "ms (TTL " + std::to_string(ttl_.count()) + "ms): " + lastError);
       return;
     }
-    next = std::min(Clock::now() + milliseconds(200), lostAt);
+    next = keepAliveRetryAt(Clock::now(), lostAt, ++failures, ttl_, uniform(random));
   }
 }
 

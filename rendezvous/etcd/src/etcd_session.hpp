@@ -1,5 +1,6 @@
 // EtcdSession: one etcd lease and what hangs on it (etcd_store.hpp has the design): the
-// keep-alive thread (at a third of the TTL; lost after 3/4 of it without an answer), the will
+// keep-alive thread (at a third of the TTL; a failed one retried with backoff, keepAliveRetryAt;
+// lost after 3/4 of it without an answer), the will
 // of the store that set one, and the will executor, which applies the wills of other sessions
 // of the scope whose lease ended.
 //
@@ -32,6 +33,16 @@ std::optional<Store::Will> decodeWill(const std::string& record);
 // (another session applied it). Throws on store errors.
 bool applyWillRecord(EtcdClient& client, const std::string& willKey, const std::string& liveKey,
                      const std::string& kvPrefix);
+
+// When a keep-alive that failed `failures` times in a row (1 = the first) is tried again:
+// exponential backoff from 200 ms, doubling, capped at a quarter of the TTL, with jitter (a
+// uniform draw `random01` in [0, 1) picks a point in the step's upper half, so that agents
+// that failed together do not retry together). Never past the last chance, an eighth of the
+// TTL before `lostAt` (the session's own bound, 3/4 of the TTL after the last renewal; etcd
+// keeps the lease to the full TTL): a retry then still renews the lease. Once past the last
+// chance, one last try at `lostAt`.
+Clock::time_point keepAliveRetryAt(Clock::time_point now, Clock::time_point lostAt, int failures,
+                                   milliseconds ttl, double random01);
 
 class EtcdSession {
  public:

@@ -66,6 +66,9 @@ struct EtcdClientOptions {
   // with no leader required: they work while the cluster has no quorum, and may be a moment
   // behind it. For reading only (drun status); writes still need a quorum.
   bool readsFromAnyMember = false;
+  // A call tries each member once and then fails, with no pause and no second pass: for a
+  // caller that paces its own retries (the lease keep-alive backs off between them).
+  bool singlePass = false;
 };
 // Parses "h1:2379,h2,[::1]:2379" into endpoints. Throws InvalidArgument.
 std::vector<std::string> parseEtcdEndpoints(const std::string& list);
