@@ -323,13 +323,17 @@ std::optional<Seat> RoundJoin::seat(const keys::RoundState& state) {
   r.masterAddr = state.masterAddr;
   r.masterPort = state.masterPort;
   r.storePrefix = keys::round(id, round_);
-  // One round trip: this node's assignment, and whether the next round closed already. A node
+  // One round trip: this node's assignment, the hosts list (up to kMaxHostsInResult nodes; the
+  // closer wrote it before the decision) and whether the next round closed already. A node
   // that read this round's decision that late (its members re-formed without it) must not start
   // this round's workers: two rounds would run at once. It waits in the next one, as a node the
   // round closed without (the interleavings over etcd cover it: a slow reader's round).
   StoreBatch reads;
   const size_t assignRead = reads.tryGet(keys::assign(id, round_, node_.self.id));
   const size_t laterRead = reads.tryGet(keys::status(id, round_ + 1));
+  const bool withHosts = r.nodeCount <= kMaxHostsInResult;
+  const std::optional<size_t> hostsRead =
+      withHosts ? std::optional<size_t>(reads.tryGet(keys::hosts(id, round_))) : std::nullopt;
   store_.runBatch(reads);
   if (const auto& later = reads.value(laterRead); later && keys::parseState(*later)) {
     on(Event::ClosedWithoutMe, "round " + std::to_string(round_ + 1) + " closed before this node read it");
@@ -339,9 +343,11 @@ std::optional<Seat> RoundJoin::seat(const keys::RoundState& state) {
     const keys::Assignment a = keys::parseAssignment(*mine);
     r.nodeRank = a.nodeRank;
     r.rankOffset = a.rankOffset;
-    if (r.nodeCount <= kMaxHostsInResult)
-      r.hosts = keys::parseHostList(store_.get(keys::hosts(id, round_), o.readTimeout),
-                                    static_cast<size_t>(r.nodeCount));
+    if (withHosts) {
+      std::optional<Bytes> hosts = reads.value(*hostsRead);
+      if (!hosts) hosts = store_.get(keys::hosts(id, round_), o.readTimeout);  // not there yet: wait
+      r.hosts = keys::parseHostList(*hosts, static_cast<size_t>(r.nodeCount));
+    }
   } else {
     // Not a member, or its closer died before publishing the assignments: the roster in
     // `state` decides (O(N) bytes, read on this rare path only).
