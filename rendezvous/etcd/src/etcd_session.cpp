@@ -19,6 +19,17 @@ std::string leaseName(int64_t lease) {
   return buf;
 }
 
+// The job lease's id: the same for every agent of the scope, whatever its build (FNV-1a of the
+// prefix and the scope), positive as etcd's lease ids are.
+int64_t jobLeaseId(const std::string& prefix, const std::string& scope) {
+  uint64_t hash = 14695981039346656037ull;
+  for (const char c : prefix + '\0' + scope) {
+    hash ^= static_cast<unsigned char>(c);
+    hash *= 1099511628211ull;
+  }
+  return static_cast<int64_t>((hash >> 1) | 1);
+}
+
 std::unique_ptr<EtcdClient> clientWith(EtcdClientOptions client, milliseconds callTimeout) {
   client.callTimeout = callTimeout;
   return std::make_unique<EtcdClient>(client);
@@ -64,6 +75,11 @@ EtcdSession::EtcdSession(const EtcdStoreOptions& options) : options_(options) {
   lease_ = granter.leaseGrant(std::chrono::seconds(seconds), &granted);
   ttl_ = granted;
   ownId_ = leaseName(lease_);
+  if (options_.jobLeaseTtl > milliseconds(0)) {
+    jobTtl_ = std::chrono::seconds(std::max<int64_t>(1, (options_.jobLeaseTtl.count() + 999) / 1000));
+    jobLease_ = jobLeaseId(options_.prefix, options_.scope);
+    granter.leaseGrantWithId(jobLease_, jobTtl_);  // false: another agent of the job granted it
+  }
   appliedDir_ = options_.prefix + "applied/" + ownId_ + "/";
   // A keep-alive call may take a third of the TTL and asks each member once: the keep-alive
   // thread paces the retries (keepAliveRetryAt); the others the store's usual deadline.
@@ -103,6 +119,8 @@ EtcdSession::~EtcdSession() {
 EtcdClientOptions EtcdSession::clientOptions() const {
   EtcdClientOptions client = options_.client;
   client.silentPeerTimeout = ttl_;
+  client.keyLease = jobLease_;
+  client.keyLeasePrefix = kvPrefix_;
   return client;
 }
 
@@ -166,8 +184,25 @@ Clock::time_point keepAliveRetryAt(Clock::time_point now, Clock::time_point lost
   return std::max(now, lostAt);
 }
 
+bool EtcdSession::renewJobLease() {
+  try {
+    const Deadline deadline(std::max<milliseconds>(ttl_ / 3, milliseconds(500)));
+    if (keepAliveClient_->leaseKeepAlive(jobLease_, deadline) > 0) return true;
+    // Ended: no agent renewed it for its TTL (etcd removed the keys bound to it). Granted again,
+    // so that this job's writes from here have a lease to be bound to.
+    keepAliveClient_->leaseGrantWithId(jobLease_, jobTtl_);
+    return true;
+  } catch (const std::exception& e) {
+    spdlog::debug("etcd session {}: renewing the job lease: {} (tried again at the next keep-alive)",
+                  ownId_, e.what());
+    return false;
+  }
+}
+
 void EtcdSession::keepAlive() {
   const milliseconds interval = std::max<milliseconds>(ttl_ / 3, milliseconds(100));
+  const milliseconds jobInterval = std::max<milliseconds>(jobTtl_ / 3, interval);
+  Clock::time_point jobNext = grantedAt_ + jobInterval;
   const milliseconds lostAfter = ttl_ * 3 / 4;
   Clock::time_point renewed = grantedAt_;
   Clock::time_point next = grantedAt_ + interval;
@@ -197,6 +232,8 @@ void EtcdSession::keepAlive() {
         renewed = sentAt;
         failures = 0;
         next = sentAt + interval;
+        if (jobLease_ != 0 && Clock::now() >= jobNext)
+          jobNext = Clock::now() + (renewJobLease() ? jobInterval : interval);
         continue;
       } catch (const std::exception& e) {
         lastError = e.what();
@@ -231,7 +268,7 @@ std::vector<EtcdOp> EtcdSession::willWrites(const Store::Will& will) const {
   for (const auto& [key, value] : will.sets) full.sets.emplace_back(kvPrefix_ + key, value);
   for (const auto& [key, delta] : will.adds) full.adds.emplace_back(kvPrefix_ + key, delta);
   for (const auto& key : will.deletes) full.deletes.push_back(kvPrefix_ + key);
-  return {EtcdOp::put(willKey(ownId_), encodeWill(full)), EtcdOp::put(liveKey(ownId_), "", lease_)};
+  return {EtcdOp::put(willKey(ownId_), encodeWill(full), jobLease_), EtcdOp::put(liveKey(ownId_), "", lease_)};
 }
 
 void EtcdSession::willStored(const Store::Will& will) {

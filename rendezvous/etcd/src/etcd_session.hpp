@@ -58,6 +58,8 @@ class EtcdSession {
   EtcdClientOptions clientOptions() const;
   const std::string& kvPrefix() const { return kvPrefix_; }
   int64_t lease() const { return lease_; }
+  // The job lease (EtcdStoreOptions::jobLeaseTtl; 0: none), kept alive beside the session's own.
+  int64_t jobLease() const { return jobLease_; }
   milliseconds ttl() const { return ttl_; }
   bool lost() const { return lost_.load(); }
   // A key never handed out before in this cluster, under applied/ (an add's retry token).
@@ -92,6 +94,9 @@ class EtcdSession {
   std::string willKey(const std::string& id) const { return willDir_ + id; }
   std::string liveKey(const std::string& id) const { return liveDir_ + id; }
   void keepAlive();
+  // Renews the job lease (granted afresh, under the same id, when it ended). False when no
+  // member answered (tried again at the next keep-alive). Never throws.
+  bool renewJobLease();
   void executeWills();
   void markLost(const std::string& why);
   bool waitStopping(Clock::time_point until);
@@ -101,6 +106,8 @@ class EtcdSession {
   std::atomic<uint64_t> appliedCount_{0};
   int64_t lease_ = 0;
   milliseconds ttl_{0};
+  int64_t jobLease_ = 0;
+  std::chrono::seconds jobTtl_{0};
   Clock::time_point grantedAt_;
   std::unique_ptr<EtcdClient> keepAliveClient_, watchClient_, applyClient_;
 
