@@ -24,7 +24,7 @@
 // The same round's calls as the requests an EtcdStore sends etcd for them (docs/etcd.md's table:
 // a batch one txn, a tryGet one range, a compareSet a range and a txn, an append one put, a
 // multiSet a txn per 64 keys, a wait for an absent key a range and up to two watch streams),
-// plus each agent's session (its lease grant, its will executor's names-only reads and watch),
+// plus each agent's session (its lease grants, its will executor's names-only reads and watch),
 // by kind and per agent; checked against: requests <= kEtcdPerAgent N + N / 64 + 8 (constant
 // per agent; the closer's decision is the N / 64). Keep-alives are left out: their number is the
 // round's length over a third of the lease TTL, not a count of calls.
@@ -80,9 +80,10 @@ class Round {
   Cost run() {
     std::vector<StoreCore::ClientId> clients(n_);
     for (int i = 0; i < n_; ++i) clients[i] = core_.newClient();
-    // Each agent's etcd session: its lease, and its will executor's first look (the will records'
-    // and the live keys' names) and its watch of the live keys' deletions.
-    cost_.etcd.lease += n_;
+    // Each agent's etcd session: its lease and the job lease's grant (EtcdStoreOptions::
+    // jobLeaseTtl: answered "exists" but for the first), and its will executor's first look (the
+    // will records' and the live keys' names) and its watch of the live keys' deletions.
+    cost_.etcd.lease += 2 * static_cast<uint64_t>(n_);
     cost_.etcd.range += 2 * static_cast<uint64_t>(n_);
     cost_.etcd.watch += n_;
     std::vector<int> woken;

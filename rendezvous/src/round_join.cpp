@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstdint>
 
 #include "drun/common/error.hpp"
 #include "drun/common/progress.hpp"
@@ -331,9 +332,9 @@ std::optional<Seat> RoundJoin::seat(const keys::RoundState& state) {
   StoreBatch reads;
   const size_t assignRead = reads.tryGet(keys::assign(id, round_, node_.self.id));
   const size_t laterRead = reads.tryGet(keys::status(id, round_ + 1));
-  const bool withHosts = r.nodeCount <= kMaxHostsInResult;
-  const std::optional<size_t> hostsRead =
-      withHosts ? std::optional<size_t>(reads.tryGet(keys::hosts(id, round_))) : std::nullopt;
+  // (SIZE_MAX: not read, past kMaxHostsInResult nodes.)
+  const size_t hostsRead =
+      r.nodeCount <= kMaxHostsInResult ? reads.tryGet(keys::hosts(id, round_)) : SIZE_MAX;
   store_.runBatch(reads);
   if (const auto& later = reads.value(laterRead); later && keys::parseState(*later)) {
     on(Event::ClosedWithoutMe, "round " + std::to_string(round_ + 1) + " closed before this node read it");
@@ -343,8 +344,8 @@ std::optional<Seat> RoundJoin::seat(const keys::RoundState& state) {
     const keys::Assignment a = keys::parseAssignment(*mine);
     r.nodeRank = a.nodeRank;
     r.rankOffset = a.rankOffset;
-    if (withHosts) {
-      std::optional<Bytes> hosts = reads.value(*hostsRead);
+    if (hostsRead != SIZE_MAX) {
+      std::optional<Bytes> hosts = reads.value(hostsRead);
       if (!hosts) hosts = store_.get(keys::hosts(id, round_), o.readTimeout);  // not there yet: wait
       r.hosts = keys::parseHostList(*hosts, static_cast<size_t>(r.nodeCount));
     }
