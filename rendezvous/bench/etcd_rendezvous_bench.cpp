@@ -111,6 +111,7 @@ void runAgents(const Plan& plan, int count, int toParent, int fromParent) {
   options.heartbeatTimeout = storeOptions.leaseTtl;
   options.readTimeout = 60s;
   options.localAddr = "127.0.0.1";
+  storeOptions.jobLeaseTtl = options.etcdHistoryTtl;  // as drun's agents (etcd_factory.cpp)
 
   std::latch sessionsReady(count), go(1), done(count);
   std::mutex mutex;

@@ -11,8 +11,7 @@
 // prints calls, bytes, the largest frame, watch wakeups, the store's bytes and the core's CPU
 // time, and checks them against the model (exit 1 naming what broke it):
 //   calls  <= 11 N + 7 + N / kKeysPerPublish
-//   trips  <= 5 N + 7 + N / kKeysPerPublish                 (round trips: batches count once;
-//             + N up to kMaxHostsInResult nodes: the hosts list)
+//   trips  <= 4 N + 7 + N / kKeysPerPublish                 (round trips: batches count once)
 //   bytes  <= N (kAgentBytes + kCloserBytesPerNode)        (linear: no O(N) value per agent;
 //             + N^2 kHostListBytesPerNode up to kMaxHostsInResult nodes: the hosts list)
 //   frame  <= kFrameBytesPerNode N + 64 KiB                 (the closer's reads and its decision)
@@ -25,7 +24,7 @@
 // The same round's calls as the requests an EtcdStore sends etcd for them (docs/etcd.md's table:
 // a batch one txn, a tryGet one range, a compareSet a range and a txn, an append one put, a
 // multiSet a txn per 64 keys, a wait for an absent key a range and up to two watch streams),
-// plus each agent's session (its lease grant, its will executor's names-only reads and watch),
+// plus each agent's session (its lease grants, its will executor's names-only reads and watch),
 // by kind and per agent; checked against: requests <= kEtcdPerAgent N + N / 64 + 8 (constant
 // per agent; the closer's decision is the N / 64). Keep-alives are left out: their number is the
 // round's length over a third of the lease TTL, not a count of calls.
@@ -63,7 +62,7 @@ struct EtcdRequests {
   uint64_t range = 0, txn = 0, put = 0, watch = 0, lease = 0;
   uint64_t total() const { return range + txn + put + watch + lease; }
 };
-constexpr uint64_t kEtcdPerAgent = 14;
+constexpr uint64_t kEtcdPerAgent = 12;
 constexpr uint64_t kEtcdOpsPerTxn = 128;  // etcd's --max-txn-ops (EtcdStore cuts multiSet there)
 
 struct Cost {
@@ -81,9 +80,10 @@ class Round {
   Cost run() {
     std::vector<StoreCore::ClientId> clients(n_);
     for (int i = 0; i < n_; ++i) clients[i] = core_.newClient();
-    // Each agent's etcd session: its lease, and its will executor's first look (the will records'
-    // and the live keys' names) and its watch of the live keys' deletions.
-    cost_.etcd.lease += n_;
+    // Each agent's etcd session: its lease and the job lease's grant (EtcdStoreOptions::
+    // jobLeaseTtl: answered "exists" but for the first), and its will executor's first look (the
+    // will records' and the live keys' names) and its watch of the live keys' deletions.
+    cost_.etcd.lease += 2 * static_cast<uint64_t>(n_);
     cost_.etcd.range += 2 * static_cast<uint64_t>(n_);
     cost_.etcd.watch += n_;
     std::vector<int> woken;
@@ -186,11 +186,12 @@ class Round {
   }
   void endBatch() { inBatch_ = false; }
 
-  // C10dRendezvous::enterJob (the outcome, then one batch), RoundJoin::run (one batch).
+  // C10dRendezvous::enterJob (one batch: the outcome, the config, the round), RoundJoin::run
+  // (one batch).
   void join(int i, StoreCore::ClientId client, std::vector<int>& woken) {
     const keys::NodeDescriptor self = descriptor(i);
-    tryGet(keys::outcome(runId_));
     beginBatch();
+    tryGet(keys::outcome(runId_));
     keys::JobConfig config;
     config.minNodes = config.maxNodes = n_;
     config.setBy = "node0";
@@ -219,19 +220,20 @@ class Round {
     watches_.push_back(watch);
   }
 
-  // After the watch fired: the answer (status' header), the assignment, the hosts list.
+  // After the watch fired: the answer (status' header), then one batch: the assignment, the
+  // next round's status and (up to kMaxHostsInResult nodes) the hosts list.
   void seat(int i) {
     ++cost_.wakeups;
     wire::Response answer;
     answer.op = wire::Op::Watch;
     answer.values.push_back(*core_.find(keys::status(runId_, 0)));
     count(watches_[static_cast<size_t>(i)], answer);
-    beginBatch();  // RoundJoin::seat: the assignment and the next round's status
+    beginBatch();  // RoundJoin::seat
     const bool assigned = tryGet(keys::assign(runId_, 0, descriptor(i).id)).has_value();
     tryGet(keys::status(runId_, 1));
+    if (n_ <= kMaxHostsInResult) tryGet(keys::hosts(runId_, 0));
     endBatch();
     if (!assigned) throw Error("model: no assignment");
-    if (n_ <= kMaxHostsInResult) tryGet(keys::hosts(runId_, 0));
     ++seated_;
   }
 
@@ -287,8 +289,8 @@ std::string check(int n, const Cost& c) {
   const uint64_t N = static_cast<uint64_t>(n);
   std::string broken;
   if (c.calls > 11 * N + 7 + N / kKeysPerPublish + 1) broken += " calls";
-  // (+1 per agent up to kMaxHostsInResult nodes: the hosts list.)
-  if (c.trips > 5 * N + (n <= kMaxHostsInResult ? N : 0) + 7 + N / kKeysPerPublish + 1)
+  // (The outcome and the hosts list ride in batches: 4 round trips an agent.)
+  if (c.trips > 4 * N + 7 + N / kKeysPerPublish + 1)
     broken += " trips";
   // Up to kMaxHostsInResult nodes every agent also reads the hosts list (bounded: N <= 1024).
   const uint64_t hosts = n <= kMaxHostsInResult ? N * N * kHostListBytesPerNode : 0;

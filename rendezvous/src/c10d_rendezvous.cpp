@@ -315,20 +315,30 @@ class C10dRendezvous final : public Rendezvous {
     Announcement announce;
   };
 
-  // The job's entry, in two round trips: whether an earlier run with this id ended (cleared
-  // first, ExitBarrier), then one batch of its --nnodes checked against the job's and the current
-  // round read. (This node counts itself in `present` with its will, in its join's batch.)
+  // The job's entry, in one round trip: one batch of whether an earlier run with this id ended
+  // (its `outcome`), its --nnodes checked against the job's and the current round read. An
+  // outcome there (rare) is ExitBarrier::enter's to clear, and the batch runs again after it
+  // (its config answer may be that run's). (This node counts itself in `present` with its will,
+  // in its join's batch.)
   Start enterJob(const Deadline& deadline) {
-    barrier_.enter(*store_, deadline);
-    StoreBatch batch;
-    std::optional<size_t> config;
-    if (!configChecked_)
-      config = batch.compareSet(keys::config(id()), "", keys::encodeJobConfig(myConfig()));
-    const size_t current = batch.tryGet(keys::currentRound(id()));
-    store_->runBatch(batch);
-    const uint64_t round = keys::parseCounter(batch.value(current)).value_or(0);
-    if (config) checkJobConfig(batch.value(*config).value_or(""), round);
-    return startRound(round);
+    bool barrierPassed = !barrier_.mustEnter();
+    for (;;) {
+      StoreBatch batch;
+      std::optional<size_t> outcome, config;
+      if (!barrierPassed) outcome = batch.tryGet(keys::outcome(id()));
+      if (!configChecked_)
+        config = batch.compareSet(keys::config(id()), "", keys::encodeJobConfig(myConfig()));
+      const size_t current = batch.tryGet(keys::currentRound(id()));
+      store_->runBatch(batch);
+      if (outcome && batch.value(*outcome)) {
+        barrier_.enter(*store_, deadline);
+        barrierPassed = true;
+        continue;
+      }
+      const uint64_t round = keys::parseCounter(batch.value(current)).value_or(0);
+      if (config) checkJobConfig(batch.value(*config).value_or(""), round);
+      return startRound(round);
+    }
   }
 
   Start startRound(uint64_t current) {

@@ -82,6 +82,7 @@ EtcdStoreOptions etcdStoreOptions(const RendezvousOptions& options) {
   store.prefix = options.etcdPrefix;
   store.scope = options.runId;
   store.leaseTtl = options.heartbeatTimeout;
+  store.jobLeaseTtl = options.etcdHistoryTtl;  // a job whose agents all died: its keys end too
   return store;
 }
 

@@ -31,6 +31,10 @@ class ExitBarrier {
   // Before this node counts itself in: makes sure that the job it joins has not already ended
   // (an ended run's leftovers are cleared first, see exit_barrier.cpp). Nothing when counted.
   void enter(LivenessStore& store, const Deadline& deadline);
+  // Whether enter() has anything to check (false once counted in). Its first look is one read
+  // of the job's `outcome`: a caller may make it in a batch of its own (an absent outcome is the
+  // whole check) and call enter() only when the outcome is there.
+  bool mustEnter() const { return !present_; }
   // The count itself, +1 in `present`, goes into the batch that sets this node's will (RoundJoin),
   // right after the will, whose -1 balances it: a batch reaches the store whole or not at all, so
   // a node is never counted in without a will to count it out (as two round trips, a cut between

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstdint>
 
 #include "drun/common/error.hpp"
 #include "drun/common/progress.hpp"
@@ -323,13 +324,17 @@ std::optional<Seat> RoundJoin::seat(const keys::RoundState& state) {
   r.masterAddr = state.masterAddr;
   r.masterPort = state.masterPort;
   r.storePrefix = keys::round(id, round_);
-  // One round trip: this node's assignment, and whether the next round closed already. A node
+  // One round trip: this node's assignment, the hosts list (up to kMaxHostsInResult nodes; the
+  // closer wrote it before the decision) and whether the next round closed already. A node
   // that read this round's decision that late (its members re-formed without it) must not start
   // this round's workers: two rounds would run at once. It waits in the next one, as a node the
   // round closed without (the interleavings over etcd cover it: a slow reader's round).
   StoreBatch reads;
   const size_t assignRead = reads.tryGet(keys::assign(id, round_, node_.self.id));
   const size_t laterRead = reads.tryGet(keys::status(id, round_ + 1));
+  // (SIZE_MAX: not read, past kMaxHostsInResult nodes.)
+  const size_t hostsRead =
+      r.nodeCount <= kMaxHostsInResult ? reads.tryGet(keys::hosts(id, round_)) : SIZE_MAX;
   store_.runBatch(reads);
   if (const auto& later = reads.value(laterRead); later && keys::parseState(*later)) {
     on(Event::ClosedWithoutMe, "round " + std::to_string(round_ + 1) + " closed before this node read it");
@@ -339,9 +344,11 @@ std::optional<Seat> RoundJoin::seat(const keys::RoundState& state) {
     const keys::Assignment a = keys::parseAssignment(*mine);
     r.nodeRank = a.nodeRank;
     r.rankOffset = a.rankOffset;
-    if (r.nodeCount <= kMaxHostsInResult)
-      r.hosts = keys::parseHostList(store_.get(keys::hosts(id, round_), o.readTimeout),
-                                    static_cast<size_t>(r.nodeCount));
+    if (hostsRead != SIZE_MAX) {
+      std::optional<Bytes> hosts = reads.value(hostsRead);
+      if (!hosts) hosts = store_.get(keys::hosts(id, round_), o.readTimeout);  // not there yet: wait
+      r.hosts = keys::parseHostList(*hosts, static_cast<size_t>(r.nodeCount));
+    }
   } else {
     // Not a member, or its closer died before publishing the assignments: the roster in
     // `state` decides (O(N) bytes, read on this rare path only).

@@ -87,6 +87,7 @@ class EtcdBackend final : public StoreBackend {
     // as a newcomer in the middle of the enumerated call.
     store.leaseTtl = std::max<milliseconds>(options.heartbeatTimeout, kEtcdLeaseTtl);
     store.connectTimeout = options.joinTimeout;
+    store.jobLeaseTtl = options.etcdHistoryTtl;
     auto sessions = std::make_shared<NodeSessions>(store);
     link->setOnCut([sessions] { sessions->endLease(); });
     return [link, sessions]() -> std::unique_ptr<LivenessStore> {

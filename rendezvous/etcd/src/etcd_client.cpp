@@ -50,16 +50,26 @@ std::string compareTarget(EtcdCompare::Target target) {
   return "VALUE";
 }
 
-Json encodeTxn(const std::vector<EtcdCompare>& compares, const std::vector<EtcdOp>& success,
-               const std::vector<EtcdOp>& failure);
+// The lease a put with none of its own is bound to (EtcdClientOptions::keyLease).
+struct KeyLease {
+  int64_t lease = 0;
+  std::string prefix;
+  int64_t of(const std::string& key, int64_t own) const {
+    return own != 0 || lease == 0 || !key.starts_with(prefix) ? own : lease;
+  }
+};
 
-Json encodeOp(const EtcdOp& op) {
-  if (op.kind == EtcdOp::Kind::Txn) return {{"request_txn", encodeTxn(op.nested->compares, op.nested->success, op.nested->failure)}};
+Json encodeTxn(const std::vector<EtcdCompare>& compares, const std::vector<EtcdOp>& success,
+               const std::vector<EtcdOp>& failure, const KeyLease& keyLease);
+
+Json encodeOp(const EtcdOp& op, const KeyLease& keyLease) {
+  if (op.kind == EtcdOp::Kind::Txn)
+    return {{"request_txn", encodeTxn(op.nested->compares, op.nested->success, op.nested->failure, keyLease)}};
   Json request;
   request["key"] = etcd::base64Encode(op.key);
   if (op.kind == EtcdOp::Kind::Put) {
     request["value"] = etcd::base64Encode(op.value);
-    if (op.lease) request["lease"] = std::to_string(op.lease);
+    if (const int64_t lease = keyLease.of(op.key, op.lease)) request["lease"] = std::to_string(lease);
     return {{"request_put", request}};
   }
   if (!op.rangeEnd.empty()) request["range_end"] = etcd::base64Encode(op.rangeEnd);
@@ -81,14 +91,14 @@ Json encodeCompare(const EtcdCompare& c) {
 }
 
 Json encodeTxn(const std::vector<EtcdCompare>& compares, const std::vector<EtcdOp>& success,
-               const std::vector<EtcdOp>& failure) {
+               const std::vector<EtcdOp>& failure, const KeyLease& keyLease) {
   Json body = Json::object();
   body["compare"] = Json::array();
   body["success"] = Json::array();
   body["failure"] = Json::array();
   for (const EtcdCompare& c : compares) body["compare"].push_back(encodeCompare(c));
-  for (const EtcdOp& op : success) body["success"].push_back(encodeOp(op));
-  for (const EtcdOp& op : failure) body["failure"].push_back(encodeOp(op));
+  for (const EtcdOp& op : success) body["success"].push_back(encodeOp(op, keyLease));
+  for (const EtcdOp& op : failure) body["failure"].push_back(encodeOp(op, keyLease));
   return body;
 }
 
@@ -298,6 +308,7 @@ std::string EtcdClient::call(const std::string& path, const std::string& body,
         lastWasTimeout = false;
       }
     }
+    if (options_.singlePass) giveUp();
     // Every member failed once: a short pause (a leader election takes about a second). A pause
     // that would reach the deadline ends the call now: the pass after it would start with no
     // time, and its attempt's "timed out" would replace the members' real failure (every member
@@ -310,7 +321,8 @@ std::string EtcdClient::call(const std::string& path, const std::string& body,
 
 int64_t EtcdClient::put(const std::string& key, const std::string& value, int64_t lease) {
   Json body{{"key", etcd::base64Encode(key)}, {"value", etcd::base64Encode(value)}};
-  if (lease) body["lease"] = std::to_string(lease);
+  if (const int64_t bound = KeyLease{options_.keyLease, options_.keyLeasePrefix}.of(key, lease))
+    body["lease"] = std::to_string(bound);
   const std::string reply = call("/v3/kv/put", body.dump(), Deadline(options_.callTimeout), true);
   return etcd::headerRevision(etcd::parseObject(reply, "etcd /v3/kv/put"));
 }
@@ -341,7 +353,7 @@ int64_t EtcdClient::deleteRange(const std::string& key, const std::string& range
 EtcdTxnResult EtcdClient::txn(const std::vector<EtcdCompare>& compares,
                               const std::vector<EtcdOp>& success,
                               const std::vector<EtcdOp>& failure, bool idempotent) {
-  const Json body = encodeTxn(compares, success, failure);
+  const Json body = encodeTxn(compares, success, failure, {options_.keyLease, options_.keyLeasePrefix});
   const std::string reply = call("/v3/kv/txn", body.dump(), Deadline(options_.callTimeout), idempotent);
   try {
     EtcdTxnResult result = parseTxn(etcd::parseObject(reply, "etcd /v3/kv/txn"), success, failure, false);
@@ -362,6 +374,20 @@ int64_t EtcdClient::leaseGrant(std::chrono::seconds ttl, std::chrono::seconds* g
     throw ProtocolError("etcd /v3/lease/grant: malformed reply (no lease id or TTL)");
   if (grantedTtl) *grantedTtl = std::chrono::seconds(granted);
   return id;
+}
+
+bool EtcdClient::leaseGrantWithId(int64_t id, std::chrono::seconds ttl) {
+  if (id <= 0) throw InvalidArgument("etcd lease grant: the lease id must be positive");
+  const Json body{{"TTL", std::to_string(ttl.count())}, {"ID", std::to_string(id)}};
+  try {
+    const std::string reply = call("/v3/lease/grant", body.dump(), Deadline(options_.callTimeout), true);
+    if (etcd::intField(etcd::parseObject(reply, "etcd /v3/lease/grant"), "ID") != id)
+      throw ProtocolError("etcd /v3/lease/grant: granted another lease than the one asked for");
+    return true;
+  } catch (const EtcdError& e) {
+    if (std::string(e.what()).find("lease already exists") != std::string::npos) return false;
+    throw;
+  }
 }
 
 int64_t EtcdClient::leaseKeepAlive(int64_t lease, const Deadline& deadline) {

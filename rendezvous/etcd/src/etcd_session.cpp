@@ -1,6 +1,8 @@
 #include "etcd_session.hpp"
 
+#include <algorithm>
 #include <cstdio>
+#include <random>
 
 #include <spdlog/spdlog.h>
 
@@ -15,6 +17,17 @@ std::string leaseName(int64_t lease) {
   char buf[24];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(lease));
   return buf;
+}
+
+// The job lease's id: the same for every agent of the scope, whatever its build (FNV-1a of the
+// prefix and the scope), positive as etcd's lease ids are.
+int64_t jobLeaseId(const std::string& prefix, const std::string& scope) {
+  uint64_t hash = 14695981039346656037ull;
+  for (const char c : prefix + '\0' + scope) {
+    hash ^= static_cast<unsigned char>(c);
+    hash *= 1099511628211ull;
+  }
+  return static_cast<int64_t>((hash >> 1) | 1);
 }
 
 std::unique_ptr<EtcdClient> clientWith(EtcdClientOptions client, milliseconds callTimeout) {
@@ -62,9 +75,17 @@ EtcdSession::EtcdSession(const EtcdStoreOptions& options) : options_(options) {
   lease_ = granter.leaseGrant(std::chrono::seconds(seconds), &granted);
   ttl_ = granted;
   ownId_ = leaseName(lease_);
+  if (options_.jobLeaseTtl > milliseconds(0)) {
+    jobTtl_ = std::chrono::seconds(std::max<int64_t>(1, (options_.jobLeaseTtl.count() + 999) / 1000));
+    jobLease_ = jobLeaseId(options_.prefix, options_.scope);
+    granter.leaseGrantWithId(jobLease_, jobTtl_);  // false: another agent of the job granted it
+  }
   appliedDir_ = options_.prefix + "applied/" + ownId_ + "/";
-  // A keep-alive call may take a third of the TTL; the others the store's usual deadline.
-  keepAliveClient_ = clientWith(clientOptions(), std::max<milliseconds>(ttl_ / 3, milliseconds(500)));
+  // A keep-alive call may take a third of the TTL and asks each member once: the keep-alive
+  // thread paces the retries (keepAliveRetryAt); the others the store's usual deadline.
+  EtcdClientOptions keepAliveOptions = clientOptions();
+  keepAliveOptions.singlePass = true;
+  keepAliveClient_ = clientWith(keepAliveOptions, std::max<milliseconds>(ttl_ / 3, milliseconds(500)));
   watchClient_ = clientWith(clientOptions(), options_.client.callTimeout);
   applyClient_ = clientWith(clientOptions(), options_.client.callTimeout);
   keepAliveThread_ = spawnThreadWithSignalsBlocked([this] { keepAlive(); });
@@ -98,6 +119,8 @@ EtcdSession::~EtcdSession() {
 EtcdClientOptions EtcdSession::clientOptions() const {
   EtcdClientOptions client = options_.client;
   client.silentPeerTimeout = ttl_;
+  client.keyLease = jobLease_;
+  client.keyLeasePrefix = kvPrefix_;
   return client;
 }
 
@@ -149,12 +172,44 @@ void EtcdSession::endLeaseForTest() {
   revoker.leaseRevoke(lease_, Deadline(options_.client.callTimeout));
 }
 
+Clock::time_point keepAliveRetryAt(Clock::time_point now, Clock::time_point lostAt, int failures,
+                                   milliseconds ttl, double random01) {
+  const milliseconds cap = std::max<milliseconds>(ttl / 4, milliseconds(200));
+  milliseconds step(200);
+  for (int i = 1; i < failures && step < cap; ++i) step *= 2;
+  step = std::min(step, cap);
+  const auto jitter = std::chrono::duration_cast<milliseconds>(step / 2 * std::clamp(random01, 0.0, 1.0));
+  const Clock::time_point lastChance = lostAt - ttl / 8;
+  if (now < lastChance) return std::min(now + step / 2 + jitter, lastChance);
+  return std::max(now, lostAt);
+}
+
+bool EtcdSession::renewJobLease() {
+  try {
+    const Deadline deadline(std::max<milliseconds>(ttl_ / 3, milliseconds(500)));
+    if (keepAliveClient_->leaseKeepAlive(jobLease_, deadline) > 0) return true;
+    // Ended: no agent renewed it for its TTL (etcd removed the keys bound to it). Granted again,
+    // so that this job's writes from here have a lease to be bound to.
+    keepAliveClient_->leaseGrantWithId(jobLease_, jobTtl_);
+    return true;
+  } catch (const std::exception& e) {
+    spdlog::debug("etcd session {}: renewing the job lease: {} (tried again at the next keep-alive)",
+                  ownId_, e.what());
+    return false;
+  }
+}
+
 void EtcdSession::keepAlive() {
   const milliseconds interval = std::max<milliseconds>(ttl_ / 3, milliseconds(100));
+  const milliseconds jobInterval = std::max<milliseconds>(jobTtl_ / 3, interval);
+  Clock::time_point jobNext = grantedAt_ + jobInterval;
   const milliseconds lostAfter = ttl_ * 3 / 4;
   Clock::time_point renewed = grantedAt_;
   Clock::time_point next = grantedAt_ + interval;
   std::string lastError = "no answer";
+  int failures = 0;  // in a row, since the last renewal
+  std::minstd_rand random(static_cast<std::minstd_rand::result_type>(lease_ ^ Clock::now().time_since_epoch().count()));
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
   for (;;) {
     if (waitStopping(next)) return;
     const Clock::time_point sentAt = Clock::now();
@@ -175,7 +230,10 @@ void EtcdSession::keepAlive() {
           return;
         }
         renewed = sentAt;
+        failures = 0;
         next = sentAt + interval;
+        if (jobLease_ != 0 && Clock::now() >= jobNext)
+          jobNext = Clock::now() + (renewJobLease() ? jobInterval : interval);
         continue;
       } catch (const std::exception& e) {
         lastError = e.what();
@@ -187,7 +245,7 @@ void EtcdSession::keepAlive() {
                "ms (TTL " + std::to_string(ttl_.count()) + "ms): " + lastError);
       return;
     }
-    next = std::min(Clock::now() + milliseconds(200), lostAt);
+    next = keepAliveRetryAt(Clock::now(), lostAt, ++failures, ttl_, uniform(random));
   }
 }
 
@@ -210,7 +268,7 @@ std::vector<EtcdOp> EtcdSession::willWrites(const Store::Will& will) const {
   for (const auto& [key, value] : will.sets) full.sets.emplace_back(kvPrefix_ + key, value);
   for (const auto& [key, delta] : will.adds) full.adds.emplace_back(kvPrefix_ + key, delta);
   for (const auto& key : will.deletes) full.deletes.push_back(kvPrefix_ + key);
-  return {EtcdOp::put(willKey(ownId_), encodeWill(full)), EtcdOp::put(liveKey(ownId_), "", lease_)};
+  return {EtcdOp::put(willKey(ownId_), encodeWill(full), jobLease_), EtcdOp::put(liveKey(ownId_), "", lease_)};
 }
 
 void EtcdSession::willStored(const Store::Will& will) {

@@ -1,5 +1,6 @@
 // EtcdSession: one etcd lease and what hangs on it (etcd_store.hpp has the design): the
-// keep-alive thread (at a third of the TTL; lost after 3/4 of it without an answer), the will
+// keep-alive thread (at a third of the TTL; a failed one retried with backoff, keepAliveRetryAt;
+// lost after 3/4 of it without an answer), the will
 // of the store that set one, and the will executor, which applies the wills of other sessions
 // of the scope whose lease ended.
 //
@@ -33,6 +34,16 @@ std::optional<Store::Will> decodeWill(const std::string& record);
 bool applyWillRecord(EtcdClient& client, const std::string& willKey, const std::string& liveKey,
                      const std::string& kvPrefix);
 
+// When a keep-alive that failed `failures` times in a row (1 = the first) is tried again:
+// exponential backoff from 200 ms, doubling, capped at a quarter of the TTL, with jitter (a
+// uniform draw `random01` in [0, 1) picks a point in the step's upper half, so that agents
+// that failed together do not retry together). Never past the last chance, an eighth of the
+// TTL before `lostAt` (the session's own bound, 3/4 of the TTL after the last renewal; etcd
+// keeps the lease to the full TTL): a retry then still renews the lease. Once past the last
+// chance, one last try at `lostAt`.
+Clock::time_point keepAliveRetryAt(Clock::time_point now, Clock::time_point lostAt, int failures,
+                                   milliseconds ttl, double random01);
+
 class EtcdSession {
  public:
   explicit EtcdSession(const EtcdStoreOptions& options);
@@ -47,6 +58,8 @@ class EtcdSession {
   EtcdClientOptions clientOptions() const;
   const std::string& kvPrefix() const { return kvPrefix_; }
   int64_t lease() const { return lease_; }
+  // The job lease (EtcdStoreOptions::jobLeaseTtl; 0: none), kept alive beside the session's own.
+  int64_t jobLease() const { return jobLease_; }
   milliseconds ttl() const { return ttl_; }
   bool lost() const { return lost_.load(); }
   // A key never handed out before in this cluster, under applied/ (an add's retry token).
@@ -81,6 +94,9 @@ class EtcdSession {
   std::string willKey(const std::string& id) const { return willDir_ + id; }
   std::string liveKey(const std::string& id) const { return liveDir_ + id; }
   void keepAlive();
+  // Renews the job lease (granted afresh, under the same id, when it ended). False when no
+  // member answered (tried again at the next keep-alive). Never throws.
+  bool renewJobLease();
   void executeWills();
   void markLost(const std::string& why);
   bool waitStopping(Clock::time_point until);
@@ -90,6 +106,8 @@ class EtcdSession {
   std::atomic<uint64_t> appliedCount_{0};
   int64_t lease_ = 0;
   milliseconds ttl_{0};
+  int64_t jobLease_ = 0;
+  std::chrono::seconds jobTtl_{0};
   Clock::time_point grantedAt_;
   std::unique_ptr<EtcdClient> keepAliveClient_, watchClient_, applyClient_;
 

@@ -3,7 +3,9 @@
 // (the write is applied by then), runs a hook (another agent's write that lands before the
 // retry), then closes the client's connection. The client sees exactly what a member killed
 // between applying a write and answering it looks like: a write of unknown outcome.
-// Everything else is relayed byte for byte, and the requests are counted.
+// Everything else is relayed byte for byte, and the requests are counted and timed. Set to
+// refuse, it answers every request itself with 503 UNAVAILABLE (a member with no leader) and
+// closes the connection, relaying nothing.
 // Threading: an accept thread and a thread per connection, all joined by the destructor;
 // dropNextTxnReply/dropped from the test thread.
 #pragma once
@@ -15,6 +17,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <mutex>
 #include <stdexcept>
@@ -65,6 +68,16 @@ class ReplyDropper {
     armed_ = true;
   }
   int dropped() const { return dropped_.load(); }
+  // While set, every request is answered 503 UNAVAILABLE and its connection closed.
+  void refuse(bool on) { refusing_ = on; }
+  // When each request to `target` arrived, in order.
+  std::vector<std::chrono::steady_clock::time_point> requestTimes(const std::string& target) {
+    std::lock_guard lock(mutex_);
+    std::vector<std::chrono::steady_clock::time_point> times;
+    for (size_t i = 0; i < targets_.size(); ++i)
+      if (targets_[i] == target) times.push_back(times_[i]);
+    return times;
+  }
   // Requests relayed so far to `target` ("/v3/kv/txn", "/v3/kv/range", ...).
   int requests(const std::string& target) {
     std::lock_guard lock(mutex_);
@@ -104,12 +117,23 @@ class ReplyDropper {
         const std::string chunk(buf, size_t(n));
         {
           std::lock_guard lock(mutex_);
-          if (chunk.rfind("POST ", 0) == 0) targets_.push_back(chunk.substr(5, chunk.find(' ', 5) - 5));
+          if (chunk.rfind("POST ", 0) == 0) {
+            targets_.push_back(chunk.substr(5, chunk.find(' ', 5) - 5));
+            times_.push_back(std::chrono::steady_clock::now());
+          }
           if (armed_ && chunk.rfind("POST /v3/kv/txn", 0) == 0) {
             armed_ = false;
             dropping = true;
             hook = std::move(beforeDrop_);
           }
+        }
+        if (refusing_) {
+          static const std::string body = R"({"error":"etcdserver: no leader","code":14,"message":"etcdserver: no leader"})";
+          const std::string reply = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                                    "Connection: close\r\nContent-Length: " + std::to_string(body.size()) +
+                                    "\r\n\r\n" + body;
+          writeAll(client, reply.data(), reply.size());
+          break;
         }
         if (!writeAll(upstream, buf, size_t(n))) break;
       }
@@ -147,9 +171,11 @@ class ReplyDropper {
   uint16_t port_ = 0;
   std::atomic<bool> stop_{false};
   std::atomic<int> dropped_{0};
+  std::atomic<bool> refusing_{false};
 
-  std::mutex mutex_;  // guards armed_, beforeDrop_, relays_, targets_
+  std::mutex mutex_;  // guards armed_, beforeDrop_, relays_, targets_, times_
   std::vector<std::string> targets_;
+  std::vector<std::chrono::steady_clock::time_point> times_;
   bool armed_ = false;
   std::function<void()> beforeDrop_;
   std::vector<std::thread> relays_;

@@ -66,6 +66,13 @@ struct EtcdClientOptions {
   // with no leader required: they work while the cluster has no quorum, and may be a moment
   // behind it. For reading only (drun status); writes still need a quorum.
   bool readsFromAnyMember = false;
+  // A call tries each member once and then fails, with no pause and no second pass: for a
+  // caller that paces its own retries (the lease keep-alive backs off between them).
+  bool singlePass = false;
+  // A put with no lease of its own whose key starts with keyLeasePrefix is bound to keyLease
+  // (0: none): EtcdSession's job lease, so that the keys of a job with no live agent end.
+  int64_t keyLease = 0;
+  std::string keyLeasePrefix;
 };
 // Parses "h1:2379,h2,[::1]:2379" into endpoints. Throws InvalidArgument.
 std::vector<std::string> parseEtcdEndpoints(const std::string& list);
@@ -173,6 +180,9 @@ class EtcdClient {
 
   // Returns the lease id; `grantedTtl` gets the TTL etcd granted (it raises too short ones).
   int64_t leaseGrant(std::chrono::seconds ttl, std::chrono::seconds* grantedTtl = nullptr);
+  // A lease of the caller's choosing (`id` > 0), as every agent of a job names the same one:
+  // true when granted now, false when it exists already (etcd: "lease already exists").
+  bool leaseGrantWithId(int64_t id, std::chrono::seconds ttl);
   // One keep-alive; returns the TTL left (0: the lease is gone).
   int64_t leaseKeepAlive(int64_t lease, const Deadline& deadline);
   void leaseRevoke(int64_t lease, const Deadline& deadline);

@@ -59,6 +59,11 @@ struct EtcdStoreOptions {
   std::string scope = "default";   // the run id: wills are watched per scope
   milliseconds leaseTtl = 5s;      // etcd raises it to its minimum (about 2 s); rounded up to seconds
   milliseconds connectTimeout = 10s;  // granting the lease, over every endpoint
+  // The job lease (0: none): every key this store writes under the prefix (and its will record)
+  // is bound to one lease that every session of the scope names alike and keeps alive, so that
+  // etcd removes a job's keys this long after its last agent died without leaving (an agent
+  // that leaves cleanly last moves them to a lease of their own, expireEndedJob).
+  milliseconds jobLeaseTtl = 0ms;
   // Reads only (drun status): no lease is granted and no keep-alive runs, and reads are served
   // by any member (EtcdClientOptions::readsFromAnyMember), so reading needs no quorum; every
   // write (set, add, append, a will, a batch...) is refused with InvalidArgument.
