@@ -193,8 +193,13 @@ TEST_CASE("grow: a survivor lost after the grow was claimed and before the newco
   ElasticJob job(2, 3);
   auto c = job.newcomer("hostC");
   FirstChange lostOnC(*c, "member lost");
-  auto fc = startNext(*c);
-  job.awaitWaiting(1);
+  std::future<RoundResult> fc;
+  {
+    FirstChange waitingOnA(*job.members[0], "waiting");
+    fc = startNext(*c);
+    job.awaitWaiting(1);
+    waitingOnA.get();  // announced: the job runs below MAX
+  }
   std::optional<Vacancy> place = job.members[0]->claimGrowth(2, 2);
   REQUIRE(place.has_value());
   job.lose(1, 0);  // hostB lost before the place is offered
