@@ -118,3 +118,13 @@ TEST_CASE("recovery watch: generations begun back to back while it watches are e
   std::lock_guard lock(reports.mutex);
   CHECK(reports.failure.empty());
 }
+
+TEST_CASE("recovery watch: a watch that starts after generation g reports only those after it", "[agent][recovery]") {
+  MemoryStore store;
+  begin(store, 1, {{0, 1, 2}, {0, 1, 2}}, 1);
+  begin(store, 2, {{0, 1}, {0, 1}}, 1);
+  begin(store, 3, {{0, 1}, {0, 1}, 1, 1}, 1);
+  Reports reports;
+  RecoveryWatch watch(kPrefix, reports.handlers(store), 200ms, /*after=*/1);
+  CHECK(reports.beganWithin(2, 5s) == std::vector<uint64_t>{2, 3});
+}
