@@ -302,4 +302,5 @@ TEST_CASE("grow interleavings: another survivor dies at each point of a grow",
   }
   CHECK(points >= 6);  // the claim's look and compare_set, the post, the take's reads and batch
   CHECK(told < points);  // a loss before the claim read the round's losses is not news to the newcomer
+  CHECK(told > 0);       // one after it is (the claim's compare_set, the post, the take)
 }
