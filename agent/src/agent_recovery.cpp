@@ -128,8 +128,11 @@ void ElasticAgent::Impl::startRecoveryWatch() {
       if (r == round.round) console.say("drun: warning: lost the workers' store: {}\n", what);
     });
   };
+  // A node that took a place in generation g (round.generation) knows the worlds before g; g
+  // itself is reported (its outcome is the one it waits for).
+  const uint64_t known = round.generation > 0 ? round.generation - 1 : 0;
   recoveryWatch = std::make_shared<detail::RecoveryWatch>(workerStore->prefix(r), std::move(handlers),
-                                                          std::chrono::milliseconds(1000));
+                                                          std::chrono::milliseconds(1000), known);
 }
 
 // The watch's threads end at once (their connections interrupted) and are joined off the loop.

@@ -13,10 +13,14 @@ namespace drun::agent::detail {
 
 namespace keys = rdzv::recovery;
 
+// The most generations read after one look of the watch.
+constexpr uint64_t kMostBehind = 1024;
+
 struct RecoveryWatch::Shared {
   std::string prefix;
   Handlers handlers;
   std::chrono::milliseconds slice;
+  uint64_t after = 0;  // the generations known already: reported from after + 1 on
   std::mutex mutex;
   std::condition_variable changed;
   bool stopping = false;
@@ -58,6 +62,7 @@ struct RecoveryWatch::Shared {
     Registration registered{this, store.get()};
     const std::string key = keys::generation(prefix);
     std::optional<std::string> known;
+    uint64_t reported = after;  // the last generation reported
     while (!stopped()) {
       try {
         known = store->watch(key, known, slice);
@@ -65,12 +70,22 @@ struct RecoveryWatch::Shared {
         continue;
       }
       const uint64_t g = keys::parseGeneration(known);
-      if (g == 0) continue;
-      Generation generation = readGeneration(*store, prefix, g);
-      report([&] { handlers.began(generation); });
-      std::lock_guard lock(mutex);
-      newest = std::max(newest, g);
-      changed.notify_all();
+      // Every generation since the last one reported, in order: each may renumber the world. A
+      // generation's keys are written before `generation` moves to it, so each is there to read.
+      // A jump past any real job's count (a corrupt value) is bounded: only its last ones.
+      if (g > reported + kMostBehind) {
+        spdlog::warn("agent: recovery/generation jumped from {} to {}; reading the last {} only", reported, g,
+                     kMostBehind);
+        reported = g - kMostBehind;
+      }
+      for (uint64_t next = reported + 1; next <= g && !stopped(); ++next) {
+        Generation generation = readGeneration(*store, prefix, next);
+        report([&] { handlers.began(generation); });
+        reported = next;
+        std::lock_guard lock(mutex);
+        newest = std::max(newest, next);
+        changed.notify_all();
+      }
     }
   }
 
@@ -110,9 +125,10 @@ struct RecoveryWatch::Shared {
   }
 };
 
-RecoveryWatch::RecoveryWatch(std::string prefix, Handlers handlers, std::chrono::milliseconds slice)
+RecoveryWatch::RecoveryWatch(std::string prefix, Handlers handlers, std::chrono::milliseconds slice, uint64_t after)
     : shared_(std::make_shared<Shared>()) {
   shared_->prefix = std::move(prefix);
+  shared_->after = after;
   shared_->handlers = std::move(handlers);
   shared_->slice = slice;
   generations_ = OwnedThread("recovery generations", [s = shared_] { s->guard(&Shared::watchGenerations); });

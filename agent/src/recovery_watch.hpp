@@ -1,7 +1,9 @@
 // RecoveryWatch: how every agent learns of an in-process recovery (docs/recovery.md), wherever
 // it was opened: one owned thread watches the round's recovery/generation and reports each
-// generation that begins (with its lost ranks and restart count); another watches the newest
-// generation's outcome and reports it ("formed" or a fallback's reason). Each thread has a
+// generation that begins (with its lost ranks, restart count and world record), each one in
+// order, also when several began between two of its looks (a shrink and a grow published back to
+// back: every agent renumbers its place through each world record in turn, so none is skipped);
+// another watches the newest generation's outcome and reports it ("formed" or a fallback's reason). Each thread has a
 // connection of its own to the workers' store (connected on the thread: never on the loop).
 //
 // Threading: the callbacks run on the watch's threads and must only post (to the loop); none runs
@@ -30,7 +32,9 @@ class RecoveryWatch {
     std::function<void(const std::string& what)> failed;  // the store is gone: no more reports
   };
   // `slice`: the longest single watch (a stopped watch notices stop() at once anyway).
-  RecoveryWatch(std::string prefix, Handlers handlers, std::chrono::milliseconds slice);
+  // `after`: the generations up to it are known already and not reported (a node that took a
+  // place in generation g knows the world of the generations before g).
+  RecoveryWatch(std::string prefix, Handlers handlers, std::chrono::milliseconds slice, uint64_t after = 0);
   ~RecoveryWatch();
   RecoveryWatch(const RecoveryWatch&) = delete;
   RecoveryWatch& operator=(const RecoveryWatch&) = delete;

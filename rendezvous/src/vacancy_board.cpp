@@ -177,13 +177,14 @@ NumberedWorld worldIn(LivenessStore& store, const std::string& runId, uint64_t r
 
 std::string encodeOffer(const VacancyOffer& o) {
   return std::to_string(o.generation) + "\t" + std::to_string(o.restartCount) + "\t" + std::to_string(o.nodeRank) +
-         "\t" + std::to_string(o.rankOffset) + "\t" + std::to_string(o.localWorldSize) + "\t" + o.node;
+         "\t" + std::to_string(o.rankOffset) + "\t" + std::to_string(o.localWorldSize) + "\t" +
+         std::to_string(o.lostAtClaim) + "\t" + o.node;
 }
 
 VacancyOffer parseOffer(std::string_view value) {
   std::vector<std::string_view> fields;
   size_t start = 0;
-  for (int i = 0; i < 5; ++i) {
+  for (int i = 0; i < 6; ++i) {
     const size_t tab = value.find('\t', start);
     if (tab == std::string_view::npos)
       throw ProtocolError("a vacancy holds '" + text::printable(value, {.maxBytes = 200}) + "', not what drun writes");
@@ -196,6 +197,7 @@ VacancyOffer parseOffer(std::string_view value) {
   o.nodeRank = decimalField<int>(fields[2], value);
   o.rankOffset = decimalField<int>(fields[3], value);
   o.localWorldSize = decimalField<int>(fields[4], value);
+  o.lostAtClaim = decimalField<int64_t>(fields[5], value);
   o.node = text::printable(value.substr(start), {.maxBytes = 256});
   if (o.generation == 0 || o.localWorldSize < 1)
     throw ProtocolError("a vacancy holds '" + text::printable(value, {.maxBytes = 200}) + "', not what drun writes");
@@ -206,16 +208,19 @@ std::vector<Vacancy> claimLostMembers(LivenessStore& store, const std::string& r
                                       const std::string& me) {
   const std::vector<Member> members = currentMembers(store, runId, round);
   std::vector<Vacancy> claimed;
-  for (size_t first = 0; first < members.size(); first += StoreBatch::kMaxOps / 2) {
+  int64_t lostAtClaim = 0;  // read with the dead flags: counts every loss claimed here
+  constexpr size_t kPerBatch = (StoreBatch::kMaxOps - 1) / 2;
+  for (size_t first = 0; first < members.size(); first += kPerBatch) {
     // Per member: its dead flag and the claim on its place (absent: nobody claimed it yet).
-    constexpr size_t kPerBatch = StoreBatch::kMaxOps / 2;
     StoreBatch look;
     const size_t last = std::min(members.size(), first + kPerBatch);
     for (size_t i = first; i < last; ++i) {
       look.tryGet(keys::dead(runId, round, members[i].id));
       look.tryGet(keys::vacancyClaim(runId, round, members[i].id));
     }
+    const size_t lost = look.tryGet(keys::lost(runId, round));
     store.runBatch(look);
+    lostAtClaim = keys::parseCounter(look.value(lost)).value_or(0);
     for (size_t i = first; i < last; ++i) {
       const Member& m = members[i];
       const size_t at = 2 * (i - first);
@@ -224,12 +229,13 @@ std::vector<Vacancy> claimLostMembers(LivenessStore& store, const std::string& r
       claimed.push_back({round, m.id, m.name, m.nodeRank, m.rankOffset, m.localWorldSize, m.numberedIn});
     }
   }
+  for (Vacancy& v : claimed) v.lostAtClaim = lostAtClaim;
   return claimed;
 }
 
 void postVacancy(LivenessStore& store, const std::string& runId, const Vacancy& v, uint64_t generation,
                  int restartCount) {
-  const VacancyOffer offer{generation, restartCount, v.nodeRank, v.rankOffset, v.localWorldSize, v.node};
+  const VacancyOffer offer{generation, restartCount, v.nodeRank, v.rankOffset, v.localWorldSize, v.lostAtClaim, v.node};
   StoreBatch batch;
   batch.set(keys::vacancy(runId, v.round, v.lostId), encodeOffer(offer));
   batch.append(keys::vacancies(runId, v.round), v.lostId + "\n");
@@ -251,19 +257,22 @@ std::optional<Vacancy> claimGrowth(LivenessStore& store, const std::string& runI
   store.runBatch(look);
   const int64_t k = keys::parseCounter(look.value(grows)).value_or(0);
   std::vector<keys::NodeDescriptor> waiting = keys::parseJoined(look.value(joined).value_or(""));
-  if (waiting.size() > StoreBatch::kMaxOps - 1) waiting.resize(StoreBatch::kMaxOps - 1);
+  if (waiting.size() > StoreBatch::kMaxOps - 2) waiting.resize(StoreBatch::kMaxOps - 2);
   const std::string place = keys::growPlace(k);
   // The k-th grow's claim (set: that grow is open, or another survivor's) and who is alive.
   StoreBatch alive;
   const size_t claim = alive.tryGet(keys::vacancyClaim(runId, round, place));
+  const size_t lost = alive.tryGet(keys::lost(runId, round));
   for (const auto& n : waiting) alive.tryGet(keys::dead(runId, round + 1, n.id));
   store.runBatch(alive);
   if (alive.value(claim)) return std::nullopt;
   for (size_t i = 0; i < waiting.size(); ++i) {
-    if (alive.value(claim + 1 + i)) continue;
+    if (alive.value(lost + 1 + i)) continue;
     if (store.compareSet(keys::vacancyClaim(runId, round, place), "", me) != me) return std::nullopt;
     const keys::NodeDescriptor& n = waiting[i];
-    return Vacancy{round, place, n.displayName(), nodeCount, worldSize, n.localWorldSize};
+    Vacancy v{round, place, n.displayName(), nodeCount, worldSize, n.localWorldSize};
+    v.lostAtClaim = keys::parseCounter(alive.value(lost)).value_or(0);
+    return v;
   }
   return std::nullopt;
 }
@@ -338,9 +347,13 @@ std::optional<TakenPlace> takeVacancy(LivenessStore& store, const C10dNode& node
       r.hosts[size_t(o.nodeRank)] = name;
     }
     t.decidedNodeCount = state->nodeCount;
-    t.changesAtTake = keys::parseCounter(batch.value(changes)).value_or(0);
+    // The losses its generation accounts for are not news to it; one after the place's claim is:
+    // its watcher then looks at once (the loss changed the round before the watch began).
+    const int64_t lostNow = keys::parseCounter(batch.value(lost)).value_or(0);
+    const int64_t lostKnown = std::min(lostNow, o.lostAtClaim);
+    t.changesAtTake = lostKnown < lostNow ? 0 : keys::parseCounter(batch.value(changes)).value_or(0);
     t.leftAtClose = state->leftAtClose;
-    t.lostSeen = std::max<int64_t>(0, keys::parseCounter(batch.value(lost)).value_or(0) - state->leftAtClose);
+    t.lostSeen = std::max<int64_t>(0, lostKnown - state->leftAtClose);
     spdlog::info("rendezvous '{}': {} takes node rank {} ({}) in the running round {}: generation {}", id, name,
                  o.nodeRank, grow ? "a place the job grows by" : o.node + "'s place", running, o.generation);
     return t;

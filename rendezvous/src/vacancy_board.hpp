@@ -26,13 +26,15 @@
 namespace drun::rdzv {
 
 // The value of vacancy/<lost id>:
-//   "<generation>\t<restart count>\t<node rank>\t<rank offset>\t<local world size>\t<lost node's name>"
+//   "<generation>\t<restart count>\t<node rank>\t<rank offset>\t<local world size>\t<lost at claim>\t
+//    <lost node's name>"
 struct VacancyOffer {
   uint64_t generation = 0;
   int restartCount = 0;
   int nodeRank = 0;
   int rankOffset = 0;
   int localWorldSize = 1;
+  int64_t lostAtClaim = 0;  // Vacancy::lostAtClaim
   std::string node;
 };
 std::string encodeOffer(const VacancyOffer& offer);
@@ -61,9 +63,13 @@ void endGrowth(LivenessStore& store, const std::string& runId, const Vacancy& pl
 struct TakenPlace {
   RoundResult result;
   std::string memberId;       // this node's id as the member
-  int64_t changesAtTake = 0;  // the membership watcher starts here
+  // The membership watcher starts here: the round's changes at the take, or 0 (look at once)
+  // when a member was lost after the place was claimed.
+  int64_t changesAtTake = 0;
   int64_t leftAtClose = 0;
-  int64_t lostSeen = 0;       // members lost so far (the place it took among them): not news to it
+  int64_t lostSeen = 0;       // members lost when the place was claimed (its own loss among them):
+                              // not news to it; a later loss is
+
   int decidedNodeCount = 0;   // the running round's decision's node count (the ledger's base)
 };
 // Looks at the offers of round `running` and takes the first open one of this node's local world

@@ -187,7 +187,7 @@ bool growClaimerDiesAt(int point) {
 
 struct SurvivorPoint {
   bool killed = false;      // hostB died at the point (else: the grow ended before it)
-  bool newcomerTold = false;  // hostC's watcher reported hostB's loss (it died after the take)
+  bool newcomerTold = false;  // hostC's watcher reported hostB's loss (it died after the claim read the losses)
 };
 
 // hostA and hostB run (1:3), hostC waits in round 1; hostA claims a grow and posts it, hostC takes
@@ -245,7 +245,8 @@ SurvivorPoint survivorDiesAt(int point) {
   INFO("point " << point << " (" << killedAt << ")");
   if (!outcome.killed) b.link->dropAll(true);  // past the take: hostB dies with the grow decided
   CHECK_THAT(lostByA.get(), Catch::Contains("hostB"));
-  // hostC is told of the loss unless it took the place after it (then it is not news to it).
+  // hostC is told of the loss unless hostB died before the claim read the round's losses (then
+  // the grow was claimed with that loss known: not news to the place's taker).
   outcome.newcomerTold = lostByC.reportedWithin(500ms);
   // hostB's place is claimed by exactly one survivor, with hostB's numbering (node rank 1, rank 1).
   std::vector<Vacancy> byA = a.rendezvous->claimLostMembers();
@@ -300,5 +301,6 @@ TEST_CASE("grow interleavings: another survivor dies at each point of a grow",
     if (outcome.newcomerTold) ++told;
   }
   CHECK(points >= 6);  // the claim's look and compare_set, the post, the take's reads and batch
-  CHECK(told < points);  // a loss before the take is not news to the newcomer
+  CHECK(told < points);  // a loss before the claim read the round's losses is not news to the newcomer
+  CHECK(told > 0);       // one after it is (the claim's compare_set, the post, the take)
 }

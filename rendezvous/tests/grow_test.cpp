@@ -186,3 +186,25 @@ TEST_CASE("grow: after a shrink a node that comes back is announced (the job is 
   for (Rendezvous* r : {job.members[0].get(), job.members[1].get(), c.get()}) r->leave();
   CHECK(keysBesidesTombstone(job.cluster.store(), "job") == 0);
 }
+
+TEST_CASE("grow: a survivor lost after the grow was claimed and before the newcomer took its place is news to "
+          "the newcomer (member lost): it re-forms with the others at once, not at recovery_timeout",
+          "[rendezvous][vacancy][grow]") {
+  ElasticJob job(2, 3);
+  auto c = job.newcomer("hostC");
+  FirstChange lostOnC(*c, "member lost");
+  std::future<RoundResult> fc;
+  {
+    FirstChange waitingOnA(*job.members[0], "waiting");
+    fc = startNext(*c);
+    job.awaitWaiting(1);
+    waitingOnA.get();  // announced: the job runs below MAX
+  }
+  std::optional<Vacancy> place = job.members[0]->claimGrowth(2, 2);
+  REQUIRE(place.has_value());
+  job.lose(1, 0);  // hostB lost before the place is offered
+  job.members[0]->postVacancy(*place, /*generation=*/1, /*restartCount=*/0);
+  checkPlace(getWithin(fc), 2, 2, 3, 3);
+  REQUIRE(lostOnC.reportedWithin(5s));
+  CHECK_THAT(lostOnC.get(), Catch::Contains("hostB"));
+}

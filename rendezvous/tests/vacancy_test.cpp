@@ -277,3 +277,28 @@ TEST_CASE("vacancy: after a shrink, a spare that takes a later lost member's pla
   d->leave();
   CHECK(keysBesidesTombstone(job.cluster.store(), "job") == 0);
 }
+
+TEST_CASE("vacancy: a survivor lost after a place was claimed and before a spare took it is news to the spare "
+          "(member lost), the loss it replaces is not",
+          "[rendezvous][vacancy]") {
+  for (const bool secondLoss : {true, false}) {
+    DYNAMIC_SECTION((secondLoss ? "hostB lost between the claim and the take" : "no loss after the claim")) {
+      ElasticJob job(3, 3);
+      job.lose(2, 0);  // hostC lost: hostA claims its place
+      std::vector<Vacancy> claimed = job.members[0]->claimLostMembers();
+      REQUIRE(claimed.size() == 1);
+      if (secondLoss) job.lose(1, 0);  // hostA re-forms on it; the spare must too, at once
+      job.members[0]->postVacancy(claimed[0], /*generation=*/1, /*restartCount=*/1);
+      auto d = job.newcomer("spareD");
+      FirstChange lostOnD(*d, "member lost");
+      auto fd = startNext(*d);
+      checkPlace(getWithin(fd), job.rounds[2].nodeRank, job.rounds[2].rankOffset, 3, 3);
+      if (secondLoss) {
+        REQUIRE(lostOnD.reportedWithin(5s));
+        CHECK_THAT(lostOnD.get(), Catch::Contains("hostB"));
+      } else {
+        CHECK_FALSE(lostOnD.reportedWithin(300ms));
+      }
+    }
+  }
+}

@@ -112,6 +112,9 @@ struct Vacancy {
   // place a spare took keeps its lost member's), or the grow's that added the place. Shrinks and
   // grows since renumber it (drun/rendezvous/recovery_keys.hpp renumberPlace).
   uint64_t numberedIn = 0;
+  // The round's `lost` counter when the place was claimed: the losses its generation accounts
+  // for. A member lost after the claim (before a spare took the place) is news to that spare.
+  int64_t lostAtClaim = 0;
 };
 
 // The root cause of a failed round, as every node prints it.
