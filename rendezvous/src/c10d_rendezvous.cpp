@@ -426,8 +426,8 @@ class C10dRendezvous final : public Rendezvous {
     barrier_.forget();  // its will counted it out of the job (or the store forgot the job)
     configChecked_ = false;
     // A store that restarted empty: this node carries its last round on (StoreRejoin::refill).
-    const RanRound ran{lastRound_.value_or(0), std::max(restartCount_, knownRestarts_), lastNodeRank_, lastNodeCount_, lastWorldSize_,
-                       lastRosterDigest_};
+    const RanRound ran{lastRound_.value_or(0), std::max(restartCount_, knownRestarts_), lastNodeRank_,
+                       lastNodeCount_, lastWorldSize_, lastRosterDigest_};
     if (lastRound_ && rejoin_.refill(*store_, id(), ran)) return;
     lastRound_.reset();  // the old round counted this node gone: it comes back as a newcomer
     // A newcomer under a new id: the old connection's will marked the old id dead in the round
