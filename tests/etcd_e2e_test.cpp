@@ -5,7 +5,9 @@
 // majority (members and agents on namespace hosts, scripts/netns.sh).
 #include <signal.h>
 
+#include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include <catch2/catch.hpp>
 #include <functional>
@@ -78,6 +80,39 @@ void twoNodeJobSucceeds(const std::string& name, const std::function<void(EtcdCl
   CHECK(marker.leftovers(5s).empty());
 }
 
+// The TCP sockets of process `pid` to port `port` (any address) in state `state` (hex, as
+// /proc/net/tcp writes it: "01" established, "08" CLOSE-WAIT): its descriptors' socket inodes
+// looked up in /proc/net/tcp and tcp6.
+size_t socketsOfProcessTo(pid_t pid, uint16_t port, const std::string& state) {
+  std::set<std::string> inodes;
+  std::error_code ec;
+  for (const auto& fd : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec)) {
+    std::error_code linkError;
+    const std::string target = std::filesystem::read_symlink(fd.path(), linkError).string();
+    if (!linkError && target.rfind("socket:[", 0) == 0) inodes.insert(target.substr(8, target.size() - 9));
+  }
+  size_t count = 0;
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream in(table);
+    std::string line;
+    std::getline(in, line);  // the header
+    while (std::getline(in, line)) {
+      std::istringstream fields(line);
+      std::string slot, local, remote, st, queues, timer, retransmits, uid, timeout, inode;
+      fields >> slot >> local >> remote >> st >> queues >> timer >> retransmits >> uid >> timeout >> inode;
+      const size_t colon = remote.rfind(':');
+      if (st == state && colon != std::string::npos && std::stoul(remote.substr(colon + 1), nullptr, 16) == port &&
+          inodes.count(inode))
+        ++count;
+    }
+  }
+  return count;
+}
+
+uint16_t portOf(const std::string& endpoint) {
+  return static_cast<uint16_t>(std::stoul(endpoint.substr(endpoint.rfind(':') + 1)));
+}
+
 }  // namespace
 
 TEST_CASE("etcd e2e: a 2-node job forms on the 3-member cluster and succeeds", "[e2e][etcd]") {
@@ -105,6 +140,42 @@ TEST_CASE("etcd e2e: an etcd member killed mid-job: the job goes on undisturbed"
   CHECK(ra.status() == 0);
   CHECK(rb.status() == 0);
   CHECK_THAT(ra.out + rb.out, !Catch::Contains("WS=1"));  // never re-formed
+}
+
+// Hidden ([.closewait], run by name): it fails as the code is. A client closes a kept connection
+// its member closed at its next call or watch only (EtcdClient::closeConnectionsPeersClosed);
+// an agent's clients that make no call after the kill (idle, or held in a watch stream on
+// another member) keep theirs in CLOSE-WAIT: 2 over the two agents here.
+TEST_CASE("etcd e2e: an etcd member killed mid-job: no agent keeps a socket to it in CLOSE-WAIT",
+          "[e2e][etcd][.closewait]") {
+  WaitingJob job("etcd-closewait");
+  // The member the agents hold the most connections to (each client starts on a random one).
+  const std::vector<pid_t> agents = {job.a->pid(), job.b->pid()};
+  int member = 0;
+  size_t most = 0;
+  for (int m = 0; m < 3; ++m) {
+    size_t n = 0;
+    for (pid_t agent : agents) n += socketsOfProcessTo(agent, portOf(job.etcd.endpoints()[m]), "01");
+    if (n > most) most = n, member = m;
+  }
+  REQUIRE(most > 0);
+  const uint16_t port = portOf(job.etcd.endpoints()[member]);
+  job.etcd.kill(member);
+  // Each client closes a kept connection its member closed at its next call (a lease renewal
+  // every TTL/3 = 1 s, a watch resumed at once): bounded by a few renewals.
+  size_t lingering = 0;
+  const auto until = std::chrono::steady_clock::now() + 8s;
+  do {
+    std::this_thread::sleep_for(200ms);
+    lingering = 0;
+    for (pid_t agent : agents) lingering += socketsOfProcessTo(agent, port, "08");
+  } while (lingering > 0 && std::chrono::steady_clock::now() < until);
+  CHECK(lingering == 0);
+  job.dir.write("go", "");
+  RunResult ra = job.a->wait(), rb = job.b->wait();
+  INFO(ra.describe() << "\n" << rb.describe());
+  CHECK(ra.status() == 0);
+  CHECK(rb.status() == 0);
 }
 
 TEST_CASE("etcd e2e: the first node (c10d's store host) killed: the survivor re-forms and ends",

@@ -10,10 +10,13 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <thread>
 
 #include "process.hpp"
+#include "recovery_lines.hpp"
+#include "time_scale.hpp"
 
 using namespace drun::test;
 using namespace std::chrono_literals;
@@ -136,6 +139,83 @@ TEST_CASE("store restart: a daemon restarted while workers run: they keep runnin
     CHECK_THAT(r->err, Catch::Contains("the workers keep running while this node reconnects"));
     CHECK_THAT(r->err, !Catch::Contains("re-forming the job"));
   }
+}
+
+TEST_CASE("store restart: under --recovery in-process a daemon restarted keeps the workers, and a rank killed "
+          "after it is still recovered in place", "[e2e][rendezvous][store_restart]") {
+  // Budget 2: rank 1 dies at its step 20 (generation 1, restart 1), the daemon is SIGKILLed and
+  // restarted, then rank 3 is SIGKILLed: generation 2 (restart 2 of 2) must form in place. The
+  // restarted store lost generation 1 and the count: without them being written again, the
+  // second recovery would open generation 1 anew, which no survivor joins.
+  const uint16_t port = freeLoopbackPort();
+  auto daemon = startDaemon(port);
+  MarkerScope marker;
+  const std::string id = "inproc-restart-" + randomHex(6);
+  std::vector<std::string> args = {"--nnodes", "2", "--nproc-per-node", "2", "--max-restarts", "2",
+                                   "--recovery", "in-process", "--rdzv-endpoint",
+                                   "127.0.0.1:" + std::to_string(port), "--rdzv-id", id, "--rdzv-conf",
+                                   "reconnect_timeout=30,is_host=0"};
+  for (const auto& word : recoveryWorker({"--die", "1:20", "--steps", "1500", "--step-ms", "20"}))
+    args.push_back(word);
+  Process a(drunCommand(args, {marker.env()}, scaled(120s)));
+  Process b(drunCommand(args, {marker.env()}, scaled(120s)));
+  std::string seen;  // the stderr of the agent looked at last
+  auto saysOnBoth = [&](const std::string& what, std::chrono::milliseconds timeout) {
+    auto says = [&](const std::string&, const std::string& err) {
+      seen = err;
+      return contains(err, what);
+    };
+    return a.waitForOutput(says, timeout) && b.waitForOutput(says, timeout);
+  };
+  REQUIRE(saysOnBoth("generation 1 formed", scaled(60s)));
+  // Every rank took part in it (recovery_worker's calls there expect the store to stay).
+  REQUIRE(a.waitForLines("RW formed", 2, scaled(30s)));
+  REQUIRE(b.waitForLines("RW formed", 2, scaled(30s)));
+  killDaemon(daemon);
+  daemon = startDaemon(port);
+  const bool kept = saysOnBoth("the workers kept running", scaled(60s));
+  INFO(seen);
+  REQUIRE(kept);
+  // Rank 3's process, wherever it runs: SIGKILLed.
+  long victim = 0;
+  for (Process* p : {&a, &b})
+    p->waitForOutput([&](const std::string& out, const std::string&) {
+      for (const Start& s : starts(out))
+        if (s.rank == 3) victim = s.pid;
+      return true;
+    }, 1s);
+  REQUIRE(victim > 0);
+  REQUIRE(::kill(static_cast<pid_t>(victim), SIGKILL) == 0);
+  RunResult ra = a.wait(), rb = b.wait();
+  INFO(ra.describe() << "\n" << rb.describe());
+  std::map<int, std::vector<Start>> byRank;
+  std::map<int, long> done;
+  for (const RunResult* r : {&ra, &rb}) {
+    REQUIRE_FALSE(r->timedOut);
+    CHECK(r->status() == 0);
+    CHECK(contains(r->err, "the workers keep running while this node reconnects"));
+    CHECK(contains(r->err, "generation 2 formed"));
+    CHECK_FALSE(contains(r->err, "restarting the job"));
+    CHECK_FALSE(contains(r->err, "re-forming the job"));
+    for (const Start& s : starts(r->out)) byRank[s.rank].push_back(s);
+    for (auto [rank, pid] : donePids(r->out)) done[rank] = pid;
+  }
+  REQUIRE(byRank.size() == 4);
+  // Ranks 0 and 2 ran in one process throughout; rank 1 in its generation-1 replacement, rank 3
+  // in its generation-2 one, whose restart count carries the first recovery across the restart.
+  for (int rank : {0, 2}) {
+    REQUIRE(byRank[rank].size() == 1);
+    CHECK(done[rank] == byRank[rank][0].pid);
+  }
+  REQUIRE(byRank[1].size() == 2);
+  CHECK(byRank[1][1].gen == 1);
+  CHECK(done[1] == byRank[1][1].pid);
+  REQUIRE(byRank[3].size() == 2);
+  CHECK(byRank[3][0].pid == victim);
+  CHECK(byRank[3][1].gen == 2);
+  CHECK(byRank[3][1].restart == 2);
+  CHECK(done[3] == byRank[3][1].pid);
+  CHECK(marker.leftovers(5s).empty());
 }
 
 TEST_CASE("store restart: a worker that fails while the store is away is reported in the round that forms",

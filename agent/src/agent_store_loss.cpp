@@ -12,9 +12,13 @@
 //     or no store within heartbeat_timeout (the others' bound for calling it lost): the
 //       workers are fenced (stopped) and the node rejoins, as after any store loss
 //
-// Only under --recovery restart and the c10d backend: under in-process recovery the workers'
-// store is the one that was lost (their generations with it), and an etcd cluster that comes
-// back still holds the job.
+// Only on the c10d backend: an etcd cluster that comes back still holds the job. Under
+// --recovery in-process the workers' store is the one that was lost (their generations with it):
+// the node keeps its workers only while no recovery is open (Running, no generation being
+// opened); its recovery watch stops with the store, the refill carries the restart count this
+// node knows (its recoveries included), and once the round continues the agent writes the
+// generations' records again under the workers' prefix (refillGenerations) and watches them
+// anew, so that a later death still recovers in place.
 //
 // While the store is away, a worker's exit is held: it is dispatched again in the round that
 // forms (a failure is reported there and spends the budget, a success waits in its exit barrier).
@@ -27,7 +31,7 @@
 namespace drun::agent {
 
 bool ElasticAgent::Impl::keepsWorkersThroughStoreLoss() const {
-  return state == AgentState::Running && !config.recovery.inProcess() &&
+  return state == AgentState::Running && (!config.recovery.inProcess() || opensInFlight == 0) &&
          config.rendezvous.backend == rdzv::RendezvousBackend::C10d && group;
 }
 
@@ -37,6 +41,7 @@ void ElasticAgent::Impl::reconnectKeepingWorkers(const Input& in) {
               "within {}: heartbeat_timeout)\n",
               in.reason, humanDuration(fence));
   scaleUpTimer.cancel();
+  stopRecoveryWatch();  // its connections went with the store: watched anew if the round continues
   note("store_lost_workers_kept", {{"round", round.round}, {"reason", in.reason}});
   storeRefilled = false;
   fenceTimer.expires_after(fence);
@@ -47,7 +52,7 @@ void ElasticAgent::Impl::reconnectKeepingWorkers(const Input& in) {
     dispatch(Event::FenceDue, due);
   });
   ++joinsInFlight;
-  offLoopCall([this] { return rendezvous->reconnectAfterLoss(); },
+  offLoopCall([this, known = jobRestarts] { return rendezvous->reconnectAfterLoss(known); },
               [this](bool refilled) {
                 --joinsInFlight;
                 Input back;
@@ -100,6 +105,7 @@ void ElasticAgent::Impl::keepWorkers(const Input& in) {
               round.round, before.round, round.nodeCount);
   notes->roundContinued(round, before.round);
   shareLearnedTimeouts();
+  if (config.recovery.inProcess()) keepWorkersStore(before.round);
   std::vector<rdzv::JobEvent> pending;
   pending.swap(latched);
   for (const rdzv::JobEvent& e : pending)
@@ -114,6 +120,23 @@ void ElasticAgent::Impl::keepWorkers(const Input& in) {
   } else if (group->running() == 0) {
     dispatch(Event::WorkersSucceeded);
   }
+}
+
+// The workers go on with the prefix of the round they were started in; the store lost what it
+// held there. Written again (on the OffLoop thread, before any later opening there) and watched
+// anew.
+void ElasticAgent::Impl::keepWorkersStore(uint64_t workersRound) {
+  workerStore->carryOn(round.round, workersRound);
+  offLoop->post([this, prefix = workerStore->prefix(round.round), known = generations, current = generation] {
+    recoveryConnection.reset();  // it went with the store
+    try {
+      detail::refillGenerations(recoveryStore(), prefix, known, current);
+    } catch (const std::exception& e) {
+      recoveryConnection.reset();
+      spdlog::warn("agent: could not write the recovery generations again into the restarted store: {}", e.what());
+    }
+  });
+  startRecoveryWatch();
 }
 
 void ElasticAgent::Impl::holdWhileReconnecting(const Input& in) {

@@ -207,6 +207,7 @@ struct ElasticAgent::Impl {
   void exitSignalledWhileJoining(const Input& in);
   // ---- the store lost while the workers run (agent_store_loss.cpp) ---------------------------
   bool keepsWorkersThroughStoreLoss() const;
+  void keepWorkersStore(uint64_t workersRound);
   void reconnectKeepingWorkers(const Input& in);
   void rejoinKeepingWorkers(const Input& in);
   void fenceWorkers(const Input& in);

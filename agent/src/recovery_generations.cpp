@@ -164,4 +164,32 @@ std::string decideFallback(rdzv::LivenessStore& store, const std::string& prefix
   return store.compareSet(keys::outcome(prefix, g), "", keys::encodeFallback(reason));
 }
 
+void refillGenerations(rdzv::LivenessStore& store, const std::string& prefix,
+                       const std::map<uint64_t, Generation>& generations, uint64_t current) {
+  if (current == 0) return;  // none began: an absent generation is 0
+  std::vector<std::string> names;
+  std::vector<std::string> values;
+  auto put = [&](std::string name, std::string value) {
+    names.push_back(std::move(name));
+    values.push_back(std::move(value));
+  };
+  for (const auto& [g, began] : generations) {
+    if (g > current) break;
+    put(keys::restartCount(prefix, g), std::to_string(began.restartCount));
+    std::vector<int> ranks;
+    for (const LostWorker& l : began.lost) {
+      ranks.push_back(l.rank);
+      put(keys::lost(prefix, g, l.rank), encodeLost(l));
+    }
+    if (!ranks.empty()) put(keys::lostRanks(prefix, g), keys::encodeRanks(ranks));
+    if (began.world) put(keys::world(prefix, g), keys::encodeWorld(*began.world));
+  }
+  put(keys::outcome(prefix, current), std::string(keys::kFormed));
+  for (size_t at = 0; at < names.size(); at += StoreBatch::kMaxOps) {
+    const size_t end = std::min(names.size(), at + StoreBatch::kMaxOps);
+    store.multiSet({names.begin() + at, names.begin() + end}, {values.begin() + at, values.begin() + end});
+  }
+  store.compareSet(keys::generation(prefix), "", std::to_string(current));
+}
+
 }  // namespace drun::agent::detail

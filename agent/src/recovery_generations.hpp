@@ -71,4 +71,13 @@ std::string fallbackReason(rdzv::LivenessStore& store, const std::string& prefix
 std::string decideFallback(rdzv::LivenessStore& store, const std::string& prefix, uint64_t g,
                            const std::string& reason);
 
+// After the store restarted empty under running workers (a refilled rendezvous store whose round
+// carries the workers' on): writes again what the workers and the agents read of the
+// generations that began under `prefix` (restart_count, lost_ranks, lost/<rank>, world), the
+// outcome "formed" of `current` (the one the workers run in), then moves `generation` from
+// absent to `current`. Idempotent: every agent of the job writes the same; a generation opened
+// since by another agent that refilled first is left alone.
+void refillGenerations(rdzv::LivenessStore& store, const std::string& prefix,
+                       const std::map<uint64_t, Generation>& generations, uint64_t current);
+
 }  // namespace drun::agent::detail

@@ -36,7 +36,15 @@ WorkerStore::~WorkerStore() {
   if (server_) server_->stop();
 }
 
-std::string WorkerStore::prefix(uint64_t round) const { return rdzv::keys::workerStore(runId_, round); }
+std::string WorkerStore::prefix(uint64_t round) const {
+  auto carried = carried_.find(round);
+  return rdzv::keys::workerStore(runId_, carried == carried_.end() ? round : carried->second);
+}
+
+void WorkerStore::carryOn(uint64_t round, uint64_t earlier) {
+  auto chain = carried_.find(earlier);
+  carried_[round] = chain == carried_.end() ? earlier : chain->second;
+}
 
 std::unique_ptr<rdzv::LivenessStore> WorkerStore::connect() {
   if (!server_) {

@@ -4,13 +4,19 @@
 // StoreServer this agent serves for the job on loopback (the same key prefix), with the
 // rendezvous' token when there is one.
 //
-// Threading: endpoint() and prefix() from any thread; connect() from any thread (each call a new
-// connection, blocking up to its connect deadline: call it off the loop).
+// A round that carries an earlier one on with the same workers (a refilled store: the round
+// continues) keeps their prefix: carryOn(round, earlier) makes prefix(round) the one the
+// workers were started with.
+//
+// Threading: endpoint() from any thread; prefix() and carryOn() from the agent thread; connect()
+// from any thread (each call a new connection, blocking up to its connect deadline: call it off
+// the loop).
 // Ownership: owns the server it serves (stopped by the destructor); borrows the rendezvous,
 // which must outlive it.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -35,6 +41,8 @@ class WorkerStore {
 
   const std::string& endpoint() const { return endpoint_; }  // DRUN_WORKER_STORE
   std::string prefix(uint64_t round) const;                   // DRUN_WORKER_STORE_PREFIX
+  // Round `round` runs the workers of round `earlier` (and of whatever round that carried on).
+  void carryOn(uint64_t round, uint64_t earlier);
   std::unique_ptr<rdzv::LivenessStore> connect();
 
  private:
@@ -44,6 +52,7 @@ class WorkerStore {
   std::chrono::milliseconds callTimeout_;
   std::unique_ptr<rdzv::StoreServer> server_;  // one node: this agent serves the store
   std::string endpoint_;
+  std::map<uint64_t, uint64_t> carried_;  // a round -> the round whose workers (and prefix) it runs
 };
 
 }  // namespace drun::agent::detail

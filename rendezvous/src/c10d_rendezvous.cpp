@@ -157,8 +157,9 @@ class C10dRendezvous final : public Rendezvous {
     if (server_) server_->stop();
   }
 
-  bool reconnectAfterLoss() override {
+  bool reconnectAfterLoss(int knownRestarts) override {
     if (!rejoin_.lost()) return false;
+    knownRestarts_ = knownRestarts;
     stopWatcher();
     for (int attempt = 0; !rejoin_.attempt(attempt, [this] { reconnectStore(); }, id()); ++attempt) {
     }
@@ -435,8 +436,8 @@ class C10dRendezvous final : public Rendezvous {
     barrier_.forget();  // its will counted it out of the job (or the store forgot the job)
     configChecked_ = false;
     // A store that restarted empty: this node carries its last round on (StoreRejoin::refill).
-    const RanRound ran{lastRound_.value_or(0), restartCount_, lastNodeRank_, lastNodeCount_, lastWorldSize_,
-                       lastRosterDigest_};
+    const RanRound ran{lastRound_.value_or(0), std::max(restartCount_, knownRestarts_), lastNodeRank_,
+                       lastNodeCount_, lastWorldSize_, lastRosterDigest_};
     if (lastRound_ && rejoin_.refill(*store_, id(), ran)) return;
     lastRound_.reset();  // the old round counted this node gone: it comes back as a newcomer
     // A newcomer under a new id: the old connection's will marked the old id dead in the round
@@ -488,6 +489,7 @@ class C10dRendezvous final : public Rendezvous {
   StoreRejoin rejoin_;  // losing the store, and coming back
   std::optional<uint64_t> lastRound_;
   int restartCount_ = 0;
+  int knownRestarts_ = 0;  // the count the agent knows at a store loss (its in-process recoveries)
   int64_t lastNodeCount_ = 0;
   int lastNodeRank_ = 0;
   int lastWorldSize_ = 0;

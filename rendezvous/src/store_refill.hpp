@@ -6,8 +6,9 @@
 //   - the first survivor back writes rdzv/<id>/refill = "<R>\t<C>" (compare_set from absent),
 //     R = its last round + 1, and round = R; the others read R from it (one round for all:
 //     never two groups with rank 0);
-//   - every survivor raises C to the restart count it carries (its round's, + 1 when that round
-//     failed), by compare_set: the most any survivor knows, so a failure is never forgotten;
+//   - every survivor raises C to the restart count it carries (its round's, or its agent's with
+//     the round's in-process recoveries when more, + 1 when that round failed), by compare_set:
+//     the most any survivor knows, so a failure is never forgotten;
 //   - round R then forms like a first round (MAX arrivals or the last call), members first,
 //     keeping their node ranks; its closer takes C as the restart count (RoundCloser).
 //

@@ -38,7 +38,7 @@ FormedPair formPair(RestartableStore& store, const RendezvousOptions& o, int loc
 }
 
 std::future<bool> startReconnect(Rendezvous& r) {
-  return std::async(std::launch::async, [&r] { return r.reconnectAfterLoss(); });
+  return std::async(std::launch::async, [&r] { return r.reconnectAfterLoss(0); });
 }
 
 }  // namespace

@@ -3,7 +3,8 @@
 // recovery/<g>/joined/<rank>, adds to recovery/<g>/formed, the rank that completes it sets the
 // outcome "formed"; a generation superseded before its outcome is left for the newest; a
 // shrink's or a grow's recovery/<g>/world renumbers its rank and world size) and runs its steps
-// meanwhile.
+// meanwhile. Its store connection lost between steps (a restarted rendezvous daemon), it
+// connects again.
 // For the launcher's recovery tests.
 //
 //   recovery_worker [--steps N] [--step-ms MS] [--die RANK:STEP] [--never-join]
@@ -26,6 +27,7 @@
 #include <string>
 #include <thread>
 
+#include "drun/common/error.hpp"
 #include "drun/common/host_port.hpp"
 #include "drun/rendezvous/recovery_keys.hpp"
 #include "drun/store/tcp_store.hpp"
@@ -88,17 +90,34 @@ int main(int argc, char** argv) {
       " recovery=" + env("DRUN_RECOVERY", "-"));
 
   std::unique_ptr<drun::rdzv::TcpStore> store;
+  drun::rdzv::TcpStoreOptions storeOptions;
   if (!env("DRUN_WORKER_STORE").empty()) {
     auto at = drun::HostPort::parse(env("DRUN_WORKER_STORE"), {"DRUN_WORKER_STORE"});
-    drun::rdzv::TcpStoreOptions o;
-    o.host = at.host;
-    o.port = at.port;
-    o.connectTimeout = 30s;
-    o.timeout = 30s;
-    o.scope = env("TORCHELASTIC_RUN_ID");
-    if (!env("DRUN_RDZV_TOKEN_FILE").empty()) o.token = drun::rdzv::readTokenFile(env("DRUN_RDZV_TOKEN_FILE"), "token");
-    store = std::make_unique<drun::rdzv::TcpStore>(o);
+    storeOptions.host = at.host;
+    storeOptions.port = at.port;
+    storeOptions.connectTimeout = 30s;
+    storeOptions.timeout = 30s;
+    storeOptions.scope = env("TORCHELASTIC_RUN_ID");
+    if (!env("DRUN_RDZV_TOKEN_FILE").empty())
+      storeOptions.token = drun::rdzv::readTokenFile(env("DRUN_RDZV_TOKEN_FILE"), "token");
+    store = std::make_unique<drun::rdzv::TcpStore>(storeOptions);
   }
+  // The generation now; a lost connection (the store restarted) is made again and read once
+  // more, for at most 30 s (a connection made while the old server was dying is lost too).
+  auto currentGeneration = [&] {
+    const auto until = std::chrono::steady_clock::now() + 30s;
+    for (;;) {
+      try {
+        if (!store) store = std::make_unique<drun::rdzv::TcpStore>(storeOptions);
+        return keys::parseGeneration(store->tryGet(keys::generation(prefix)));
+      } catch (const drun::NetworkError& e) {
+        if (std::chrono::steady_clock::now() > until) throw;
+        say("RW reconnecting rank=" + std::to_string(rank));
+        store.reset();
+        std::this_thread::sleep_for(100ms);
+      }
+    }
+  };
   // The shrinks and grows in (from, to] renumber this rank and the world; false when one dropped it.
   auto renumber = [&](uint64_t from, uint64_t to) {
     for (uint64_t g = from + 1; g <= to; ++g) {
@@ -154,7 +173,7 @@ int main(int argc, char** argv) {
       return 3;
     }
     if (!store || args.neverJoin) continue;
-    const uint64_t current = keys::parseGeneration(store->tryGet(keys::generation(prefix)));
+    const uint64_t current = currentGeneration();
     if (current > generation) join(current);
   }
   say("RW done rank=" + std::to_string(rank) + " pid=" + std::to_string(::getpid()) + " world=" +

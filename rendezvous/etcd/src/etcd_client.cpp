@@ -216,9 +216,17 @@ void EtcdClient::authenticate(etcd::EtcdConnection& connection, const Deadline& 
   token_ = it->get<std::string>();
 }
 
+void EtcdClient::closeConnectionsPeersClosed() {
+  for (const auto& connection : connections_)
+    if (connection->closeIfPeerClosed())
+      spdlog::debug("etcd {}: the member closed the kept connection; closed here too",
+                    connection->endpoint().toString());
+}
+
 std::string EtcdClient::call(const std::string& path, const std::string& body,
                              const Deadline& deadline, bool idempotent) {
   std::lock_guard lock(mutex_);
+  closeConnectionsPeersClosed();
   std::string lastError = "no attempt";
   bool lastWasTimeout = false;
   bool renewedToken = false;

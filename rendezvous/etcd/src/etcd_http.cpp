@@ -3,6 +3,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -67,6 +68,16 @@ struct EtcdConnection::Impl {
     secure.reset();
     buffer.clear();
     connected = false;
+  }
+
+  // An idle connection the peer shut down (FIN: POLLRDHUP) or reset (POLLHUP, POLLERR): closed.
+  // Readable data alone is no sign (a TLS session ticket may arrive after the handshake).
+  bool closeIfPeerClosed() {
+    if (!connected) return false;
+    pollfd p{socket().native_handle(), POLLRDHUP, 0};
+    if (::poll(&p, 1, 0) <= 0 || !(p.revents & (POLLRDHUP | POLLHUP | POLLERR))) return false;
+    reset();
+    return true;
   }
 
   // Runs `task` on the private io_context until it completes or the deadline passes.
@@ -241,6 +252,8 @@ EtcdConnection::EtcdConnection(Endpoint endpoint, std::string caFile, KeepAliveP
 
 EtcdConnection::~EtcdConnection() { impl_->reset(); }
 
+bool EtcdConnection::closeIfPeerClosed() { return impl_->closeIfPeerClosed(); }
+
 void EtcdConnection::interrupt() {
   impl_->interrupted = true;
   impl_->ioc.stop();
@@ -251,6 +264,7 @@ HttpReply EtcdConnection::post(const std::string& target, const std::string& bod
   auto request = makeRequest(endpoint_, target, body, token, requireLeader_);
   HttpReply reply;
   bool mayHaveSent = false;
+  impl_->closeIfPeerClosed();  // not worth a request that cannot get an answer
   for (int attempt = 0;; ++attempt) {
     const bool reused = impl_->connected;
     bool gotSome = false;

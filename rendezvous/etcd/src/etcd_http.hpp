@@ -73,6 +73,11 @@ class EtcdConnection {
   void stream(const std::string& target, const std::string& body, const std::string& token,
               const Deadline& deadline, const std::function<bool(unsigned status, std::string_view)>& onLine);
 
+  // Between calls: a kept-alive connection whose member closed it (the member killed or
+  // restarted; the kernel holds such a socket in CLOSE-WAIT until it is closed here) is closed
+  // now, without blocking. Returns true when it was.
+  bool closeIfPeerClosed();
+
   void interrupt();
   const Endpoint& endpoint() const { return endpoint_; }
 

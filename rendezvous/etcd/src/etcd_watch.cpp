@@ -74,6 +74,7 @@ bool EtcdClient::watchStream(const std::string& key, const std::string& rangeEnd
   std::string lastError;
   size_t failedInARow = 0;
   for (;;) {
+    closeConnectionsPeersClosed();
     etcd::EtcdConnection& connection = *connections_[current_];
     const std::string what = "etcd " + connection.endpoint().toString() + ": /v3/watch";
     if (interrupted_) throw interruptedError(what);

@@ -194,8 +194,13 @@ class Rendezvous {
   // its round (store_refill.hpp: every member lost it too, so nobody went on without this node;
   // the round next() forms may carry the running one on, RoundResult::continuesPrevious), false
   // when the store still held the job (only this node lost it: the others may re-form without
-  // it, so its workers must stop). Backends without a refill return false.
-  virtual bool reconnectAfterLoss() { return false; }
+  // it, so its workers must stop). `knownRestarts`: the job's restart count as this node knows
+  // it (in-process recoveries included, which the lost store counted): a refill carries at least
+  // that. Backends without a refill return false.
+  virtual bool reconnectAfterLoss(int knownRestarts) {
+    (void)knownRestarts;
+    return false;
+  }
   // Leaves the job for good (it ended) without closing it for the others.
   virtual void leave() = 0;
   // Leaves as a lost node would (preempted): the others re-form without this node.

@@ -219,6 +219,9 @@ class EtcdClient {
                    const std::function<bool(const std::vector<EtcdWatchEvent>&)>& onEvents,
                    bool deletesOnly, bool fromNow);
   void authenticate(etcd::EtcdConnection& connection, const Deadline& deadline);
+  // Closes the kept connections whose member closed them (a member killed): none lingers in
+  // CLOSE-WAIT until the client happens to use that member again. Under mutex_.
+  void closeConnectionsPeersClosed();
   NetworkError interruptedError(const std::string& what) const;
 
   EtcdClientOptions options_;
