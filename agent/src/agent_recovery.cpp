@@ -383,13 +383,13 @@ void ElasticAgent::Impl::fallBack(const Input& in) {
   if (offered && offered->generation == in.generation && !offered->withdrawn) return fallBackLostNode(in);
   const uint64_t r = round.round, g = in.generation;
   const std::string prefix = workerStore->prefix(r);
-  const int world = round.worldSize;
-  std::vector<int> replaced;
-  for (const auto& [number, began] : generations)
-    for (const LostWorker& l : began.lost) replaced.push_back(l.rank);
-  offLoop->post([this, r, g, prefix, world, replaced, reason = in.reason] {
+  // Who g waits for, in g's numbering (a shrink or a grow renumbered the ranks).
+  const auto began = generations.find(g);
+  const int world = began != generations.end() && began->second.world ? began->second.world->size() : round.worldSize;
+  const std::vector<int> newcomers = detail::newcomerRanks(generations, g);
+  offLoop->post([this, r, g, prefix, world, newcomers, reason = in.reason] {
     try {
-      const std::string why = reason.empty() ? detail::fallbackReason(recoveryStore(), prefix, g, world, replaced)
+      const std::string why = reason.empty() ? detail::fallbackReason(recoveryStore(), prefix, g, world, newcomers)
                                              : reason;
       detail::decideFallback(recoveryStore(), prefix, g, why);
     } catch (const std::exception& e) {

@@ -133,30 +133,42 @@ std::map<uint64_t, rdzv::recovery::World> readWorldsAfter(rdzv::LivenessStore& s
   return worlds;
 }
 
-std::string fallbackReason(rdzv::LivenessStore& store, const std::string& prefix, uint64_t g, int worldSize,
-                           const std::vector<int>& replaced) {
+std::vector<int> newcomerRanks(const std::map<uint64_t, Generation>& generations, uint64_t) {
+  std::vector<int> newcomers;
+  for (const auto& [number, began] : generations)
+    for (const LostWorker& l : began.lost) newcomers.push_back(l.rank);
+  return newcomers;
+}
+
+std::string fallbackWording(uint64_t g, const std::vector<bool>& joined, const std::vector<int>& newcomers) {
   std::vector<int> missing;
   bool survivorJoined = false;
-  for (int first = 0; first < worldSize; first += static_cast<int>(StoreBatch::kMaxOps)) {
-    StoreBatch batch;
-    const int last = std::min(worldSize, first + static_cast<int>(StoreBatch::kMaxOps));
-    for (int r = first; r < last; ++r) batch.tryGet(keys::joined(prefix, g, r));
-    store.runBatch(batch);
-    for (int r = first; r < last; ++r) {
-      const bool joined = batch.value(static_cast<size_t>(r - first)).has_value();
-      const bool isReplacement = std::find(replaced.begin(), replaced.end(), r) != replaced.end();
-      if (!joined) missing.push_back(r);
-      if (joined && !isReplacement) survivorJoined = true;
-    }
+  for (int r = 0; r < static_cast<int>(joined.size()); ++r) {
+    const bool isNewcomer = std::find(newcomers.begin(), newcomers.end(), r) != newcomers.end();
+    if (!joined[size_t(r)]) missing.push_back(r);
+    else if (!isNewcomer) survivorJoined = true;
   }
   if (!survivorJoined) return "the survivors never joined the recovery";
+  if (missing.empty()) return "generation " + std::to_string(g) + " did not form in time";
   std::string list;
   constexpr size_t kNamed = 8;
   for (size_t i = 0; i < missing.size() && i < kNamed; ++i)
     list += (i ? ", " : "") + std::to_string(missing[i]);
   if (missing.size() > kNamed) list += ", ... (" + std::to_string(missing.size()) + " in all)";
-  if (missing.empty()) return "generation " + std::to_string(g) + " did not form in time";
   return (missing.size() == 1 ? "rank " : "ranks ") + list + " never joined";
+}
+
+std::string fallbackReason(rdzv::LivenessStore& store, const std::string& prefix, uint64_t g, int worldSize,
+                           const std::vector<int>& newcomers) {
+  std::vector<bool> joined(size_t(std::max(worldSize, 0)), false);
+  for (int first = 0; first < worldSize; first += static_cast<int>(StoreBatch::kMaxOps)) {
+    StoreBatch batch;
+    const int last = std::min(worldSize, first + static_cast<int>(StoreBatch::kMaxOps));
+    for (int r = first; r < last; ++r) batch.tryGet(keys::joined(prefix, g, r));
+    store.runBatch(batch);
+    for (int r = first; r < last; ++r) joined[size_t(r)] = batch.value(static_cast<size_t>(r - first)).has_value();
+  }
+  return fallbackWording(g, joined, newcomers);
 }
 
 std::string decideFallback(rdzv::LivenessStore& store, const std::string& prefix, uint64_t g,
