@@ -337,6 +337,7 @@ void ElasticAgent::Impl::noteGeneration(const Input& in) {
     return began.world->grows() ? applyGrow(in) : applyShrink(in);  // agent_grow.cpp, agent_shrink.cpp
   if (began.world) return;
   if (here) return;  // startReplacement says it
+  if (detail::openedHere(began, config.hostname)) return;  // a lost node's: offerLostPlaces says it
   std::string what;
   for (const LostWorker& l : began.lost)
     what += (what.empty() ? "" : "; ") + ("rank " + std::to_string(l.rank) + " on " + l.node + " failed (" +

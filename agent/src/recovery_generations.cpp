@@ -102,7 +102,9 @@ Generation readGeneration(rdzv::LivenessStore& store, const std::string& prefix,
   const size_t ranks = batch.tryGet(keys::lostRanks(prefix, g));
   const size_t count = batch.tryGet(keys::restartCount(prefix, g));
   const size_t world = batch.tryGet(keys::world(prefix, g));
+  const size_t opener = batch.tryGet(keys::opener(prefix, g));
   store.runBatch(batch);
+  out.opener = text::printable(batch.value(opener).value_or(""), {.maxBytes = 256});
   if (auto w = batch.value(world)) out.world = keys::parseWorld(*w);
   if (auto c = batch.value(count)) {
     try {
@@ -116,6 +118,10 @@ Generation readGeneration(rdzv::LivenessStore& store, const std::string& prefix,
   for (int rank : keys::parseRanks(*batch.value(ranks)))
     if (auto value = store.tryGet(keys::lost(prefix, g, rank))) out.lost.push_back(parseLost(*value));
   return out;
+}
+
+bool openedHere(const Generation& generation, const std::string& host) {
+  return generation.opener.starts_with(host + " pid " + std::to_string(::getpid()) + " ");
 }
 
 std::map<uint64_t, rdzv::recovery::World> readWorldsAfter(rdzv::LivenessStore& store, const std::string& prefix,
@@ -133,10 +139,23 @@ std::map<uint64_t, rdzv::recovery::World> readWorldsAfter(rdzv::LivenessStore& s
   return worlds;
 }
 
-std::vector<int> newcomerRanks(const std::map<uint64_t, Generation>& generations, uint64_t) {
+std::vector<int> newcomerRanks(const std::map<uint64_t, Generation>& generations, uint64_t g) {
   std::vector<int> newcomers;
-  for (const auto& [number, began] : generations)
+  for (const auto& [number, began] : generations) {
+    if (number > g) break;
     for (const LostWorker& l : began.lost) newcomers.push_back(l.rank);
+    if (!began.world) continue;
+    // A shrink or a grow: every rank so far (its own lost ones too) in its numbering, where a
+    // shrink dropped its lost ranks; a grow's added ranks come after the kept ones.
+    std::vector<int> renumbered;
+    for (int rank : newcomers)
+      if (int now = began.world->renumber(rank); now >= 0) renumbered.push_back(now);
+    for (int added = static_cast<int>(began.world->ranks.size()); added < began.world->size(); ++added)
+      renumbered.push_back(added);
+    newcomers = std::move(renumbered);
+  }
+  std::sort(newcomers.begin(), newcomers.end());
+  newcomers.erase(std::unique(newcomers.begin(), newcomers.end()), newcomers.end());
   return newcomers;
 }
 

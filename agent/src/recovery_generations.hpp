@@ -37,7 +37,11 @@ struct Generation {
   std::vector<LostWorker> lost;
   int restartCount = 0;
   std::optional<rdzv::recovery::World> world;  // a shrink: the world of this generation
+  std::string opener;                          // recovery/<g>/opener: "<host> pid <pid> ..."
 };
+
+// Whether the agent on `host` running in this process opened the generation (its opener).
+bool openedHere(const Generation& generation, const std::string& host);
 
 // Opens a generation for `lost`: claims the first one after the current generation that nobody
 // claimed (opener), writes its lost/<rank>, lost_ranks and restart_count, then moves

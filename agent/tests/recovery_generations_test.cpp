@@ -1,6 +1,8 @@
 // The fallback's reason at recovery_timeout (recovery_generations.hpp): which ranks of a
 // generation no survivor holds, and the wording from who joined, every rank named in the
 // generation's own numbering.
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 
 #include "recovery_generations.hpp"
@@ -76,4 +78,17 @@ TEST_CASE("fallback reason: a grow's added ranks are newcomers", "[recovery]") {
 
 TEST_CASE("fallback reason: more than eight ranks missing are counted, not all named", "[recovery]") {
   CHECK(fallbackWording(1, joinedOnly(12, {0}), {}) == "ranks 1, 2, 3, 4, 5, 6, 7, 8, ... (11 in all) never joined");
+}
+
+TEST_CASE("recovery generations: the generation this agent opened is told apart by its opener", "[recovery]") {
+  Generation began;
+  const std::string pid = std::to_string(::getpid());
+  began.opener = "node-a pid " + pid + " (a lost node)";
+  CHECK(openedHere(began, "node-a"));
+  CHECK_FALSE(openedHere(began, "node"));  // another host whose name begins the same
+  CHECK_FALSE(openedHere(began, "node-b"));
+  began.opener = "node-a pid " + pid + "1 (a lost node)";  // another agent on the same host
+  CHECK_FALSE(openedHere(began, "node-a"));
+  began.opener = "";
+  CHECK_FALSE(openedHere(began, "node-a"));
 }
