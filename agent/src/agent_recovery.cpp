@@ -340,6 +340,7 @@ void ElasticAgent::Impl::noteGeneration(const Input& in) {
     return began.world->grows() ? applyGrow(in) : applyShrink(in);  // agent_grow.cpp, agent_shrink.cpp
   if (began.world) return;
   if (here) return;  // startReplacement says it
+  if (detail::openedHere(began, config.hostname)) return;  // a lost node's: offerLostPlaces says it
   std::string what;
   for (const LostWorker& l : began.lost)
     what += (what.empty() ? "" : "; ") + ("rank " + std::to_string(l.rank) + " on " + l.node + " failed (" +
@@ -386,13 +387,13 @@ void ElasticAgent::Impl::fallBack(const Input& in) {
   if (offered && offered->generation == in.generation && !offered->withdrawn) return fallBackLostNode(in);
   const uint64_t r = round.round, g = in.generation;
   const std::string prefix = workerStore->prefix(r);
-  const int world = round.worldSize;
-  std::vector<int> replaced;
-  for (const auto& [number, began] : generations)
-    for (const LostWorker& l : began.lost) replaced.push_back(l.rank);
-  offLoop->post([this, r, g, prefix, world, replaced, reason = in.reason] {
+  // Who g waits for, in g's numbering (a shrink or a grow renumbered the ranks).
+  const auto began = generations.find(g);
+  const int world = began != generations.end() && began->second.world ? began->second.world->size() : round.worldSize;
+  const std::vector<int> newcomers = detail::newcomerRanks(generations, g);
+  offLoop->post([this, r, g, prefix, world, newcomers, reason = in.reason] {
     try {
-      const std::string why = reason.empty() ? detail::fallbackReason(recoveryStore(), prefix, g, world, replaced)
+      const std::string why = reason.empty() ? detail::fallbackReason(recoveryStore(), prefix, g, world, newcomers)
                                              : reason;
       detail::decideFallback(recoveryStore(), prefix, g, why);
     } catch (const std::exception& e) {

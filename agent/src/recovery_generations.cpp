@@ -102,7 +102,9 @@ Generation readGeneration(rdzv::LivenessStore& store, const std::string& prefix,
   const size_t ranks = batch.tryGet(keys::lostRanks(prefix, g));
   const size_t count = batch.tryGet(keys::restartCount(prefix, g));
   const size_t world = batch.tryGet(keys::world(prefix, g));
+  const size_t opener = batch.tryGet(keys::opener(prefix, g));
   store.runBatch(batch);
+  out.opener = text::printable(batch.value(opener).value_or(""), {.maxBytes = 256});
   if (auto w = batch.value(world)) out.world = keys::parseWorld(*w);
   if (auto c = batch.value(count)) {
     try {
@@ -116,6 +118,10 @@ Generation readGeneration(rdzv::LivenessStore& store, const std::string& prefix,
   for (int rank : keys::parseRanks(*batch.value(ranks)))
     if (auto value = store.tryGet(keys::lost(prefix, g, rank))) out.lost.push_back(parseLost(*value));
   return out;
+}
+
+bool openedHere(const Generation& generation, const std::string& host) {
+  return generation.opener.starts_with(host + " pid " + std::to_string(::getpid()) + " ");
 }
 
 std::map<uint64_t, rdzv::recovery::World> readWorldsAfter(rdzv::LivenessStore& store, const std::string& prefix,
@@ -133,30 +139,55 @@ std::map<uint64_t, rdzv::recovery::World> readWorldsAfter(rdzv::LivenessStore& s
   return worlds;
 }
 
-std::string fallbackReason(rdzv::LivenessStore& store, const std::string& prefix, uint64_t g, int worldSize,
-                           const std::vector<int>& replaced) {
+std::vector<int> newcomerRanks(const std::map<uint64_t, Generation>& generations, uint64_t g) {
+  std::vector<int> newcomers;
+  for (const auto& [number, began] : generations) {
+    if (number > g) break;
+    for (const LostWorker& l : began.lost) newcomers.push_back(l.rank);
+    if (!began.world) continue;
+    // A shrink or a grow: every rank so far (its own lost ones too) in its numbering, where a
+    // shrink dropped its lost ranks; a grow's added ranks come after the kept ones.
+    std::vector<int> renumbered;
+    for (int rank : newcomers)
+      if (int now = began.world->renumber(rank); now >= 0) renumbered.push_back(now);
+    for (int added = static_cast<int>(began.world->ranks.size()); added < began.world->size(); ++added)
+      renumbered.push_back(added);
+    newcomers = std::move(renumbered);
+  }
+  std::sort(newcomers.begin(), newcomers.end());
+  newcomers.erase(std::unique(newcomers.begin(), newcomers.end()), newcomers.end());
+  return newcomers;
+}
+
+std::string fallbackWording(uint64_t g, const std::vector<bool>& joined, const std::vector<int>& newcomers) {
   std::vector<int> missing;
   bool survivorJoined = false;
-  for (int first = 0; first < worldSize; first += static_cast<int>(StoreBatch::kMaxOps)) {
-    StoreBatch batch;
-    const int last = std::min(worldSize, first + static_cast<int>(StoreBatch::kMaxOps));
-    for (int r = first; r < last; ++r) batch.tryGet(keys::joined(prefix, g, r));
-    store.runBatch(batch);
-    for (int r = first; r < last; ++r) {
-      const bool joined = batch.value(static_cast<size_t>(r - first)).has_value();
-      const bool isReplacement = std::find(replaced.begin(), replaced.end(), r) != replaced.end();
-      if (!joined) missing.push_back(r);
-      if (joined && !isReplacement) survivorJoined = true;
-    }
+  for (int r = 0; r < static_cast<int>(joined.size()); ++r) {
+    const bool isNewcomer = std::find(newcomers.begin(), newcomers.end(), r) != newcomers.end();
+    if (!joined[size_t(r)]) missing.push_back(r);
+    else if (!isNewcomer) survivorJoined = true;
   }
   if (!survivorJoined) return "the survivors never joined the recovery";
+  if (missing.empty()) return "generation " + std::to_string(g) + " did not form in time";
   std::string list;
   constexpr size_t kNamed = 8;
   for (size_t i = 0; i < missing.size() && i < kNamed; ++i)
     list += (i ? ", " : "") + std::to_string(missing[i]);
   if (missing.size() > kNamed) list += ", ... (" + std::to_string(missing.size()) + " in all)";
-  if (missing.empty()) return "generation " + std::to_string(g) + " did not form in time";
   return (missing.size() == 1 ? "rank " : "ranks ") + list + " never joined";
+}
+
+std::string fallbackReason(rdzv::LivenessStore& store, const std::string& prefix, uint64_t g, int worldSize,
+                           const std::vector<int>& newcomers) {
+  std::vector<bool> joined(size_t(std::max(worldSize, 0)), false);
+  for (int first = 0; first < worldSize; first += static_cast<int>(StoreBatch::kMaxOps)) {
+    StoreBatch batch;
+    const int last = std::min(worldSize, first + static_cast<int>(StoreBatch::kMaxOps));
+    for (int r = first; r < last; ++r) batch.tryGet(keys::joined(prefix, g, r));
+    store.runBatch(batch);
+    for (int r = first; r < last; ++r) joined[size_t(r)] = batch.value(static_cast<size_t>(r - first)).has_value();
+  }
+  return fallbackWording(g, joined, newcomers);
 }
 
 std::string decideFallback(rdzv::LivenessStore& store, const std::string& prefix, uint64_t g,

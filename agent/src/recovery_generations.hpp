@@ -37,7 +37,11 @@ struct Generation {
   std::vector<LostWorker> lost;
   int restartCount = 0;
   std::optional<rdzv::recovery::World> world;  // a shrink: the world of this generation
+  std::string opener;                          // recovery/<g>/opener: "<host> pid <pid> ..."
 };
+
+// Whether the agent on `host` running in this process opened the generation (its opener).
+bool openedHere(const Generation& generation, const std::string& host);
 
 // Opens a generation for `lost`: claims the first one after the current generation that nobody
 // claimed (opener), writes its lost/<rank>, lost_ranks and restart_count, then moves
@@ -60,11 +64,20 @@ Generation readGeneration(rdzv::LivenessStore& store, const std::string& prefix,
 std::map<uint64_t, rdzv::recovery::World> readWorldsAfter(rdzv::LivenessStore& store, const std::string& prefix,
                                                           uint64_t after);
 
-// Why generation g has not formed, from who joined it: "the survivors never joined the
-// recovery" when no rank but the replacements did, else "rank 3 never joined" / "ranks 1, 2
-// never joined".
+// The ranks of generation g, in g's numbering, that no survivor holds: each generation's lost
+// ranks replaced in place and a grow's added ranks, carried through the worlds of the generations
+// after theirs up to g (a shrink drops the ranks it lost and renumbers the others). Generations
+// not in `generations` changed nothing.
+std::vector<int> newcomerRanks(const std::map<uint64_t, Generation>& generations, uint64_t g);
+
+// Why generation g has not formed, from who joined it (joined[r]: rank r of g did): "the
+// survivors never joined the recovery" when no rank but the newcomers did, else "rank 3 never
+// joined" / "ranks 1, 2 never joined", every rank in g's numbering.
+std::string fallbackWording(uint64_t g, const std::vector<bool>& joined, const std::vector<int>& newcomers);
+
+// fallbackWording of generation g of `worldSize` ranks, with who joined read from the store.
 std::string fallbackReason(rdzv::LivenessStore& store, const std::string& prefix, uint64_t g, int worldSize,
-                           const std::vector<int>& replaced);
+                           const std::vector<int>& newcomers);
 
 // compare_set(outcome, absent -> "fallback: <reason>"): returns the outcome now stored (another
 // writer's "formed" may have come first).
