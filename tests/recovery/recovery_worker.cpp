@@ -89,10 +89,8 @@ int main(int argc, char** argv) {
 
   std::unique_ptr<drun::rdzv::TcpStore> store;
   if (!env("DRUN_WORKER_STORE").empty()) {
-    auto at = drun::HostPort::parse(env("DRUN_WORKER_STORE"), {"DRUN_WORKER_STORE"});
     drun::rdzv::TcpStoreOptions o;
-    o.host = at.host;
-    o.port = at.port;
+    o.endpoint = drun::HostPort::parse(env("DRUN_WORKER_STORE"), {"DRUN_WORKER_STORE"});
     o.connectTimeout = 30s;
     o.timeout = 30s;
     o.scope = env("TORCHELASTIC_RUN_ID");
