@@ -23,8 +23,7 @@ WorkerStore::WorkerStore(const AgentConfig& config, rdzv::Rendezvous& rendezvous
                ? rdzv::tokenFromEnvironment()
                : rdzv::readTokenFile(config.rendezvous.tokenFile, "--rdzv-conf token_file");
   rdzv::StoreServerOptions options;
-  options.host = "127.0.0.1";  // the workers of this node only
-  options.port = 0;
+  options.listen = {"127.0.0.1", 0};  // the workers of this node only
   options.token = token_;
   server_ = std::make_unique<rdzv::StoreServer>(options);
   server_->start();
@@ -53,8 +52,7 @@ std::unique_ptr<rdzv::LivenessStore> WorkerStore::connect() {
     return store;
   }
   rdzv::TcpStoreOptions options;
-  options.host = "127.0.0.1";
-  options.port = server_->port();
+  options.endpoint = {"127.0.0.1", server_->port()};
   options.token = token_;
   options.scope = runId_;
   options.connectTimeout = std::chrono::seconds(5);

@@ -170,8 +170,7 @@ std::shared_ptr<Communicator> initOverWorkersStore(const std::string& endpoint, 
       env::parseInt(env::getString("DRUN_GENERATION"), "DRUN_GENERATION", 0, 1ll << 62));
   rdzv::TcpStoreOptions so;
   so.token = rdzv::tokenFromEnvironment();
-  so.host = at.host;
-  so.port = at.port;
+  so.endpoint = at;
   so.timeout = r.timeout;
   auto connect = [so, prefix](milliseconds connectTimeout) mutable -> std::shared_ptr<rdzv::LivenessStore> {
     so.connectTimeout = connectTimeout;
@@ -216,8 +215,7 @@ std::shared_ptr<Communicator> init(const InitOptions& options) {
   std::shared_ptr<StoreHost> host = r.rank == 0 ? StoreHost::tryHost(master.port, token) : nullptr;
   rdzv::TcpStoreOptions so;
   so.token = token;
-  so.host = master.host;
-  so.port = master.port;
+  so.endpoint = master;
   so.connectTimeout = r.timeout;
   so.timeout = r.timeout;
   auto store = std::make_shared<rdzv::TcpStore>(so);

@@ -12,7 +12,7 @@ StoreHost::~StoreHost() { server_->stop(); }
 
 std::shared_ptr<StoreHost> StoreHost::tryHost(uint16_t port, const std::string& token) {
   rdzv::StoreServerOptions options;
-  options.port = port;
+  options.listen.port = port;
   options.token = token;
   try {
     auto server = std::make_unique<rdzv::StoreServer>(options);

@@ -36,8 +36,7 @@ class WorkersStore {
   WorkersStore() : server_(options()) {
     server_.start();
     drun::rdzv::TcpStoreOptions o;
-    o.host = "127.0.0.1";
-    o.port = server_.port();
+    o.endpoint = {"127.0.0.1", server_.port()};
     o.connectTimeout = 10s;
     o.timeout = 20s;
     store_ = std::make_shared<drun::rdzv::PrefixStore>(kJobPrefix, std::make_shared<drun::rdzv::TcpStore>(o));
@@ -65,8 +64,7 @@ class WorkersStore {
  private:
   static drun::rdzv::StoreServerOptions options() {
     drun::rdzv::StoreServerOptions o;
-    o.host = "127.0.0.1";
-    o.port = 0;
+    o.listen = {"127.0.0.1", 0};
     return o;
   }
   drun::rdzv::StoreServer server_;

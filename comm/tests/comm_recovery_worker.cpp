@@ -43,10 +43,11 @@ int me = 0;
 
 // The workers' store as the test and drun's agent see it (keys under the job's prefix).
 std::shared_ptr<drun::rdzv::LivenessStore> workersStore() {
+  // HOST:PORT as the agent writes it (libdrun_comm does not export HostPort::parse).
   const std::string at = std::getenv("DRUN_WORKER_STORE");
+  const size_t colon = at.rfind(':');
   drun::rdzv::TcpStoreOptions o;
-  o.host = at.substr(0, at.rfind(':'));
-  o.port = static_cast<uint16_t>(std::stoi(at.substr(at.rfind(':') + 1)));
+  o.endpoint = {at.substr(0, colon), static_cast<uint16_t>(std::stoi(at.substr(colon + 1)))};
   o.connectTimeout = 10s;
   o.timeout = 20s;
   const char* prefix = std::getenv("DRUN_WORKER_STORE_PREFIX");

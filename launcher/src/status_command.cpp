@@ -113,8 +113,7 @@ int runStatus(const std::vector<std::string>& args) {
     } else {
       if (!conf.empty()) throw UsageError("--rdzv-conf is for --rdzv-backend etcd");
       parseEndpoint(endpoint, where);
-      o.host = where.endpoint.host;
-      o.port = where.endpoint.port;
+      o.endpoint = where.endpoint;
       o.connectTimeout = o.timeout = callTimeout;
       o.leaseTimeout = std::max<std::chrono::milliseconds>(o.timeout, std::chrono::seconds(2));
       o.heartbeatInterval = o.leaseTimeout / 3;

@@ -27,8 +27,7 @@ WorkerStore::WorkerStore(const WorkerStoreOptions& options) : c10d::Store(option
   if (options.host.empty() || options.port == 0)
     throw InvalidArgument("workers' store: no host:port (DRUN_WORKER_STORE)");
   rdzv::TcpStoreOptions o;
-  o.host = options.host;
-  o.port = options.port;
+  o.endpoint = {options.host, options.port};
   o.token = options.token;
   o.connectTimeout = options.timeout;
   o.timeout = options.timeout;

@@ -151,8 +151,7 @@ Result runReal(const std::string& host, uint16_t port, int n, const std::string&
   o.localWorldSize = 8;
   o.joinTimeout = 120s;
   TcpStoreOptions client;
-  client.host = host;
-  client.port = port;
+  client.endpoint = {host, port};
   client.connectTimeout = 30s;
   const auto t0 = Clock::now();
   std::vector<std::unique_ptr<Rendezvous>> agents;
@@ -241,8 +240,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<StoreServer> server;
   if (port < 0) {
     StoreServerOptions so;
-    so.host = host;
-    so.port = 0;
+    so.listen = {host, 0};
     server = std::make_unique<StoreServer>(so);
     server->start();
     port = server->port();

@@ -50,17 +50,15 @@ std::unique_ptr<Rendezvous> makeC10dRendezvous(const RendezvousOptions& options)
                                 : readTokenFile(options.tokenFile, "--rdzv-conf token_file");
   C10dStoreAccess access;
   TcpStoreOptions client;
-  client.host = options.endpoint.host;
-  client.port = options.endpoint.port;
+  client.endpoint = options.endpoint;
   client.token = token;
   client.scope = options.runId;
   if (wantHost) {
     try {
       StoreServerOptions serverOptions;
-      serverOptions.port = options.endpoint.port;
+      serverOptions.listen = {bindAddress(options.endpoint.host), options.endpoint.port};
+      if (serverOptions.listen.host.empty()) serverOptions.listen.host = "0.0.0.0";
       serverOptions.token = token;
-      serverOptions.host = bindAddress(options.endpoint.host);
-      if (serverOptions.host.empty()) serverOptions.host = "0.0.0.0";
       serverOptions.maxLeaseTimeout = std::max<milliseconds>(serverOptions.maxLeaseTimeout,
                                                              options.heartbeatTimeout);
       try {
@@ -68,24 +66,23 @@ std::unique_ptr<Rendezvous> makeC10dRendezvous(const RendezvousOptions& options)
       } catch (const NetworkError& e) {
         // is_host=1 with an endpoint that is not an address of this machine (NAT, a VIP).
         if (e.errorCode() != EADDRNOTAVAIL) throw;
-        serverOptions.host = "0.0.0.0";
+        serverOptions.listen.host = "0.0.0.0";
         access.server = std::make_unique<StoreServer>(serverOptions);
       }
       access.server->start();
-      client.host = serverOptions.host == "0.0.0.0" ? "127.0.0.1" : serverOptions.host;
-      client.port = access.server->port();
-      spdlog::info("rendezvous '{}': hosting the store on {}:{}", options.runId,
-                   serverOptions.host, client.port);
+      const HostPort hosted{serverOptions.listen.host, access.server->port()};
+      client.endpoint = {hosted.host == "0.0.0.0" ? "127.0.0.1" : hosted.host, hosted.port};
+      spdlog::info("rendezvous '{}': hosting the store on {}", options.runId, hosted.toString());
       if (token.empty()) {
         static std::once_flag said;
         std::call_once(said, [&] {
           // Loopback: only this machine's users can reach it; else anyone on the network.
-          auto level = isLoopback(serverOptions.host) ? spdlog::level::info : spdlog::level::warn;
+          auto level = isLoopback(hosted.host) ? spdlog::level::info : spdlog::level::warn;
           spdlog::log(level,
-                      "the rendezvous store on {}:{} is open to anyone who can reach the port "
+                      "the rendezvous store on {} is open to anyone who can reach the port "
                       "(no token): give the job one with --rdzv-conf token_file=PATH (mode 600) "
                       "or DRUN_RDZV_TOKEN_FILE",
-                      serverOptions.host, client.port);
+                      hosted.toString());
         });
       }
     } catch (const NetworkError& e) {
@@ -107,7 +104,7 @@ std::unique_ptr<Rendezvous> makeC10dRendezvous(const RendezvousOptions& options)
                    options.runId, e.what(), options.endpoint.toString());
     }
   }
-  if (client.port == 0)
+  if (client.endpoint.port == 0)
     throw InvalidArgument("--rdzv-endpoint " + options.endpoint.toString() +
                           " only works on the host that serves the store");
   client.connectTimeout = options.joinTimeout;
@@ -117,14 +114,14 @@ std::unique_ptr<Rendezvous> makeC10dRendezvous(const RendezvousOptions& options)
   client.onConnectWait = options.say;
   client.progressInterval = options.progressInterval;
 
-  access.endpoint = HostPort{options.endpoint.host, client.port}.toString();
+  access.endpoint = HostPort{options.endpoint.host, client.endpoint.port}.toString();
   access.workerEndpoint = access.endpoint;
   access.selfAddress = !options.localAddr.empty() ? options.localAddr
                        : access.server          ? options.endpoint.host
                                                 : retryWhileTemporary(
                                                       [&] {
                                                         return routeSourceAddress(
-                                                            options.endpoint.host, client.port);
+                                                            options.endpoint.host, client.endpoint.port);
                                                       },
                                                       options.joinTimeout, options.progressInterval,
                                                       options.say, "--rdzv-conf join_timeout");

@@ -190,7 +190,7 @@ TEST_CASE("elastic: the store's host serves until a spare has left, even a slow 
     // The spare waits in round 1 before the job ends (one arriving after the end waits for the
     // leaving nodes, then starts afresh: another case).
     TcpStoreOptions observer;
-    observer.port = o.endpoint.port;
+    observer.endpoint.port = o.endpoint.port;
     observer.connectTimeout = 5s;
     TcpStore store(observer);
     awaitArrivals(store, "barrier", 1, 1);
@@ -232,22 +232,21 @@ struct JobEndingBesideLinkedSpare {
     o.closeTimeout = 20s;
     auto server = std::make_unique<StoreServer>([] {
       StoreServerOptions s;
-      s.host = "127.0.0.1";
-      s.port = 0;
+      s.listen = {"127.0.0.1", 0};
       return s;
     }());
     server->start();
     hosted = server.get();
-    client.port = hosted->port();
+    client.endpoint.port = hosted->port();
     client.connectTimeout = 5s;
     client.timeout = 10s;
     client.heartbeatInterval = o.heartbeatInterval;
     client.leaseTimeout = o.heartbeatTimeout;
     C10dStoreAccess hostAccess = access(std::move(server));
     if (hostLinked) {
-      hostLink = std::make_unique<TcpRelay>(client.port);
+      hostLink = std::make_unique<TcpRelay>(client.endpoint.port);
       TcpStoreOptions linked = client;
-      linked.port = hostLink->port();
+      linked.endpoint.port = hostLink->port();
       hostAccess.store = std::make_unique<TcpStore>(linked);
     }
     host = makeC10dRendezvous(withNode(o, "hostA"), std::move(hostAccess));
@@ -255,10 +254,10 @@ struct JobEndingBesideLinkedSpare {
     auto fh = startNext(*host);
     auto fm = startNext(*member);
     checkRound({getWithin(fh), getWithin(fm)}, {1, 1});
-    link = std::make_unique<TcpRelay>(client.port);
+    link = std::make_unique<TcpRelay>(client.endpoint.port);
     C10dStoreAccess spareAccess = access();
     TcpStoreOptions linked = client;
-    linked.port = link->port();
+    linked.endpoint.port = link->port();
     spareAccess.store = std::make_unique<TcpStore>(linked);
     std::shared_future<void> isBack = back.get_future().share();
     spareAccess.connectWatcher = [c = client, isBack] {
@@ -285,7 +284,7 @@ struct JobEndingBesideLinkedSpare {
     C10dStoreAccess a;
     a.store = std::make_unique<TcpStore>(client);
     a.connectWatcher = [c = client] { return std::make_unique<TcpStore>(c); };
-    a.endpoint = "127.0.0.1:" + std::to_string(client.port);
+    a.endpoint = client.endpoint.toString();
     a.server = std::move(embedded);
     return a;
   }

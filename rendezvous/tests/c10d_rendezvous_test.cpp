@@ -312,7 +312,7 @@ TEST_CASE(kVictimTest, "[.victim]") {
   const char* port = std::getenv(kVictimPortVar);
   if (!port) return;
   TcpStoreOptions o;
-  o.port = static_cast<uint16_t>(std::atoi(port));
+  o.endpoint.port = static_cast<uint16_t>(std::atoi(port));
   C10dStoreAccess access;
   access.store = std::make_unique<TcpStore>(o);
   auto victim = makeC10dRendezvous(withNode(options(2, 3), "victim"), std::move(access));

@@ -77,7 +77,7 @@ inline std::unique_ptr<Rendezvous> tcpAgent(const RendezvousOptions& o, const Tc
   if (handle) *handle = store.get();
   access.store = std::move(store);
   access.connectWatcher = [client] { return std::make_unique<TcpStore>(client); };
-  access.endpoint = "127.0.0.1:" + std::to_string(client.port);
+  access.endpoint = client.endpoint.toString();
   return makeC10dRendezvous(o, std::move(access));
 }
 
@@ -125,7 +125,7 @@ class RestartableStore {
  private:
   void start(uint16_t port) {
     StoreServerOptions o = localOptions();
-    o.port = port;
+    o.listen.port = port;
     server_ = std::make_unique<StoreServer>(o);
     server_->start();
     port_ = server_->port();

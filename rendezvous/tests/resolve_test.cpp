@@ -70,8 +70,7 @@ std::string lookupsAgainstDeadResolver() {
   out << "resolve\t" << msSince(start) << "\t" << (r.timedOut ? "timed out: " : "") << r.error << "\n";
 
   drun::rdzv::TcpStoreOptions o;
-  o.host = kBlackHoleName;
-  o.port = 29400;
+  o.endpoint = {kBlackHoleName, 29400};
   o.connectTimeout = 1500ms;
   start = Clock::now();
   try {

@@ -30,14 +30,13 @@ struct MemoryFixture {
 struct TcpFixture {
   StoreServer server{[] {
     StoreServerOptions o;
-    o.host = "127.0.0.1";
-    o.port = 0;
+    o.listen = {"127.0.0.1", 0};
     return o;
   }()};
   TcpFixture() { server.start(); }
   std::unique_ptr<LivenessStore> client() {
     TcpStoreOptions o;
-    o.port = server.port();
+    o.endpoint.port = server.port();
     o.connectTimeout = 5s;
     o.timeout = 10s;
     o.heartbeatInterval = 200ms;

@@ -92,9 +92,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<drun::rdzv::TcpStore> store;
   drun::rdzv::TcpStoreOptions storeOptions;
   if (!env("DRUN_WORKER_STORE").empty()) {
-    auto at = drun::HostPort::parse(env("DRUN_WORKER_STORE"), {"DRUN_WORKER_STORE"});
-    storeOptions.host = at.host;
-    storeOptions.port = at.port;
+    storeOptions.endpoint = drun::HostPort::parse(env("DRUN_WORKER_STORE"), {"DRUN_WORKER_STORE"});
     storeOptions.connectTimeout = 30s;
     storeOptions.timeout = 30s;
     storeOptions.scope = env("TORCHELASTIC_RUN_ID");

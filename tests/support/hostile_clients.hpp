@@ -310,7 +310,7 @@ inline std::string checkJobEndsCleanly(const JobResult& job) {
 inline drun::rdzv::TcpStoreOptions storeOptions(uint16_t port, const std::string& token = "",
                                          const std::string& scope = "") {
   drun::rdzv::TcpStoreOptions o;
-  o.port = port;
+  o.endpoint.port = port;
   o.connectTimeout = 5s;
   o.timeout = 10s;
   o.token = token;

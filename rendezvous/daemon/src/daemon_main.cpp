@@ -96,8 +96,8 @@ int main(int argc, char** argv) {
       {"--max-output-bytes", &options.maxOutputBytes, "512M",
        "unsent replies of all connections (the heaviest reader is dropped)"},
   };
-  app.add_option("--host", options.host, "address to listen on")->capture_default_str();
-  app.add_option("--port", options.port, "port to listen on (0 = any; the chosen one is printed)")
+  app.add_option("--host", options.listen.host, "address to listen on")->capture_default_str();
+  app.add_option("--port", options.listen.port, "port to listen on (0 = any; the chosen one is printed)")
       ->capture_default_str();
   app.add_option("--lease-timeout", leaseTimeout,
                  "drop a client silent this long (30, 30s, 500ms, 2m) unless it asks for its own")
@@ -216,17 +216,16 @@ int main(int argc, char** argv) {
           server, drun::rdzv::state::StateKeeperOptions{
                       .dir = stateDir, .maxBytes = stateCap});
     server.start();
-    std::cout << "drun-rendezvous listening on " << options.host << ":" << server.port()
-              << std::endl;
-    spdlog::info("listening on {}:{} (lease {}ms)", options.host, server.port(),
-                 options.leaseTimeout.count());
+    const std::string listening = drun::HostPort{options.listen.host, server.port()}.toString();
+    std::cout << "drun-rendezvous listening on " << listening << std::endl;
+    spdlog::info("listening on {} (lease {}ms)", listening, options.leaseTimeout.count());
     if (monitor)
       std::cout << "drun-rendezvous http on " << drun::HostPort{http.address.host, monitor->port()}.toString()
                 << std::endl;
     if (options.token.empty() && options.jobTokens.empty())
-      spdlog::warn("the store on {}:{} is open to anyone who can reach the port: give it a "
+      spdlog::warn("the store on {} is open to anyone who can reach the port: give it a "
                    "--token-file (and the jobs --rdzv-conf token_file)",
-                   options.host, server.port());
+                   listening);
 
     // Between signals, every 2 s: hand freed memory back to the system (glibc keeps what was
     // freed, e.g. after an attacker's large values were refused or a job's keys deleted).

@@ -67,7 +67,7 @@ void fillJobs(StoreCore& core) {
 
 // A server on a free loopback port whose store the test can reach (before start, or on its io).
 struct Daemon {
-  StoreServer server{StoreServerOptions{.host = "127.0.0.1", .port = 0}};
+  StoreServer server{StoreServerOptions{.listen = {"127.0.0.1", 0}}};
   boost::asio::io_context* io = nullptr;
   StoreCore* core = nullptr;
   Daemon() {
@@ -249,7 +249,7 @@ TEST_CASE("state: a job over this daemon's store budget is not restored, the oth
   filled.set("rdzv/big/events/next", "1");
   filled.set("rdzv/big/events/0", std::string(4000, 'x'));
   writeAll(dir.path / kStateFileName, snapshotHistory(filled, 1 << 20).text);
-  StoreServer server(StoreServerOptions{.host = "127.0.0.1", .port = 0, .maxStoredBytesPerJob = 2048});
+  StoreServer server(StoreServerOptions{.listen = {"127.0.0.1", 0}, .maxStoredBytesPerJob = 2048});
   StateKeeper keeper(server, {.dir = dir.path});
   CHECK(keeper.jobsRestored() == 2);
   server.attach([](boost::asio::io_context&, StoreCore& core) {
@@ -261,7 +261,7 @@ TEST_CASE("state: a job over this daemon's store budget is not restored, the oth
 TEST_CASE("state: --state-dir that cannot be a writable directory is refused", "[state]") {
   ScratchDir dir;
   writeAll(dir.path / "file", "x");
-  StoreServer server(StoreServerOptions{.host = "127.0.0.1", .port = 0});
+  StoreServer server(StoreServerOptions{.listen = {"127.0.0.1", 0}});
   CHECK_THROWS_WITH(StateKeeper(server, {.dir = dir.path / "file"}), Catch::Contains("--state-dir"));
   CHECK_THROWS_WITH(StateKeeper(server, {.dir = dir.path / "file" / "sub"}), Catch::Contains("--state-dir"));
 }

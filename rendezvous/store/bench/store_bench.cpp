@@ -109,8 +109,7 @@ int main(int argc, char** argv) {
     std::unique_ptr<StoreServer> server;
     if (args.port == 0) {
       StoreServerOptions so;
-      so.host = args.host;
-      so.port = 0;
+      so.listen = {args.host, 0};
       server = std::make_unique<StoreServer>(so);
       server->start();
       args.port = server->port();
@@ -118,8 +117,7 @@ int main(int argc, char** argv) {
     std::vector<std::unique_ptr<TcpStore>> stores;
     for (int c = 0; c < args.clients; ++c) {
       TcpStoreOptions o;
-      o.host = args.host;
-      o.port = args.port;
+      o.endpoint = {args.host, args.port};
       o.connectTimeout = std::chrono::seconds(10);
       o.timeout = std::chrono::seconds(30);
       stores.push_back(std::make_unique<TcpStore>(o));

@@ -40,8 +40,7 @@ inline void requireCall(bool ok, const char* what) {
 inline StoreServer& fuzzServer() {
   static std::unique_ptr<StoreServer> server = [] {
     StoreServerOptions o;
-    o.host = "127.0.0.1";
-    o.port = 0;
+    o.listen = {"127.0.0.1", 0};
     // Short timeouts: an input that stops mid-frame or blocks on a key costs milliseconds.
     o.handshakeTimeout = std::chrono::milliseconds(200);
     o.leaseTimeout = std::chrono::milliseconds(200);

@@ -74,14 +74,14 @@ class StoreServer::Impl {
 StoreServer::Impl::Impl(const StoreServerOptions& options) : state_(options) {
   raiseFileLimit();
   const StoreServerOptions& o = state_.options;
-  std::string host = o.host.empty() ? "0.0.0.0" : o.host;
-  std::string where = host + ":" + std::to_string(o.port);
+  const HostPort address{o.listen.host.empty() ? "0.0.0.0" : o.listen.host, o.listen.port};
+  const std::string where = address.toString();
   // The address to listen on: a host name is resolved within net::kResolveTimeout.
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  net::Resolved resolved = net::resolve(host, std::to_string(o.port), hints);
+  net::Resolved resolved = net::resolve(address.host, std::to_string(address.port), hints);
   if (!resolved.addresses) throw NetworkError("store server: cannot listen on " + where + ": " + resolved.error);
   tcp::endpoint endpoint;
   const addrinfo& first = *resolved.addresses;
@@ -239,7 +239,7 @@ StoreServer::StoreServer(const StoreServerOptions& options)
 StoreServer::~StoreServer() { stop(); }
 
 uint16_t StoreServer::port() const { return impl_->port_; }
-const std::string& StoreServer::host() const { return impl_->state_.options.host; }
+const std::string& StoreServer::host() const { return impl_->state_.options.listen.host; }
 void StoreServer::start() { impl_->start(); }
 void StoreServer::run() { impl_->run(); }
 void StoreServer::stop() { impl_->stop(); }

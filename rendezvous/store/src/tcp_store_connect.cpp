@@ -47,7 +47,7 @@ bool TcpStore::Connection::tryConnect(const Deadline& deadline, std::string& err
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   // The resolver gets what is left of the connect deadline, at most net::kResolveTimeout.
-  net::Resolved resolved = net::resolve(options_.host, std::to_string(options_.port), hints,
+  net::Resolved resolved = net::resolve(options_.endpoint.host, std::to_string(options_.endpoint.port), hints,
                                         std::min(deadline.remaining(), net::kResolveTimeout));
   if (!resolved.addresses) {
     error = resolved.error;

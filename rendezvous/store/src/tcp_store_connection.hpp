@@ -102,7 +102,7 @@ using namespace tcp_store_detail;  // the connection's helpers, in the three fil
 class TcpStore::Connection {
  public:
   explicit Connection(const TcpStoreOptions& options)
-      : options_(options), endpoint_(options.host + ":" + std::to_string(options.port)) {
+      : options_(options), endpoint_(options.endpoint.toString()) {
     if (options_.heartbeatInterval.count() > 0 && options_.leaseTimeout.count() > 0 &&
         options_.heartbeatInterval >= options_.leaseTimeout)
       throw InvalidArgument("TcpStore: heartbeatInterval (" +

@@ -45,8 +45,7 @@ inline constexpr bool kRssIsMeaningful = true;
 
 inline StoreServerOptions localOptions() {
   StoreServerOptions o;
-  o.host = "127.0.0.1";
-  o.port = 0;
+  o.listen = {"127.0.0.1", 0};
   return o;
 }
 
@@ -61,7 +60,7 @@ inline std::unique_ptr<StoreServer> startServer(const std::function<void(StoreSe
 
 inline TcpStoreOptions clientOptions(uint16_t port) {
   TcpStoreOptions o;
-  o.port = port;
+  o.endpoint.port = port;
   o.connectTimeout = 5s;
   o.timeout = 10s;
   o.heartbeatInterval = 100ms;

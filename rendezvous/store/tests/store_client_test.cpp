@@ -87,7 +87,7 @@ TEST_CASE("client: connect retries until the server listens, and gives up refuse
   auto late = std::async(std::launch::async, [&] {
     std::this_thread::sleep_for(150ms);  // the scenario itself: the server starts late
     StoreServerOptions so = localOptions();
-    so.port = port;
+    so.listen.port = port;
     StoreServer server(so);
     server.start();
     TcpStore self(clientOptions(port));

@@ -275,7 +275,7 @@ TEST_CASE("server: run() on the caller's thread until stop()", "[server]") {
 TEST_CASE("server: a port already served is a NetworkError carrying EADDRINUSE", "[server]") {
   StoreServer first(localOptions());  // listening once constructed
   StoreServerOptions same = localOptions();
-  same.port = first.port();
+  same.listen.port = first.port();
   try {
     StoreServer second(same);
     FAIL("a second server bound the same port");

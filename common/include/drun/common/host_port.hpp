@@ -35,7 +35,9 @@ struct HostPort {
   // "host:port", or "[v6]:port" for an IPv6 host: what parse() reads back.
   std::string toString() const;
   bool isIpv6() const { return host.find(':') != std::string::npos; }
-  bool operator==(const HostPort&) const = default;
+  // Spelled out, not defaulted: the torch extension (python/) includes this header as C++17.
+  friend bool operator==(const HostPort& a, const HostPort& b) { return a.host == b.host && a.port == b.port; }
+  friend bool operator!=(const HostPort& a, const HostPort& b) { return !(a == b); }
 };
 
 // An address as it stands before ":port" in a URL or an endpoint: IPv6 in brackets, else as is.

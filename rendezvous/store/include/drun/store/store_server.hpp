@@ -32,6 +32,7 @@
 #include <optional>
 #include <string>
 
+#include "drun/common/host_port.hpp"
 #include "drun/store/store_core.hpp"
 
 namespace boost::asio {
@@ -44,8 +45,8 @@ using namespace std::chrono_literals;
 using std::chrono::milliseconds;
 
 struct StoreServerOptions {
-  std::string host = "0.0.0.0";
-  uint16_t port = 29400;                  // 0 = any free port; see port()
+  // The address to listen on ("" = 0.0.0.0); port 0 = any free port, see port().
+  HostPort listen{"0.0.0.0", 29400};
   milliseconds leaseTimeout = 10s;        // silence allowed when the client asks for no lease
   milliseconds minLeaseTimeout = 100ms;   // client-requested leases are clamped to [min, max]
   milliseconds maxLeaseTimeout = 5min;    // a dead client's waiters and will wait at most this
@@ -112,15 +113,15 @@ struct StoreServerStats {
 
 class StoreServer {
  public:
-  // Binds and listens on options.host:options.port; throws NetworkError naming the address.
+  // Binds and listens on options.listen; throws NetworkError naming the address.
   // Raises the RLIMIT_NOFILE soft limit to the hard limit (thousands of connections).
   explicit StoreServer(const StoreServerOptions& options = {});
   ~StoreServer();
   StoreServer(const StoreServer&) = delete;
   StoreServer& operator=(const StoreServer&) = delete;
 
-  uint16_t port() const;            // the bound port (the chosen one when options.port was 0)
-  const std::string& host() const;  // options.host
+  uint16_t port() const;            // the bound port (the chosen one when options.listen.port was 0)
+  const std::string& host() const;  // options.listen.host
 
   void start();  // serve on a new io thread; returns at once
   void run();    // serve on the calling thread until stop()

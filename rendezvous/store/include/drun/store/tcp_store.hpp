@@ -27,6 +27,7 @@
 #include <memory>
 #include <string>
 
+#include "drun/common/host_port.hpp"
 #include "drun/common/progress.hpp"
 #include "drun/store/store.hpp"
 
@@ -35,8 +36,7 @@ namespace drun::rdzv {
 using namespace std::chrono_literals;
 
 struct TcpStoreOptions {
-  std::string host = "127.0.0.1";
-  uint16_t port = 29400;
+  HostPort endpoint{"127.0.0.1", 29400};  // the server to connect to; IPv6 without brackets
   milliseconds connectTimeout = 60s;    // keep retrying the connect this long
   milliseconds timeout = 300s;          // deadline of a call that takes none (set, add, ...)
   milliseconds heartbeatInterval = 1s;  // 0 = send no heartbeats (tests of lease expiry)
@@ -66,7 +66,7 @@ class TcpStore final : public LivenessStore {
   TcpStore(const TcpStore&) = delete;
   TcpStore& operator=(const TcpStore&) = delete;
 
-  // "host:port" of the server, as used in error messages.
+  // options.endpoint as "host:port" ("[v6]:port"), as used in error messages.
   const std::string& endpoint() const;
   // The lease the server granted this connection.
   milliseconds leaseTimeout() const;
