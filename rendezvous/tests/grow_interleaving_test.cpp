@@ -21,8 +21,9 @@ using namespace drun::rdzv::test;
 namespace {
 
 HookedAgent growingAgent(const std::shared_ptr<MemoryStore::Shared>& shared, const std::string& name,
-                         NodeLink::Hook hook, int minNodes, int maxNodes) {
-  return hookedAgent(shared, name, std::move(hook), minNodes, maxNodes, "grow");
+                         NodeLink::Hook hook, int minNodes, int maxNodes,
+                         std::optional<std::chrono::milliseconds> lastCall = std::nullopt) {
+  return hookedAgent(shared, name, std::move(hook), minNodes, maxNodes, "grow", lastCall);
 }
 
 int64_t growCounter(MemoryStore& observer, const std::string& key) {
@@ -133,16 +134,20 @@ bool growClaimerDiesAt(int point) {
   MemoryStore observer(shared);
   std::atomic<int> counted{0};
   std::atomic<bool> killed{false};
+  // hostB re-forms below while hostC, which took the place, is still to call next(): at MIN 1 a
+  // round closes one last call after its first node, so a short one (under load) could close
+  // hostB's round alone and leave hostC to wait behind it. A last call that outlasts the gap.
+  const auto lastCall = std::chrono::milliseconds(1s) * kTimeScale;
   HookedAgent a;
   a = growingAgent(shared, "hostA", [&](const StoreOp& op) {
     if (op.call == "claim" && counted.fetch_add(1) == point && !killed.exchange(true)) a.link->dropAll(true);
-  }, 1, 3);
-  HookedAgent b = growingAgent(shared, "hostB", nullptr, 1, 3);
+  }, 1, 3, lastCall);
+  HookedAgent b = growingAgent(shared, "hostB", nullptr, 1, 3, lastCall);
   auto fa = startNext(*a.rendezvous);
   auto fb = startNext(*b.rendezvous);
   REQUIRE(getWithin(fa).nodeCount == 2);
   getWithin(fb);
-  HookedAgent c = growingAgent(shared, "hostC", nullptr, 1, 3);
+  HookedAgent c = growingAgent(shared, "hostC", nullptr, 1, 3, lastCall);
   auto fc = startNext(*c.rendezvous);
   awaitArrivals(observer, "grow", 1, 1);
   FirstChange lostA(*b.rendezvous, "member lost");

@@ -3,7 +3,9 @@
 // kill, cut or pause at an exact point.
 #pragma once
 
+#include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "c10d_test_support.hpp"
@@ -18,11 +20,14 @@ struct HookedAgent {
   std::unique_ptr<Rendezvous> rendezvous;
 };
 
+// `lastCall`: how long a round that reached MIN waits for more nodes (shortOptions' when unset).
 inline HookedAgent hookedAgent(const std::shared_ptr<MemoryStore::Shared>& shared, const std::string& name,
-                               NodeLink::Hook hook, int minNodes, int maxNodes, const std::string& runId) {
+                               NodeLink::Hook hook, int minNodes, int maxNodes, const std::string& runId,
+                               std::optional<std::chrono::milliseconds> lastCall = std::nullopt) {
   HookedAgent agent;
   agent.link = std::make_shared<NodeLink>(name, std::move(hook), nullptr);
   RendezvousOptions o = shortOptions(minNodes, maxNodes, runId);
+  if (lastCall) o.lastCallTimeout = *lastCall;
   o.localAddr = name;
   C10dStoreAccess access;
   Connector connect = MemoryBackend(shared).connector(agent.link, o);
