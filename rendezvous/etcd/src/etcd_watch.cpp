@@ -73,6 +73,7 @@ bool EtcdClient::watchStream(const std::string& key, const std::string& rangeEnd
   int64_t next = startRevision;
   std::string lastError;
   size_t failedInARow = 0;
+  int leaderless = 0;  // answers in a row that the member has no leader (HTTP 503)
   for (;;) {
     closeConnectionsPeersClosed();
     etcd::EtcdConnection& connection = *connections_[current_];
@@ -83,7 +84,7 @@ bool EtcdClient::watchStream(const std::string& key, const std::string& rangeEnd
     if (next > 0 && !fromNow) request["start_revision"] = std::to_string(next);
     if (deletesOnly) request["filters"] = Json::array({"NOPUT"});
     const Json body{{"create_request", request}};
-    bool created = false, movedOn = false;
+    bool created = false, movedOn = false, unavailable = false;
     try {
       if (!options_.user.empty() && token_.empty()) authenticate(connection, deadline);
       countEtcdRequest("/v3/watch");
@@ -97,7 +98,10 @@ bool EtcdClient::watchStream(const std::string& key, const std::string& rangeEnd
                                 "): " + etcd::errorMessage(error);
                             // Unavailable (a member without a leader, or shutting down): the
                             // next member may serve it, as a call goes on to it.
-                            if (status == 503) throw NetworkError(text);
+                            if (status == 503) {
+                              unavailable = true;
+                              throw NetworkError(text);
+                            }
                             throw Error(text);
                           }
                           int64_t createdAt = -1;
@@ -121,10 +125,19 @@ bool EtcdClient::watchStream(const std::string& key, const std::string& rangeEnd
     if (created) fromNow = false;
     failedInARow = created ? 1 : failedInARow + 1;
     current_ = (current_ + 1) % connections_.size();
+    // A member without a leader is up: during an election (a quorum back, a leader lost) every
+    // member answers so for about a second, and a watch that gave up then would read as a lost
+    // store. Such answers are retried, with growing pauses, until the watch's deadline, as a
+    // call's are (EtcdClient::call); members that refuse or drop the stream end it after a pass.
+    leaderless = unavailable ? leaderless + 1 : 0;
+    if (unavailable) failedInARow = 0;
     if (failedInARow > connections_.size())
       throw NetworkError("etcd: no member serves the watch; last: " + lastError);
-    if (deadline.expired()) throw TimeoutError("etcd watch: deadline passed; last: " + lastError);
-    std::this_thread::sleep_for(std::min<milliseconds>(milliseconds(50), deadline.remaining()));
+    // A pause that would reach the deadline ends the watch now, naming the members' answers (the
+    // attempt after it would only time out).
+    const milliseconds pause(50 << std::min<int>(leaderless / static_cast<int>(connections_.size()), 3));
+    if (deadline.remaining() <= pause) throw TimeoutError("etcd watch: deadline passed; last: " + lastError);
+    std::this_thread::sleep_for(pause);
   }
 }
 

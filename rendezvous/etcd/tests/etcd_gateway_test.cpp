@@ -158,7 +158,8 @@ TEST_CASE("etcd client: a malformed watch stream is a protocol error", "[etcd]")
                   ProtocolError);
 }
 
-TEST_CASE("etcd client: a watch refused as unavailable (no leader) goes on to the next member",
+TEST_CASE("etcd client: a watch refused as unavailable (no leader) goes on to the next member, and "
+          "through an election until its deadline",
           "[etcd]") {
   const std::string body = R"({"error":"etcdserver: no leader","code":14,"message":"etcdserver: no leader"})";
   const std::string reply = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: " +
@@ -167,11 +168,25 @@ TEST_CASE("etcd client: a watch refused as unavailable (no leader) goes on to th
   EtcdClientOptions options = quick(first);
   options.endpoints = {first.endpoint(), second.endpoint()};
   EtcdClient client(options);
-  // Both members refuse: the watch tried each, then ends as a network error (the store's caller
-  // rejoins on a new session), not as a refusal of the request.
-  CHECK_THROWS_AS(client.watch("a", {}, 0, Deadline(2s), [](const auto&) { return true; }), NetworkError);
-  CHECK_THROWS_WITH(client.watch("a", {}, 0, Deadline(2s), [](const auto&) { return true; }),
-                    Catch::Contains("no member serves the watch") && Catch::Contains("no leader"));
+  // Both members refuse as a cluster electing a leader does: the watch goes from one to the other
+  // with pauses until its deadline, then ends as a watch that saw nothing in time (the store's
+  // caller looks again; its lease, not the watch, judges the store lost), naming the refusal.
+  const auto started = std::chrono::steady_clock::now();
+  CHECK_THROWS_AS(client.watch("a", {}, 0, Deadline(1500ms), [](const auto&) { return true; }), TimeoutError);
+  CHECK(std::chrono::steady_clock::now() - started >= 1s);  // the last pause may end it early
+  CHECK_THROWS_WITH(client.watch("a", {}, 0, Deadline(500ms), [](const auto&) { return true; }),
+                    Catch::Contains("deadline passed") && Catch::Contains("no leader"));
+}
+
+TEST_CASE("etcd client: a watch on members that all refuse the connection ends at once as a lost store",
+          "[etcd]") {
+  EtcdClientOptions options;
+  options.endpoints = {"127.0.0.1:1", "127.0.0.1:2"};
+  EtcdClient client(options);
+  const auto started = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH(client.watch("a", {}, 0, Deadline(10s), [](const auto&) { return true; }),
+                    Catch::Contains("no member serves the watch"));
+  CHECK(std::chrono::steady_clock::now() - started < 5s);
 }
 
 TEST_CASE("etcd client: endpoint lists are parsed and bad ones refused", "[etcd]") {
