@@ -119,7 +119,12 @@ bool EtcdClient::watchStream(const std::string& key, const std::string& rangeEnd
       return !movedOn;
     } catch (const NetworkError& e) {
       if (interrupted_) throw interruptedError(what);
+      // An attempt the deadline cut short says less than the answers before it.
+      if (leaderless > 0 && deadline.expired()) throw TimeoutError("etcd watch: deadline passed; last: " + lastError);
       lastError = e.what();
+    } catch (const TimeoutError& e) {
+      if (leaderless == 0) throw;  // a watch that saw nothing in time
+      throw TimeoutError(std::string(e.what()) + "; before it: " + lastError);  // the election's answers
     }
     // This member failed: resume on the next one from `next`.
     if (created) fromNow = false;

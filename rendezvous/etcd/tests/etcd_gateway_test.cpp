@@ -175,7 +175,7 @@ TEST_CASE("etcd client: a watch refused as unavailable (no leader) goes on to th
   CHECK_THROWS_AS(client.watch("a", {}, 0, Deadline(1500ms), [](const auto&) { return true; }), TimeoutError);
   CHECK(std::chrono::steady_clock::now() - started >= 1s);  // the last pause may end it early
   CHECK_THROWS_WITH(client.watch("a", {}, 0, Deadline(500ms), [](const auto&) { return true; }),
-                    Catch::Contains("deadline passed") && Catch::Contains("no leader"));
+                    Catch::Contains("no leader"));
 }
 
 TEST_CASE("etcd client: a watch on members that all refuse the connection ends at once as a lost store",
