@@ -5,6 +5,7 @@
 #include <unordered_set>
 
 #include "drun/common/error.hpp"
+#include "drun/common/fnv1a.hpp"
 #include "drun/common/safe_text.hpp"
 #include "key_text.hpp"
 
@@ -111,17 +112,9 @@ std::optional<uint64_t> parseHex64(std::string_view s) {
 
 // FNV-1a over every node rank's id and local world size: not a secret, an identity check.
 uint64_t rosterDigest(const std::vector<RosterEntry>& roster) {
-  uint64_t h = 14695981039346656037ull;
-  auto mix = [&](std::string_view bytes) {
-    for (unsigned char c : bytes) h = (h ^ c) * 1099511628211ull;
-  };
-  for (const RosterEntry& e : roster) {
-    mix(e.id);
-    mix("\t");
-    mix(std::to_string(e.localWorldSize));
-    mix("\n");
-  }
-  return h;
+  Fnv1a h;
+  for (const RosterEntry& e : roster) h.mix(e.id).mix("\t").mix(std::to_string(e.localWorldSize)).mix("\n");
+  return h.value;
 }
 
 std::string encodeState(const RoundState& s, bool withRoster) {

@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "drun/common/error.hpp"
+#include "drun/common/fnv1a.hpp"
 #include "drun/common/owned_thread.hpp"
 #include "etcd_keyspace.hpp"
 
@@ -22,11 +23,7 @@ std::string leaseName(int64_t lease) {
 // The job lease's id: the same for every agent of the scope, whatever its build (FNV-1a of the
 // prefix and the scope), positive as etcd's lease ids are.
 int64_t jobLeaseId(const std::string& prefix, const std::string& scope) {
-  uint64_t hash = 14695981039346656037ull;
-  for (const char c : prefix + '\0' + scope) {
-    hash ^= static_cast<unsigned char>(c);
-    hash *= 1099511628211ull;
-  }
+  const uint64_t hash = Fnv1a().mix(prefix).mix(std::string_view("\0", 1)).mix(scope).value;
   return static_cast<int64_t>((hash >> 1) | 1);
 }
 
